@@ -1,0 +1,68 @@
+# GPU Portal — every entry point a developer or CI needs. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat requirements/dev.txt pyproject.toml 2>/dev/null | sha1sum | cut -c1-12)
+PYTEST_ARGS ?=
+
+.PHONY: help venv run test test-fast lint format bench cluster-build cluster-up cluster-down lock clean
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+$(STAMP): requirements/dev.txt pyproject.toml
+	@$(PYTHON) -c "import ensurepip, venv" 2>/dev/null || bash devtools/system-deps.sh python3-venv
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "[setup] installing Python packages into $(VENV) (pinned in requirements/dev.txt)"
+	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	@$(PY) -m pip install -q --disable-pip-version-check -r requirements/dev.txt
+	@$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+	@rm -f $(VENV)/.installed-* && touch $@
+
+venv: $(STAMP) ## create the virtualenv with the pinned dependencies
+
+run: venv ## set up everything and serve the portal on http://127.0.0.1:8000 (Ctrl-C stops it all)
+	@bash devtools/system-deps.sh redis-server
+	@$(PY) -m devtools.run
+
+test: venv ## the whole suite against real PostgreSQL, Redis, Celery and the local GPU cluster
+	@bash devtools/system-deps.sh redis-server postgresql chromium
+	@bash localcluster/build.sh >/dev/null
+	@$(PY) -m devtools.testenv -- $(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: venv ## unit tests only (no cluster, no browser)
+	@$(PY) -m devtools.testenv -- $(PY) -m pytest -m "not cluster and not celery and not browser" $(PYTEST_ARGS)
+
+lint: venv ## ruff lint and format check, and no missing migrations
+	@$(PY) -m ruff check .
+	@$(PY) -m ruff format --check .
+	@DEBUG=1 $(PY) manage.py makemigrations --check --dry-run
+
+format: venv ## apply ruff's fixes and formatting
+	@$(PY) -m ruff check --fix .
+	@$(PY) -m ruff format .
+
+bench: venv ## benchmarks, printed as `name: value` lines
+	@bash devtools/system-deps.sh redis-server postgresql
+	@bash localcluster/build.sh >/dev/null
+	@$(PY) -m devtools.testenv -- $(PY) -m benchmarks
+
+cluster-build: ## build (once) and cache the Kubernetes control-plane binaries
+	@bash localcluster/build.sh
+
+cluster-up: venv ## start the local GPU cluster in the background; prints KUBECONFIG=<path> last
+	@bash localcluster/build.sh >/dev/null
+	@$(PY) -m localcluster up
+
+cluster-down: venv ## stop the local GPU cluster and everything it started
+	@$(PY) -m localcluster down
+
+lock: venv ## re-pin requirements/*.txt from requirements/*.in
+	@cd requirements && ../$(VENV)/bin/pip-compile -q --strip-extras --allow-unsafe --no-emit-index-url --no-emit-find-links -o base.txt base.in
+	@cd requirements && ../$(VENV)/bin/pip-compile -q --strip-extras --allow-unsafe --no-emit-index-url --no-emit-find-links -o dev.txt dev.in
+
+clean: ## remove the virtualenv and local state (not the cached Kubernetes binaries)
+	rm -rf $(VENV) var test-output

@@ -1,0 +1,1 @@
+"""Developer tooling: the `make run` supervisor and throwaway PostgreSQL/Redis servers for tests."""

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Build (once) the Kubernetes control-plane binaries for the local GPU cluster.
+#
+# Nothing on our registries ships kube-apiserver & co., so we compile them from Debian's own
+# `kubernetes` source package (1.20.2) with Debian's Go, and take etcd from Debian's etcd-server.
+# The result is cached outside the repository; a later call finds it, verifies it and returns at once.
+#
+#   localcluster/build.sh            build if needed, print the bin directory as the last line
+#   localcluster/build.sh --check    exit 0 if a verified cache exists, 1 otherwise (no side effects)
+set -euo pipefail
+
+CACHE_DIR="${GPUPORTAL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuportal}"
+KUBE_VERSION="1.20.2"
+BIN_DIR="$CACHE_DIR/kubernetes-$KUBE_VERSION/bin"
+SRC_DIR="$CACHE_DIR/kubernetes-$KUBE_VERSION/src"
+STAMP="$BIN_DIR/SHA256SUMS"
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler)
+SYSTEM_PACKAGES=(golang-go etcd-server rsync jq dpkg-dev make)
+
+say() { printf '[cluster-build] %s\n' "$*" >&2; }
+die() { printf '[cluster-build] ERROR: %s\n' "$*" >&2; exit 1; }
+
+cache_ok() {
+  [ -f "$STAMP" ] || return 1
+  (cd "$BIN_DIR" && sha256sum --quiet --check SHA256SUMS >/dev/null 2>&1) || return 1
+  local b
+  for b in "${BINARIES[@]}"; do
+    "$BIN_DIR/$b" --version >/dev/null 2>&1 || return 1
+  done
+  command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ] || return 1
+}
+
+if [ "${1:-}" = "--check" ]; then
+  cache_ok && exit 0 || exit 1
+fi
+
+if cache_ok; then
+  say "Kubernetes $KUBE_VERSION binaries found in $BIN_DIR"
+  echo "$BIN_DIR"
+  exit 0
+fi
+
+if [ -d "$BIN_DIR" ]; then
+  say "cache at $BIN_DIR is incomplete or corrupt; rebuilding it"
+  rm -rf "$BIN_DIR"
+fi
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+    die "need root (or sudo) to run: $* — install it by hand and rerun"; fi
+}
+
+# --- system packages ---------------------------------------------------------------------------
+missing=()
+for p in "${SYSTEM_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+SRC_LIST=/etc/apt/sources.list.d/gpuportal-deb-src.sources
+need_update=0
+if ! grep -rqsE '^(Types:.*deb-src|deb-src )' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+  suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
+  say "adding a deb-src line for Debian $suite (needed for 'apt-get source kubernetes')"
+  as_root tee "$SRC_LIST" >/dev/null <<SRC
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: $suite
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+  need_update=1
+fi
+if [ ${#missing[@]} -gt 0 ] || [ $need_update -eq 1 ]; then
+  say "step 1/4: installing system packages: ${missing[*]:-(none, refreshing package lists)}"
+  as_root apt-get update -qq || die "apt-get update failed; check network access to deb.debian.org"
+  if [ ${#missing[@]} -gt 0 ]; then
+    # etcd-server's maintainer scripts would start a system etcd on :2379; we run our own.
+    policy=/usr/sbin/policy-rc.d
+    created_policy=0
+    if [ ! -e "$policy" ]; then
+      printf '#!/bin/sh\nexit 101\n' | as_root tee "$policy" >/dev/null
+      as_root chmod +x "$policy"
+      created_policy=1
+    fi
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+      || { [ $created_policy -eq 1 ] && as_root rm -f "$policy"; die "apt-get install ${missing[*]} failed"; }
+    [ $created_policy -eq 1 ] && as_root rm -f "$policy"
+  fi
+else
+  say "step 1/4: system packages present"
+fi
+
+# --- source ---------------------------------------------------------------------------------------
+mkdir -p "$SRC_DIR"
+tree=$(find "$SRC_DIR" -maxdepth 1 -type d -name "kubernetes-[0-9]*" | head -n1)
+if [ -z "$tree" ] || [ ! -f "$tree/.gpuportal-unpacked" ]; then
+  say "step 2/4: fetching Debian's kubernetes source package (about 30 MB)"
+  rm -rf "${SRC_DIR:?}"/*
+  (cd "$SRC_DIR" && apt-get source -qq kubernetes 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2) \
+    || die "apt-get source kubernetes failed (is a deb-src line for your suite configured?)"
+  tree=$(find "$SRC_DIR" -maxdepth 1 -type d -name "kubernetes-[0-9]*" | head -n1)
+  [ -n "$tree" ] || die "source tree not found under $SRC_DIR after apt-get source"
+  touch "$tree/.gpuportal-unpacked"
+else
+  say "step 2/4: source tree present at $tree"
+fi
+
+# --- build ------------------------------------------------------------------------------------------
+# Debian's tree builds in GOPATH mode: k8s.io/kubernetes must sit under $GOPATH/src.
+gopath="$SRC_DIR/.go"
+mkdir -p "$gopath/src/k8s.io"
+ln -sfn "$tree" "$gopath/src/k8s.io/kubernetes"
+targets=""
+for b in "${BINARIES[@]}"; do targets="$targets cmd/$b"; done
+say "step 3/4: compiling$targets (about 5 minutes on 2 cores; progress below)"
+start=$(date +%s)
+(
+  cd "$gopath/src/k8s.io/kubernetes"
+  export GOPATH="$gopath" GO111MODULE=off GOFLAGS="" CGO_ENABLED=0 KUBE_GIT_VERSION="v$KUBE_VERSION" \
+         KUBE_VERBOSE=1 GOCACHE="$SRC_DIR/.gocache"
+  # Go prints nothing while it compiles; a heartbeat shows the build is alive.
+  ( while sleep 20; do printf '[cluster-build] [%4ss] still compiling...\n' "$(( $(date +%s) - start ))" >&2; done ) &
+  heartbeat=$!
+  trap 'kill $heartbeat 2>/dev/null' EXIT
+  make WHAT="${targets# }" 2>&1 | grep -v 'type check' | while IFS= read -r line; do
+    printf '[cluster-build] [%4ss] %s\n' "$(( $(date +%s) - start ))" "$line" >&2
+  done
+  exit "${PIPESTATUS[0]}"
+) || die "compilation failed; see the output above. Remove $SRC_DIR to start over."
+
+say "step 4/4: caching binaries in $BIN_DIR"
+built="$tree/_output/local/go/bin"
+[ -d "$built" ] || built=$(dirname "$(find "$tree/_output" -type f -name kube-apiserver | head -n1)")
+tmp="$BIN_DIR.tmp.$$"
+mkdir -p "$tmp"
+for b in "${BINARIES[@]}"; do
+  [ -x "$built/$b" ] || die "$b was not produced by the build (looked in $built)"
+  cp "$built/$b" "$tmp/$b"
+done
+(cd "$tmp" && sha256sum "${BINARIES[@]}" > SHA256SUMS)
+rm -rf "$BIN_DIR" && mv "$tmp" "$BIN_DIR"
+say "built in $(( $(date +%s) - start ))s"
+cache_ok || die "the fresh cache in $BIN_DIR does not verify"
+# The source tree and Go's build cache take about 2.5 GB; only the binaries are worth keeping.
+rm -rf "$SRC_DIR"
+echo "$BIN_DIR"

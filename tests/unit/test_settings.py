@@ -1,0 +1,28 @@
+"""Settings refuse to start in production without a secret key."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def _import_settings(env: dict[str, str]) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "SECRET_KEY_FILE", "DEBUG"}}
+    return subprocess.run(
+        [sys.executable, "-c", "import portal.settings"],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_secret_key_required_when_debug_off():
+    result = _import_settings({"DEBUG": "0"})
+    assert result.returncode != 0
+    assert "SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off" in result.stderr
+
+
+def test_debug_runs_without_secret_key():
+    assert _import_settings({"DEBUG": "1"}).returncode == 0
