@@ -92,6 +92,7 @@ class Workload(models.Model):
     submitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True, help_text="Container start, from Kubernetes.")
     finished_at = models.DateTimeField(null=True, blank=True, help_text="Container end or deletion.")
+    state_changed_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
