@@ -194,13 +194,14 @@ class Simulator:
         elif action == "backoff":
             rec.pull_stage = "ImagePullBackOff"
         elif action == "finish":
-            rec.finished_at = now
+            # The planned exit instant (the timer may fire a few ms late under load).
+            rec.finished_at = min(now, (rec.started_at or now) + rec.plan.run_seconds)
             rec.exit_code, rec.reason = rec.plan.exit_code, rec.plan.reason
-            rec.history.append((rec.started_at or now, now, rec.exit_code, rec.reason))
+            rec.history.append((rec.started_at or now, rec.finished_at, rec.exit_code, rec.reason))
             if rec.plan.restarts_after_exit():
                 rec.state = "crashloop"
                 rec.last_terminated = self._terminated(rec)
-                self._at(now + restart_backoff(rec.restart_count), rec, "restart")
+                self._at(rec.finished_at + restart_backoff(rec.restart_count), rec, "restart")
             else:
                 rec.state = "terminated"
         elif action == "restart":
