@@ -39,6 +39,9 @@ class AgentConfig:
     simulate_gpus: int
     simulate_model: str
     simulate_cuda_version: str
+    # GPU indexes a standalone simulated agent shows as busy (the node simulator passes busy_fn instead).
+    simulate_busy: tuple[int, ...] = ()
+    log_level: str = "INFO"
 
     def __repr__(self) -> str:
         # The dataclass repr would print the token; this one never does.
@@ -94,6 +97,8 @@ class AgentConfig:
             simulate_gpus=_int(env, "SIMULATE_GPUS", 4, minimum=0, maximum=64),
             simulate_model=_str(env, "SIMULATE_MODEL") or "Tesla P100-PCIE-16GB",
             simulate_cuda_version=_cuda_version(env, "SIMULATE_CUDA_VERSION", "12.2"),
+            simulate_busy=_indexes(env, "SIMULATE_BUSY"),
+            log_level=_log_level(env, "LOG_LEVEL"),
         )
 
     def token(self) -> str | None:
@@ -158,3 +163,18 @@ def _cuda_version(env: Mapping[str, str], name: str, default: str) -> str:
     if not (major.isdigit() and minor.isdigit()):
         raise ConfigError(f"{name}={raw!r} is not a CUDA version like 12.2")
     return f"{int(major)}.{int(minor)}"
+
+
+def _indexes(env: Mapping[str, str], name: str) -> tuple[int, ...]:
+    raw = env.get(name, "").strip()
+    items = [item.strip() for item in raw.split(",") if item.strip()]
+    if not all(item.isdigit() for item in items):
+        raise ConfigError(f"{name}={raw!r} is not a comma-separated list of GPU indexes")
+    return tuple(sorted({int(item) for item in items}))
+
+
+def _log_level(env: Mapping[str, str], name: str) -> str:
+    raw = env.get(name, "").strip().upper() or "INFO"
+    if raw not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ConfigError(f"{name}={raw!r} is not one of DEBUG, INFO, WARNING, ERROR")
+    return raw

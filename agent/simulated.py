@@ -9,7 +9,7 @@ Interface (kept small for the node simulator that will drive it):
     SimulatedSampler(node_name, gpu_count, model, cuda_version, busy_fn=None, *, seed=None)
     sampler.sample() -> RawSample        # the same protocol as the NVML source
 
-`busy_fn()` is called once per pass and returns {gpu_index: BusyGpu(pod_uid, ...)} for the GPUs that
+`busy_fn()` is called once per pass and returns {gpu_index: BusyGpu(pod_uid=..., ...)} for the GPUs that
 a pod holds right now; GPUs not in the mapping are idle. A held GPU runs at a training-like 85-100 %
 utilization unless BusyGpu.utilization_percent says otherwise (e.g. 2 for a notebook that holds a GPU
 and does nothing, which is what the idle-service policy looks for). The other readings (memory,
@@ -30,7 +30,8 @@ from agent.readings import RawGpu, RawProcess, RawSample
 
 @dataclass(frozen=True)
 class BusyGpu:
-    pod_uid: str
+    # None: the GPU is busy with a process that belongs to no pod (or none the simulator names).
+    pod_uid: str | None = None
     container_id: str | None = None
     # None: a training-like load (85-100 %). A number pins it (0-100), e.g. an idle notebook.
     utilization_percent: float | None = None
@@ -121,7 +122,9 @@ class SimulatedSampler:
                     # Made-up PIDs above Linux's default pid_max, so they can never be mistaken for real.
                     pid=5_000_000 + index,
                     used_memory_bytes=used,
-                    pod=PodRef(pod_uid=busy.pod_uid, container_id=busy.container_id),
+                    pod=PodRef(pod_uid=busy.pod_uid, container_id=busy.container_id)
+                    if busy.pod_uid
+                    else None,
                 ),
             )
         power = spec.idle_power_watts + (spec.power_limit_watts - spec.idle_power_watts) * load * 0.9
