@@ -37,7 +37,7 @@ class FakePortal:
 
     def start(self) -> None:
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), _handler(self))
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
