@@ -15,8 +15,12 @@ A kubelet with a custom cgroup root (kind, some distributions) nests the same sh
     /kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/...
 Static pods have a 32-hex-digit UID (a hash of their manifest) instead of a UUID.
 
-The agent must see the host's view: with a private cgroup namespace a container sees "0::/" for
-itself, which is why HOST_PROC points at the host's /proc mounted read-only.
+Read from inside a container with its own cgroup namespace (the default on cgroup v2, and Kubernetes
+has no field to turn it off), another process's path is shown relative to the agent's own cgroup:
+    0::/../../kubepods-besteffort-pod<uid>.slice/cri-containerd-<id>.scope
+    0::/../../pod<uid>/<id>
+so ".." segments are accepted in place of the kubepods prefix. A process in the reader's own cgroup
+shows as "0::/", which attributes nothing; the agent's own container holds no GPU process.
 """
 
 from __future__ import annotations
@@ -69,7 +73,8 @@ def parse_cgroup_path(path: str) -> PodRef | None:
         pod = _POD_SEGMENT.search(segment)
         if pod is None:
             continue
-        if not any("kubepods" in s for s in segments[: position + 1]):
+        relative = ".." in segments
+        if not relative and not any("kubepods" in s for s in segments[: position + 1]):
             # A "pod..." directory outside the kubelet's tree is not a Kubernetes pod.
             continue
         uid = pod.group("uid").replace("_", "-")
@@ -79,18 +84,27 @@ def parse_cgroup_path(path: str) -> PodRef | None:
             if container is not None:
                 container_id = container.group("id")
                 runtime = _RUNTIMES.get(container.group("prefix") or "")
-        return PodRef(pod_uid=uid, container_id=container_id, runtime=runtime, qos=_qos(segments[:position]))
+        return PodRef(
+            pod_uid=uid,
+            container_id=container_id,
+            runtime=runtime,
+            qos=_qos([*segments[:position], segment[: pod.start()]]),
+        )
     return None
 
 
-def _qos(parents: list[str]) -> str:
+def _qos(parents: list[str]) -> str | None:
     # Burstable and best-effort pods get their own parent cgroup; guaranteed ones sit under kubepods.
+    # `parents` ends with the pod segment's own prefix, which names the class too with systemd
+    # ("kubepods-besteffort-pod<uid>.slice"), the only hint left in a namespaced relative path.
     joined = "/".join(parents)
     if "besteffort" in joined:
         return "besteffort"
     if "burstable" in joined:
         return "burstable"
-    return "guaranteed"
+    if "kubepods" in joined:
+        return "guaranteed"
+    return None  # a relative path that does not reach up to kubepods: cannot tell
 
 
 def resolve_pid(pid: int, host_proc: Path) -> PodRef | None:

@@ -153,7 +153,8 @@ class Pusher:
         headers = {"Content-Type": "application/json", "User-Agent": f"gpuportal-agent/{agent.__version__}"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")  # noqa: S310 - PORTAL_URL is checked to be http(s)
+        # S310 (file:// and custom schemes): PORTAL_URL is checked to be http(s) when it is read.
+        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")  # noqa: S310
         try:
             with urllib.request.urlopen(request, timeout=self._timeout) as response:  # noqa: S310
                 response.read()

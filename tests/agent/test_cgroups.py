@@ -98,6 +98,17 @@ V2_STATIC_POD = f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable
             PodRef(pod_uid=STATIC_UID, container_id=CID, runtime="containerd", qos="burstable"),
             id="v2-static-pod",
         ),
+        pytest.param(
+            # Read from a container with its own cgroup namespace: relative to the agent's cgroup.
+            f"0::/../../kubepods-besteffort-pod{UID_SYSTEMD}.slice/cri-containerd-{CID}.scope\n",
+            PodRef(pod_uid=UID, container_id=CID, runtime="containerd", qos="besteffort"),
+            id="v2-namespaced-relative-systemd",
+        ),
+        pytest.param(
+            f"0::/../../pod{UID}/{CID}\n",
+            PodRef(pod_uid=UID, container_id=CID, runtime=None, qos=None),
+            id="v2-namespaced-relative-cgroupfs-same-qos",
+        ),
     ],
 )
 def test_resolves_pod_and_container_from_real_cgroup_files(tmp_path: Path, text: str, expected: PodRef):
