@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         "SIMULATED" if sampler.simulated else "NVML",
         config.sample_interval_seconds,
         port,
-        f"pushing to {pusher.url}" if pusher else "not pushing (PORTAL_URL unset)",
+        f"pushing to {pusher.url_for_logs}" if pusher else "not pushing (PORTAL_URL unset)",
     )
     loop = AgentLoop(
         node_name=config.node_name,

@@ -25,6 +25,7 @@ import random
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 
@@ -63,7 +64,13 @@ class Pusher:
     ) -> None:
         if max_reports < 1:
             raise ValueError("max_reports must be at least 1")
+        parts = urllib.parse.urlsplit(portal_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("the portal URL must be http(s)://host[:port][/prefix]")
         self.url = portal_url.rstrip("/") + REPORTS_PATH
+        # For logs: never the user:password@ part, should someone put credentials in the URL.
+        self.url_for_logs = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+        self.url_for_logs = self.url_for_logs.rstrip("/") + REPORTS_PATH
         self._token = token
         self._stats = stats
         self._max_reports = max_reports
@@ -192,7 +199,7 @@ class Pusher:
         if not self._failing or self._backoff >= self._backoff_max:
             log.warning(
                 "cannot push to %s (%s); %d reports buffered, next try in %.1fs",
-                self.url,
+                self.url_for_logs,
                 reason,
                 buffered,
                 delay,
@@ -201,7 +208,7 @@ class Pusher:
 
     def _succeeded(self) -> None:
         if self._failing:
-            log.info("pushing to %s again", self.url)
+            log.info("pushing to %s again", self.url_for_logs)
         self._failing = False
         self._backoff = 0.0
         self._next_attempt = 0.0

@@ -190,3 +190,18 @@ def test_pusher_thread_delivers_once_the_portal_comes_up(down_portal: FakePortal
         thread.join(timeout=5)
     assert not thread.is_alive()
     assert stats.snapshot().buffer_length == 0
+
+
+def test_credentials_in_the_portal_url_stay_out_of_the_logs(down_portal: FakePortal, caplog):
+    url = down_portal.url.replace("http://", "http://agent:url-password@")
+    pusher = Pusher(url, lambda: TOKEN, AgentStats(), max_reports=1)
+    pusher.enqueue(_report(0))
+    assert pusher.flush() is False
+    assert "cannot push to" in caplog.text
+    assert "url-password" not in caplog.text
+    assert TOKEN not in caplog.text
+
+
+def test_a_non_http_portal_url_is_refused():
+    with pytest.raises(ValueError, match="http"):
+        Pusher("file:///etc/passwd", lambda: TOKEN, AgentStats(), max_reports=1)
