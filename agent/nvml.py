@@ -112,6 +112,9 @@ class NvmlSampler:
             utilization = read("utilization", nvml.nvmlDeviceGetUtilizationRates)
             memory = read("memory", nvml.nvmlDeviceGetMemoryInfo)
             processes = read("processes", self._processes) or []
+            if index in self._lost:  # back after a reset
+                log.info("GPU %d (%s) answers again", index, uuid)
+                self._lost.discard(index)
             return RawGpu(
                 index=index,
                 uuid=uuid,

@@ -11,6 +11,7 @@ code under test — that raises pynvml's real exception classes, to show how the
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -242,3 +243,17 @@ def test_init_failure_is_unavailable_and_close_shuts_nvml_down():
     sampler.close()
     sampler.close()  # idempotent
     assert nvml.shutdown
+
+
+def test_a_lost_gpu_that_comes_back_after_a_reset_is_read_again(caplog):
+    caplog.set_level(logging.INFO)
+    nvml = FakeNvmlLibrary([_gpu(0)])
+    sampler = NvmlSampler(nvml)
+    nvml.gpus[0]["lost"] = True
+    assert sampler.sample().gpus[0].lost
+    nvml.gpus[0]["lost"] = False
+    assert sampler.sample().gpus[0].utilization_gpu_percent == 90
+    nvml.gpus[0]["lost"] = True
+    assert sampler.sample().gpus[0].lost
+    assert caplog.text.count("is lost") == 2  # each loss is said once
+    assert "answers again" in caplog.text
