@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,3 +90,13 @@ def test_empty_token_file_is_refused(tmp_path: Path):
     token.write_text("\n")
     with pytest.raises(ConfigError, match=r"AGENT_TOKEN_FILE.*empty"):
         AgentConfig.from_env({"NODE_NAME": "n", "PORTAL_URL": "http://p", "AGENT_TOKEN_FILE": str(token)})
+
+
+def test_agent_process_with_a_bad_variable_exits_78_naming_it(tmp_path: Path):
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo), "NODE_NAME": "n1", "SAMPLE_INTERVAL_SECONDS": "soon"}
+    result = subprocess.run(
+        [sys.executable, "-m", "agent"], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert result.returncode == 78
+    assert "SAMPLE_INTERVAL_SECONDS='soon' is not a number" in result.stderr
