@@ -90,11 +90,11 @@ class NvmlSampler:
         # A failure here (driver gone) fails the whole pass; the loop counts it and tries again.
         count = nvml.nvmlDeviceGetCount()
         self._drain_xid_events(errors)
-        gpus = tuple(self._sample_gpu(index, errors) for index in range(count))
+        gpus = tuple(self._sample_gpu(index) for index in range(count))
         nvml_errors = len(errors) + sum(len(gpu.errors) for gpu in gpus)
         return RawSample(driver_version=driver, cuda_driver_version=cuda, gpus=gpus, nvml_errors=nvml_errors)
 
-    def _sample_gpu(self, index: int, system_errors: list[str]) -> RawGpu:
+    def _sample_gpu(self, index: int) -> RawGpu:
         nvml = self._nvml
         uuid, name = self._identity.get(index, (None, None))
         errors: list[str] = []

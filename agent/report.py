@@ -272,7 +272,7 @@ class Report:
             node=node,
             simulated=simulated,
             timestamp=timestamp,
-            interval_seconds=interval if interval is not None else 0.0,
+            interval_seconds=interval,
             agent_version=_text(body, "agent_version", "report", nullable=False),
             driver_version=_text(body, "driver_version", "report"),
             cuda_driver_version=cuda,
