@@ -139,22 +139,18 @@ class Tracker:
     def _watch(self, kind: str, resource_version: str, generation: int) -> None:
         """Stream changes for one kind into the queue until told to stop or the stream breaks."""
         path = "/apis/batch/v1/jobs" if kind == "Job" else "/api/v1/pods"
-        api = kube.api_client()
         try:
-            response = api.call_api(
+            response = kube.stream_get(
                 path,
-                "GET",
-                query_params=[
-                    ("watch", "true"),
-                    ("labelSelector", selector()),
-                    ("resourceVersion", resource_version),
-                    ("allowWatchBookmarks", "true"),
-                    ("timeoutSeconds", str(max(30, settings.PORTAL_RESYNC_SECONDS))),
-                ],
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=(kube.timeout(), max(60, settings.PORTAL_RESYNC_SECONDS * 2)),
-            )[0]
+                {
+                    "watch": "true",
+                    "labelSelector": selector(),
+                    "resourceVersion": resource_version,
+                    "allowWatchBookmarks": "true",
+                    "timeoutSeconds": str(max(30, settings.PORTAL_RESYNC_SECONDS)),
+                },
+                read_timeout=max(60, settings.PORTAL_RESYNC_SECONDS * 2),
+            )
             buffer = b""
             for chunk in response.stream(amt=65536, decode_content=False):
                 if self.stop_event.is_set() or generation != self.generation:
