@@ -113,9 +113,7 @@ class PostgresServer:
             try:
                 account = pwd.getpwnam("postgres")
             except KeyError as exc:
-                raise ServiceError(
-                    "running as root needs the 'postgres' user (from the postgresql package)"
-                ) from exc
+                raise ServiceError("running as root needs the 'postgres' user (from the postgresql package)") from exc
             os.chown(self.directory, account.pw_uid, account.pw_gid)
             self.directory.chmod(0o700)
             run_as = ["runuser", "-u", "postgres", "--"]

@@ -117,6 +117,35 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("BEHIND_TLS_PROXY") else None
 X_FRAME_OPTIONS = "DENY"
 
+# --- Kubernetes ------------------------------------------------------------------------------------
+# In a pod, the in-cluster service account is used; otherwise KUBECONFIG (a path) is read.
+KUBECONFIG = env_str("KUBECONFIG")
+KUBE_CONTEXT = env_str("KUBE_CONTEXT")
+KUBE_REQUEST_TIMEOUT = env_int("KUBE_REQUEST_TIMEOUT", 15, minimum=1)
+KUBE_NAMESPACE_PREFIX = env_str("KUBE_NAMESPACE_PREFIX", "gpuportal-")
+# The ClusterRole the portal binds in each team namespace (helm/files/rbac-rules.yaml, "workloads"), and
+# the portal's own service account ("namespace/name") to bind it to. Empty account: bind nothing (the
+# credentials in use can already write everywhere, as with an admin kubeconfig in development).
+KUBE_WORKLOADS_CLUSTERROLE = env_str("KUBE_WORKLOADS_CLUSTERROLE", "gpuportal-workloads")
+KUBE_SERVICE_ACCOUNT = env_str("KUBE_SERVICE_ACCOUNT")
+
+# --- the workload engine ---------------------------------------------------------------------------
+# Objects this installation manages carry this label value, so two portals (or test runs) can share a
+# cluster without touching each other's workloads.
+PORTAL_INSTANCE = env_str("PORTAL_INSTANCE", "default")
+PORTAL_DEFAULT_TIME_LIMIT_BATCH = env_int("PORTAL_DEFAULT_TIME_LIMIT_BATCH", 24 * 3600, minimum=60)
+PORTAL_DEFAULT_TIME_LIMIT_SERVICE = env_int("PORTAL_DEFAULT_TIME_LIMIT_SERVICE", 8 * 3600, minimum=60)
+PORTAL_MIN_TIME_LIMIT = env_int("PORTAL_MIN_TIME_LIMIT", 60, minimum=1)
+PORTAL_MAX_TIME_LIMIT = env_int("PORTAL_MAX_TIME_LIMIT", 7 * 24 * 3600, minimum=60)
+# A pod that cannot pull its image fails after this long (it would otherwise hold quota forever).
+PORTAL_IMAGE_PULL_TIMEOUT = env_int("PORTAL_IMAGE_PULL_TIMEOUT", 300, minimum=5)
+# Finished workloads' Kubernetes objects are deleted this long after their final state is recorded.
+PORTAL_RETENTION_SECONDS = env_int("PORTAL_RETENTION_SECONDS", 3600, minimum=0)
+# A workload admitted this long ago whose objects were never created is handed to a worker again.
+PORTAL_STUCK_SUBMIT_SECONDS = env_int("PORTAL_STUCK_SUBMIT_SECONDS", 30, minimum=1)
+PORTAL_RESYNC_SECONDS = env_int("PORTAL_RESYNC_SECONDS", 30, minimum=1)
+PORTAL_SWEEP_SECONDS = env_int("PORTAL_SWEEP_SECONDS", 15, minimum=1)
+
 # --- Redis and Celery ----------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
@@ -133,13 +162,15 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 600, "socket_connect_timeout": 3}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TIMEZONE = TIME_ZONE
-
-# --- Kubernetes ------------------------------------------------------------------------------------
-# In a pod, the in-cluster service account is used; otherwise KUBECONFIG (a path) is read.
-KUBECONFIG = env_str("KUBECONFIG")
-KUBE_CONTEXT = env_str("KUBE_CONTEXT")
-KUBE_REQUEST_TIMEOUT = env_int("KUBE_REQUEST_TIMEOUT", 15, minimum=1)
-KUBE_NAMESPACE_PREFIX = env_str("KUBE_NAMESPACE_PREFIX", "gpuportal-")
+CELERY_BEAT_SCHEDULE = {
+    # Safety nets: each also runs on the events that matter, these catch what was missed (Redis down,
+    # a worker killed, a watch that dropped).
+    "admission-sweep": {"task": "jobs.tasks.sweep", "schedule": float(PORTAL_SWEEP_SECONDS)},
+    "enforce-limits": {"task": "jobs.tasks.enforce_limits", "schedule": 30.0},
+    "cleanup": {"task": "jobs.tasks.cleanup", "schedule": 300.0},
+    "inventory": {"task": "jobs.tasks.sync_inventory", "schedule": 60.0},
+    "usage-rollup": {"task": "jobs.tasks.rollup_usage", "schedule": 3600.0},
+}
 
 # --- logging -----------------------------------------------------------------------------------------
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()

@@ -21,9 +21,7 @@ def test_env_str_names_unreadable_file(monkeypatch):
         env_str("SECRET_KEY")
 
 
-@pytest.mark.parametrize(
-    ("raw", "expected"), [("1", True), ("yes", True), ("ON", True), ("0", False), ("off", False)]
-)
+@pytest.mark.parametrize(("raw", "expected"), [("1", True), ("yes", True), ("ON", True), ("0", False), ("off", False)])
 def test_env_bool_accepts_common_spellings(monkeypatch, raw, expected):
     monkeypatch.setenv("FLAG", raw)
     assert env_bool("FLAG") is expected

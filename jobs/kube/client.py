@@ -1,0 +1,123 @@
+"""The one place that loads Kubernetes credentials and classifies API errors.
+
+In a pod the service account is used; elsewhere the kubeconfig named by settings.KUBECONFIG (or the
+client's default). Clients are built once per process (Celery forks, so per pid) and reused.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from django.conf import settings
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+_lock = threading.Lock()
+_clients: dict[int, client.ApiClient] = {}
+
+
+class KubeConfigError(RuntimeError):
+    """The portal has no usable credentials for a cluster."""
+
+
+def api_client() -> client.ApiClient:
+    pid = os.getpid()
+    cached = _clients.get(pid)
+    if cached is not None:
+        return cached
+    with _lock:
+        if pid not in _clients:
+            _clients.clear()  # anything from the parent process is not ours to use
+            _clients[pid] = _load()
+        return _clients[pid]
+
+
+def _load() -> client.ApiClient:
+    configuration = client.Configuration()
+    try:
+        if not settings.KUBECONFIG and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=configuration)
+        else:
+            config.load_kube_config(
+                config_file=settings.KUBECONFIG or None,
+                context=settings.KUBE_CONTEXT or None,
+                client_configuration=configuration,
+            )
+    except (ConfigException, OSError, TypeError) as exc:
+        raise KubeConfigError(f"cannot load Kubernetes credentials: {exc}") from exc
+    # Fail fast and let our own retry policy (Celery backoff, tracker loop) decide what happens next.
+    configuration.retries = urllib3.Retry(total=1, connect=1, read=0, backoff_factor=0.2)
+    configuration.connection_pool_maxsize = 16
+    return client.ApiClient(configuration)
+
+
+def reset() -> None:
+    """Forget loaded clients (after the kubeconfig changes, e.g. in tests)."""
+    with _lock:
+        for api in _clients.values():
+            api.close()
+        _clients.clear()
+
+
+def core() -> client.CoreV1Api:
+    return client.CoreV1Api(api_client())
+
+
+def batch() -> client.BatchV1Api:
+    return client.BatchV1Api(api_client())
+
+
+def apps() -> client.AppsV1Api:
+    return client.AppsV1Api(api_client())
+
+
+def rbac() -> client.RbacAuthorizationV1Api:
+    return client.RbacAuthorizationV1Api(api_client())
+
+
+def timeout() -> float:
+    return float(settings.KUBE_REQUEST_TIMEOUT)
+
+
+def to_dict(obj: Any) -> Any:
+    return api_client().sanitize_for_serialization(obj)
+
+
+@dataclass(frozen=True)
+class ApiFailure:
+    """What an exception from a Kubernetes call means for the caller."""
+
+    status: int | None
+    transient: bool
+    message: str
+
+
+def classify(exc: BaseException) -> ApiFailure:
+    """Transient failures (server down, overloaded, timeouts) are retried; the rest are the request's fault."""
+    if isinstance(exc, ApiException):
+        status = exc.status or None
+        message = _api_message(exc)
+        transient = status is None or status == 429 or status >= 500
+        return ApiFailure(status=status, transient=transient, message=message)
+    if isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError | OSError):
+        return ApiFailure(status=None, transient=True, message=f"Kubernetes API unreachable: {exc.__class__.__name__}")
+    return ApiFailure(status=None, transient=False, message=str(exc))
+
+
+def _api_message(exc: ApiException) -> str:
+    import json
+
+    try:
+        body = json.loads(exc.body or "{}")
+        return str(body.get("message") or exc.reason or exc.status)
+    except (ValueError, TypeError):
+        return str(exc.reason or exc.status)
+
+
+def is_status(exc: BaseException, status: int) -> bool:
+    return isinstance(exc, ApiException) and exc.status == status

@@ -1,0 +1,47 @@
+"""Kubernetes names and label values derived from portal objects: valid for any input, deterministic."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+MANAGED_BY = "gpuportal"
+LABEL_PREFIX = "gpuportal.dev"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_INSTANCE = f"{LABEL_PREFIX}/instance"
+LABEL_WORKLOAD = f"{LABEL_PREFIX}/workload"
+LABEL_TEAM = f"{LABEL_PREFIX}/team"
+LABEL_USER = f"{LABEL_PREFIX}/user"
+LABEL_GPU_TYPE = f"{LABEL_PREFIX}/gpu-type"
+LABEL_KIND = f"{LABEL_PREFIX}/kind"
+
+_NOT_DNS = re.compile(r"[^a-z0-9-]+")
+_NOT_LABEL = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def dns_label(text: str, *, max_length: int = 63, fallback: str = "x") -> str:
+    """Lowercase letters, digits and '-', starting with a letter, ending with a letter or digit."""
+    label = _NOT_DNS.sub("-", text.lower()).strip("-")
+    label = re.sub(r"-{2,}", "-", label)
+    if not label or not label[0].isalpha():
+        label = f"{fallback}-{label}".rstrip("-")
+    return label[:max_length].rstrip("-")
+
+
+def object_name(workload_name: str, uid: str) -> str:
+    """The name of a workload's Job/Deployment/Service: readable prefix, unique uid suffix, <= 63.
+
+    The uid is fixed when the workload is stored, so every retry of a create uses the same name and a
+    second attempt meets 409 AlreadyExists instead of making a duplicate.
+    """
+    suffix = f"-{uid}"
+    return dns_label(workload_name, max_length=63 - len(suffix), fallback="w") + suffix
+
+
+def label_value(text: str) -> str:
+    """A valid label value for any string; a hash suffix keeps distinct long values distinct."""
+    value = _NOT_LABEL.sub("_", text).strip("_.-")
+    if len(value) <= 63 and value == text:
+        return value
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    return f"{value[:54].rstrip('_.-')}-{digest}".lstrip("_.-")

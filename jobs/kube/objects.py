@@ -1,0 +1,218 @@
+"""Kubernetes objects for a workload, built as client models by pure functions (no I/O).
+
+Tests compare `ApiClient().sanitize_for_serialization(obj)` with literal dicts, and a property test has
+the real API server dry-run whatever these functions make of any spec the validator accepts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kubernetes import client as k8s
+
+from jobs.kube import names
+
+CONTAINER_NAME = "main"
+QUOTA_NAME = "gpuportal-gpus"
+ROLE_BINDING_NAME = "gpuportal-workloads"
+SHM_VOLUME = "dshm"
+
+
+@dataclass(frozen=True)
+class GpuTypeSpec:
+    slug: str
+    node_label_key: str
+    node_label_value: str
+    resource_name: str
+    cpu_per_gpu_millicores: int
+    memory_per_gpu_mib: int
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """Everything rendering needs, copied out of the database rows."""
+
+    uid: str
+    name: str
+    kind: str  # "batch" | "service"
+    team_slug: str
+    username: str
+    namespace: str
+    image: str
+    gpu_type: GpuTypeSpec
+    gpu_count: int
+    time_limit_seconds: int
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    port: int | None = None
+    instance: str = "default"
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def object_name(self) -> str:
+        return names.object_name(self.name, self.uid)
+
+
+def labels(spec: WorkloadSpec) -> dict[str, str]:
+    return {
+        names.LABEL_MANAGED_BY: names.MANAGED_BY,
+        names.LABEL_INSTANCE: names.label_value(spec.instance),
+        names.LABEL_WORKLOAD: spec.uid,
+        names.LABEL_TEAM: names.label_value(spec.team_slug),
+        names.LABEL_USER: names.label_value(spec.username),
+        names.LABEL_GPU_TYPE: names.label_value(spec.gpu_type.slug),
+        names.LABEL_KIND: spec.kind,
+        **spec.extra_labels,
+    }
+
+
+def selector(spec: WorkloadSpec) -> dict[str, str]:
+    return {names.LABEL_WORKLOAD: spec.uid}
+
+
+def make_container(spec: WorkloadSpec) -> k8s.V1Container:
+    gpus = str(spec.gpu_count)
+    cpu = f"{spec.gpu_type.cpu_per_gpu_millicores * spec.gpu_count}m"
+    memory = f"{spec.gpu_type.memory_per_gpu_mib * spec.gpu_count}Mi"
+    env = [k8s.V1EnvVar(name=name, value=value) for name, value in spec.env]
+    env.append(k8s.V1EnvVar(name="GPUPORTAL_WORKLOAD", value=spec.uid))
+    return k8s.V1Container(
+        name=CONTAINER_NAME,
+        image=spec.image,
+        command=list(spec.command) or None,
+        args=list(spec.args) or None,
+        env=env,
+        ports=[k8s.V1ContainerPort(container_port=spec.port, name="http")] if spec.port else None,
+        resources=k8s.V1ResourceRequirements(
+            # Extended resources must have requests == limits; memory limit == request keeps the node honest.
+            requests={spec.gpu_type.resource_name: gpus, "cpu": cpu, "memory": memory},
+            limits={spec.gpu_type.resource_name: gpus, "memory": memory},
+        ),
+        security_context=k8s.V1SecurityContext(
+            allow_privilege_escalation=False,
+            privileged=False,
+            capabilities=k8s.V1Capabilities(drop=["ALL"]),
+        ),
+        volume_mounts=[k8s.V1VolumeMount(name=SHM_VOLUME, mount_path="/dev/shm")],  # noqa: S108
+        termination_message_policy="FallbackToLogsOnError",
+    )
+
+
+def make_pod_template(spec: WorkloadSpec) -> k8s.V1PodTemplateSpec:
+    # Data loaders share batches through /dev/shm; the runtime default of 64 MiB is far too small.
+    shm_limit = f"{max(64, spec.gpu_type.memory_per_gpu_mib * spec.gpu_count // 2)}Mi"
+    return k8s.V1PodTemplateSpec(
+        metadata=k8s.V1ObjectMeta(labels=labels(spec)),
+        spec=k8s.V1PodSpec(
+            restart_policy="Never" if spec.kind == "batch" else "Always",
+            node_selector={spec.gpu_type.node_label_key: spec.gpu_type.node_label_value},
+            containers=[make_container(spec)],
+            # A user's container has no business talking to the Kubernetes API as anyone.
+            automount_service_account_token=False,
+            enable_service_links=False,
+            security_context=k8s.V1PodSecurityContext(seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault")),
+            termination_grace_period_seconds=30,
+            volumes=[
+                k8s.V1Volume(
+                    name=SHM_VOLUME,
+                    empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit=shm_limit),
+                )
+            ],
+        ),
+    )
+
+
+def make_job(spec: WorkloadSpec) -> k8s.V1Job:
+    return k8s.V1Job(
+        api_version="batch/v1",
+        kind="Job",
+        metadata=k8s.V1ObjectMeta(name=spec.object_name, namespace=spec.namespace, labels=labels(spec)),
+        spec=k8s.V1JobSpec(
+            backoff_limit=0,
+            active_deadline_seconds=spec.time_limit_seconds,
+            completions=1,
+            parallelism=1,
+            template=make_pod_template(spec),
+        ),
+    )
+
+
+def make_deployment(spec: WorkloadSpec) -> k8s.V1Deployment:
+    return k8s.V1Deployment(
+        api_version="apps/v1",
+        kind="Deployment",
+        metadata=k8s.V1ObjectMeta(name=spec.object_name, namespace=spec.namespace, labels=labels(spec)),
+        spec=k8s.V1DeploymentSpec(
+            replicas=1,
+            # Recreate: a restart never needs a second set of GPUs while the old pod drains.
+            strategy=k8s.V1DeploymentStrategy(type="Recreate"),
+            selector=k8s.V1LabelSelector(match_labels=selector(spec)),
+            template=make_pod_template(spec),
+            revision_history_limit=1,
+        ),
+    )
+
+
+def make_service(spec: WorkloadSpec) -> k8s.V1Service:
+    if spec.port is None:
+        raise ValueError("a service workload needs a port")
+    return k8s.V1Service(
+        api_version="v1",
+        kind="Service",
+        metadata=k8s.V1ObjectMeta(name=spec.object_name, namespace=spec.namespace, labels=labels(spec)),
+        spec=k8s.V1ServiceSpec(
+            type="ClusterIP",
+            selector=selector(spec),
+            ports=[k8s.V1ServicePort(name="http", port=spec.port, target_port=spec.port, protocol="TCP")],
+        ),
+    )
+
+
+def make_objects(spec: WorkloadSpec) -> list[k8s.V1Job | k8s.V1Deployment | k8s.V1Service]:
+    if spec.kind == "batch":
+        return [make_job(spec)]
+    return [make_deployment(spec), make_service(spec)]
+
+
+def make_namespace(name: str, *, team_slug: str, instance: str) -> k8s.V1Namespace:
+    return k8s.V1Namespace(
+        api_version="v1",
+        kind="Namespace",
+        metadata=k8s.V1ObjectMeta(
+            name=name,
+            labels={
+                names.LABEL_MANAGED_BY: names.MANAGED_BY,
+                names.LABEL_TEAM: names.label_value(team_slug),
+                names.LABEL_INSTANCE: names.label_value(instance),
+            },
+        ),
+    )
+
+
+def make_resource_quota(namespace: str, gpus_by_resource: dict[str, int]) -> k8s.V1ResourceQuota:
+    """A backstop behind the portal's own admission: the namespace can never request more GPUs."""
+    return k8s.V1ResourceQuota(
+        api_version="v1",
+        kind="ResourceQuota",
+        metadata=k8s.V1ObjectMeta(
+            name=QUOTA_NAME, namespace=namespace, labels={names.LABEL_MANAGED_BY: names.MANAGED_BY}
+        ),
+        spec=k8s.V1ResourceQuotaSpec(
+            hard={f"requests.{resource}": str(count) for resource, count in sorted(gpus_by_resource.items())}
+        ),
+    )
+
+
+def make_role_binding(namespace: str, *, cluster_role: str, service_account: str) -> k8s.V1RoleBinding:
+    """Grants the portal's own service account the workload role inside one team namespace."""
+    sa_namespace, sa_name = service_account.split("/", 1)
+    return k8s.V1RoleBinding(
+        api_version="rbac.authorization.k8s.io/v1",
+        kind="RoleBinding",
+        metadata=k8s.V1ObjectMeta(
+            name=ROLE_BINDING_NAME, namespace=namespace, labels={names.LABEL_MANAGED_BY: names.MANAGED_BY}
+        ),
+        role_ref=k8s.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=cluster_role),
+        subjects=[k8s.RbacV1Subject(kind="ServiceAccount", name=sa_name, namespace=sa_namespace)],
+    )

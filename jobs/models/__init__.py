@@ -1,0 +1,25 @@
+"""The domain: teams, GPU types, quotas, the image catalog, workloads and their accounting."""
+
+from __future__ import annotations
+
+from jobs.models.catalog import AllowedRegistry, CatalogImage, GpuNode, GpuType
+from jobs.models.teams import Membership, Quota, Role, Team
+from jobs.models.usage import RolledUpDay, UsageDaily
+from jobs.models.workloads import Kind, State, Workload, WorkloadEvent
+
+__all__ = [
+    "AllowedRegistry",
+    "CatalogImage",
+    "GpuNode",
+    "GpuType",
+    "Kind",
+    "Membership",
+    "Quota",
+    "Role",
+    "RolledUpDay",
+    "State",
+    "Team",
+    "UsageDaily",
+    "Workload",
+    "WorkloadEvent",
+]

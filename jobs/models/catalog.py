@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+
+CUDA_VERSION = RegexValidator(r"^\d{1,2}\.\d{1,2}$", "A CUDA version such as 12.2.")
+LABEL_VALUE = RegexValidator(
+    r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$",
+    "A Kubernetes label value (letters, digits, '-', '_', '.').",
+)
+QUALIFIED_NAME = RegexValidator(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+    "A Kubernetes qualified name such as gputype or nvidia.com/gpu.",
+)
+
+
+class GpuType(models.Model):
+    """A kind of GPU node, selected by a node label (gputype=p100) and requested as a resource."""
+
+    slug = models.SlugField(max_length=40, unique=True)
+    display_name = models.CharField(max_length=100)
+    node_label_key = models.CharField(max_length=253, default="gputype", validators=[QUALIFIED_NAME])
+    node_label_value = models.CharField(max_length=63, validators=[LABEL_VALUE])
+    resource_name = models.CharField(max_length=253, default="nvidia.com/gpu", validators=[QUALIFIED_NAME])
+    cpu_per_gpu_millicores = models.PositiveIntegerField(default=4000)
+    memory_per_gpu_mib = models.PositiveIntegerField(default=16384)
+    billing_weight = models.DecimalField(
+        max_digits=6, decimal_places=3, default=Decimal(1), validators=[MinValueValidator(Decimal(0))]
+    )
+    max_cuda_version = models.CharField(
+        max_length=8,
+        blank=True,
+        validators=[CUDA_VERSION],
+        help_text="Highest CUDA version the drivers on these nodes support. Empty: learnt from the nodes.",
+    )
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["slug"]
+        verbose_name = "GPU type"
+
+    def __str__(self) -> str:
+        return self.display_name
+
+
+class GpuNode(models.Model):
+    """The portal's picture of a GPU node, refreshed from the cluster by one list call per resync."""
+
+    name = models.CharField(max_length=253, unique=True)
+    gpu_type = models.ForeignKey(GpuType, null=True, blank=True, on_delete=models.SET_NULL, related_name="nodes")
+    gpus_capacity = models.PositiveIntegerField(default=0)
+    gpus_allocatable = models.PositiveIntegerField(default=0)
+    gpus_in_use = models.PositiveIntegerField(default=0)
+    ready = models.BooleanField(default=False)
+    schedulable = models.BooleanField(default=True)
+    cuda_driver_version = models.CharField(max_length=8, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    last_seen_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "GPU node"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class CatalogImage(models.Model):
+    """An image researchers can pick without typing a reference, with sensible defaults."""
+
+    class Suits(models.TextChoices):
+        BATCH = "batch", "Batch jobs"
+        SERVICE = "service", "Services"
+        ANY = "any", "Batch jobs and services"
+
+    reference = models.CharField(max_length=255, unique=True)
+    title = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    suits = models.CharField(max_length=10, choices=Suits.choices, default=Suits.ANY)
+    default_command = models.JSONField(default=list, blank=True)
+    default_args = models.JSONField(default=list, blank=True)
+    default_port = models.PositiveIntegerField(null=True, blank=True)
+    cuda_version = models.CharField(max_length=8, blank=True, validators=[CUDA_VERSION])
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["title"]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class AllowedRegistry(models.Model):
+    """A registry host custom images may come from (catalog images are always allowed)."""
+
+    host = models.CharField(max_length=255, unique=True, help_text="e.g. docker.io, nvcr.io, registry.lab:5000")
+    note = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["host"]
+        verbose_name_plural = "allowed registries"
+
+    def __str__(self) -> str:
+        return self.host

@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+
+DNS_LABEL = RegexValidator(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+    "Lowercase letters, digits and '-', starting and ending with a letter or digit.",
+)
+
+
+class Team(models.Model):
+    """A group that shares GPU quotas; each team has its own Kubernetes namespace."""
+
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.SlugField(max_length=40, unique=True, validators=[DNS_LABEL])
+    monthly_gpu_hour_budget = models.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(Decimal(0))],
+        help_text="GPU-hours the team may use per calendar month (billing weights applied). Empty: no budget.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def namespace(self) -> str:
+        return f"{settings.KUBE_NAMESPACE_PREFIX}{self.slug}"
+
+
+class Role(models.TextChoices):
+    MEMBER = "member", "Member"
+    MANAGER = "manager", "Manager"
+
+
+class Membership(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "team"], name="one_membership_per_team")]
+        ordering = ["team__name", "user__username"]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"
+
+
+class Quota(models.Model):
+    """The most GPUs of one type a team may hold at once. No row: the team cannot use that type."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quotas")
+    gpu_type = models.ForeignKey("jobs.GpuType", on_delete=models.CASCADE, related_name="quotas")
+    max_gpus = models.PositiveIntegerField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "gpu_type"], name="one_quota_per_team_and_type")]
+        ordering = ["team__name", "gpu_type__slug"]
+
+    def __str__(self) -> str:
+        return f"{self.team}: {self.max_gpus} × {self.gpu_type}"

@@ -1,0 +1,149 @@
+from __future__ import annotations
+
+import secrets
+from datetime import datetime
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class Kind(models.TextChoices):
+    BATCH = "batch", "Batch job"
+    SERVICE = "service", "Service"
+
+
+class State(models.TextChoices):
+    QUEUED = "QUEUED", "Queued"
+    SUBMITTING = "SUBMITTING", "Submitting"
+    PENDING = "PENDING", "Pending"
+    RUNNING = "RUNNING", "Running"
+    SUCCEEDED = "SUCCEEDED", "Succeeded"
+    FAILED = "FAILED", "Failed"
+    CANCELLED = "CANCELLED", "Cancelled"
+
+    @classmethod
+    def final(cls) -> frozenset[State]:
+        return frozenset({cls.SUCCEEDED, cls.FAILED, cls.CANCELLED})
+
+    @classmethod
+    def holding(cls) -> frozenset[State]:
+        """States in which a workload holds its GPUs against the team's quota."""
+        return frozenset({cls.SUBMITTING, cls.PENDING, cls.RUNNING})
+
+    @classmethod
+    def active(cls) -> frozenset[State]:
+        return frozenset(set(cls) - cls.final())
+
+
+# Every legal move. RUNNING -> PENDING happens to services whose pod is re-created (node lost).
+TRANSITIONS: dict[str, frozenset[str]] = {
+    State.QUEUED: frozenset({State.SUBMITTING, State.CANCELLED, State.FAILED}),
+    State.SUBMITTING: frozenset({State.PENDING, State.RUNNING, State.SUCCEEDED, State.FAILED, State.CANCELLED}),
+    State.PENDING: frozenset({State.RUNNING, State.SUCCEEDED, State.FAILED, State.CANCELLED}),
+    State.RUNNING: frozenset({State.PENDING, State.SUCCEEDED, State.FAILED, State.CANCELLED}),
+    State.SUCCEEDED: frozenset(),
+    State.FAILED: frozenset(),
+    State.CANCELLED: frozenset(),
+}
+
+
+def new_uid() -> str:
+    # 10 lowercase hex characters: safe inside Kubernetes names and label values, and unguessable.
+    return secrets.token_hex(5)
+
+
+class Workload(models.Model):
+    """What a researcher asked for, and what Kubernetes made of it."""
+
+    uid = models.CharField(max_length=16, unique=True, default=new_uid, editable=False)
+    team = models.ForeignKey("jobs.Team", on_delete=models.PROTECT, related_name="workloads")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="workloads")
+    name = models.CharField(max_length=40)
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+
+    # --- the spec, as validated at submit -------------------------------------------------------
+    image = models.CharField(max_length=255)
+    catalog_image = models.ForeignKey(
+        "jobs.CatalogImage", null=True, blank=True, on_delete=models.SET_NULL, related_name="workloads"
+    )
+    gpu_type = models.ForeignKey("jobs.GpuType", on_delete=models.PROTECT, related_name="workloads")
+    gpu_count = models.PositiveIntegerField()
+    command = models.JSONField(default=list, blank=True)
+    args = models.JSONField(default=list, blank=True)
+    env = models.JSONField(default=list, blank=True, help_text='[{"name": ..., "value": ...}]')
+    port = models.PositiveIntegerField(null=True, blank=True)
+    time_limit_seconds = models.PositiveIntegerField()
+    priority = models.IntegerField(default=0)
+
+    # --- where it stands ------------------------------------------------------------------------
+    state = models.CharField(max_length=12, choices=State.choices, default=State.QUEUED)
+    reason = models.CharField(max_length=64, blank=True, help_text="Machine-readable cause of the state.")
+    message = models.TextField(blank=True, help_text="What a person should read about the state.")
+    exit_code = models.IntegerField(null=True, blank=True)
+    namespace = models.CharField(max_length=63, blank=True)
+    k8s_name = models.CharField(max_length=63, blank=True)
+    node_name = models.CharField(max_length=253, blank=True)
+    pod_name = models.CharField(max_length=253, blank=True)
+    pod_uid = models.CharField(max_length=64, blank=True)
+
+    created_at = models.DateTimeField(default=timezone.now)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True, help_text="Container start, from Kubernetes.")
+    finished_at = models.DateTimeField(null=True, blank=True, help_text="Container end or deletion.")
+    state_changed_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            # Admission and queue position: queued work per team and GPU type, in order.
+            models.Index(fields=["team", "gpu_type", "state", "-priority", "created_at"], name="wl_queue"),
+            models.Index(fields=["team", "-created_at"], name="wl_team_recent"),
+            models.Index(fields=["owner", "-created_at"], name="wl_owner_recent"),
+            models.Index(fields=["state"], name="wl_state"),
+            # Usage reports: intervals that overlap a range.
+            models.Index(fields=["started_at", "finished_at"], name="wl_interval"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.uid})"
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in State.final()
+
+    @property
+    def holds_quota(self) -> bool:
+        return self.state in State.holding()
+
+    def gpu_seconds(self, now: datetime | None = None) -> float:
+        """GPU-seconds so far: whole run for a finished workload, live for a running one."""
+        if self.started_at is None:
+            return 0.0
+        end = self.finished_at or (now or timezone.now())
+        return max(0.0, (end - self.started_at).total_seconds()) * self.gpu_count
+
+
+class WorkloadEvent(models.Model):
+    """One line of a workload's timeline: a state change or a notable Kubernetes event."""
+
+    class Source(models.TextChoices):
+        PORTAL = "portal", "Portal"
+        KUBERNETES = "kubernetes", "Kubernetes"
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(default=timezone.now)
+    source = models.CharField(max_length=12, choices=Source.choices, default=Source.PORTAL)
+    from_state = models.CharField(max_length=12, choices=State.choices, blank=True)
+    to_state = models.CharField(max_length=12, choices=State.choices, blank=True)
+    reason = models.CharField(max_length=64, blank=True)
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["workload", "at"], name="wlevent_timeline")]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.from_state}->{self.to_state} {self.reason}"

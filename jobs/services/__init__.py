@@ -1,0 +1,1 @@
+"""Business logic as plain functions, called alike by the UI, the API, admin and Celery tasks."""

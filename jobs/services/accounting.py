@@ -1,0 +1,234 @@
+"""GPU-hour accounting: GPU count * (end - start), with Kubernetes' own start and end times.
+
+Reports cover any range exactly: each workload's interval is clipped to the range and split at local
+midnights. Closed days are read from a roll-up (UsageDaily) so a month's report stays fast with millions
+of workloads; the rest (today, partial days at the edges, days not rolled up yet) is computed live, and
+running workloads count up to now.
+"""
+
+from __future__ import annotations
+
+import zoneinfo
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from jobs.models import GpuType, Team, Workload
+from jobs.models.usage import RolledUpDay, UsageDaily
+
+Key = tuple[date, int, int, int]  # day, team, user, gpu type
+
+
+def local_tz() -> zoneinfo.ZoneInfo:
+    return zoneinfo.ZoneInfo(settings.TIME_ZONE)
+
+
+def day_start(day: date, tz: zoneinfo.ZoneInfo | None = None) -> datetime:
+    return datetime.combine(day, time.min, tzinfo=tz or local_tz())
+
+
+def split_by_day(start: datetime, end: datetime, tz: zoneinfo.ZoneInfo) -> Iterator[tuple[date, float]]:
+    """Seconds of [start, end) falling on each local calendar day (pure)."""
+    if end <= start:
+        return
+    day = start.astimezone(tz).date()
+    while True:
+        lo = max(start, day_start(day, tz))
+        hi = min(end, day_start(day + timedelta(days=1), tz))
+        if hi > lo:
+            yield day, (hi - lo).total_seconds()
+        if day_start(day + timedelta(days=1), tz) >= end:
+            return
+        day += timedelta(days=1)
+
+
+def live_usage(start: datetime, end: datetime, *, now: datetime, filters: Q | None = None) -> dict[Key, float]:
+    """GPU-seconds per (day, team, user, gpu type) from the workloads table, clipped to [start, end)."""
+    tz = local_tz()
+    end = min(end, now)
+    if end <= start:
+        return {}
+    rows = (
+        Workload.objects.filter(started_at__lt=end)
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=start))
+        .filter(filters or Q())
+        .values_list("team_id", "owner_id", "gpu_type_id", "gpu_count", "started_at", "finished_at")
+    )
+    usage: dict[Key, float] = defaultdict(float)
+    for team_id, user_id, type_id, gpus, started, finished in rows.iterator(chunk_size=5000):
+        lo, hi = max(started, start), min(finished or now, end)
+        for day, seconds in split_by_day(lo, hi, tz):
+            usage[(day, team_id, user_id, type_id)] += seconds * gpus
+    return usage
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    day: date
+    team_id: int
+    user_id: int
+    gpu_type_id: int
+    gpu_seconds: float
+    weighted_gpu_hours: float
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpu_seconds / 3600
+
+
+def usage_report(
+    *,
+    start: datetime,
+    end: datetime,
+    team_ids: Iterable[int] | None = None,
+    user_ids: Iterable[int] | None = None,
+    now: datetime | None = None,
+) -> list[UsageRow]:
+    """Usage over [start, end) per day, team, user and GPU type, with billing weights applied."""
+    now = now or timezone.now()
+    tz = local_tz()
+    team_ids = list(team_ids) if team_ids is not None else None
+    user_ids = list(user_ids) if user_ids is not None else None
+    live_filter = Q()
+    rollup_filter = Q()
+    if team_ids is not None:
+        live_filter &= Q(team_id__in=team_ids)
+        rollup_filter &= Q(team_id__in=team_ids)
+    if user_ids is not None:
+        live_filter &= Q(owner_id__in=user_ids)
+        rollup_filter &= Q(user_id__in=user_ids)
+
+    # Whole local days inside the range that are closed and rolled up come from the roll-up.
+    first_full = start.astimezone(tz).date()
+    if day_start(first_full, tz) < start:
+        first_full += timedelta(days=1)
+    last_full = end.astimezone(tz).date() - timedelta(days=1)
+    today = now.astimezone(tz).date()
+    rolled = set(
+        RolledUpDay.objects.filter(day__gte=first_full, day__lte=min(last_full, today - timedelta(days=1))).values_list(
+            "day", flat=True
+        )
+    )
+    usage: dict[Key, float] = defaultdict(float)
+    if rolled:
+        for day, team_id, user_id, type_id, seconds in (
+            UsageDaily.objects.filter(rollup_filter, day__in=rolled)
+            .values_list("day", "team_id", "user_id", "gpu_type_id", "gpu_seconds")
+            .iterator(chunk_size=5000)
+        ):
+            usage[(day, team_id, user_id, type_id)] += seconds
+    # Everything else, live: the stretches of the range between rolled-up days.
+    cursor = start
+    for day in sorted(rolled):
+        lo = day_start(day, tz)
+        if cursor < lo:
+            for key, value in live_usage(cursor, lo, now=now, filters=live_filter).items():
+                usage[key] += value
+        cursor = max(cursor, day_start(day + timedelta(days=1), tz))
+    if cursor < end:
+        for key, value in live_usage(cursor, end, now=now, filters=live_filter).items():
+            usage[key] += value
+
+    weights = {t.id: float(t.billing_weight) for t in GpuType.objects.all()}
+    return [
+        UsageRow(day, team_id, user_id, type_id, seconds, seconds / 3600 * weights.get(type_id, 1.0))
+        for (day, team_id, user_id, type_id), seconds in sorted(usage.items())
+        if seconds > 0
+    ]
+
+
+def usage_report_days(*, first_day: date, last_day: date, **kwargs) -> list[UsageRow]:
+    """Usage for whole local days first_day..last_day inclusive."""
+    tz = local_tz()
+    return usage_report(start=day_start(first_day, tz), end=day_start(last_day + timedelta(days=1), tz), **kwargs)
+
+
+def totals(rows: Iterable[UsageRow], by: str) -> dict:
+    """Sum GPU-hours and weighted GPU-hours by one of: day, team_id, user_id, gpu_type_id."""
+    result: dict = defaultdict(lambda: [0.0, 0.0])
+    for row in rows:
+        entry = result[getattr(row, by)]
+        entry[0] += row.gpu_hours
+        entry[1] += row.weighted_gpu_hours
+    return {key: (round(hours, 6), round(weighted, 6)) for key, (hours, weighted) in sorted(result.items())}
+
+
+# --- the daily roll-up ----------------------------------------------------------------------------
+def usage_rollup_day(day: date, *, now: datetime | None = None) -> int:
+    """Recompute the roll-up rows of one closed local day; returns the number of rows written."""
+    now = now or timezone.now()
+    tz = local_tz()
+    if day >= now.astimezone(tz).date():
+        return 0  # only closed days: today is always computed live
+    usage = live_usage(day_start(day, tz), day_start(day + timedelta(days=1), tz), now=now)
+    with transaction.atomic():
+        UsageDaily.objects.filter(day=day).delete()
+        UsageDaily.objects.bulk_create(
+            UsageDaily(day=d, team_id=t, user_id=u, gpu_type_id=g, gpu_seconds=s)
+            for (d, t, u, g), s in usage.items()
+            if s > 0
+        )
+        RolledUpDay.objects.update_or_create(day=day)
+    return len(usage)
+
+
+def rollup_pending(*, now: datetime | None = None, max_days: int = 400) -> int:
+    """Roll up every closed day that has usage and no roll-up yet (the beat task)."""
+    now = now or timezone.now()
+    tz = local_tz()
+    first = (
+        Workload.objects.exclude(started_at=None).order_by("started_at").values_list("started_at", flat=True).first()
+    )
+    if first is None:
+        return 0
+    day = max(first.astimezone(tz).date(), now.astimezone(tz).date() - timedelta(days=max_days))
+    done = set(RolledUpDay.objects.filter(day__gte=day).values_list("day", flat=True))
+    count = 0
+    yesterday = now.astimezone(tz).date() - timedelta(days=1)
+    while day <= yesterday:
+        if day not in done:
+            usage_rollup_day(day, now=now)
+            count += 1
+        day += timedelta(days=1)
+    return count
+
+
+def note_interval_changed(workload: Workload) -> None:
+    """A workload's interval was (re)recorded: roll-ups of the days it touched must be redone."""
+    if workload.started_at is None:
+        return
+    tz = local_tz()
+    first = workload.started_at.astimezone(tz).date()
+    # Until now it may have been counted as running through every day since it started.
+    last = timezone.now().astimezone(tz).date()
+    stale = list(RolledUpDay.objects.filter(day__gte=first, day__lte=last).values_list("day", flat=True))
+    if not stale:
+        return
+    RolledUpDay.objects.filter(day__in=stale).delete()  # reports compute these live until redone
+    from jobs.services.dispatch import enqueue_rollup
+
+    for day in stale:
+        enqueue_rollup(day.isoformat())
+
+
+# --- budgets ----------------------------------------------------------------------------------------
+def month_to_date_hours(team: Team, *, now: datetime | None = None) -> float:
+    """Weighted GPU-hours the team used since the start of this local month."""
+    now = now or timezone.now()
+    tz = local_tz()
+    month_start = day_start(now.astimezone(tz).date().replace(day=1), tz)
+    rows = usage_report(start=month_start, end=now, team_ids=[team.id], now=now)
+    return sum(row.weighted_gpu_hours for row in rows)
+
+
+def budget_exhausted(team: Team, *, now: datetime | None = None) -> bool:
+    if team.monthly_gpu_hour_budget is None:
+        return False
+    return Decimal(str(month_to_date_hours(team, now=now))) >= team.monthly_gpu_hour_budget

@@ -1,0 +1,134 @@
+"""Periodic duties: admission and stuck-submission sweep, time limits, image-pull timeouts, cleanup."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from kubernetes.client.exceptions import ApiException
+
+from jobs.kube import client as kube
+from jobs.kube import names
+from jobs.models import Kind, State, Workload
+from jobs.services.admission import admit_all
+from jobs.services.dispatch import enqueue_delete, enqueue_submit
+from jobs.services.tracking import IMAGE_PULL_REASONS
+from jobs.services.transitions import transition
+
+log = logging.getLogger(__name__)
+
+
+def sweep() -> dict[str, int]:
+    """Admit what fits, and hand over again admitted workloads whose objects were never created
+    (a worker killed mid-task, or Redis down when they were admitted)."""
+    admitted = admit_all()
+    stuck_before = timezone.now() - timedelta(seconds=settings.PORTAL_STUCK_SUBMIT_SECONDS)
+    stuck = list(
+        Workload.objects.filter(state=State.SUBMITTING, state_changed_at__lt=stuck_before).values_list("id", flat=True)
+    )
+    for workload_id in stuck:
+        enqueue_submit(workload_id)
+    return {"admitted": admitted, "resubmitted": len(stuck)}
+
+
+def enforce_limits() -> dict[str, int]:
+    """Stop services past their time limit and fail workloads stuck on an image that cannot be pulled."""
+    now = timezone.now()
+    stopped = failed_pulls = 0
+    services = Workload.objects.filter(kind=Kind.SERVICE, state__in=(State.PENDING, State.RUNNING)).exclude(
+        submitted_at=None
+    )
+    for workload in services:
+        began = workload.started_at or workload.submitted_at
+        if began + timedelta(seconds=workload.time_limit_seconds) > now:
+            continue
+        if transition(
+            workload,
+            State.FAILED,
+            reason="DeadlineExceeded",
+            message=f"Stopped at its time limit ({workload.time_limit_seconds // 60} min).",
+            finished_at=now if workload.started_at else None,
+        ):
+            enqueue_delete(workload.id)
+            stopped += 1
+    pull_deadline = now - timedelta(seconds=settings.PORTAL_IMAGE_PULL_TIMEOUT)
+    stuck = Workload.objects.filter(
+        state=State.PENDING, reason__in=IMAGE_PULL_REASONS, state_changed_at__lt=pull_deadline
+    )
+    for workload in stuck:
+        if transition(
+            workload,
+            State.FAILED,
+            reason=workload.reason,
+            message=f"{workload.message} Gave up after {settings.PORTAL_IMAGE_PULL_TIMEOUT} s.",
+            finished_at=None,
+        ):
+            enqueue_delete(workload.id)
+            failed_pulls += 1
+    return {"stopped": stopped, "image_pull_failed": failed_pulls}
+
+
+def cleanup() -> dict[str, int]:
+    """Delete Kubernetes objects of finished workloads (after the retention period) and orphans.
+
+    Three list calls in all, whatever the number of workloads.
+    """
+    selector = f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY},{names.LABEL_INSTANCE}={names.label_value(settings.PORTAL_INSTANCE)}"
+    retention = timedelta(seconds=settings.PORTAL_RETENTION_SECONDS)
+    now = timezone.now()
+    listings = {
+        "Job": kube.batch().list_job_for_all_namespaces,
+        "Deployment": kube.apps().list_deployment_for_all_namespaces,
+        "Service": kube.core().list_service_for_all_namespaces,
+    }
+    found: list[tuple[str, str, str, str, str]] = []  # kind, namespace, name, uid, created
+    for kind, list_call in listings.items():
+        body = json.loads(
+            list_call(label_selector=selector, _preload_content=False, _request_timeout=kube.timeout() * 4).data
+        )
+        for item in body.get("items") or []:
+            meta = item["metadata"]
+            found.append(
+                (
+                    kind,
+                    meta["namespace"],
+                    meta["name"],
+                    (meta.get("labels") or {}).get(names.LABEL_WORKLOAD, ""),
+                    meta.get("creationTimestamp", ""),
+                )
+            )
+    known = {
+        w.uid: w
+        for w in Workload.objects.filter(uid__in={uid for *_, uid, _ in found}).only("uid", "state", "state_changed_at")
+    }
+    deleted = 0
+    for kind, namespace, name, uid, created in found:
+        workload = known.get(uid)
+        if workload is not None:
+            if workload.state not in State.final() or workload.state_changed_at + retention > now:
+                continue
+        else:
+            created_at = parse_datetime(created) if created else None
+            if created_at is None or created_at + retention > now:
+                continue  # an orphan, but give a half-finished submission time to be recorded
+        try:
+            _delete(kind, name, namespace)
+            deleted += 1
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("cleanup: could not delete %s %s/%s: %s", kind, namespace, name, kube.classify(exc).message)
+    return {"deleted": deleted}
+
+
+def _delete(kind: str, name: str, namespace: str) -> None:
+    body = {"propagationPolicy": "Background"}
+    if kind == "Job":
+        kube.batch().delete_namespaced_job(name, namespace, body=body, _request_timeout=kube.timeout())
+    elif kind == "Deployment":
+        kube.apps().delete_namespaced_deployment(name, namespace, body=body, _request_timeout=kube.timeout())
+    else:
+        kube.core().delete_namespaced_service(name, namespace, _request_timeout=kube.timeout())

@@ -1,0 +1,131 @@
+"""Loading GPU types, teams' quotas, the image catalog and allowed registries from a document.
+
+The same format feeds `manage.py seed --file` (the Helm chart's seed hook renders it from values) and
+`manage.py seed_demo`. Seeding is idempotent: running it twice changes nothing the second time.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.db import transaction
+from django.utils.text import slugify
+
+from jobs.models import AllowedRegistry, CatalogImage, GpuType, Quota, Team
+
+
+class SeedError(ValueError):
+    """The seed document is malformed; the message names the entry and field."""
+
+
+def _require(entry: dict[str, Any], key: str, where: str) -> Any:
+    if key not in entry or entry[key] in (None, ""):
+        raise SeedError(f"{where}: '{key}' is required")
+    return entry[key]
+
+
+def apply_seed(document: dict[str, Any]) -> dict[str, int]:
+    if not isinstance(document, dict):
+        raise SeedError("the seed document must be a mapping")
+    counts = {"gpu_types": 0, "teams": 0, "quotas": 0, "images": 0, "allowed_registries": 0}
+    with transaction.atomic():
+        for i, entry in enumerate(document.get("gpu_types") or []):
+            where = f"gpu_types[{i}]"
+            slug = _require(entry, "slug", where)
+            cpu = entry.get("cpu_per_gpu_millicores")
+            if cpu is None and entry.get("cpu_per_gpu") is not None:
+                cpu = int(Decimal(str(entry["cpu_per_gpu"])) * 1000)
+            try:
+                weight = Decimal(str(entry.get("billing_weight", 1)))
+            except InvalidOperation as exc:
+                raise SeedError(f"{where}: 'billing_weight' must be a number") from exc
+            defaults = {
+                "display_name": entry.get("display_name") or slug.upper(),
+                "node_label_key": entry.get("node_label_key") or "gputype",
+                "node_label_value": entry.get("node_label_value") or slug,
+                "resource_name": entry.get("resource_name") or "nvidia.com/gpu",
+                "billing_weight": weight,
+                "enabled": bool(entry.get("enabled", True)),
+                "max_cuda_version": entry.get("max_cuda_version") or "",
+            }
+            if cpu is not None:
+                defaults["cpu_per_gpu_millicores"] = int(cpu)
+            if entry.get("memory_per_gpu_mib") is not None:
+                defaults["memory_per_gpu_mib"] = int(entry["memory_per_gpu_mib"])
+            GpuType.objects.update_or_create(slug=slug, defaults=defaults)
+            counts["gpu_types"] += 1
+        for i, entry in enumerate(document.get("teams") or []):
+            name = _require(entry, "name", f"teams[{i}]")
+            Team.objects.update_or_create(
+                slug=entry.get("slug") or slugify(name),
+                defaults={"name": name, "monthly_gpu_hour_budget": entry.get("monthly_gpu_hour_budget")},
+            )
+            counts["teams"] += 1
+        for i, entry in enumerate(document.get("default_quotas") or document.get("quotas") or []):
+            where = f"default_quotas[{i}]"
+            team_slug = _require(entry, "team", where)
+            type_slug = _require(entry, "gpu_type", where)
+            max_gpus = int(_require(entry, "max_gpus", where))
+            gpu_type = GpuType.objects.filter(slug=type_slug).first()
+            if gpu_type is None:
+                raise SeedError(f"{where}: unknown gpu_type {type_slug!r}")
+            team, _ = Team.objects.get_or_create(slug=team_slug, defaults={"name": team_slug})
+            Quota.objects.update_or_create(team=team, gpu_type=gpu_type, defaults={"max_gpus": max_gpus})
+            counts["quotas"] += 1
+        for i, entry in enumerate(document.get("images") or []):
+            where = f"images[{i}]"
+            CatalogImage.objects.update_or_create(
+                reference=_require(entry, "reference", where),
+                defaults={
+                    "title": _require(entry, "title", where),
+                    "description": entry.get("description", ""),
+                    "suits": entry.get("suits", CatalogImage.Suits.ANY),
+                    "default_command": list(entry.get("default_command") or []),
+                    "default_args": list(entry.get("default_args") or []),
+                    "default_port": entry.get("default_port"),
+                    "cuda_version": entry.get("cuda_version") or "",
+                    "enabled": bool(entry.get("enabled", True)),
+                },
+            )
+            counts["images"] += 1
+        for host in document.get("allowed_registries") or []:
+            AllowedRegistry.objects.get_or_create(host=str(host).strip().lower())
+            counts["allowed_registries"] += 1
+    return counts
+
+
+DEMO = {
+    "gpu_types": [
+        {"slug": "p100", "display_name": "Tesla P100", "node_label_value": "p100", "cpu_per_gpu": 4,
+         "memory_per_gpu_mib": 16384, "billing_weight": "1.0"},
+        {"slug": "k2", "display_name": "GRID K2", "node_label_value": "k2", "cpu_per_gpu": 2,
+         "memory_per_gpu_mib": 8192, "billing_weight": "0.5"},
+        {"slug": "v100", "display_name": "Tesla V100", "node_label_value": "v100", "cpu_per_gpu": 6,
+         "memory_per_gpu_mib": 24576, "billing_weight": "2.0"},
+    ],
+    "teams": [{"name": "Demo Lab", "slug": "demo"}],
+    "default_quotas": [
+        {"team": "demo", "gpu_type": "p100", "max_gpus": 4},
+        {"team": "demo", "gpu_type": "k2", "max_gpus": 8},
+        {"team": "demo", "gpu_type": "v100", "max_gpus": 4},
+    ],
+    "images": [
+        {"reference": "nvidia/cuda:12.2.0-base-ubuntu22.04", "title": "CUDA 12.2 base", "suits": "batch",
+         "description": "Ubuntu 22.04 with the CUDA 12.2 runtime. Bring your own command.",
+         "default_command": ["nvidia-smi"], "cuda_version": "12.2"},
+        {"reference": "pytorch/pytorch:2.3.1-cuda11.8-cudnn8-runtime", "title": "PyTorch 2.3 (CUDA 11.8)",
+         "suits": "batch", "description": "PyTorch with CUDA 11.8 and cuDNN 8 for training scripts.",
+         "default_command": ["python", "train.py"], "cuda_version": "11.8"},
+        {"reference": "jupyter/tensorflow-notebook:2023-10-20", "title": "Jupyter notebook (TensorFlow)",
+         "suits": "service", "description": "JupyterLab with TensorFlow; open it on port 8888.",
+         "default_port": 8888, "cuda_version": "11.8"},
+        {"reference": "tensorflow/tensorflow:2.15.0-gpu", "title": "TensorBoard", "suits": "service",
+         "description": "TensorBoard serving the logs under /logs.", "default_command": ["tensorboard"],
+         "default_args": ["--logdir", "/logs", "--bind_all"], "default_port": 6006, "cuda_version": "12.2"},
+        {"reference": "nvcr.io/nvidia/digits:20.12-tensorflow-py3", "title": "NVIDIA DIGITS", "suits": "service",
+         "description": "The DIGITS web app for training image models interactively.", "default_port": 5000,
+         "cuda_version": "11.1"},
+    ],
+    "allowed_registries": ["docker.io", "nvcr.io", "ghcr.io"],
+}  # fmt: skip

@@ -1,0 +1,206 @@
+"""Creating a workload's Kubernetes objects: its team namespace first, then the Job or Deployment+Service.
+
+Idempotent end to end: names are deterministic, a 409 adopts the existing object when it carries the
+same workload uid, and a workload cancelled while we were creating gets its objects deleted again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from django.conf import settings
+from django.utils import timezone
+from kubernetes.client.exceptions import ApiException
+
+from jobs.kube import client as kube
+from jobs.kube import names, objects
+from jobs.models import Quota, State, Team, Workload
+from jobs.services.transitions import transition
+
+log = logging.getLogger(__name__)
+
+_ensured_lock = threading.Lock()
+_ensured: dict[str, tuple] = {}  # namespace -> the quota it was last set up with, per process
+
+
+class SubmitRejected(Exception):
+    """Kubernetes refused the objects for a reason retrying will not fix."""
+
+
+def spec_for(workload: Workload) -> objects.WorkloadSpec:
+    gpu_type = workload.gpu_type
+    return objects.WorkloadSpec(
+        uid=workload.uid,
+        name=workload.name,
+        kind=workload.kind,
+        team_slug=workload.team.slug,
+        username=workload.owner.get_username(),
+        namespace=workload.namespace or workload.team.namespace,
+        image=workload.image,
+        gpu_type=objects.GpuTypeSpec(
+            slug=gpu_type.slug,
+            node_label_key=gpu_type.node_label_key,
+            node_label_value=gpu_type.node_label_value,
+            resource_name=gpu_type.resource_name,
+            cpu_per_gpu_millicores=gpu_type.cpu_per_gpu_millicores,
+            memory_per_gpu_mib=gpu_type.memory_per_gpu_mib,
+        ),
+        gpu_count=workload.gpu_count,
+        time_limit_seconds=workload.time_limit_seconds,
+        command=tuple(workload.command or ()),
+        args=tuple(workload.args or ()),
+        env=tuple((e["name"], e["value"]) for e in workload.env or ()),
+        port=workload.port,
+        instance=settings.PORTAL_INSTANCE,
+    )
+
+
+def team_gpu_limits(team: Team) -> dict[str, int]:
+    limits: dict[str, int] = {}
+    for resource, max_gpus in Quota.objects.filter(team=team).values_list("gpu_type__resource_name", "max_gpus"):
+        limits[resource] = limits.get(resource, 0) + max_gpus
+    return limits
+
+
+def namespace_ensure(team: Team, *, force: bool = False) -> str:
+    """The team's namespace exists, with our RoleBinding and a ResourceQuota mirroring its GPU quota."""
+    namespace = team.namespace
+    limits = team_gpu_limits(team)
+    key = tuple(sorted(limits.items()))
+    with _ensured_lock:
+        if not force and _ensured.get(namespace) == key:
+            return namespace
+    core = kube.core()
+    _create_or_ignore(
+        lambda: core.create_namespace(
+            objects.make_namespace(namespace, team_slug=team.slug, instance=settings.PORTAL_INSTANCE),
+            _request_timeout=kube.timeout(),
+        )
+    )
+    if settings.KUBE_SERVICE_ACCOUNT:
+        _create_or_ignore(
+            lambda: kube.rbac().create_namespaced_role_binding(
+                namespace,
+                objects.make_role_binding(
+                    namespace,
+                    cluster_role=settings.KUBE_WORKLOADS_CLUSTERROLE,
+                    service_account=settings.KUBE_SERVICE_ACCOUNT,
+                ),
+                _request_timeout=kube.timeout(),
+            )
+        )
+    quota = objects.make_resource_quota(namespace, limits)
+    try:
+        core.create_namespaced_resource_quota(namespace, quota, _request_timeout=kube.timeout())
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        core.replace_namespaced_resource_quota(objects.QUOTA_NAME, namespace, quota, _request_timeout=kube.timeout())
+    with _ensured_lock:
+        _ensured[namespace] = key
+    return namespace
+
+
+def forget_namespaces() -> None:
+    with _ensured_lock:
+        _ensured.clear()
+
+
+def _create_or_ignore(create) -> None:
+    try:
+        create()
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
+def _create_or_adopt(obj, spec: objects.WorkloadSpec) -> None:
+    kind = obj.kind
+    namespace = spec.namespace
+    try:
+        if kind == "Job":
+            kube.batch().create_namespaced_job(namespace, obj, _request_timeout=kube.timeout())
+        elif kind == "Deployment":
+            kube.apps().create_namespaced_deployment(namespace, obj, _request_timeout=kube.timeout())
+        else:
+            kube.core().create_namespaced_service(namespace, obj, _request_timeout=kube.timeout())
+        return
+    except ApiException as exc:
+        if exc.status == 409:
+            existing = _read(kind, obj.metadata.name, namespace)
+            owner = (existing.metadata.labels or {}).get(names.LABEL_WORKLOAD)
+            if owner == spec.uid:
+                log.info("workload %s: adopting existing %s %s", spec.uid, kind, obj.metadata.name)
+                return
+            raise SubmitRejected(
+                f"a {kind} named {obj.metadata.name} already exists and is not this workload's"
+            ) from exc
+        failure = kube.classify(exc)
+        if failure.transient:
+            raise
+        raise SubmitRejected(f"Kubernetes refused the {kind}: {failure.message}") from exc
+
+
+def _read(kind: str, name: str, namespace: str):
+    if kind == "Job":
+        return kube.batch().read_namespaced_job(name, namespace, _request_timeout=kube.timeout())
+    if kind == "Deployment":
+        return kube.apps().read_namespaced_deployment(name, namespace, _request_timeout=kube.timeout())
+    return kube.core().read_namespaced_service(name, namespace, _request_timeout=kube.timeout())
+
+
+def workload_create_objects(workload_id: int) -> None:
+    """Create an admitted workload's objects. Transient API failures propagate (the task retries)."""
+    workload = Workload.objects.select_related("team", "gpu_type", "owner").get(id=workload_id)
+    if workload.state != State.SUBMITTING:
+        return
+    spec = spec_for(workload)
+    try:
+        namespace_ensure(workload.team)
+        for obj in objects.make_objects(spec):
+            _create_or_adopt(obj, spec)
+    except SubmitRejected as exc:
+        transition(workload, State.FAILED, reason="SubmitRejected", message=str(exc), finished_at=None)
+        workload_delete_objects(workload)
+        return
+    moved = transition(
+        workload,
+        State.PENDING,
+        reason="Created",
+        message=f"{'Job' if spec.kind == 'batch' else 'Deployment and Service'} {spec.object_name} created in {spec.namespace}.",
+        submitted_at=timezone.now(),
+        namespace=spec.namespace,
+        k8s_name=spec.object_name,
+    )
+    if not moved:
+        # Someone moved it while we were creating: cancelled (then our objects must go) or already
+        # observed running by the tracker (then all is well, but record the names).
+        Workload.objects.filter(id=workload.id, k8s_name="").update(
+            k8s_name=spec.object_name, namespace=spec.namespace, submitted_at=timezone.now()
+        )
+        if workload.state in State.final():
+            workload_delete_objects(workload)
+
+
+def workload_delete_objects(workload: Workload) -> None:
+    """Delete a workload's Job or Deployment and Service (and, through them, its pods). 404s are fine."""
+    spec_name = workload.k8s_name or names.object_name(workload.name, workload.uid)
+    namespace = workload.namespace or workload.team.namespace
+    body = {"propagationPolicy": "Background", "gracePeriodSeconds": 5}
+    calls = (
+        [lambda: kube.batch().delete_namespaced_job(spec_name, namespace, body=body, _request_timeout=kube.timeout())]
+        if workload.kind == "batch"
+        else [
+            lambda: kube.apps().delete_namespaced_deployment(
+                spec_name, namespace, body=body, _request_timeout=kube.timeout()
+            ),
+            lambda: kube.core().delete_namespaced_service(spec_name, namespace, _request_timeout=kube.timeout()),
+        ]
+    )
+    for call in calls:
+        try:
+            call()
+        except ApiException as exc:
+            if exc.status != 404:
+                raise

@@ -1,0 +1,131 @@
+"""Submitting a workload: validate everything, store it QUEUED, and ask for admission."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from jobs.models import AllowedRegistry, CatalogImage, GpuType, Membership, Quota, Role, Team, Workload, WorkloadEvent
+from jobs.selectors import cluster_capacity
+from jobs.services.dispatch import enqueue_admission
+from jobs.services.validation import CatalogFacts, Facts, GpuTypeFacts, SubmissionInvalid, validate_submission
+
+
+def gpu_type_max_cuda(gpu_type: GpuType, node_cuda: Mapping[int, list[str]]) -> str | None:
+    """What an admin set, else the lowest driver CUDA among the type's nodes (a pod may land on any)."""
+    if gpu_type.max_cuda_version:
+        return gpu_type.max_cuda_version
+    versions = node_cuda.get(gpu_type.id) or []
+    if not versions:
+        return None
+    from jobs.services.validation import cuda_tuple
+
+    return min(versions, key=cuda_tuple)
+
+
+def gather_facts(*, team: Team, user) -> Facts:
+    """Everything validation needs, in a handful of queries."""
+    from jobs.models import GpuNode
+
+    quotas = dict(Quota.objects.filter(team=team).values_list("gpu_type_id", "max_gpus"))
+    types = list(GpuType.objects.all())
+    capacity = cluster_capacity(types)
+    node_cuda: dict[int, list[str]] = {}
+    for type_id, version in (
+        GpuNode.objects.filter(ready=True)
+        .exclude(cuda_driver_version="")
+        .values_list("gpu_type_id", "cuda_driver_version")
+    ):
+        node_cuda.setdefault(type_id, []).append(version)
+    gpu_types = {
+        t.slug: GpuTypeFacts(
+            slug=t.slug,
+            display_name=t.display_name,
+            enabled=t.enabled,
+            quota=quotas.get(t.id),
+            largest_node=capacity[t.id].largest_node,
+            max_cuda=gpu_type_max_cuda(t, node_cuda),
+        )
+        for t in types
+    }
+    catalog = {
+        c.id: CatalogFacts(
+            id=c.id,
+            reference=c.reference,
+            suits=c.suits,
+            enabled=c.enabled,
+            cuda_version=c.cuda_version or None,
+            default_command=tuple(c.default_command or ()),
+            default_args=tuple(c.default_args or ()),
+            default_port=c.default_port,
+        )
+        for c in CatalogImage.objects.all()
+    }
+    exhausted, budget_message = False, ""
+    if team.monthly_gpu_hour_budget is not None:
+        from jobs.services.accounting import budget_exhausted, month_to_date_hours
+
+        if budget_exhausted(team):
+            exhausted = True
+            used = month_to_date_hours(team)
+            budget_message = (
+                f"Your team has used {used:.1f} of its {team.monthly_gpu_hour_budget} GPU-hour budget this month."
+            )
+    return Facts(
+        gpu_types=gpu_types,
+        catalog=catalog,
+        allowed_registries=frozenset(AllowedRegistry.objects.values_list("host", flat=True)),
+        budget_exhausted=exhausted,
+        budget_message=budget_message,
+        may_set_priority=Membership.objects.filter(user=user, team=team, role=Role.MANAGER).exists()
+        or user.is_superuser,
+        default_time_limit={
+            "batch": settings.PORTAL_DEFAULT_TIME_LIMIT_BATCH,
+            "service": settings.PORTAL_DEFAULT_TIME_LIMIT_SERVICE,
+        },
+        min_time_limit=settings.PORTAL_MIN_TIME_LIMIT,
+        max_time_limit=settings.PORTAL_MAX_TIME_LIMIT,
+    )
+
+
+def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
+    """Validate and store a submission as QUEUED, then trigger admission.
+
+    Raises SubmissionInvalid (errors by field) and stores nothing when any rule is broken.
+    """
+    if not Membership.objects.filter(user=owner, team=team).exists():
+        raise SubmissionInvalid({"team": ["You are not a member of this team."]})
+    clean = validate_submission(spec, gather_facts(team=team, user=owner))
+    gpu_type = GpuType.objects.get(slug=clean.gpu_type)
+    with transaction.atomic():
+        workload = Workload.objects.create(
+            team=team,
+            owner=owner,
+            name=clean.name,
+            kind=clean.kind,
+            image=clean.image,
+            catalog_image_id=clean.catalog_image_id,
+            gpu_type=gpu_type,
+            gpu_count=clean.gpu_count,
+            command=list(clean.command),
+            args=list(clean.args),
+            env=[{"name": n, "value": v} for n, v in clean.env],
+            port=clean.port,
+            time_limit_seconds=clean.time_limit_seconds,
+            priority=clean.priority,
+            namespace=team.namespace,
+            reason="Queued",
+            message="Waiting for the team's GPU quota.",
+        )
+        WorkloadEvent.objects.create(
+            workload=workload,
+            at=workload.created_at,
+            to_state=workload.state,
+            reason="Submitted",
+            message=f"Submitted by {owner.get_username()}: {clean.gpu_count} × {gpu_type.display_name}.",
+        )
+        enqueue_admission(team_id=team.id, gpu_type_id=gpu_type.id)
+    return workload

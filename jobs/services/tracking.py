@@ -1,0 +1,214 @@
+"""From what Kubernetes reports (Job, Pods, Deployment as raw JSON) to workload states.
+
+`observe` is a pure function; `apply_observation` writes the result through the guarded transitions.
+The tracker process (management command `track`) feeds both from one watch stream per kind plus a
+periodic full list; nothing here makes one API call per workload.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from jobs.models import Kind, State, Workload, WorkloadEvent
+from jobs.services.transitions import can_move, note, transition
+
+log = logging.getLogger(__name__)
+
+IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+
+
+@dataclass(frozen=True)
+class Observation:
+    state: str
+    reason: str
+    message: str
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    node_name: str = ""
+    pod_name: str = ""
+    pod_uid: str = ""
+
+
+def _ts(value: str | None) -> datetime | None:
+    return parse_datetime(value) if value else None
+
+
+def _condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    for condition in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return condition
+    return None
+
+
+def _main_container(pod: dict[str, Any]) -> dict[str, Any]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    for status in statuses:
+        if status.get("name") == "main":
+            return status
+    return statuses[0] if statuses else {}
+
+
+def _pod_facts(pod: dict[str, Any]) -> dict[str, Any]:
+    meta = pod.get("metadata") or {}
+    return {
+        "node_name": (pod.get("spec") or {}).get("nodeName") or "",
+        "pod_name": meta.get("name") or "",
+        "pod_uid": meta.get("uid") or "",
+    }
+
+
+def observe_pod(pod: dict[str, Any], *, kind: str) -> Observation:
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    container = _main_container(pod)
+    state = container.get("state") or {}
+    facts = _pod_facts(pod)
+    running, terminated, waiting = state.get("running"), state.get("terminated"), state.get("waiting")
+    if terminated is None:
+        terminated = (container.get("lastState") or {}).get("terminated") if phase in ("Succeeded", "Failed") else None
+
+    if phase == "Succeeded" or (phase == "Failed" and terminated) or (terminated and kind == Kind.BATCH):
+        code = int(terminated.get("exitCode", 0)) if terminated else 0
+        started = _ts((terminated or {}).get("startedAt"))
+        finished = _ts((terminated or {}).get("finishedAt"))
+        if code == 0 and phase != "Failed":
+            return Observation(State.SUCCEEDED, "Completed", "Exited with code 0.", started, finished, 0, **facts)
+        reason = (terminated or {}).get("reason") or "Error"
+        if reason == "OOMKilled":
+            message = "Killed by the kernel: the container ran out of memory (OOMKilled)."
+        else:
+            reason = "ExitCode"
+            message = f"Exited with code {code}."
+        return Observation(State.FAILED, reason, message, started, finished, code, **facts)
+    if phase == "Failed":
+        reason = status.get("reason") or "PodFailed"
+        message = status.get("message") or "The pod failed."
+        if reason == "Evicted":
+            message = f"Evicted by the node: {message}"
+        finished = _ts(status.get("startTime"))  # replaced below by the condition time when present
+        ready = _condition(pod, "Ready")
+        finished = _ts((ready or {}).get("lastTransitionTime")) or timezone.now()
+        return Observation(State.FAILED, reason, message, None, finished, None, **facts)
+    if running:
+        return Observation(
+            State.RUNNING, "Running", f"Running on {facts['node_name']}.", _ts(running.get("startedAt")), **facts
+        )
+    if waiting:
+        reason = waiting.get("reason") or "Waiting"
+        message = waiting.get("message") or reason
+        if reason in IMAGE_PULL_REASONS:
+            message = f"Cannot pull the image: {message}"
+        elif reason == "ContainerCreating":
+            message = f"Starting the container on {facts['node_name']}."
+        return Observation(State.PENDING, reason, message, **facts)
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return Observation(
+                State.PENDING,
+                condition.get("reason") or "Unschedulable",
+                condition.get("message") or "Waiting for a node with free GPUs.",
+                **facts,
+            )
+    if facts["node_name"]:
+        return Observation(
+            State.PENDING, "ContainerCreating", f"Starting the container on {facts['node_name']}.", **facts
+        )
+    return Observation(State.PENDING, "Scheduling", "Waiting for the scheduler.", **facts)
+
+
+def observe(*, kind: str, job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> Observation | None:
+    """The state a workload is in, judged from its objects; None when they say nothing yet."""
+    if kind == Kind.BATCH and job is not None:
+        failed = _condition(job, "Failed")
+        if failed is not None and failed.get("reason") == "DeadlineExceeded":
+            limit = ((job.get("spec") or {}).get("activeDeadlineSeconds")) or 0
+            started = None
+            for pod in pods:
+                started = started or observe_pod(pod, kind=kind).started_at
+            return Observation(
+                State.FAILED,
+                "DeadlineExceeded",
+                f"Stopped at its time limit ({_hms(limit)}).",
+                started,
+                _ts(failed.get("lastTransitionTime")) or timezone.now(),
+            )
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")] or pods
+    if not live:
+        if kind == Kind.BATCH and job is not None:
+            complete = _condition(job, "Complete")
+            if complete is not None:
+                finished = _ts((job.get("status") or {}).get("completionTime"))
+                return Observation(State.SUCCEEDED, "Completed", "Completed.", None, finished, 0)
+            failed = _condition(job, "Failed")
+            if failed is not None:
+                return Observation(
+                    State.FAILED,
+                    failed.get("reason") or "Failed",
+                    failed.get("message") or "The job failed.",
+                    None,
+                    _ts(failed.get("lastTransitionTime")),
+                )
+        return None
+    # The newest pod speaks for the workload (a Deployment replaces a lost pod with a new one).
+    pod = max(live, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
+    return observe_pod(pod, kind=kind)
+
+
+def _hms(seconds: int) -> str:
+    hours, rest = divmod(int(seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else (f"{minutes}m{secs:02d}s" if minutes else f"{secs}s")
+
+
+def apply_observation(workload: Workload, obs: Observation) -> bool:
+    """Write what was observed; returns whether anything changed."""
+    if workload.is_final:
+        return False
+    fields: dict[str, Any] = {}
+    for name in ("node_name", "pod_name", "pod_uid"):
+        value = getattr(obs, name)
+        if value and getattr(workload, name) != value:
+            fields[name] = value
+    if obs.started_at and workload.started_at is None:
+        fields["started_at"] = obs.started_at
+    if obs.state in State.final():
+        fields["finished_at"] = obs.finished_at or timezone.now()
+        if fields.get("started_at") is None and workload.started_at is None and obs.started_at:
+            fields["started_at"] = obs.started_at
+        fields["exit_code"] = obs.exit_code
+        if obs.state == State.FAILED and obs.reason in IMAGE_PULL_REASONS | {"DeadlineExceeded"}:
+            from jobs.services.dispatch import enqueue_delete
+
+            enqueue_delete(workload.id)
+
+    if obs.state != workload.state:
+        if not can_move(workload.state, obs.state):
+            return False
+        at = obs.started_at if obs.state == State.RUNNING else obs.finished_at if obs.state in State.final() else None
+        return transition(
+            workload,
+            obs.state,
+            reason=obs.reason,
+            message=obs.message,
+            at=at,
+            source=WorkloadEvent.Source.KUBERNETES,
+            **fields,
+        )
+    changed = bool(fields)
+    if obs.reason != workload.reason or obs.message != workload.message:
+        fields.update(reason=obs.reason, message=obs.message)
+        if obs.reason != workload.reason:
+            note(workload, reason=obs.reason, message=obs.message)
+        changed = True
+    if changed:
+        Workload.objects.filter(id=workload.id, state=workload.state).update(updated_at=timezone.now(), **fields)
+        for key, value in fields.items():
+            setattr(workload, key, value)
+    return changed

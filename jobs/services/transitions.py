@@ -1,0 +1,83 @@
+"""Moving a workload between states: guarded, timestamped, and written to its timeline.
+
+A move is one conditional UPDATE (`WHERE id = ? AND state = <the state we saw>`), so two processes that
+race to move the same workload cannot both win; the loser learns it from the row count and re-reads.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from jobs.models import State, Workload, WorkloadEvent
+from jobs.models.workloads import TRANSITIONS
+
+log = logging.getLogger(__name__)
+
+
+def can_move(from_state: str, to_state: str) -> bool:
+    return to_state in TRANSITIONS.get(from_state, frozenset())
+
+
+def transition(
+    workload: Workload,
+    to_state: str,
+    *,
+    reason: str = "",
+    message: str = "",
+    at: datetime | None = None,
+    source: str = WorkloadEvent.Source.PORTAL,
+    **fields: Any,
+) -> bool:
+    """Move `workload` to `to_state` if it is still in the state we last saw. Returns whether it moved.
+
+    On success the in-memory object is updated too; on failure it is refreshed from the database.
+    """
+    from_state = workload.state
+    if not can_move(from_state, to_state):
+        log.info("workload %s: refusing %s -> %s", workload.uid, from_state, to_state)
+        return False
+    now = timezone.now()
+    changes = {"state": to_state, "reason": reason, "message": message, "state_changed_at": now, **fields}
+    with transaction.atomic():
+        moved = Workload.objects.filter(id=workload.id, state=from_state).update(updated_at=now, **changes)
+        if not moved:
+            workload.refresh_from_db()
+            return False
+        WorkloadEvent.objects.create(
+            workload=workload,
+            at=at or now,
+            source=source,
+            from_state=from_state,
+            to_state=to_state,
+            reason=reason,
+            message=message,
+        )
+        for key, value in changes.items():
+            setattr(workload, key, value)
+        if from_state in State.holding() and to_state not in State.holding():
+            # GPUs were released: the next queued workload of this team and type may fit now.
+            from jobs.services.dispatch import enqueue_admission
+
+            enqueue_admission(team_id=workload.team_id, gpu_type_id=workload.gpu_type_id)
+        if to_state in State.final():
+            from jobs.services.accounting import note_interval_changed
+
+            note_interval_changed(workload)
+    return True
+
+
+def note(workload: Workload, *, reason: str, message: str, source: str = WorkloadEvent.Source.KUBERNETES) -> None:
+    """A timeline entry without a state change (a new reason while pending, a warning)."""
+    WorkloadEvent.objects.create(
+        workload=workload,
+        source=source,
+        from_state=workload.state,
+        to_state=workload.state,
+        reason=reason,
+        message=message,
+    )

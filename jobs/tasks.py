@@ -1,0 +1,75 @@
+"""Celery tasks: each loads by id, calls one service, and declares its retry policy here.
+
+Transient Kubernetes failures (API server down, overloaded) retry with capped exponential backoff for as
+long as it takes; nothing is marked failed because the cluster was briefly unreachable.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import date
+
+from celery import shared_task
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from jobs.models import Workload
+from jobs.services import accounting, admission, inventory, lifecycle, submission
+
+log = logging.getLogger(__name__)
+
+TRANSIENT = (ApiException, HTTPError, ConnectionError, TimeoutError, OSError)
+RETRY = {
+    "autoretry_for": TRANSIENT,
+    "retry_backoff": 1,
+    "retry_backoff_max": 30,
+    "retry_jitter": True,
+    "max_retries": None,
+}
+
+
+@shared_task(name="jobs.tasks.admit")
+def admit(team_id: int, gpu_type_id: int) -> list[int]:
+    return admission.quota_admit(team_id=team_id, gpu_type_id=gpu_type_id)
+
+
+@shared_task(name="jobs.tasks.submit", bind=True, acks_late=True, **RETRY)
+def submit(self, workload_id: int) -> None:
+    submission.workload_create_objects(workload_id)
+
+
+@shared_task(name="jobs.tasks.delete_objects", acks_late=True, **RETRY)
+def delete_objects(workload_id: int) -> None:
+    workload = Workload.objects.select_related("team").filter(id=workload_id).first()
+    if workload is not None:
+        submission.workload_delete_objects(workload)
+
+
+@shared_task(name="jobs.tasks.sweep")
+def sweep() -> dict[str, int]:
+    return lifecycle.sweep()
+
+
+@shared_task(name="jobs.tasks.enforce_limits", **RETRY)
+def enforce_limits() -> dict[str, int]:
+    return lifecycle.enforce_limits()
+
+
+@shared_task(name="jobs.tasks.cleanup")
+def cleanup() -> dict[str, int]:
+    return lifecycle.cleanup()
+
+
+@shared_task(name="jobs.tasks.sync_inventory")
+def sync_inventory() -> int:
+    return inventory.inventory_sync()
+
+
+@shared_task(name="jobs.tasks.rollup_usage")
+def rollup_usage() -> int:
+    return accounting.rollup_pending()
+
+
+@shared_task(name="jobs.tasks.rollup_day")
+def rollup_day(day_iso: str) -> int:
+    return accounting.usage_rollup_day(date.fromisoformat(day_iso))
