@@ -56,7 +56,12 @@ app.kubernetes.io/component: {{ index . 1 }}
 
 {{/* The ClusterRole the portal binds in every team namespace; the app gets it as KUBE_WORKLOADS_CLUSTERROLE. */}}
 {{- define "gpuportal.workloadsRoleName" -}}
-{{- include "gpuportal.partname" (list . "workloads") -}}
+{{- .Values.rbac.workloadsRoleName | default (include "gpuportal.partname" (list . "workloads")) -}}
+{{- end -}}
+
+{{/* PORTAL_INSTANCE: a label value (63 characters at most) that tells this installation's objects apart. */}}
+{{- define "gpuportal.instance" -}}
+{{- .Values.config.instance | default (printf "%s.%s" .Release.Namespace (include "gpuportal.fullname" .)) | trunc 63 | trimSuffix "-" | trimSuffix "." -}}
 {{- end -}}
 
 {{- define "gpuportal.image" -}}
@@ -102,6 +107,8 @@ SECURE_COOKIES: {{ ternary "1" "0" $cfg.secureCookies | quote }}
 BEHIND_TLS_PROXY: {{ ternary "1" "0" $cfg.behindTlsProxy | quote }}
 KUBE_NAMESPACE_PREFIX: {{ $cfg.kubeNamespacePrefix | quote }}
 KUBE_WORKLOADS_CLUSTERROLE: {{ include "gpuportal.workloadsRoleName" . | quote }}
+KUBE_SERVICE_ACCOUNT: {{ printf "%s/%s" .Release.Namespace (include "gpuportal.serviceAccountName" .) | quote }}
+PORTAL_INSTANCE: {{ include "gpuportal.instance" . | quote }}
 PORTAL_VAR_DIR: "/tmp/gpuportal"
 HOME: "/tmp"
 {{- if .Values.redis.enabled }}

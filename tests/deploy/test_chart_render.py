@@ -308,7 +308,9 @@ def test_gpu_types_quotas_and_registries_are_seeded_from_values() -> None:
     seed_file = yaml.safe_load(find(manifests, "ConfigMap", "portal-seed")["data"]["seed.yaml"])
     assert seed_file == {
         "gpu_types": values["seed"]["gpuTypes"],
+        "teams": values["seed"]["teams"],
         "default_quotas": values["seed"]["defaultQuotas"],
+        "images": values["seed"]["images"],
         "allowed_registries": values["seed"]["allowedRegistries"],
     }
     job = find(manifests, "Job", "portal-seed")
