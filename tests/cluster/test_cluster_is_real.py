@@ -38,9 +38,7 @@ def test_gpu_job_is_bound_to_a_p100_node_runs_and_completes(kube_api, kube_names
     assert any(c.type == "Complete" and c.status == "True" for c in job.status.conditions)
 
 
-def test_pod_wanting_more_gpus_than_any_k2_node_stays_pending_with_the_schedulers_reason(
-    kube_api, kube_namespace
-):
+def test_pod_wanting_more_gpus_than_any_k2_node_stays_pending_with_the_schedulers_reason(kube_api, kube_namespace):
     core = client.CoreV1Api(kube_api)
     core.create_namespaced_pod(kube_namespace, pod_manifest("greedy", gpus=9, gputype="k2"))
 
@@ -94,9 +92,7 @@ def test_pod_with_simulated_exit_code_3_fails_its_job(kube_api, kube_namespace):
 
     def failed():
         job = batch.read_namespaced_job("crash", kube_namespace)
-        return next(
-            (c for c in job.status.conditions or [] if c.type == "Failed" and c.status == "True"), None
-        )
+        return next((c for c in job.status.conditions or [] if c.type == "Failed" and c.status == "True"), None)
 
     condition = wait_for(failed, what="the job to fail")
     assert condition.reason == "BackoffLimitExceeded"
