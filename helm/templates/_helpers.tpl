@@ -219,6 +219,9 @@ rendered, so `helm install`, `helm upgrade` and `helm template` all stop here wi
 {{- if and (not $v.redis.enabled) (not $v.externalRedis.url) (not $v.externalRedis.existingSecret) -}}
 {{- fail "redis.enabled is false, so an external Redis is needed: set externalRedis.url (redis://...) or externalRedis.existingSecret" -}}
 {{- end -}}
+{{- if and $v.agent.enabled $v.agent.push.enabled (not $v.agent.push.tokenSecret) -}}
+{{- fail "agent.push.enabled is true but agent.push.tokenSecret is empty: name the Secret that holds the agent's token" -}}
+{{- end -}}
 {{- if and $v.ingress.enabled (not $v.ingress.hosts) -}}
 {{- fail "ingress.enabled is true but ingress.hosts is empty: name at least one host" -}}
 {{- end -}}

@@ -146,7 +146,7 @@ def test_only_processes_that_call_the_api_get_a_token(values_file: Path | None) 
     }
     assert automount == {"web": True, "worker": True, "beat": False, "tracker": True}
     for m in manifests:
-        if m.kind in {"Job", "StatefulSet"}:
+        if m.kind in {"Job", "StatefulSet", "DaemonSet"}:
             assert m.obj["spec"]["template"]["spec"]["automountServiceAccountToken"] is False, m.name
         if m.kind == "ServiceAccount":
             assert m.obj["automountServiceAccountToken"] is False
@@ -345,6 +345,15 @@ def test_full_values_wire_ingress_hosts_extra_env_and_the_agent() -> None:
     proc = next(v for v in agent["volumes"] if v["name"] == "host-proc")
     assert proc["hostPath"]["path"] == "/proc"
     assert next(m for m in agent["containers"][0]["volumeMounts"] if m["name"] == "host-proc")["readOnly"] is True
+    assert agent["automountServiceAccountToken"] is False
+    assert agent["runtimeClassName"] == "nvidia"
+    agent_env = env_of(agent["containers"][0])
+    assert agent_env["HOST_PROC"] == "/host/proc"
+    assert agent_env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert agent_env["PORTAL_URL"] == "http://portal-web.portal.svc:8080"
+    assert agent_env["AGENT_TOKEN_FILE"] == "/etc/gpuportal/agent/token"
+    token = next(v for v in agent["volumes"] if v["name"] == "token")
+    assert token["secret"] == {"secretName": "portal-agent-token", "items": [{"key": "token", "path": "token"}]}
     web = deployment(manifests, "web")["spec"]["template"]["spec"]
     assert web["imagePullSecrets"] == [{"name": "registry-pull"}]
     assert web["containers"][0]["image"] == "registry.example.org/research/gpuportal:2026.11.1"
@@ -450,6 +459,11 @@ def test_agent_is_off_by_default() -> None:
         pytest.param({"replicaCount": 2}, "additional properties 'replicaCount' not allowed", id="unknown-key"),
         pytest.param({"config": {"logLevel": "LOUD"}}, "/config/logLevel", id="bad-log-level"),
         pytest.param({"ingress": {"enabled": True, "hosts": []}}, "ingress.hosts is empty", id="ingress-without-hosts"),
+        pytest.param(
+            {"agent": {"enabled": True, "push": {"enabled": True}}},
+            "agent.push.tokenSecret is empty",
+            id="agent-push-without-token",
+        ),
     ],
 )
 def test_bad_values_are_refused_with_a_clear_message(values: dict[str, Any], message: str) -> None:
