@@ -92,6 +92,7 @@ class Release:
         from kubernetes import client
 
         self.kubeconfig: Path = kube_cluster.kubeconfig
+        self.server: str = kube_cluster.server
         self.namespace = namespace
         self.name = name
         self.fullname = f"{name}-gpuportal"
@@ -303,3 +304,48 @@ def test_install_refuses_bad_values_before_creating_anything(kube_cluster, kube_
     assert message in str(refused.value)
     leftovers = kubectl(kube_cluster.kubeconfig, "get", "all,secrets,configmaps", "-n", kube_namespace, "-o", "name")
     assert name not in leftovers
+
+
+@pytest.mark.django_db
+def test_the_portal_sets_up_a_team_namespace_with_the_charts_config_and_account(release, settings, tmp_path) -> None:
+    """The engine's own namespace set-up, run as the chart's ServiceAccount with the chart's ConfigMap."""
+    from jobs.kube import client as kube_client
+    from jobs.kube.rbac import kubeconfig_for_token
+    from jobs.services.submission import forget_namespaces, namespace_ensure
+    from tests.engine.factories import GpuTypeFactory, QuotaFactory, TeamFactory
+    from tests.engine_fixtures import cluster_ca
+
+    config = release.core.read_namespaced_config_map(f"{release.fullname}-config", release.namespace).data
+    account = release.core.read_namespaced_service_account(release.fullname, release.namespace)
+    token_secret = release.core.read_namespaced_secret(account.secrets[0].name, release.namespace)
+    token = base64.b64decode(token_secret.data["token"]).decode()
+    kubeconfig = tmp_path / "portal-sa.kubeconfig"
+    kubeconfig.write_text(
+        kubeconfig_for_token(server=release.server, ca_pem=cluster_ca(release.kubeconfig), token=token)
+    )
+    settings.KUBECONFIG = str(kubeconfig)
+    settings.KUBE_CONTEXT = ""
+    settings.KUBE_SERVICE_ACCOUNT = config["KUBE_SERVICE_ACCOUNT"]
+    settings.KUBE_WORKLOADS_CLUSTERROLE = config["KUBE_WORKLOADS_CLUSTERROLE"]
+    settings.PORTAL_INSTANCE = config["PORTAL_INSTANCE"]
+    settings.KUBE_NAMESPACE_PREFIX = f"t-chart-team-{uuid.uuid4().hex[:4]}-"
+    kube_client.reset()
+    forget_namespaces()
+    team = TeamFactory(slug="vision")
+    QuotaFactory(team=team, gpu_type=GpuTypeFactory(slug="p100"), max_gpus=4)
+    try:
+        namespace = namespace_ensure(team)
+        assert namespace == f"{settings.KUBE_NAMESPACE_PREFIX}vision"
+        [binding] = release.rbac.list_namespaced_role_binding(namespace).items
+        assert binding.role_ref.name == f"{release.fullname}-workloads"
+        assert [(s.kind, s.name, s.namespace) for s in binding.subjects] == [
+            ("ServiceAccount", release.fullname, release.namespace)
+        ]
+        [quota] = release.core.list_namespaced_resource_quota(namespace).items
+        assert quota.spec.hard == {"requests.nvidia.com/gpu": "4"}
+        assert can_i(release.kubeconfig, release.sa_user, "create", "jobs.batch", namespace)
+    finally:
+        kube_client.reset()
+        forget_namespaces()
+        with contextlib.suppress(Exception):
+            release.core.delete_namespace(f"{settings.KUBE_NAMESPACE_PREFIX}vision", propagation_policy="Background")
