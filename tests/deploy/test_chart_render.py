@@ -534,3 +534,16 @@ def key_lines(lines: list[str]) -> dict[str, int]:
         stack.append((indent, match.group(2)))
         found.setdefault(".".join(name for _, name in stack), index)
     return found
+
+
+def test_the_values_examples_in_the_readme_render() -> None:
+    readme = (CHART_DIR.parent / "README.md").read_text()
+    section = readme[readme.index("## Deploy to a cluster") : readme.index("## docker-compose")]
+    examples = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", section, flags=re.DOTALL)]
+    assert len(examples) >= 3
+    merged: dict[str, Any] = {}
+    for example in examples:
+        manifests = render(example)
+        assert deployment(manifests, "web")
+        merged.update(example)
+    assert deployment(render(merged), "web")
