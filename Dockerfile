@@ -23,9 +23,10 @@ COPY requirements/base.txt requirements/constraints.txt /app/requirements/
 RUN pip install -r /app/requirements/base.txt
 COPY . /app
 WORKDIR /app
-# Editable, so the `gpuportal` console script exists while BASE_DIR stays /app (settings find templates/
-# and static/ next to the code). Then collect and compress the static files for WhiteNoise; the settings
-# need a secret key to load with DEBUG off, so this step gets a throwaway one that is not kept.
+# Editable, so the project's console scripts (gpuportal-agent) exist while BASE_DIR stays /app (settings
+# find templates/ and static/ next to the code). Then collect and compress the static files for
+# WhiteNoise; the settings need a secret key to load with DEBUG off, so this step gets a throwaway one
+# that is not kept (tests/deploy/test_dockerfile.py runs this same step).
 RUN pip install --no-deps -e . \
  && DEBUG=0 SECRET_KEY=collectstatic-only STATIC_ROOT=/app/staticfiles \
     python manage.py collectstatic --noinput -v 0 \
