@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import helm_python
 import jsonschema
 import pytest
 import yaml
@@ -185,6 +186,16 @@ def test_web_probes_ask_healthz_with_an_allowed_host(values_file: Path | None) -
     assert container["livenessProbe"]["tcpSocket"]["port"] == "http"
     assert container["startupProbe"]
     assert {"name": "http", "containerPort": 8000, "protocol": "TCP"} in container["ports"]
+
+
+@pytest.mark.parametrize("values_file", VALUE_SETS)
+def test_helm_lint_strict_for_kubernetes_1_20_finds_nothing_above_info(values_file: Path | None) -> None:
+    report = helm_python.lint(
+        CHART_DIR, values_of(values_file) or None, strict=True, kube_version="1.20.2", namespace="portal"
+    )
+    assert report["errors"] == []
+    worse_than_info = [m for m in report["messages"] if m["severity"] > 1]  # Helm: 1 info, 2 warning, 4 error
+    assert not worse_than_info, worse_than_info
 
 
 # --- RBAC ----------------------------------------------------------------------------------------------
