@@ -27,6 +27,7 @@ SERVED_BY_1_20 = {
     "DaemonSet": "apps/v1",
     "Job": "batch/v1",
     "Ingress": "networking.k8s.io/v1",
+    "NetworkPolicy": "networking.k8s.io/v1",
     "ClusterRole": "rbac.authorization.k8s.io/v1",
     "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
 }
@@ -369,6 +370,24 @@ def test_full_values_wire_ingress_hosts_extra_env_and_the_agent() -> None:
     assert web["imagePullSecrets"] == [{"name": "registry-pull"}]
     assert web["containers"][0]["image"] == "registry.example.org/research/gpuportal:2026.11.1"
     assert {"secretRef": {"name": "portal-extra"}} in web["containers"][0]["envFrom"]
+
+
+def test_only_this_release_reaches_the_bundled_database_and_redis() -> None:
+    manifests = render({})
+    for component, port in (("postgresql", 5432), ("redis", 6379)):
+        policy = find(manifests, "NetworkPolicy", f"gp-gpuportal-{component}")["spec"]
+        assert policy["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == component
+        [rule] = policy["ingress"]
+        assert rule["from"] == [
+            {
+                "podSelector": {
+                    "matchLabels": {"app.kubernetes.io/name": "gpuportal", "app.kubernetes.io/instance": "gp"}
+                }
+            }
+        ]
+        assert rule["ports"] == [{"port": port, "protocol": "TCP"}]
+    external = render(load_values(CHART_DIR / "ci" / "external-services.yaml"))
+    assert not [m for m in external if m.kind == "NetworkPolicy"]
 
 
 def test_agent_is_off_by_default() -> None:
