@@ -103,4 +103,8 @@ def test_env_example_sets_what_the_compose_file_requires(compose) -> None:
     assert required == {"POSTGRES_PASSWORD", "KUBECONFIG_HOST_PATH"}
     assert required <= defined
     assert {"SECRET_KEY", "ALLOWED_HOSTS", "KUBE_WORKLOADS_CLUSTERROLE"} <= defined
+    # The web health check sends Host: 127.0.0.1, which Django must allow.
+    allowed = re.search(r"^ALLOWED_HOSTS=(.*)$", example, flags=re.MULTILINE).group(1).split(",")
+    assert "127.0.0.1" in allowed
+    assert "127.0.0.1:8000/healthz" in str(compose["services"]["web"]["healthcheck"]["test"])
     assert Path(REPO_ROOT / ".gitignore").read_text().count("\n.env\n") == 1, ".env must stay out of git"
