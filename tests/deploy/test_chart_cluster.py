@@ -56,6 +56,16 @@ def can_i(kubeconfig: Path, user: str, verb: str, resource: str, namespace: str 
     return answer == "yes"
 
 
+def eventually_can_i(kubeconfig: Path, user: str, verb: str, resource: str, namespace: str) -> bool:
+    """can_i, allowing the API server's RBAC cache a moment to see a RoleBinding created just now."""
+    deadline = time.monotonic() + 5
+    while not can_i(kubeconfig, user, verb, resource, namespace):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 @pytest.mark.parametrize("values_file", VALUE_SETS)
 def test_every_rendered_object_passes_a_server_side_dry_run(kube_cluster, kube_namespace, values_file) -> None:
     # A release name of its own, so cluster-scoped names (ClusterRoles) cannot meet an installed release's.
@@ -232,7 +242,7 @@ def test_service_account_can_run_workloads_only_where_it_bound_the_workloads_rol
             f"--clusterrole={workloads_role}", f"--serviceaccount={release.namespace}:{release.fullname}",
             f"--as={sa}",
         )  # fmt: skip
-        assert can_i(release.kubeconfig, sa, "create", "jobs.batch", team)
+        assert eventually_can_i(release.kubeconfig, sa, "create", "jobs.batch", team)
         assert can_i(release.kubeconfig, sa, "create", "deployments.apps", team)
         assert can_i(release.kubeconfig, sa, "get", "pods/log", team)
         assert can_i(release.kubeconfig, sa, "update", "resourcequotas", team)
@@ -343,7 +353,7 @@ def test_the_portal_sets_up_a_team_namespace_with_the_charts_config_and_account(
         ]
         [quota] = release.core.list_namespaced_resource_quota(namespace).items
         assert quota.spec.hard == {"requests.nvidia.com/gpu": "4"}
-        assert can_i(release.kubeconfig, release.sa_user, "create", "jobs.batch", namespace)
+        assert eventually_can_i(release.kubeconfig, release.sa_user, "create", "jobs.batch", namespace)
     finally:
         kube_client.reset()
         forget_namespaces()
