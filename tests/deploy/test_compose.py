@@ -8,7 +8,10 @@ package.json and installed by `make test`), then what this stack promises.
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +111,42 @@ def test_env_example_sets_what_the_compose_file_requires(compose) -> None:
     assert "127.0.0.1" in allowed
     assert "127.0.0.1:8000/healthz" in str(compose["services"]["web"]["healthcheck"]["test"])
     assert Path(REPO_ROOT / ".gitignore").read_text().count("\n.env\n") == 1, ".env must stay out of git"
+
+
+def interpolate(text: str, variables: dict[str, str]) -> str:
+    """Compose's ${VAR}, ${VAR:-default} and ${VAR:?error} forms, enough for this file."""
+
+    def value(match: re.Match[str]) -> str:
+        name, operator, argument = match.group(1), match.group(2), match.group(3)
+        if variables.get(name):
+            return variables[name]
+        if operator == ":?":
+            raise AssertionError(f"{name} is required: {argument}")
+        return argument or ""
+
+    return re.sub(r"\$\{([A-Z_][A-Z0-9_]*)(?:(:-|:\?)([^}]*))?\}", value, text)
+
+
+def test_the_example_environment_gives_settings_the_portal_accepts(compose, tmp_path) -> None:
+    example = dict(re.findall(r"^([A-Z_][A-Z0-9_]*)=(.*)$", (REPO_ROOT / ".env.example").read_text(), re.MULTILINE))
+    web = compose["services"]["web"]
+    env = {k: v for k, v in os.environ.items() if k in {"PATH", "HOME", "LANG"}}
+    env.update(example)  # env_file: .env
+    env.update({k: interpolate(str(v), example) for k, v in web["environment"].items()})
+    env.update(PORTAL_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="portal.settings")
+    script = (
+        "import django, json; django.setup(); from django.conf import settings as s; "
+        "print(json.dumps([s.DEBUG, s.ALLOWED_HOSTS, s.DATABASES['default']['HOST'], s.CELERY_BROKER_URL, "
+        "s.KUBECONFIG, s.KUBE_SERVICE_ACCOUNT]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    debug, hosts, db_host, broker, kubeconfig, account = json.loads(result.stdout)
+    assert debug is False
+    assert "127.0.0.1" in hosts
+    assert db_host == "postgres"
+    assert broker == "redis://redis:6379/0"
+    assert kubeconfig == "/etc/gpuportal/kubeconfig"
+    assert account == ""
