@@ -107,21 +107,6 @@ def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> i
     return changed
 
 
-def resync(view: ClusterView | None = None) -> ClusterView:
-    """One full list of Jobs and Pods, applied to every active workload."""
-    view = view or ClusterView()
-    fresh = ClusterView()
-    jobs, _ = _list("Job")
-    pods, _ = _list("Pod")
-    for obj in jobs:
-        fresh.put("Job", obj)
-    for obj in pods:
-        fresh.put("Pod", obj)
-    fresh.listed_at = time.monotonic()
-    sync_workloads(fresh, None, full=True)
-    return fresh
-
-
 class Tracker:
     """The long-running loop behind `manage.py track`."""
 
