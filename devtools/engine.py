@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import subprocess
 import sys
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,13 +83,33 @@ def install_identity(*, admin_api: Any, server: str, admin_kubeconfig: Path, dir
 
 
 class EngineProcesses:
-    """Worker, beat and tracker subprocesses; each can be killed (-9), stopped and restarted."""
+    """Worker, beat and tracker subprocesses; each can be killed (-9), stopped and restarted.
+
+    Like Kubernetes does for the chart's Deployments, a supervisor thread restarts a process that exits
+    on its own (the Celery worker does when its Redis connection drops with unacknowledged messages, a
+    kombu behaviour); `restarts` counts those restarts.
+    """
 
     def __init__(self, env: dict[str, str], log_dir: Path, *, worker_concurrency: int = 8) -> None:
         self.env = env
         self.log_dir = log_dir
         self.worker_concurrency = worker_concurrency
         self.processes: dict[str, subprocess.Popen] = {}
+        self.wanted: set[str] = set()
+        self.restarts: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._supervisor = threading.Thread(target=self._supervise, name="engine-supervisor", daemon=True)
+        self._supervisor.start()
+
+    def _supervise(self) -> None:
+        while not self._stop.wait(0.5):
+            with self._lock:
+                for name in list(self.wanted):
+                    process = self.processes.get(name)
+                    if process is not None and process.poll() is not None:
+                        self.restarts[name] = self.restarts.get(name, 0) + 1
+                        self._spawn(name)
 
     def argv(self, name: str) -> list[str]:
         py = sys.executable
@@ -101,24 +122,34 @@ class EngineProcesses:
             "tracker": [py, "manage.py", "track"],
         }[name]  # fmt: skip
 
-    def start(self, name: str) -> None:
+    def _spawn(self, name: str) -> None:
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
         self.processes[name] = subprocess.Popen(
             self.argv(name), cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
+
+    def start(self, name: str) -> None:
+        with self._lock:
+            self.wanted.add(name)
+            process = self.processes.get(name)
+            if process is None or process.poll() is not None:
+                self._spawn(name)
 
     def start_all(self) -> None:
         for name in ("worker", "beat", "tracker"):
             self.start(name)
 
     def kill(self, name: str) -> None:
-        """kill -9, as a crash would."""
-        process = self.processes[name]
-        process.kill()
-        process.wait(timeout=10)
+        """kill -9, as a crash would (the supervisor or the caller starts it again)."""
+        with self._lock:
+            process = self.processes[name]
+            process.kill()
+            process.wait(timeout=10)
 
     def stop(self, name: str) -> None:
-        process = self.processes.get(name)
+        with self._lock:
+            self.wanted.discard(name)
+            process = self.processes.get(name)
         if process is None or process.poll() is not None:
             return
         process.terminate()
@@ -129,11 +160,9 @@ class EngineProcesses:
             process.wait(timeout=10)
 
     def stop_all(self) -> None:
+        self._stop.set()
         for name in ("tracker", "beat", "worker"):
             self.stop(name)
-
-    def dead(self) -> list[str]:
-        return [name for name, process in self.processes.items() if process.poll() is not None]
 
     def log(self, name: str) -> str:
         path = self.log_dir / f"{name}.log"
