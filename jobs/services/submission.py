@@ -140,7 +140,9 @@ def _create_or_adopt(obj, spec: objects.WorkloadSpec) -> None:
                 f"a {kind} named {obj.metadata.name} already exists and is not this workload's"
             ) from exc
         failure = kube.classify(exc)
-        if failure.transient:
+        # 403 is retried too: RBAC in a namespace we just set up (or an API server that just restarted)
+        # can deny for a moment until its caches catch up. The workload's message says we are retrying.
+        if failure.transient or exc.status == 403:
             raise
         raise SubmitRejected(f"Kubernetes refused the {kind}: {failure.message}") from exc
 
@@ -163,6 +165,10 @@ def workload_create_objects(workload_id: int) -> None:
         namespace_ensure(workload.team)
         for obj in objects.make_objects(spec):
             _create_or_adopt(obj, spec)
+    except ApiException as exc:
+        message = f"Kubernetes is not accepting it yet ({kube.classify(exc).message}); retrying."
+        Workload.objects.filter(id=workload.id, state=State.SUBMITTING).update(message=message[:2000])
+        raise
     except SubmitRejected as exc:
         transition(workload, State.FAILED, reason="SubmitRejected", message=str(exc), finished_at=None)
         workload_delete_objects(workload)
