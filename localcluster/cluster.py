@@ -101,7 +101,12 @@ def verify_binaries(bin_dir: Path) -> None:
 
 
 def find_etcd() -> str:
-    found = shutil.which("etcd") or ("/usr/bin/etcd" if os.access("/usr/bin/etcd", os.X_OK) else None)
+    """etcd from Debian's etcd-server; GPUPORTAL_ETCD may name another binary."""
+    override = os.environ.get("GPUPORTAL_ETCD")
+    if override:
+        found = override if os.access(override, os.X_OK) else None
+    else:
+        found = shutil.which("etcd") or ("/usr/bin/etcd" if os.access("/usr/bin/etcd", os.X_OK) else None)
     if not found:
         raise ClusterError(
             "etcd is not installed (it comes from Debian's etcd-server package).\n"
