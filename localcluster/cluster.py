@@ -150,6 +150,10 @@ class LocalCluster:
     def admin_token(self) -> str:
         return self._require_info().admin_token
 
+    @property
+    def ca_file(self) -> Path:
+        return self._require_info().ca_file
+
     def start(self, timeout: float = 120.0) -> ClusterInfo:
         """Start every component and wait until all nodes are Ready. Raises ClusterError on failure
         (after stopping whatever it started)."""

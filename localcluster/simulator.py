@@ -62,6 +62,7 @@ class PodRecord:
     last_terminated: dict[str, Any] | None = None
     version: int = 0
     published: str = ""  # the state last written to the API server
+    sent_version: int = -1  # the version last written (-1: resend)
     history: list[tuple[float, float, int, str]] = field(default_factory=list)  # previous runs
 
     @property
@@ -147,18 +148,18 @@ class Simulator:
             rec.accepted_at = parse_rfc3339(status["startTime"])
         if phase in ("Succeeded", "Failed") and "terminated" in state:
             term = state["terminated"]
-            rec.state, rec.published = "terminated", "terminated"
+            rec.state, rec.published, rec.sent_version = "terminated", "terminated", 0
             rec.started_at = parse_rfc3339(term.get("startedAt") or status.get("startTime") or rfc3339(now))
             rec.finished_at = parse_rfc3339(term.get("finishedAt") or rfc3339(now))
             rec.exit_code, rec.reason = int(term.get("exitCode", 0)), term.get("reason", "")
         elif phase == "Running" and "running" in state:
-            rec.state, rec.published = "running", "running"
+            rec.state, rec.published, rec.sent_version = "running", "running", 0
             rec.started_at = parse_rfc3339(state["running"]["startedAt"])
             rec.restart_count = int(first.get("restartCount", 0))
             if not rec.plan.runs_forever:
                 self._at(rec.started_at + rec.plan.run_seconds, rec, "finish")
         elif phase in ("Succeeded", "Failed"):
-            rec.state, rec.published = "terminated", "terminated"
+            rec.state, rec.published, rec.sent_version = "terminated", "terminated", 0
         else:
             self._enqueue(rec.uid)
             self._at(now + rec.plan.start_seconds, rec, "start")
@@ -234,8 +235,14 @@ class Simulator:
                     body = self._kill_status(rec) if rec.published not in ("terminated", "killed") else None
                     rec.published = "killed"
                 else:
+                    if rec.state == "creating" and time.time() >= rec.accepted_at + rec.plan.start_seconds:
+                        # Already due to start (a backlog): like the kubelet's status manager, publish
+                        # only the latest state instead of every step.
+                        self._advance(uid, rec.version, "start")
+                    if rec.sent_version == rec.version:
+                        continue
                     body = self._status(rec)
-                    rec.published = rec.state
+                    rec.published, rec.sent_version = rec.state, rec.version
                 path = rec.path
                 deleting = rec.state == "deleting"
                 version = rec.version
@@ -266,6 +273,7 @@ class Simulator:
             if rec is not None:
                 if rec.state == "deleting":
                     rec.published = ""
+                rec.sent_version = -1
                 heapq.heappush(self.timers, (time.time() + 1.0, next(self.seq), uid, rec.version, "resync"))
                 self.timer_cv.notify()
 
