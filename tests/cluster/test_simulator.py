@@ -61,7 +61,9 @@ def test_annotation_wins_over_env_var(kube_api, kube_namespace):
 
 def test_oomkilled_outcome(kube_api, kube_namespace):
     core = client.CoreV1Api(kube_api)
-    core.create_namespaced_pod(kube_namespace, pod_manifest("oom", env={"SIM_OUTCOME": "OOMKilled"}))
+    core.create_namespaced_pod(
+        kube_namespace, pod_manifest("oom", env={"SIM_OUTCOME": "OOMKilled", "SIM_RUN_SECONDS": "1"})
+    )
     pod = wait_for(lambda: _phase(core, kube_namespace, "oom", "Failed"), what="Failed")
     terminated = pod.status.container_statuses[0].state.terminated
     assert (terminated.exit_code, terminated.reason) == (137, "OOMKilled")
@@ -84,6 +86,26 @@ def test_failing_image_never_starts_and_reports_pull_errors(kube_api, kube_names
     pod = core.read_namespaced_pod("badimage", kube_namespace)
     assert pod.status.phase == "Pending"
     assert seen <= {"ContainerCreating", "ErrImagePull", "ImagePullBackOff"}
+
+    def events():
+        items = core.list_namespaced_event(
+            kube_namespace, field_selector="involvedObject.name=badimage"
+        ).items
+        return {e.reason: e for e in items if e.source.component == "kubelet"} or None
+
+    reasons = wait_for(lambda: (found := events()) and "BackOff" in found and found, what="kubelet events")
+    assert reasons["Failed"].type == "Warning"
+    assert "registry.invalid/team/app:1" in reasons["Failed"].message
+
+
+def test_active_deadline_fails_the_pod_like_the_kubelet(kube_api, kube_namespace):
+    core = client.CoreV1Api(kube_api)
+    manifest = pod_manifest("slow", annotations={"sim.gpuportal.dev/run-seconds": "60"})
+    manifest["spec"]["activeDeadlineSeconds"] = 2
+    core.create_namespaced_pod(kube_namespace, manifest)
+    pod = wait_for(lambda: _phase(core, kube_namespace, "slow", "Failed"), what="Failed")
+    assert pod.status.reason == "DeadlineExceeded"
+    assert pod.status.container_statuses[0].state.terminated.exit_code == 137
 
 
 def test_service_pod_runs_until_deleted_and_is_removed_promptly(kube_api, kube_namespace):
