@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -188,8 +189,20 @@ def cmd_down(args: argparse.Namespace) -> int:
     if pid:
         say(f"stopping the cluster (supervisor pid {pid})")
         kill_pid(pid, timeout=40)
-    # Whatever a crashed supervisor left behind (normally nothing: components die with it).
-    reap_stale(state_dir / "run", str(state_dir), say)
+    # Whatever a crashed supervisor left behind (normally nothing: components die with it). But if a
+    # live process still holds the state dir's lock (`make run` owns its cluster in-process), its
+    # components are not stale: leave them to it.
+    lock_path = state_dir / "lock"
+    if lock_path.exists():
+        with open(lock_path, "a+") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                say(f"the cluster in {state_dir} belongs to another running process (e.g. `make run`); "
+                    "stop that process (Ctrl-C) instead")  # fmt: skip
+                return 1
+            reap_stale(state_dir / "run", str(state_dir), say)
+            fcntl.flock(lock, fcntl.LOCK_UN)
     if read_state(state_dir):
         write_state(state_dir, state="stopped", pid=None)
     say("stopped; nothing is running" if pid else "no cluster was running")
