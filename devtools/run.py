@@ -6,6 +6,7 @@
 3. `manage.py migrate`, then `manage.py seed_demo` when that command exists (demo admin, team, GPU types).
 4. Celery worker and beat, `manage.py track` when it exists, and `manage.py runserver 127.0.0.1:8000`.
 Every child's output is prefixed with its name. SIGINT/SIGTERM stop the children in reverse order.
+Environment: PORT (default 8000), LOCALCLUSTER_STATE_DIR (default var/cluster).
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def start_cluster(env: dict[str, str], stack: contextlib.ExitStack) -> str:
     from localcluster import ClusterError, LocalCluster
     from localcluster.__main__ import read_state, supervisor_pid
 
-    state_dir = VAR / "cluster"
+    state_dir = Path(env.get("LOCALCLUSTER_STATE_DIR") or VAR / "cluster")
     state = read_state(state_dir)
     if supervisor_pid(state_dir) and state.get("state") == "ready":
         say(f"using the cluster `make cluster-up` started ({state['kubeconfig']})")

@@ -418,7 +418,7 @@ class LocalCluster:
         etcd = self.components["etcd"]
         etcd.start()
         try:
-            self._wait_component("etcd", min(deadline, time.monotonic() + 30))
+            self._wait_component("etcd", min(deadline, time.monotonic() + 15))
         except ClusterError as exc:
             if not (self.state_dir / "etcd").exists():
                 raise
@@ -427,7 +427,7 @@ class LocalCluster:
             etcd.stop()
             self._discard_etcd("etcd could not open it")
             etcd.start()
-            self._wait_component("etcd", min(deadline, time.monotonic() + 30))
+            self._wait_component("etcd", min(deadline, time.monotonic() + 15))
         self._log(f"starting kube-apiserver on {self.server}")
         self.components["kube-apiserver"].start()
         self._wait_component("kube-apiserver", deadline)

@@ -173,3 +173,27 @@ def test_up_over_a_stale_state_dir_then_down_leaves_nothing(tmp_path):
         time.sleep(0.2)
     assert _processes_mentioning(str(state)) == []
     assert _cli("status", "--state-dir", str(state)).returncode == 3
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_corrupt_etcd_data_is_set_aside_and_the_cluster_starts(tmp_path):
+    if not (default_bin_dir() / "SHA256SUMS").exists():
+        pytest.skip("Kubernetes binaries not built (make cluster-build)")
+    state = tmp_path / "state"
+    messages: list[str] = []
+    cluster = LocalCluster(state, log=messages.append)
+    cluster.start()
+    port = cluster.ports["apiserver"]
+    cluster.stop()
+    (state / "etcd" / "member" / "snap" / "db").write_bytes(os.urandom(64 * 1024))
+
+    cluster = LocalCluster(state, log=messages.append)
+    try:
+        cluster.start()
+        assert cluster.ports["apiserver"] == port  # the same address as before the crash
+        assert list(state.glob("etcd.discarded-*"))
+        assert any("moving old etcd data aside" in m for m in messages)
+    finally:
+        cluster.stop()
+    assert _processes_mentioning(str(state)) == []
