@@ -154,6 +154,17 @@ def cmd_up(args: argparse.Namespace) -> int:
             start_new_session=True,
         )
     deadline = time.monotonic() + UP_TIMEOUT
+    try:
+        return _wait_up(proc, state_dir, log_path, offset, deadline)
+    except KeyboardInterrupt:
+        say(f"interrupted; stopping the cluster that was starting (supervisor pid {proc.pid})")
+        kill_pid(proc.pid, timeout=30)
+        return 130
+
+
+def _wait_up(
+    proc: subprocess.Popen[bytes], state_dir: Path, log_path: Path, offset: int, deadline: float
+) -> int:
     while True:
         offset = _echo_new(log_path, offset)
         state = read_state(state_dir)
