@@ -169,7 +169,12 @@ def _wait_up(
         offset = _echo_new(log_path, offset)
         state = read_state(state_dir)
         if state.get("state") == "ready" and state.get("pid") == proc.pid:
-            say(f"cluster is up (supervisor pid {proc.pid}); stop it with `make cluster-down`")
+            how = (
+                "`make cluster-down`"
+                if state_dir == DEFAULT_STATE_DIR
+                else f"`python -m localcluster down --state-dir {state_dir}`"
+            )
+            say(f"cluster is up (supervisor pid {proc.pid}); stop it with {how}")
             print(f"KUBECONFIG={state['kubeconfig']}", flush=True)
             return 0
         if proc.poll() is not None:
