@@ -117,6 +117,9 @@ def find_etcd() -> str:
 
 
 class LocalCluster:
+    # The pytest fixture may hand out an ExternalCluster instead, which cannot stop components.
+    owns_processes = True
+
     def __init__(
         self,
         state_dir: Path | str,
