@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -162,6 +163,19 @@ def test_up_over_a_stale_state_dir_then_down_leaves_nothing(tmp_path):
         assert all(row.split()[1] == "Ready" for row in rows)
         assert _processes_mentioning(str(state))
         assert _cli("status", "--state-dir", str(state)).returncode == 0
+
+        # The supervisor restarts a component that dies under it.
+        simulator = json.loads((state / "cluster.json").read_text())["components"]["node-simulator"]
+        os.kill(simulator, signal.SIGKILL)
+
+        def restarted() -> bool:
+            pid_file = state / "run" / "node-simulator.pid"
+            return pid_file.exists() and int(pid_file.read_text()) != simulator
+
+        deadline = time.monotonic() + 30
+        while not restarted() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert restarted()
     finally:
         down = _cli("down", "--state-dir", str(state), timeout=90)
         busy.close()
