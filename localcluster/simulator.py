@@ -301,6 +301,8 @@ class Simulator:
                 self._retry(uid, version)
             except ApiUnavailable:
                 self._retry(uid, version)
+                # The API server is down (restarting, or stopped by a fault test): do not spin on it.
+                time.sleep(0.5)
 
     def _retry(self, uid: str, version: int) -> None:
         with self.lock:
