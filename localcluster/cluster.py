@@ -161,12 +161,23 @@ class LocalCluster:
         """Start every component and wait until all nodes are Ready. Raises ClusterError on failure
         (after stopping whatever it started)."""
         started = time.monotonic()
-        try:
-            self._prepare()
-            self._start_all(started + timeout)
-        except BaseException:
-            self.stop()
-            raise
+        for attempt in (1, 2):
+            try:
+                self._prepare()
+                self._start_all(started + timeout)
+                break
+            except ClusterError as exc:
+                self.stop()
+                # Free ports are picked before the components bind them; a cluster starting beside us
+                # can take one in between. Pick all ports afresh once.
+                if attempt == 1 and "address already in use" in str(exc) and self.requested_port is None:
+                    self._log("a port was taken while starting; retrying with new ports")
+                    (self.state_dir / "ports.json").unlink(missing_ok=True)
+                    continue
+                raise
+            except BaseException:
+                self.stop()
+                raise
         self._log(f"cluster ready in {time.monotonic() - started:.1f}s: {self.server}")
         return self._require_info()
 

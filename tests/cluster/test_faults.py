@@ -211,3 +211,32 @@ def test_corrupt_etcd_data_is_set_aside_and_the_cluster_starts(tmp_path):
     finally:
         cluster.stop()
     assert _processes_mentioning(str(state)) == []
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_port_taken_between_pick_and_bind_is_retried_with_new_ports(tmp_path):
+    """Two clusters starting side by side can race for a free port; the loser picks new ports once."""
+    if not (default_bin_dir() / "SHA256SUMS").exists():
+        pytest.skip("Kubernetes binaries not built (make cluster-build)")
+    squatters: list[socket.socket] = []
+
+    class RacedCluster(LocalCluster):
+        def _pick_ports(self) -> None:
+            super()._pick_ports()
+            if not squatters:  # first attempt only: someone grabs the scheduler's port
+                sock = socket.socket()
+                sock.bind(("127.0.0.1", self.ports["scheduler"]))
+                sock.listen()
+                squatters.append(sock)
+
+    messages: list[str] = []
+    cluster = RacedCluster(tmp_path / "state", log=messages.append)
+    try:
+        cluster.start()
+        assert cluster.ports["scheduler"] != squatters[0].getsockname()[1]
+        assert any("retrying with new ports" in m for m in messages)
+    finally:
+        cluster.stop()
+        for sock in squatters:
+            sock.close()
