@@ -462,13 +462,10 @@ class LocalCluster:
             component.wait_until(self._etcd_healthy, timeout=timeout, what="healthy")
         elif name == "kube-apiserver":
             component.wait_until(lambda: self._api_get("/readyz")[0] == 200, timeout=timeout, what="ready")
-        elif name == "kube-controller-manager":
-            component.wait_until(lambda: not port_is_free(self.ports["controller_manager"]), timeout=timeout,
-                                 what="serving")  # fmt: skip
-        elif name == "kube-scheduler":
-            component.wait_until(
-                lambda: not port_is_free(self.ports["scheduler"]), timeout=timeout, what="serving"
-            )
+        elif name in ("kube-controller-manager", "kube-scheduler"):
+            port = self.ports["controller_manager" if name == "kube-controller-manager" else "scheduler"]
+            # An HTTP answer, not just an open port: a port taken by someone else is open too.
+            component.wait_until(lambda: _healthz_ok(port), timeout=timeout, what="healthy")
         elif name == "node-simulator":
             self._log(f"waiting for {self.pools.node_count} simulated GPU nodes to be Ready")
             component.wait_until(self._nodes_ready, timeout=timeout, what="ready (nodes not Ready)")
@@ -511,6 +508,20 @@ class LocalCluster:
     def _default_sa_ready(self) -> bool:
         status, body = self._api_get("/api/v1/namespaces/default/serviceaccounts/default")
         return status == 200 and bool(body.get("secrets"))
+
+
+def _healthz_ok(port: int) -> bool:
+    """GET /healthz on a component's secure port (self-signed serving cert; always allowed path)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # its cert is self-signed by the component itself
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=2, context=ctx)
+    try:
+        conn.request("GET", "/healthz")
+        resp = conn.getresponse()
+        return resp.status == 200 and resp.read().strip() == b"ok"
+    finally:
+        conn.close()
 
 
 def describe_failure(exc: BaseException) -> str:
