@@ -113,9 +113,7 @@ def start_cluster(env: dict[str, str], stack: contextlib.ExitStack) -> str:
         say(f"using the cluster `make cluster-up` started ({state['kubeconfig']})")
         return str(state["kubeconfig"])
     say("checking the Kubernetes binaries (built once and cached; the first build takes ~5 minutes)")
-    build = subprocess.run(
-        ["bash", str(REPO / "localcluster" / "build.sh")], cwd=REPO, stdout=subprocess.PIPE
-    )
+    build = subprocess.run(["bash", str(REPO / "localcluster" / "build.sh")], cwd=REPO, stdout=subprocess.PIPE)
     if build.returncode != 0:
         raise ServiceError("building the Kubernetes binaries failed (see the [cluster-build] lines above)")
     cluster = LocalCluster(state_dir=state_dir)
@@ -198,9 +196,7 @@ def main() -> int:
 
 def _announce(seeded: list[str], env: dict[str, str]) -> None:
     lines = [f"GPU Portal: http://127.0.0.1:{PORT}/", f"cluster:    KUBECONFIG={env['KUBECONFIG']}"]
-    login = [
-        line for line in seeded if any(w in line.lower() for w in ("login", "user", "password", "token"))
-    ]
+    login = [line for line in seeded if any(w in line.lower() for w in ("login", "user", "password", "token"))]
     if login:
         lines += login
     elif seeded:
@@ -210,9 +206,7 @@ def _announce(seeded: list[str], env: dict[str, str]) -> None:
         lines.append("            `.venv/bin/python manage.py createsuperuser`")
     lines.append("Press Ctrl-C to stop everything.")
     width = max(len(line) for line in lines)
-    print(
-        "\n" + "=" * width + "\n" + "\n".join(lines) + "\n" + "=" * width + "\n", file=sys.stderr, flush=True
-    )
+    print("\n" + "=" * width + "\n" + "\n".join(lines) + "\n" + "=" * width + "\n", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -162,9 +162,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 130
 
 
-def _wait_up(
-    proc: subprocess.Popen[bytes], state_dir: Path, log_path: Path, offset: int, deadline: float
-) -> int:
+def _wait_up(proc: subprocess.Popen[bytes], state_dir: Path, log_path: Path, offset: int, deadline: float) -> int:
     while True:
         offset = _echo_new(log_path, offset)
         state = read_state(state_dir)

@@ -113,9 +113,7 @@ class Simulator:
                 rec = self._adopt(pod)
             if meta.get("deletionTimestamp") and rec.state != "deleting":
                 if rec.state in ("running", "crashloop"):
-                    self.event(
-                        rec, "Normal", "Killing", f"[simulated] Stopping container {rec.containers[0][0]}"
-                    )
+                    self.event(rec, "Normal", "Killing", f"[simulated] Stopping container {rec.containers[0][0]}")
                 rec.state = "deleting"
                 rec.version += 1
                 self._enqueue(uid)

@@ -43,11 +43,7 @@ def test_make_run_serves_the_portal_and_ctrl_c_stops_everything(tmp_path):
     if not (default_bin_dir() / "SHA256SUMS").exists():
         pytest.skip("Kubernetes binaries not built (make cluster-build)")
     port = free_port()
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"KUBECONFIG", "REDIS_URL", "CELERY_BROKER_URL", "DEBUG"}
-    }
+    env = {k: v for k, v in os.environ.items() if k not in {"KUBECONFIG", "REDIS_URL", "CELERY_BROKER_URL", "DEBUG"}}
     env.update(
         PORT=str(port),
         LOCALCLUSTER_STATE_DIR=str(tmp_path / "cluster"),

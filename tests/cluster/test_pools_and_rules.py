@@ -111,9 +111,7 @@ def test_oomkilled_outcome_is_exit_137():
 
 
 def test_failing_images_and_outcome_errimagepull():
-    assert (
-        resolve_plan(_pod(image="registry.invalid/a/b:1"), SIM).pull_failure_image == "registry.invalid/a/b:1"
-    )
+    assert resolve_plan(_pod(image="registry.invalid/a/b:1"), SIM).pull_failure_image == "registry.invalid/a/b:1"
     assert resolve_plan(_pod(image="nvidia/cuda:does-not-exist"), SIM).pull_failure_image
     assert resolve_plan(_pod(), SIM).pull_failure_image is None
     forced = resolve_plan(_pod(annotations={"sim.gpuportal.dev/outcome": "ErrImagePull"}), SIM)

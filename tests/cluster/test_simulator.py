@@ -88,9 +88,7 @@ def test_failing_image_never_starts_and_reports_pull_errors(kube_api, kube_names
     assert seen <= {"ContainerCreating", "ErrImagePull", "ImagePullBackOff"}
 
     def events():
-        items = core.list_namespaced_event(
-            kube_namespace, field_selector="involvedObject.name=badimage"
-        ).items
+        items = core.list_namespaced_event(kube_namespace, field_selector="involvedObject.name=badimage").items
         return {e.reason: e for e in items if e.source.component == "kubelet"} or None
 
     reasons = wait_for(lambda: (found := events()) and "BackOff" in found and found, what="kubelet events")
@@ -110,9 +108,7 @@ def test_active_deadline_fails_the_pod_like_the_kubelet(kube_api, kube_namespace
 
 def test_service_pod_runs_until_deleted_and_is_removed_promptly(kube_api, kube_namespace):
     core = client.CoreV1Api(kube_api)
-    core.create_namespaced_pod(
-        kube_namespace, pod_manifest("web", restart_policy="Always", labels={"app": "web"})
-    )
+    core.create_namespaced_pod(kube_namespace, pod_manifest("web", restart_policy="Always", labels={"app": "web"}))
     service = {
         "apiVersion": "v1",
         "kind": "Service",
