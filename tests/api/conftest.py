@@ -38,6 +38,12 @@ class World:
 
 
 @pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    # The real hasher takes a good part of a second per user on CI machines; these users are test props.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
 def _fresh_throttle_counters():
     # Without Redis the throttle lets everything through anyway.
     with contextlib.suppress(Exception):
