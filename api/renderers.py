@@ -3,7 +3,7 @@ from __future__ import annotations
 import csv
 import io
 
-from rest_framework.renderers import BaseRenderer
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 
 
 class PlainTextRenderer(BaseRenderer):
@@ -25,6 +25,8 @@ class UsageCsvRenderer(BaseRenderer):
     def render(self, data, accepted_media_type=None, renderer_context=None):
         if isinstance(data, str | bytes):
             return data
+        if not isinstance(data, dict) or "rows" not in data:
+            return JSONRenderer().render(data)
         out = io.StringIO()
         writer = csv.writer(out)
         writer.writerow([data["group_by"], "gpu_hours", "weighted_gpu_hours"])

@@ -29,6 +29,11 @@ class PortalAutoSchema(AutoSchema):
                 continue
             responses[code] = self._get_response_for_code(ErrorSerializer, code, ["application/json"], direction)
             responses[code]["description"] = description
+        for code, response in responses.items():
+            content = response.get("content")
+            if code.isdigit() and int(code) >= 400 and content:
+                # Errors are always JSON (ApiViewMixin.finalize_response), even from text and CSV endpoints.
+                response["content"] = {"application/json": next(iter(content.values()))}
         if "429" in responses:
             responses["429"]["headers"] = {
                 "Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait."}

@@ -127,6 +127,9 @@ def parse_submission(payload: Any) -> tuple[str | None, dict[str, Any]]:
 
 
 class TimelineEntrySerializer(serializers.ModelSerializer):
+    from_state = serializers.CharField(allow_blank=True, help_text="Empty for the first entry.")
+    to_state = serializers.CharField(allow_blank=True, help_text="Empty for an event that changed no state.")
+
     class Meta:
         model = WorkloadEvent
         fields = ["at", "source", "from_state", "to_state", "reason", "message"]

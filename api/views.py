@@ -243,7 +243,7 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         tail = _int_param(request, "tail", default=200, low=1, high=MAX_TAIL)
         since = _int_param(request, "since", default=None, low=1, high=366 * 24 * 3600)
         follow = _bool_param(request, "follow")
-        if workload.state in (State.QUEUED, State.SUBMITTING) or (workload.is_final and not workload.k8s_name):
+        if workload.state in (State.QUEUED, State.SUBMITTING) or not workload.k8s_name:
             raise Conflict("The workload has no container yet (it has not started).", code="logs_unavailable")
         if not follow:
             with cluster_call():

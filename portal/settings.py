@@ -201,6 +201,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "api.schema.PortalAutoSchema",
+    "DEFAULT_METADATA_CLASS": None,  # no OPTIONS introspection: the OpenAPI schema is the description
     "EXCEPTION_HANDLER": "api.errors.api_exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
