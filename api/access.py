@@ -23,7 +23,10 @@ def visible_teams(user) -> QuerySet[Team]:
 def visible_workloads(user) -> QuerySet[Workload]:
     if user.is_superuser:
         return Workload.objects.all()
-    return workloads_visible_to(user)
+    # The explicit team ids say the same as the selector's EXISTS, in a form PostgreSQL can answer from
+    # the (team, -created_at) index: the newest 50 of 100,000 without sorting them all.
+    team_ids = list(teams_for(user).values_list("id", flat=True))
+    return workloads_visible_to(user).filter(team_id__in=team_ids)
 
 
 def team_by_slug(user, slug: str) -> Team:

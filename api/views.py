@@ -29,6 +29,7 @@ from api.filters import WorkloadFilter
 from api.idempotency import MAX_KEY_LENGTH, KeyReused, create_once, request_fingerprint
 from api.pagination import WorkloadCursorPagination
 from api.renderers import PlainTextRenderer, UsageCsvRenderer
+from api.selectors import queue_positions
 from api.serializers import (
     CatalogImageSerializer,
     ErrorSerializer,
@@ -149,13 +150,24 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
 
     def get_queryset(self):
         queryset = access.visible_workloads(self.request.user).select_related("team", "owner", "gpu_type")
+        if self.action == "list":
+            return queryset  # queue positions are added per page (list), not computed for every row
         return with_queue_position(queryset)
+
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        positions = queue_positions(page)
+        for workload in page:
+            workload.queue_position = positions.get(workload.id)
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
     def get_serializer_context(self):
         return {**super().get_serializer_context(), "now": timezone.now()}
 
     def _render(self, workload: Workload) -> dict:
-        fresh = self.get_queryset().get(id=workload.id)
+        fresh = with_queue_position(
+            access.visible_workloads(self.request.user).select_related("team", "owner", "gpu_type")
+        ).get(id=workload.id)
         return self.get_serializer(fresh).data
 
     @extend_schema(

@@ -226,3 +226,19 @@ def test_events(world, submit, who, status):
         body = response.json()
         assert [e["reason"] for e in body["timeline"]] == ["Submitted"]
         assert body["kubernetes"] == []
+
+
+def test_list_queue_positions_agree_with_the_engine(world, submit):
+    from jobs.selectors import with_queue_position
+
+    uids = [submit(name=f"q{i}", gpu_type="p100" if i % 2 else "k80")["uid"] for i in range(6)]
+    Workload.objects.filter(uid=uids[3]).update(priority=50)
+    Workload.objects.filter(uid=uids[0]).update(state=State.RUNNING)
+    listed = {w["uid"]: w["queue_position"] for w in world.client("owner").get("/api/v1/workloads/").json()["results"]}
+    expected = {
+        w.uid: (w.queue_position if w.state == State.QUEUED else None)
+        for w in with_queue_position(Workload.objects.filter(uid__in=uids))
+    }
+    assert listed == expected
+    assert listed[uids[3]] == 1
+    assert listed[uids[0]] is None
