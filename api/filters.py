@@ -25,7 +25,8 @@ class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
 
 
 class WorkloadFilter(django_filters.FilterSet):
-    state = django_filters.MultipleChoiceFilter(choices=State.choices, help_text="One or more states.")
+    # distinct=False: one row per workload anyway, and SELECT DISTINCT would sort every matching row.
+    state = django_filters.MultipleChoiceFilter(choices=State.choices, distinct=False, help_text="One or more states.")
     kind = django_filters.ChoiceFilter(choices=Kind.choices)
     gpu_type = django_filters.CharFilter(field_name="gpu_type__slug", help_text="GPU type slug.")
     owner = django_filters.CharFilter(field_name="owner__username", help_text="Owner's username.")
