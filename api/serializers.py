@@ -3,6 +3,7 @@ documents a submission, whose rules live in jobs.services.validation."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
@@ -63,6 +64,31 @@ class WorkloadSerializer(serializers.ModelSerializer):
     def get_gpu_hours(self, workload: Workload) -> float:
         now = self.context.get("now") or timezone.now()
         return round(workload.gpu_seconds(now) / 3600, 6)
+
+    def to_representation(self, workload: Workload) -> dict[str, Any]:
+        # The declared fields above are the contract (and the schema); this writes the same output
+        # directly, since the generic per-field path was a third of a 50-row page's time.
+        w = workload
+        return {
+            "uid": w.uid, "name": w.name, "team": w.team.slug, "owner": w.owner.get_username(), "kind": w.kind,
+            "image": w.image, "catalog_image": w.catalog_image_id, "gpu_type": w.gpu_type.slug,
+            "gpu_count": w.gpu_count, "command": list(w.command or []), "args": list(w.args or []),
+            "env": [{"name": e["name"], "value": e["value"]} for e in w.env or []], "port": w.port,
+            "time_limit_seconds": w.time_limit_seconds, "priority": w.priority, "state": w.state,
+            "reason": w.reason, "message": w.message, "exit_code": w.exit_code,
+            "queue_position": self.get_queue_position(w), "gpu_hours": self.get_gpu_hours(w),
+            "namespace": w.namespace, "k8s_name": w.k8s_name, "node_name": w.node_name, "pod_name": w.pod_name,
+            "created_at": _when(w.created_at), "admitted_at": _when(w.admitted_at),
+            "submitted_at": _when(w.submitted_at), "started_at": _when(w.started_at),
+            "finished_at": _when(w.finished_at), "state_changed_at": _when(w.state_changed_at),
+        }  # fmt: skip
+
+
+_DATETIME = serializers.DateTimeField()
+
+
+def _when(value: datetime | None) -> str | None:
+    return None if value is None else _DATETIME.to_representation(value)
 
 
 class WorkloadCreateSerializer(serializers.Serializer):

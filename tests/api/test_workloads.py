@@ -242,3 +242,17 @@ def test_list_queue_positions_agree_with_the_engine(world, submit):
     assert listed == expected
     assert listed[uids[3]] == 1
     assert listed[uids[0]] is None
+
+
+def test_fast_representation_matches_the_declared_fields(world, submit):
+    from rest_framework import serializers as drf
+
+    from api.serializers import WorkloadSerializer
+
+    uid = submit(env=[{"name": "A", "value": "1"}])["uid"]
+    Workload.objects.filter(uid=uid).update(
+        state=State.RUNNING, started_at=timezone.now() - timedelta(hours=1), node_name="gpu-p100-1", exit_code=None
+    )
+    workload = Workload.objects.select_related("team", "owner", "gpu_type").get(uid=uid)
+    serializer = WorkloadSerializer(context={"now": timezone.now()})
+    assert serializer.to_representation(workload) == drf.ModelSerializer.to_representation(serializer, workload)
