@@ -84,3 +84,18 @@ def test_concurrent_duplicates_submit_once(world):
     assert [code for code, _ in results] == [201] * 8
     assert sum(1 for _, replayed in results if not replayed) == 1
     assert Workload.objects.count() == 1
+
+
+def test_a_key_expires_after_its_retention(world):
+    from datetime import timedelta
+
+    import time_machine
+    from django.utils import timezone
+
+    client = world.client("owner")
+    assert client.post(URL, batch_spec(), format="json", HTTP_IDEMPOTENCY_KEY="daily").status_code == 201
+    with time_machine.travel(timezone.now() + timedelta(days=2)):
+        again = client.post(URL, batch_spec(), format="json", HTTP_IDEMPOTENCY_KEY="daily")
+    assert again.status_code == 201
+    assert "Idempotent-Replayed" not in again
+    assert Workload.objects.count() == 2
