@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from jobs.models.audit import QuotaChange
 from jobs.models.catalog import AllowedRegistry, CatalogImage, GpuNode, GpuType
 from jobs.models.teams import Membership, Quota, Role, Team
 from jobs.models.usage import RolledUpDay, UsageDaily
@@ -15,6 +16,7 @@ __all__ = [
     "Kind",
     "Membership",
     "Quota",
+    "QuotaChange",
     "Role",
     "RolledUpDay",
     "State",

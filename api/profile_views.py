@@ -1,0 +1,46 @@
+"""The profile page where people create, list and revoke their API tokens (server-rendered)."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from api.models import ApiToken
+from api.tokens import token_create, token_revoke
+
+
+@login_required
+def tokens(request: HttpRequest) -> HttpResponse:
+    issued = None
+    error = ""
+    if request.method == "POST":
+        name = (request.POST.get("name") or "").strip()
+        if not name:
+            error = "Give the token a name, e.g. the machine or script that will use it."
+        elif len(name) > 100:
+            error = "At most 100 characters."
+        else:
+            issued = token_create(user=request.user, name=name)
+    return render(
+        request,
+        "api/tokens.html",
+        {
+            "tokens": ApiToken.objects.filter(user=request.user, revoked_at=None),
+            "issued": issued,
+            "error": error,
+            "site_url": request.build_absolute_uri("/").rstrip("/"),
+        },
+        status=400 if error else 200,
+    )
+
+
+@login_required
+@require_POST
+def revoke(request: HttpRequest, token_id: int) -> HttpResponse:
+    token = get_object_or_404(ApiToken, id=token_id, user=request.user)
+    if token_revoke(token=token, by=request.user):
+        messages.success(request, f"Token “{token.name}” revoked; it no longer works.")
+    return redirect("api-tokens")

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import csv
+import io
+
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+
+
+class PlainTextRenderer(BaseRenderer):
+    media_type = "text/plain"
+    format = "txt"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        return data.encode(self.charset) if isinstance(data, str) else data
+
+
+class UsageCsvRenderer(BaseRenderer):
+    """Usage rows as CSV: a header line, then one line per group."""
+
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        if isinstance(data, str | bytes):
+            return data
+        if not isinstance(data, dict) or "rows" not in data:
+            return JSONRenderer().render(data)
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow([data["group_by"], "gpu_hours", "weighted_gpu_hours"])
+        for row in data["rows"]:
+            writer.writerow([row["key"], f"{row['gpu_hours']:.6f}", f"{row['weighted_gpu_hours']:.6f}"])
+        return out.getvalue().encode(self.charset)

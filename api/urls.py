@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from django.urls import include, path, re_path
+from django.views.decorators.csrf import csrf_exempt
+from rest_framework.routers import DefaultRouter
+
+from api import views
+
+router = DefaultRouter(trailing_slash=True)
+router.include_root_view = False
+router.register("workloads", views.WorkloadViewSet, basename="workload")
+router.register("teams", views.TeamViewSet, basename="team")
+
+urlpatterns = [
+    path("", include(router.urls)),
+    path("gpu-types/", views.GpuTypeListView.as_view(), name="gpu-types"),
+    path("images/", views.CatalogImageListView.as_view(), name="images"),
+    path("usage/", views.UsageView.as_view(), name="usage"),
+]
+
+
+@csrf_exempt  # it changes nothing, and must answer 404 (not a CSRF 403) to any method
+def _not_found(request, *args, **kwargs):
+    # Anything under /api/v1/ that matches no route answers in the API's error format, not Django's HTML page.
+    from django.http import JsonResponse
+
+    from api.errors import error_body
+
+    return JsonResponse(error_body(404, "not_found", "No such API endpoint or object."), status=404)
+
+
+urlpatterns.append(re_path(r"^.*$", _not_found))

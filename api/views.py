@@ -1,0 +1,433 @@
+"""REST endpoints: parse the request, call the engine's services and selectors, render the result."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Iterator
+from datetime import date, timedelta
+
+import urllib3
+from django.conf import settings
+from django.http import StreamingHttpResponse
+from django.utils import timezone
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
+from kubernetes.client.exceptions import ApiException
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from api import access
+from api.errors import BodyTooLarge, ClusterUnavailable, Conflict, Invalid, error_body
+from api.filters import WorkloadFilter
+from api.idempotency import MAX_KEY_LENGTH, KeyReused, create_once, request_fingerprint
+from api.pagination import WorkloadCursorPagination
+from api.renderers import PlainTextRenderer, UsageCsvRenderer
+from api.selectors import queue_positions
+from api.serializers import (
+    CatalogImageSerializer,
+    ErrorSerializer,
+    GpuTypeSerializer,
+    QueueSerializer,
+    QuotaUseSerializer,
+    TeamSerializer,
+    UsageSerializer,
+    WorkloadCreateSerializer,
+    WorkloadEventsSerializer,
+    WorkloadSerializer,
+    parse_submission,
+)
+from jobs.kube.client import KubeConfigError, classify
+from jobs.models import CatalogImage, GpuType, Membership, State, Workload
+from jobs.selectors import cluster_capacity, team_quota_use, with_queue_position
+from jobs.services import accounting
+from jobs.services.cancel import workload_cancel
+from jobs.services.logs import MAX_TAIL, LogsUnavailable, follow_logs, workload_events, workload_logs
+from jobs.services.submit import workload_submit
+
+User = Membership._meta.get_field("user").related_model
+
+
+def _has_bad_text(value) -> bool:
+    """NUL characters and lone surrogates cannot be stored in PostgreSQL: refuse them up front."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return True
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_has_bad_text(k) or _has_bad_text(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_bad_text(v) for v in value)
+    return False
+
+
+class ApiViewMixin:
+    """What every endpoint shares: a body size limit, clean text, and errors always as JSON."""
+
+    def initial(self, request: Request, *args, **kwargs) -> None:
+        length = request.META.get("CONTENT_LENGTH") or "0"
+        if length.isdigit() and int(length) > settings.API_MAX_BODY_BYTES:
+            raise BodyTooLarge(f"The request body may be at most {settings.API_MAX_BODY_BYTES} bytes.")
+        bad = [name for name, values in request.query_params.lists() if _has_bad_text(values) or _has_bad_text(name)]
+        bad += [name for name, value in kwargs.items() if _has_bad_text(value)]
+        if bad:
+            raise Invalid({name: ["Contains characters that are not allowed."] for name in bad})
+        super().initial(request, *args, **kwargs)
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        if isinstance(response, Response) and response.status_code >= 400:
+            # Errors are JSON even from endpoints that otherwise answer text or CSV.
+            request.accepted_renderer = JSONRenderer()
+            request.accepted_media_type = "application/json"
+        return super().finalize_response(request, response, *args, **kwargs)
+
+
+class IgnoreAcceptNegotiation(DefaultContentNegotiation):
+    """Logs are text whatever the client asks for."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
+@contextlib.contextmanager
+def cluster_call() -> Iterator[None]:
+    try:
+        yield
+    except LogsUnavailable:
+        raise
+    except (ApiException, KubeConfigError, urllib3.exceptions.HTTPError, OSError) as exc:
+        raise ClusterUnavailable(
+            f"The Kubernetes cluster could not answer ({classify(exc).message}); try again in a minute."
+        ) from exc
+
+
+def _int_param(request: Request, name: str, *, default: int | None, low: int, high: int) -> int | None:
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise Invalid({name: [f"A whole number from {low} to {high}."]})
+    return int(raw)
+
+
+def _bool_param(request: Request, name: str) -> bool:
+    raw = (request.query_params.get(name) or "").lower()
+    if raw in ("", "0", "false", "no"):
+        return False
+    if raw in ("1", "true", "yes"):
+        return True
+    raise Invalid({name: ["true or false."]})
+
+
+E = OpenApiResponse(ErrorSerializer)
+TEAM_PARAM = OpenApiParameter(
+    "team", str, description="Team slug; may be left out when you belong to exactly one team."
+)
+
+
+# --- workloads ------------------------------------------------------------------------------------
+@extend_schema_view(
+    list=extend_schema(summary="List workloads in your teams", description="Newest first, cursor-paginated."),
+    retrieve=extend_schema(summary="Get a workload"),
+)
+class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    serializer_class = WorkloadSerializer
+    lookup_field = "uid"
+    lookup_value_regex = "[0-9a-z]{1,16}"
+    pagination_class = WorkloadCursorPagination
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = WorkloadFilter
+
+    def get_queryset(self):
+        queryset = access.visible_workloads(self.request.user).select_related("team", "owner", "gpu_type")
+        if self.action == "list":
+            return queryset  # queue positions are added per page (list), not computed for every row
+        return with_queue_position(queryset)
+
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        positions = queue_positions(page)
+        for workload in page:
+            workload.queue_position = positions.get(workload.id)
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+
+    def get_serializer_context(self):
+        return {**super().get_serializer_context(), "now": timezone.now()}
+
+    def _render(self, workload: Workload) -> dict:
+        fresh = with_queue_position(
+            access.visible_workloads(self.request.user).select_related("team", "owner", "gpu_type")
+        ).get(id=workload.id)
+        return self.get_serializer(fresh).data
+
+    @extend_schema(
+        summary="Submit a workload",
+        request=WorkloadCreateSerializer,
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                description="Any unique string (a UUID). A retry with the same key and body returns the first "
+                "response instead of submitting again; the same key with another body is refused (422).",
+            )
+        ],
+        responses={201: WorkloadSerializer, 422: E},
+    )
+    def create(self, request: Request) -> Response:
+        team_slug, spec = parse_submission(request.data)
+        if _has_bad_text(spec) or _has_bad_text(team_slug):
+            raise Invalid({"non_field_errors": ["Text may not contain NUL characters or lone surrogates."]})
+        team = access.resolve_team(request.user, team_slug)
+        key = request.headers.get("Idempotency-Key")
+
+        def perform() -> tuple[int, dict]:
+            workload = workload_submit(team=team, owner=request.user, spec=spec)
+            return status.HTTP_201_CREATED, self._render(workload)
+
+        if key is None:
+            code, body = perform()
+            replayed = False
+        else:
+            if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable() or not key.isascii():
+                raise Invalid({"Idempotency-Key": [f"1 to {MAX_KEY_LENGTH} printable ASCII characters."]})
+            try:
+                outcome = create_once(
+                    user=request.user,
+                    key=key,
+                    fingerprint=request_fingerprint({"team": team.id, "spec": spec}),
+                    perform=perform,
+                )
+            except KeyReused:
+                return Response(
+                    error_body(
+                        422,
+                        "idempotency_key_reused",
+                        "This Idempotency-Key was already used for a different request.",
+                        {"Idempotency-Key": ["Already used for a different request."]},
+                    ),
+                    status=422,
+                )
+            code, body, replayed = outcome.status_code, outcome.body, outcome.replayed
+        headers = {"Location": f"/api/v1/workloads/{body['uid']}/"}
+        if replayed:
+            headers["Idempotent-Replayed"] = "true"
+        return Response(body, status=code, headers=headers)
+
+    @extend_schema(summary="Cancel a workload", request=None, responses={200: WorkloadSerializer, 409: E})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, uid: str) -> Response:
+        workload = self.get_object()
+        access.check_may_cancel(request.user, workload)
+        workload_cancel(workload=workload, by=request.user)
+        return Response(self._render(workload))
+
+    @extend_schema(
+        summary="Container logs, as text",
+        description="The last `tail` lines (or those of the last `since` seconds). With `follow=true` the "
+        "response streams lines as the container writes them. 409 when there is no container to read from.",
+        parameters=[
+            OpenApiParameter("tail", OpenApiTypes.INT, description=f"Lines from the end (1-{MAX_TAIL}, default 200)."),
+            OpenApiParameter("since", OpenApiTypes.INT, description="Only lines of the last N seconds."),
+            OpenApiParameter("follow", OpenApiTypes.BOOL, description="Stream until the container ends."),
+        ],
+        responses={(200, "text/plain"): OpenApiTypes.STR, 409: E, 503: E},
+    )
+    @action(
+        detail=True,
+        methods=["get"],
+        renderer_classes=[PlainTextRenderer],
+        content_negotiation_class=IgnoreAcceptNegotiation,
+        filter_backends=[],
+    )
+    def logs(self, request: Request, uid: str):
+        workload = self.get_object()
+        tail = _int_param(request, "tail", default=200, low=1, high=MAX_TAIL)
+        since = _int_param(request, "since", default=None, low=1, high=366 * 24 * 3600)
+        follow = _bool_param(request, "follow")
+        if workload.state in (State.QUEUED, State.SUBMITTING) or not workload.k8s_name:
+            raise Conflict("The workload has no container yet (it has not started).", code="logs_unavailable")
+        if not follow:
+            with cluster_call():
+                return Response(workload_logs(workload, tail=tail, since_seconds=since))
+        lines = follow_logs(workload, tail=tail, timeout_seconds=settings.API_LOG_FOLLOW_SECONDS)
+        with cluster_call():
+            first = next(lines, None)
+        stream = (f"{line}\n" for line in itertools.chain([] if first is None else [first], lines))
+        return StreamingHttpResponse(stream, content_type="text/plain; charset=utf-8")
+
+    @extend_schema(
+        summary="The workload's timeline and Kubernetes events",
+        responses={200: WorkloadEventsSerializer, 503: E},
+    )
+    @action(detail=True, methods=["get"], filter_backends=[])
+    def events(self, request: Request, uid: str) -> Response:
+        workload = self.get_object()
+        with cluster_call():
+            kubernetes = workload_events(workload)
+        body = {"timeline": list(workload.events.all()), "kubernetes": kubernetes}
+        return Response(WorkloadEventsSerializer(body).data)
+
+
+# --- teams, quotas, queue --------------------------------------------------------------------------
+class TeamViewSet(ApiViewMixin, viewsets.GenericViewSet):
+    serializer_class = TeamSerializer
+    lookup_field = "slug"
+    lookup_value_regex = "[-a-zA-Z0-9_]+"
+    pagination_class = None
+
+    def get_queryset(self):
+        return access.visible_teams(self.request.user).order_by("name")
+
+    def get_serializer_context(self):
+        roles = dict(Membership.objects.filter(user=self.request.user).values_list("team_id", "role"))
+        return {**super().get_serializer_context(), "roles": roles}
+
+    @extend_schema(summary="Your teams")
+    def list(self, request: Request) -> Response:
+        return Response(self.get_serializer(self.get_queryset(), many=True).data)
+
+    @extend_schema(summary="A team")
+    def retrieve(self, request: Request, slug: str) -> Response:
+        return Response(self.get_serializer(access.team_by_slug(request.user, slug)).data)
+
+    @extend_schema(summary="The team's GPU quotas and their use", responses=QuotaUseSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def quotas(self, request: Request, slug: str) -> Response:
+        team = access.team_by_slug(request.user, slug)
+        return Response(QuotaUseSerializer(team_quota_use(team), many=True).data)
+
+    @extend_schema(summary="The team's queue", responses=QueueSerializer)
+    @action(detail=True, methods=["get"])
+    def queue(self, request: Request, slug: str) -> Response:
+        team = access.team_by_slug(request.user, slug)
+        queued = with_queue_position(
+            Workload.objects.filter(team=team, state=State.QUEUED).select_related("team", "owner", "gpu_type")
+        ).order_by("gpu_type__slug", "-priority", "created_at", "id")[: settings.API_QUEUE_LIMIT]
+        body = {
+            "team": team.slug,
+            "quotas": QuotaUseSerializer(team_quota_use(team), many=True).data,
+            "queued": WorkloadSerializer(queued, many=True, context={"now": timezone.now()}).data,
+        }
+        return Response(body)
+
+
+# --- GPU types and the catalog --------------------------------------------------------------------
+class GpuTypeListView(ApiViewMixin, APIView):
+    @extend_schema(
+        summary="GPU types, free/total in the cluster, and your team's quota",
+        parameters=[TEAM_PARAM],
+        responses=GpuTypeSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        team = access.resolve_team(request.user, request.query_params.get("team"))
+        types = list(GpuType.objects.all())
+        capacity = cluster_capacity(types)
+        quotas = {use.gpu_type.id: use for use in team_quota_use(team)}
+        rows = [
+            {
+                "slug": t.slug,
+                "display_name": t.display_name,
+                "enabled": t.enabled,
+                "billing_weight": t.billing_weight,
+                "max_cuda_version": t.max_cuda_version,
+                "cluster": capacity[t.id],
+                "quota": quotas.get(t.id),
+            }
+            for t in types
+        ]
+        return Response(GpuTypeSerializer(rows, many=True).data)
+
+
+class CatalogImageListView(ApiViewMixin, APIView):
+    @extend_schema(summary="The image catalog", responses=CatalogImageSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        images = CatalogImage.objects.filter(enabled=True).order_by("title")
+        return Response(CatalogImageSerializer(images, many=True).data)
+
+
+# --- usage ----------------------------------------------------------------------------------------
+GROUPS = {"day": "day", "user": "user_id", "gpu_type": "gpu_type_id"}
+
+
+def _date_param(request: Request, name: str, default: date) -> date:
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return date.fromisoformat(raw)
+    except ValueError:
+        raise Invalid({name: ["A date as YYYY-MM-DD."]}) from None
+
+
+class UsageView(ApiViewMixin, APIView):
+    renderer_classes = [JSONRenderer, UsageCsvRenderer]
+
+    @extend_schema(
+        summary="GPU-hours of a team over a date range",
+        description="Grouped by day, user or GPU type; `format=csv` (or Accept: text/csv) for CSV.",
+        parameters=[
+            TEAM_PARAM,
+            OpenApiParameter("start", OpenApiTypes.DATE, description="First day (default: first of this month)."),
+            OpenApiParameter("end", OpenApiTypes.DATE, description="Last day, inclusive (default: today)."),
+            OpenApiParameter("group_by", str, enum=list(GROUPS), description="Default: day."),
+            OpenApiParameter("user", str, description="Only this user's workloads (username)."),
+            OpenApiParameter("format", str, enum=["json", "csv"]),
+        ],
+        responses={(200, "application/json"): UsageSerializer, (200, "text/csv"): OpenApiTypes.STR},
+    )
+    def get(self, request: Request, format=None) -> Response:
+        team = access.resolve_team(request.user, request.query_params.get("team"))
+        today = timezone.localdate()
+        start = _date_param(request, "start", today.replace(day=1))
+        end = _date_param(request, "end", today)
+        if end < start:
+            raise Invalid({"end": ["The end comes before the start."]})
+        if (end - start) > timedelta(days=settings.API_USAGE_MAX_DAYS):
+            raise Invalid({"end": [f"At most {settings.API_USAGE_MAX_DAYS} days at once."]})
+        group_by = request.query_params.get("group_by") or "day"
+        if group_by not in GROUPS:
+            raise Invalid({"group_by": ["One of: day, user, gpu_type."]})
+        user_ids = None
+        username = request.query_params.get("user")
+        if username:
+            user_ids = list(User.objects.filter(username=username).values_list("id", flat=True))
+        rows = accounting.usage_report_days(first_day=start, last_day=end, team_ids=[team.id], user_ids=user_ids)
+        grouped = accounting.totals(rows, by=GROUPS[group_by])
+        names = self._key_names(group_by, grouped)
+        entries = [
+            {"key": names[key], "gpu_hours": hours, "weighted_gpu_hours": weighted}
+            for key, (hours, weighted) in grouped.items()
+        ]
+        body = {
+            "team": team.slug,
+            "start": start.isoformat(),
+            "end": end.isoformat(),
+            "group_by": group_by,
+            "rows": entries,
+            "total_gpu_hours": round(sum(e["gpu_hours"] for e in entries), 6),
+            "total_weighted_gpu_hours": round(sum(e["weighted_gpu_hours"] for e in entries), 6),
+        }
+        response = Response(body)
+        if request.accepted_renderer.format == "csv":
+            filename = f"usage-{team.slug}-{start}-{end}-by-{group_by}.csv"
+            response["Content-Disposition"] = f'attachment; filename="{filename}"'
+        return response
+
+    @staticmethod
+    def _key_names(group_by: str, grouped: dict) -> dict:
+        if group_by == "day":
+            return {key: key.isoformat() for key in grouped}
+        if group_by == "user":
+            return dict(User.objects.filter(id__in=list(grouped)).values_list("id", "username"))
+        return dict(GpuType.objects.filter(id__in=list(grouped)).values_list("id", "slug"))

@@ -1,0 +1,207 @@
+"""The REST API on PostgreSQL with 100,000 workloads.
+
+Lines printed:
+  api_list_p95_ms              GET /api/v1/workloads/ (50 per page, newest first) as a member of the team
+                               that owns all 100,000 workloads (200 of them queued, 50 running); p95 over
+                               first pages and cursor pages up to 20 deep, through the full stack (token
+                               auth, throttle, filters, paging, queue positions, serializer) with Django's
+                               test client in process. Target ≤ 50 ms.
+  api_list_p50_ms              the median of the same requests
+  api_list_filtered_p95_ms     the same with ?state=SUCCEEDED&gpu_type=<slug>
+  api_list_queries_per_page    SQL queries for one page of queued workloads (page 1); a page without
+                               queued ones needs one fewer. Independent of page size and table size.
+  api_submit_p95_ms            POST /api/v1/workloads/ with an Idempotency-Key, 20 client threads at once,
+                               each submitting in a loop (validation, admission request, stored response)
+  api_submit_per_s             submissions per second over that run
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+WORKLOADS = 100_000
+LIST_SAMPLES = 200
+SUBMIT_CLIENTS = 20
+SUBMITS_PER_CLIENT = 15
+
+
+def p95(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[94]
+
+
+def _setup() -> dict[str, Any]:
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from api.tokens import token_create
+    from jobs.models import AllowedRegistry, GpuNode, GpuType, Membership, Quota, State, Team, Workload
+
+    run = uuid.uuid4().hex[:6]
+    team = Team.objects.create(name=f"Bench {run}", slug=f"bench-{run}")
+    gpu_type = GpuType.objects.create(slug=f"bp100-{run}", display_name=f"Bench P100 {run}", node_label_value="p100")
+    GpuNode.objects.create(
+        name=f"bench-node-{run}", gpu_type=gpu_type, gpus_capacity=8, gpus_allocatable=8, ready=True,
+        last_seen_at=timezone.now(),
+    )  # fmt: skip
+    Quota.objects.create(team=team, gpu_type=gpu_type, max_gpus=8)
+    AllowedRegistry.objects.get_or_create(host="docker.io")
+    users = [get_user_model().objects.create_user(f"bench-{run}-{i}") for i in range(SUBMIT_CLIENTS)]
+    Membership.objects.bulk_create(Membership(user=u, team=team) for u in users)
+    tokens = [token_create(user=u, name="bench").raw for u in users]
+
+    # A year of history: finished work, and at the newest end what a busy team has open at once
+    # (200 queued, 50 running), so the first pages carry queue positions.
+    finished = [State.SUCCEEDED] * 8 + [State.FAILED, State.CANCELLED]
+    start = timezone.now() - timedelta(days=365)
+    rng = random.Random(7)
+    batch: list[Workload] = []
+    for i in range(WORKLOADS):
+        created = start + timedelta(seconds=i * 300)
+        newest = WORKLOADS - i
+        state = State.QUEUED if newest <= 200 else State.RUNNING if newest <= 250 else rng.choice(finished)
+        batch.append(
+            Workload(
+                team=team,
+                owner=users[i % len(users)],
+                name=f"job-{i}",
+                kind="batch",
+                image="docker.io/library/python:3.12",
+                gpu_type=gpu_type,
+                gpu_count=1 + i % 4,
+                command=["python", "train.py"],
+                time_limit_seconds=3600,
+                state=state,
+                created_at=created,
+                started_at=created + timedelta(seconds=30) if state != State.QUEUED else None,
+                finished_at=created + timedelta(seconds=900) if state in State.final() else None,
+                namespace=team.namespace,
+                k8s_name=f"wl-{i}",
+            )
+        )
+        if len(batch) == 5000:
+            Workload.objects.bulk_create(batch)
+            batch = []
+    if batch:
+        Workload.objects.bulk_create(batch)
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE jobs_workload")
+    return {"team": team, "gpu_type": gpu_type, "tokens": tokens}
+
+
+def _client(token: str):
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client
+
+
+def _timed_get(client, url: str) -> tuple[float, dict]:
+    started = time.perf_counter()
+    response = client.get(url)
+    elapsed = (time.perf_counter() - started) * 1000
+    assert response.status_code == 200, response.content[:300]
+    return elapsed, response.json()
+
+
+def _list_p95(client, first_url: str) -> tuple[float, float]:
+    """p95 over first pages and pages reached by following the cursor (up to 20 deep)."""
+    for _ in range(10):  # warm caches and connections
+        _timed_get(client, first_url)
+    timings: list[float] = []
+    url = first_url
+    while len(timings) < LIST_SAMPLES:
+        elapsed, page = _timed_get(client, url)
+        timings.append(elapsed)
+        nxt = page.get("next")
+        url = nxt if nxt and len(timings) % 20 else first_url
+    return p95(timings), statistics.median(timings)
+
+
+def _queries(client, url: str) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        client.get(url)
+    return len(captured.captured_queries)
+
+
+def _submit_run(tokens: list[str], gpu_type_slug: str) -> tuple[float, float]:
+    from django.db import connection
+
+    barrier = threading.Barrier(len(tokens))
+    timings: list[float] = []
+    failures: list[str] = []
+    lock = threading.Lock()
+
+    def client_loop(token: str) -> None:
+        client = _client(token)
+        mine = []
+        try:
+            barrier.wait()
+            for _ in range(SUBMITS_PER_CLIENT):
+                spec = {"image": "docker.io/library/python:3.12", "gpu_type": gpu_type_slug, "command": ["true"]}
+                started = time.perf_counter()
+                response = client.post(
+                    "/api/v1/workloads/", spec, format="json", HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4())
+                )
+                mine.append((time.perf_counter() - started) * 1000)
+                if response.status_code != 201:
+                    failures.append(f"{response.status_code}: {response.content[:200]!r}")
+        finally:
+            connection.close()
+            with lock:
+                timings.extend(mine)
+
+    threads = [threading.Thread(target=client_loop, args=(t,)) for t in tokens]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    if failures:
+        raise RuntimeError(f"{len(failures)} submissions failed, e.g. {failures[0]}")
+    return p95(timings), len(timings) / wall
+
+
+def run(ctx) -> Iterator[tuple[str, float | int]]:
+    ctx.django()
+    import logging
+
+    from django.conf import settings
+    from django.test.utils import override_settings
+
+    logging.getLogger("jobs.services.dispatch").setLevel(logging.ERROR)  # no broker consumer needed here
+    rest = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"token": "1000000/min"}}
+    with override_settings(ALLOWED_HOSTS=["*"], REST_FRAMEWORK=rest, DEBUG=False):
+        world = _setup()
+        client = _client(world["tokens"][0])
+        slug = world["gpu_type"].slug
+        plain = _list_p95(client, "/api/v1/workloads/?page_size=50")
+        filtered = _list_p95(client, f"/api/v1/workloads/?page_size=50&state=SUCCEEDED&gpu_type={slug}")
+        yield "api_list_p95_ms", round(plain[0], 2)
+        yield "api_list_p50_ms", round(plain[1], 2)
+        yield "api_list_filtered_p95_ms", round(filtered[0], 2)
+        first = _queries(client, "/api/v1/workloads/?page_size=50")
+        small = _queries(client, "/api/v1/workloads/?page_size=5")
+        url = "/api/v1/workloads/?page_size=50"
+        for _ in range(19):
+            url = client.get(url).json()["next"]
+        deep = _queries(client, url)  # page 20: no queued workloads on it
+        if small != first or deep not in (first, first - 1):
+            raise RuntimeError(f"queries per page vary: page 1 {first}, 5 per page {small}, page 20 {deep}")
+        yield "api_list_queries_per_page", first
+        submit_p95, rate = _submit_run(world["tokens"], slug)
+        yield "api_submit_p95_ms", round(submit_p95, 2)
+        yield "api_submit_per_s", round(rate, 1)

@@ -1,0 +1,123 @@
+"""A small client for the portal's REST API (v1)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import requests
+
+USER_AGENT = "gpuportal-cli/1"
+RETRYABLE = {429, 502, 503, 504}
+
+
+class ApiError(Exception):
+    """The portal answered with an error; `fields` names what was wrong with the request."""
+
+    def __init__(self, status: int, message: str, fields: dict[str, list[str]] | None = None, code: str = ""):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.fields = fields or {}
+        self.code = code
+
+
+class Unreachable(Exception):
+    """No answer from the portal (connection refused, DNS, timeout)."""
+
+
+class PortalClient:
+    def __init__(self, url: str, token: str, *, timeout: float = 30.0, retries: int = 3) -> None:
+        self.base = f"{url.rstrip('/')}/api/v1"
+        self.timeout = timeout
+        self.retries = retries
+        self.session = requests.Session()
+        self.session.headers.update({"Authorization": f"Bearer {token}", "User-Agent": USER_AGENT})
+
+    # --- transport ------------------------------------------------------------------------------
+    def _request(self, method: str, path: str, *, retry: bool = False, **kwargs: Any) -> requests.Response:
+        """One call; with retry=True, transient failures are retried (only for idempotent requests)."""
+        attempts = self.retries + 1 if retry else 1
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            try:
+                response = self.session.request(method, f"{self.base}{path}", timeout=self.timeout, **kwargs)
+            except requests.RequestException as exc:
+                if last:
+                    raise Unreachable(f"cannot reach the portal at {self.base}: {exc.__class__.__name__}") from exc
+                time.sleep(min(2**attempt, 10))
+                continue
+            if response.status_code in RETRYABLE and not last:
+                time.sleep(_retry_after(response, attempt))
+                continue
+            if response.status_code >= 400:
+                raise _api_error(response)
+            return response
+        raise AssertionError("unreachable")
+
+    # --- workloads ------------------------------------------------------------------------------
+    def submit(self, spec: dict[str, Any], *, idempotency_key: str | None = None) -> dict:
+        # The same key on every retry: a create that timed out but went through is never made twice.
+        key = idempotency_key or str(uuid.uuid4())
+        return self._request("POST", "/workloads/", retry=True, json=spec, headers={"Idempotency-Key": key}).json()
+
+    def workloads(self, *, limit: int = 50, **filters: Any) -> Iterator[dict]:
+        params: dict[str, Any] = {k: v for k, v in filters.items() if v not in (None, [], "")}
+        params["page_size"] = min(max(limit, 1), 200)
+        url: str | None = "/workloads/"
+        seen = 0
+        while url and seen < limit:
+            page = self._request("GET", url, retry=True, params=params).json()
+            for workload in page["results"]:
+                yield workload
+                seen += 1
+                if seen >= limit:
+                    return
+            next_url = page.get("next")
+            # Follow the cursor, not the host in the link (the portal may sit behind a proxy).
+            url = "/workloads/?" + next_url.split("?", 1)[1] if next_url and "?" in next_url else None
+            params = {}
+
+    def workload(self, uid: str) -> dict:
+        return self._request("GET", f"/workloads/{uid}/", retry=True).json()
+
+    def cancel(self, uid: str) -> dict:
+        return self._request("POST", f"/workloads/{uid}/cancel/").json()
+
+    def logs(self, uid: str, *, tail: int | None = None, since: int | None = None) -> str:
+        params = {k: v for k, v in {"tail": tail, "since": since}.items() if v is not None}
+        return self._request("GET", f"/workloads/{uid}/logs/", retry=True, params=params).text
+
+    def follow_logs(self, uid: str, *, tail: int | None = None) -> Iterator[str]:
+        params: dict[str, Any] = {"follow": "true"}
+        if tail is not None:
+            params["tail"] = tail
+        try:
+            response = self.session.get(
+                f"{self.base}/workloads/{uid}/logs/", params=params, stream=True, timeout=(self.timeout, None)
+            )
+        except requests.RequestException as exc:
+            raise Unreachable(f"cannot reach the portal at {self.base}: {exc.__class__.__name__}") from exc
+        with response:
+            if response.status_code >= 400:
+                raise _api_error(response)
+            response.encoding = response.encoding or "utf-8"
+            yield from response.iter_lines(decode_unicode=True)
+
+
+def _retry_after(response: requests.Response, attempt: int) -> float:
+    header = response.headers.get("Retry-After", "")
+    if header.isdigit():
+        return min(float(header), 60.0)
+    return float(min(2**attempt, 10))
+
+
+def _api_error(response: requests.Response) -> ApiError:
+    try:
+        error = response.json()["error"]
+        return ApiError(response.status_code, error["message"], error.get("fields") or {}, error.get("code", ""))
+    except (ValueError, KeyError, TypeError):
+        text = response.text.strip().splitlines()[0][:200] if response.text.strip() else response.reason
+        return ApiError(response.status_code, f"HTTP {response.status_code}: {text}")

@@ -1,0 +1,49 @@
+"""Where the client finds the portal and its token: flags, then the environment, then a config file."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ConfigError(Exception):
+    pass
+
+
+def config_path() -> Path:
+    explicit = os.environ.get("GPUPORTAL_CONFIG")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "gpuportal" / "config.toml"
+
+
+@dataclass(frozen=True)
+class Settings:
+    url: str
+    token: str
+
+
+def load(*, url: str | None = None, token: str | None = None) -> Settings:
+    """Flags win over GPUPORTAL_URL / GPUPORTAL_TOKEN, which win over the config file."""
+    file_values: dict = {}
+    path = config_path()
+    if path.exists():
+        try:
+            file_values = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read {path}: {exc}") from exc
+    url = url or os.environ.get("GPUPORTAL_URL") or file_values.get("url")
+    token = token or os.environ.get("GPUPORTAL_TOKEN") or file_values.get("token")
+    if not url:
+        raise ConfigError(f'no portal URL: pass --url, set GPUPORTAL_URL, or put url = "https://..." in {path}')
+    if not token:
+        raise ConfigError(
+            f"no API token: create one on the portal's profile page (/profile/tokens/), then pass --token, "
+            f'set GPUPORTAL_TOKEN, or put token = "gpp_..." in {path}'
+        )
+    if not str(url).startswith(("http://", "https://")):
+        raise ConfigError(f"the portal URL must start with http:// or https:// (got {url!r})")
+    return Settings(url=str(url).rstrip("/"), token=str(token))

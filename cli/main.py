@@ -1,0 +1,229 @@
+"""gpuportal: submit, list, follow and cancel GPU workloads from a terminal, through the REST API.
+
+Exit codes: 0 success; 1 the portal refused the request, or the workload waited for did not succeed;
+2 usage or configuration error; 3 the portal could not be reached; 4 `wait` timed out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from cli import config
+from cli.client import ApiError, PortalClient, Unreachable
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_TIMEOUT = 0, 1, 2, 3, 4
+FINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+NOT_STARTED = {"QUEUED", "SUBMITTING", "PENDING"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpuportal",
+        description="Run GPU batch jobs and services on the GPU Portal.",
+        epilog="Configure with --url/--token, GPUPORTAL_URL/GPUPORTAL_TOKEN, or ~/.config/gpuportal/config.toml "
+        "(url = ..., token = ...). Exit codes: 0 ok, 1 refused or workload failed, 2 usage, 3 unreachable, "
+        "4 wait timed out.",
+    )
+    parser.add_argument("--url", help="portal address, e.g. https://gpus.example.org")
+    parser.add_argument("--token", help="API token from your profile page")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    submit = commands.add_parser("submit", help="submit a workload; the command follows `--`")
+    image = submit.add_mutually_exclusive_group(required=True)
+    image.add_argument("--image", help="image reference, e.g. docker.io/pytorch/pytorch:2.3.0-cuda12.1")
+    image.add_argument("--catalog-image", type=int, metavar="ID", help="an image from the catalog, by id")
+    submit.add_argument("--gpu-type", required=True, help="GPU type slug, e.g. p100")
+    submit.add_argument("--gpus", type=int, default=1, help="number of GPUs (default 1)")
+    submit.add_argument("--kind", choices=["batch", "service"], default="batch")
+    submit.add_argument("--name", help="workload name (lowercase, digits, '-')")
+    submit.add_argument("--team", help="team slug (needed if you are in several teams)")
+    submit.add_argument("--port", type=int, help="port a service listens on")
+    submit.add_argument("--time-limit", type=int, metavar="SECONDS")
+    submit.add_argument("--priority", type=int, help="queue priority (team managers only)")
+    submit.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="repeatable")
+    submit.add_argument("--args", action="store_true", help="what follows `--` are arguments, not the command")
+    submit.add_argument("--wait", action="store_true", help="wait until it finishes; exit 0 only if it succeeded")
+    submit.add_argument("command_line", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+
+    listing = commands.add_parser("list", help="list workloads in your teams, newest first")
+    listing.add_argument("--state", action="append", default=[], help="QUEUED, RUNNING, ... (repeatable)")
+    listing.add_argument("--team")
+    listing.add_argument("--gpu-type")
+    listing.add_argument("--owner", help="username")
+    listing.add_argument("--kind", choices=["batch", "service"])
+    listing.add_argument("--limit", type=int, default=50)
+
+    logs = commands.add_parser("logs", help="print a workload's container logs")
+    logs.add_argument("uid")
+    logs.add_argument("--tail", type=int, help="lines from the end")
+    logs.add_argument("--since", type=int, metavar="SECONDS", help="only the last N seconds")
+    logs.add_argument("-f", "--follow", action="store_true", help="wait for the container, then stream")
+
+    cancel = commands.add_parser("cancel", help="cancel a workload")
+    cancel.add_argument("uid")
+
+    wait = commands.add_parser("wait", help="wait until a workload finishes; exit 0 only if it succeeded")
+    wait.add_argument("uid")
+    wait.add_argument("--timeout", type=float, default=0, metavar="SECONDS", help="0: wait forever")
+    wait.add_argument("--interval", type=float, default=2.0, metavar="SECONDS")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = config.load(url=args.url, token=args.token)
+    except config.ConfigError as exc:
+        print(f"gpuportal: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    client = PortalClient(settings.url, settings.token)
+    try:
+        return COMMANDS[args.command](client, args)
+    except ApiError as exc:
+        print(f"gpuportal: {exc.message} (HTTP {exc.status})", file=sys.stderr)
+        for field, messages in exc.fields.items():
+            for message in messages:
+                print(f"  {field}: {message}", file=sys.stderr)
+        return EXIT_FAILED
+    except Unreachable as exc:
+        print(f"gpuportal: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except KeyboardInterrupt:
+        return 130
+
+
+# --- commands ---------------------------------------------------------------------------------------
+def cmd_submit(client: PortalClient, args: argparse.Namespace) -> int:
+    spec: dict[str, Any] = {"gpu_type": args.gpu_type, "gpu_count": args.gpus, "kind": args.kind}
+    optional = {
+        "image": args.image,
+        "catalog_image": args.catalog_image,
+        "name": args.name,
+        "team": args.team,
+        "port": args.port,
+        "time_limit_seconds": args.time_limit,
+        "priority": args.priority,
+    }
+    spec.update({k: v for k, v in optional.items() if v is not None})
+    words = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
+    if words:
+        spec["args" if args.args else "command"] = words
+    if args.env:
+        env = []
+        for item in args.env:
+            name, sep, value = item.partition("=")
+            if not sep or not name:
+                print(f"gpuportal: --env wants NAME=VALUE, got {item!r}", file=sys.stderr)
+                return EXIT_USAGE
+            env.append({"name": name, "value": value})
+        spec["env"] = env
+    workload = client.submit(spec)
+    _show(args, workload, f"{workload['uid']}  {_state(workload)}")
+    if args.wait:
+        return _wait(client, workload["uid"], timeout=0, interval=2.0, quiet=args.json)
+    return EXIT_OK
+
+
+def cmd_list(client: PortalClient, args: argparse.Namespace) -> int:
+    rows = list(
+        client.workloads(
+            limit=args.limit,
+            state=[s.upper() for s in args.state],
+            team=args.team,
+            gpu_type=args.gpu_type,
+            owner=args.owner,
+            kind=args.kind,
+        )
+    )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    header = ("UID", "NAME", "TEAM", "OWNER", "GPUS", "STATE", "CREATED")
+    table = [header] + [
+        (
+            w["uid"],
+            w["name"],
+            w["team"],
+            w["owner"],
+            f"{w['gpu_count']}×{w['gpu_type']}",
+            _state(w),
+            w["created_at"][:19],
+        )
+        for w in rows
+    ]
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    return EXIT_OK
+
+
+def cmd_logs(client: PortalClient, args: argparse.Namespace) -> int:
+    if not args.follow:
+        sys.stdout.write(client.logs(args.uid, tail=args.tail, since=args.since))
+        return EXIT_OK
+    workload = client.workload(args.uid)
+    while workload["state"] in NOT_STARTED:
+        print(f"gpuportal: {args.uid} is {_state(workload)}; waiting for its container…", file=sys.stderr)
+        time.sleep(2)
+        workload = client.workload(args.uid)
+    for line in client.follow_logs(args.uid, tail=args.tail):
+        print(line, flush=True)
+    return EXIT_OK
+
+
+def cmd_cancel(client: PortalClient, args: argparse.Namespace) -> int:
+    workload = client.cancel(args.uid)
+    _show(args, workload, f"{workload['uid']}  {_state(workload)}")
+    return EXIT_OK
+
+
+def cmd_wait(client: PortalClient, args: argparse.Namespace) -> int:
+    return _wait(client, args.uid, timeout=args.timeout, interval=args.interval, quiet=args.json)
+
+
+COMMANDS = {"submit": cmd_submit, "list": cmd_list, "logs": cmd_logs, "cancel": cmd_cancel, "wait": cmd_wait}
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+def _wait(client: PortalClient, uid: str, *, timeout: float, interval: float, quiet: bool) -> int:
+    deadline = time.monotonic() + timeout if timeout > 0 else None
+    last = None
+    while True:
+        workload = client.workload(uid)
+        shown = _state(workload)
+        if shown != last and not quiet:
+            print(f"{uid}  {shown}", file=sys.stderr, flush=True)
+            last = shown
+        if workload["state"] in FINAL:
+            if quiet:
+                print(json.dumps(workload, indent=2))
+            elif workload["state"] != "SUCCEEDED" and workload.get("message"):
+                print(f"  {workload['message']}", file=sys.stderr)
+            return EXIT_OK if workload["state"] == "SUCCEEDED" else EXIT_FAILED
+        if deadline is not None and time.monotonic() >= deadline:
+            print(f"gpuportal: {uid} still {shown} after {timeout:g}s", file=sys.stderr)
+            return EXIT_TIMEOUT
+        time.sleep(max(0.1, min(interval, deadline - time.monotonic() if deadline else interval)))
+
+
+def _state(workload: dict) -> str:
+    state = workload["state"]
+    if state == "QUEUED" and workload.get("queue_position"):
+        return f"QUEUED #{workload['queue_position']}"
+    if state in ("FAILED", "PENDING") and workload.get("reason"):
+        return f"{state} ({workload['reason']})"
+    return state
+
+
+def _show(args: argparse.Namespace, workload: dict, text: str) -> None:
+    print(json.dumps(workload, indent=2) if args.json else text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

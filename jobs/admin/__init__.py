@@ -1,0 +1,7 @@
+"""Django admin for the domain. Thin: every change goes through an engine service."""
+
+from __future__ import annotations
+
+from jobs.admin import catalog, teams, workloads
+
+__all__ = ["catalog", "teams", "workloads"]

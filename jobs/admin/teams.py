@@ -1,0 +1,162 @@
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import IntegerField, OuterRef, Subquery, Sum
+from django.db.models.functions import Coalesce
+
+from jobs.admin.quota_changes import quota_change_record
+from jobs.models import Membership, Quota, QuotaChange, State, Team, Workload
+
+
+def _gpus(states) -> Coalesce:
+    total = (
+        Workload.objects.filter(team_id=OuterRef("team_id"), gpu_type_id=OuterRef("gpu_type_id"), state__in=states)
+        .order_by()
+        .values("team_id")
+        .annotate(n=Sum("gpu_count"))
+        .values("n")
+    )
+    return Coalesce(Subquery(total, output_field=IntegerField()), 0)
+
+
+def quotas_with_use(queryset):
+    """Quota rows annotated with GPUs held and GPUs queued, in the same query."""
+    return queryset.annotate(gpus_used=_gpus(State.holding()), gpus_queued=_gpus([State.QUEUED]))
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    autocomplete_fields = ["user"]
+
+
+class QuotaInline(admin.TabularInline):
+    model = Quota
+    extra = 0
+    fields = ["gpu_type", "max_gpus", "use"]
+    readonly_fields = ["use"]
+
+    def get_queryset(self, request):
+        return quotas_with_use(super().get_queryset(request).select_related("gpu_type"))
+
+    @admin.display(description="In use / queued (GPUs)")
+    def use(self, quota: Quota) -> str:
+        if quota.pk is None:
+            return "—"
+        return f"{quota.gpus_used} in use, {quota.gpus_queued} queued, of {quota.max_gpus}"
+
+
+class QuotaChangeInline(admin.TabularInline):
+    model = QuotaChange
+    extra = 0
+    can_delete = False
+    fields = ["changed_at", "gpu_type", "old_max_gpus", "new_max_gpus", "changed_by", "admitted", "note"]
+    readonly_fields = fields
+    ordering = ["-changed_at", "-id"]
+    verbose_name_plural = "Quota changes"
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("gpu_type", "changed_by")
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ["name", "slug", "monthly_gpu_hour_budget"]
+    search_fields = ["name", "slug"]
+    prepopulated_fields = {"slug": ["name"]}
+    inlines = [MembershipInline, QuotaInline, QuotaChangeInline]
+
+    def save_formset(self, request, form, formset, change):
+        if formset.model is not Quota:
+            return super().save_formset(request, form, formset, change)
+        team = form.instance
+        before = dict(Quota.objects.filter(team=team).values_list("gpu_type_id", "max_gpus"))
+        super().save_formset(request, form, formset, change)
+        after = {q.gpu_type_id: q for q in Quota.objects.filter(team=team).select_related("gpu_type")}
+        removed = {f.instance.gpu_type_id: f.instance.gpu_type for f in formset.deleted_forms if f.instance.gpu_type_id}
+        for type_id in sorted(set(before) | set(after)):
+            gpu_type = after[type_id].gpu_type if type_id in after else removed.get(type_id)
+            if gpu_type is None:
+                continue
+            new = after[type_id].max_gpus if type_id in after else None
+            recorded = quota_change_record(
+                team=team, gpu_type=gpu_type, old=before.get(type_id), new=new, by=request.user
+            )
+            if recorded is not None:
+                _tell(request, recorded)
+
+
+@admin.register(Quota)
+class QuotaAdmin(admin.ModelAdmin):
+    list_display = ["team", "gpu_type", "max_gpus", "in_use", "queued", "updated_at"]
+    list_filter = ["gpu_type", "team"]
+    list_select_related = ["team", "gpu_type"]
+    search_fields = ["team__name", "team__slug"]
+
+    def get_queryset(self, request):
+        return quotas_with_use(super().get_queryset(request))
+
+    @admin.display(description="GPUs in use", ordering="gpus_used")
+    def in_use(self, quota: Quota) -> int:
+        return quota.gpus_used
+
+    @admin.display(description="GPUs queued", ordering="gpus_queued")
+    def queued(self, quota: Quota) -> int:
+        return quota.gpus_queued
+
+    def save_model(self, request, obj, form, change):
+        previous = Quota.objects.filter(id=obj.id).first() if obj.id else None
+        super().save_model(request, obj, form, change)
+        if previous is not None and (previous.team_id, previous.gpu_type_id) != (obj.team_id, obj.gpu_type_id):
+            quota_change_record(
+                team=previous.team, gpu_type=previous.gpu_type, old=previous.max_gpus, new=None, by=request.user
+            )
+            previous = None
+        recorded = quota_change_record(
+            team=obj.team,
+            gpu_type=obj.gpu_type,
+            old=previous.max_gpus if previous else None,
+            new=obj.max_gpus,
+            by=request.user,
+        )
+        if recorded is not None:
+            _tell(request, recorded)
+
+    def delete_model(self, request, obj):
+        team, gpu_type, old = obj.team, obj.gpu_type, obj.max_gpus
+        super().delete_model(request, obj)
+        quota_change_record(team=team, gpu_type=gpu_type, old=old, new=None, by=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for quota in queryset.select_related("team", "gpu_type"):
+            self.delete_model(request, quota)
+
+
+@admin.register(QuotaChange)
+class QuotaChangeAdmin(admin.ModelAdmin):
+    list_display = ["changed_at", "team", "gpu_type", "old_max_gpus", "new_max_gpus", "changed_by", "admitted", "note"]
+    list_filter = ["team", "gpu_type"]
+    list_select_related = ["team", "gpu_type", "changed_by"]
+    date_hierarchy = "changed_at"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+def _tell(request, change: QuotaChange) -> None:
+    old = "no quota" if change.old_max_gpus is None else f"{change.old_max_gpus} GPUs"
+    new = "no quota" if change.new_max_gpus is None else f"{change.new_max_gpus} GPUs"
+    messages.info(
+        request,
+        f"{change.team} / {change.gpu_type}: {old} → {new}. Admission ran again and admitted "
+        f"{change.admitted} queued workload(s).",
+    )

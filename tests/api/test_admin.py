@@ -1,0 +1,208 @@
+"""Admin: quota changes take effect at once and are recorded; workload actions; the usage report."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from api.models import ApiToken
+from jobs.models import Quota, QuotaChange, State, Workload
+
+
+@pytest.fixture
+def admin_client(client, world):
+    client.force_login(world.admin)
+    return client
+
+
+def _queued(world, submit, gpus: int) -> Workload:
+    return Workload.objects.get(uid=submit(gpu_count=gpus)["uid"])
+
+
+def _team_form(world, quotas: list[Quota], new_values: dict[int, int], delete: set[int] = frozenset()) -> dict:
+    team = world.team
+    members = list(team.memberships.order_by("id"))
+    data = {
+        "name": team.name,
+        "slug": team.slug,
+        "monthly_gpu_hour_budget": "",
+        "memberships-TOTAL_FORMS": str(len(members)),
+        "memberships-INITIAL_FORMS": str(len(members)),
+        "memberships-MIN_NUM_FORMS": "0",
+        "memberships-MAX_NUM_FORMS": "1000",
+        "quotas-TOTAL_FORMS": str(len(quotas)),
+        "quotas-INITIAL_FORMS": str(len(quotas)),
+        "quotas-MIN_NUM_FORMS": "0",
+        "quotas-MAX_NUM_FORMS": "1000",
+        "quota_changes-TOTAL_FORMS": "0",
+        "quota_changes-INITIAL_FORMS": "0",
+        "quota_changes-MIN_NUM_FORMS": "0",
+        "quota_changes-MAX_NUM_FORMS": "1000",
+    }
+    for i, m in enumerate(members):
+        data |= {f"memberships-{i}-id": m.id, f"memberships-{i}-team": team.id, f"memberships-{i}-user": m.user_id,
+                 f"memberships-{i}-role": m.role}  # fmt: skip
+    for i, q in enumerate(quotas):
+        data |= {f"quotas-{i}-id": q.id, f"quotas-{i}-team": team.id, f"quotas-{i}-gpu_type": q.gpu_type_id,
+                 f"quotas-{i}-max_gpus": new_values.get(q.id, q.max_gpus)}  # fmt: skip
+        if q.id in delete:
+            data[f"quotas-{i}-DELETE"] = "on"
+    return data
+
+
+def test_team_page_shows_quota_use(admin_client, world, submit):
+    running = _queued(world, submit, 2)
+    Workload.objects.filter(id=running.id).update(state=State.RUNNING)
+    _queued(world, submit, 3)
+    page = admin_client.get(f"/admin/jobs/team/{world.team.id}/change/")
+    assert page.status_code == 200
+    assert "2 in use, 3 queued, of 4" in page.content.decode()
+
+
+def test_quota_raise_in_team_page_is_recorded_and_admits_at_once(admin_client, world, submit):
+    quota = Quota.objects.get(team=world.team, gpu_type=world.p100)
+    Quota.objects.filter(id=quota.id).update(max_gpus=2)
+    holding = _queued(world, submit, 2)
+    Workload.objects.filter(id=holding.id).update(state=State.RUNNING)
+    waiting = _queued(world, submit, 2)
+    quotas = list(Quota.objects.filter(team=world.team).order_by("gpu_type__slug"))
+    response = admin_client.post(
+        f"/admin/jobs/team/{world.team.id}/change/", _team_form(world, quotas, {quota.id: 4}), follow=True
+    )
+    assert response.status_code == 200
+    assert "admitted 1 queued workload" in response.content.decode()
+    change = QuotaChange.objects.get()
+    assert (change.team, change.gpu_type, change.old_max_gpus, change.new_max_gpus) == (world.team, world.p100, 2, 4)
+    assert change.changed_by == world.admin
+    assert abs((timezone.now() - change.changed_at).total_seconds()) < 60
+    assert change.admitted == 1
+    waiting.refresh_from_db()
+    assert waiting.state == State.SUBMITTING
+    # The change is visible in admin, on the team page and in its own list.
+    log_page = admin_client.get("/admin/jobs/quotachange/")
+    assert log_page.status_code == 200
+    assert "Tesla P100" in log_page.content.decode()
+    team_page = admin_client.get(f"/admin/jobs/team/{world.team.id}/change/").content.decode()
+    assert "Quota changes" in team_page
+
+
+def test_quota_removed_in_team_page_is_recorded(admin_client, world):
+    k80 = Quota.objects.get(team=world.team, gpu_type=world.k80)
+    quotas = list(Quota.objects.filter(team=world.team).order_by("gpu_type__slug"))
+    response = admin_client.post(
+        f"/admin/jobs/team/{world.team.id}/change/", _team_form(world, quotas, {}, delete={k80.id}), follow=True
+    )
+    assert response.status_code == 200
+    change = QuotaChange.objects.get()
+    assert (change.gpu_type, change.old_max_gpus, change.new_max_gpus) == (world.k80, 2, None)
+    assert not Quota.objects.filter(id=k80.id).exists()
+
+
+def test_quota_edited_on_its_own_page(admin_client, world):
+    quota = Quota.objects.get(team=world.team, gpu_type=world.k80)
+    response = admin_client.post(
+        f"/admin/jobs/quota/{quota.id}/change/",
+        {"team": world.team.id, "gpu_type": world.k80.id, "max_gpus": 6},
+        follow=True,
+    )
+    assert response.status_code == 200
+    change = QuotaChange.objects.get()
+    assert (change.old_max_gpus, change.new_max_gpus, change.changed_by) == (2, 6, world.admin)
+    listing = admin_client.get("/admin/jobs/quota/").content.decode()
+    assert "Tesla K80" in listing
+
+
+def test_unchanged_save_records_nothing(admin_client, world):
+    quotas = list(Quota.objects.filter(team=world.team).order_by("gpu_type__slug"))
+    admin_client.post(f"/admin/jobs/team/{world.team.id}/change/", _team_form(world, quotas, {}))
+    assert QuotaChange.objects.count() == 0
+
+
+def test_quota_change_log_is_read_only(admin_client, world):
+    QuotaChange.objects.create(team=world.team, gpu_type=world.p100, old_max_gpus=1, new_max_gpus=2)
+    change = QuotaChange.objects.get()
+    assert admin_client.get("/admin/jobs/quotachange/add/").status_code == 403
+    assert admin_client.post(f"/admin/jobs/quotachange/{change.id}/delete/", {"post": "yes"}).status_code == 403
+
+
+def test_workload_actions_cancel_and_rerun_admission(admin_client, world, submit):
+    first = _queued(world, submit, 1)
+    second = _queued(world, submit, 1)
+    response = admin_client.post(
+        "/admin/jobs/workload/",
+        {"action": "cancel_workloads", "_selected_action": [first.id]},
+        follow=True,
+    )
+    assert response.status_code == 200
+    first.refresh_from_db()
+    assert first.state == State.CANCELLED
+    response = admin_client.post(
+        "/admin/jobs/workload/",
+        {"action": "rerun_admission", "_selected_action": [second.id]},
+        follow=True,
+    )
+    assert "1 queued workload(s) admitted" in response.content.decode()
+    second.refresh_from_db()
+    assert second.state == State.SUBMITTING
+    # Cancelling a finished workload is refused with a message, not an error page.
+    response = admin_client.post(
+        "/admin/jobs/workload/", {"action": "cancel_workloads", "_selected_action": [first.id]}, follow=True
+    )
+    assert "already finished" in response.content.decode()
+
+
+def test_workload_page_is_read_only_for_kubernetes_fields(admin_client, world, submit):
+    workload = _queued(world, submit, 1)
+    page = admin_client.get(f"/admin/jobs/workload/{workload.id}/change/").content.decode()
+    assert 'name="node_name"' not in page
+    assert 'name="priority"' in page
+    assert "Timeline" in page
+    assert "Submitted" in page
+    listing = admin_client.get("/admin/jobs/workload/?state__exact=QUEUED&q=olivia")
+    assert workload.uid in listing.content.decode()
+
+
+def test_usage_report_page_and_csv(admin_client, world):
+    start = timezone.now().replace(hour=8, minute=0, second=0, microsecond=0) - timedelta(days=1)
+    Workload.objects.create(
+        team=world.team, owner=world.owner, name="ran", kind="batch", image="docker.io/x:1", gpu_type=world.k80,
+        gpu_count=2, time_limit_seconds=86400, state=State.SUCCEEDED, created_at=start, started_at=start,
+        finished_at=start + timedelta(hours=5),
+    )  # fmt: skip
+    first = (timezone.localdate() - timedelta(days=3)).isoformat()
+    last = timezone.localdate().isoformat()
+    page = admin_client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Vision" in html
+    assert "10.0" in html  # GPU-hours
+    assert "5.0" in html  # weighted at 0.5
+    export = admin_client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}&export=csv")
+    assert export["Content-Type"].startswith("text/csv")
+    rows = list(csv.reader(io.StringIO(export.content.decode())))
+    assert rows == [
+        ["team", "gpu_type", "billing_weight", "gpu_hours", "weighted_gpu_hours"],
+        ["Vision", "Tesla K80", "0.500", "10.0", "5.0"],
+    ]
+    bad = admin_client.get(f"/admin/jobs/workload/usage-report/?start={last}&end={first}")
+    assert "The end comes before the start." in bad.content.decode()
+    assert "GPU usage report" in admin_client.get("/admin/jobs/workload/").content.decode()
+
+
+def test_usage_report_needs_staff(client, world):
+    client.force_login(world.owner)
+    response = client.get("/admin/jobs/workload/usage-report/")
+    assert response.status_code == 302
+
+
+def test_admin_revokes_tokens(admin_client, world):
+    token = ApiToken.objects.get(user=world.owner)
+    admin_client.post("/admin/api/apitoken/", {"action": "revoke_tokens", "_selected_action": [token.id]})
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    assert token.revoked_by == world.admin
+    assert world.client("owner").get("/api/v1/workloads/").status_code == 401

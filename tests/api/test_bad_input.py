@@ -1,0 +1,148 @@
+"""Bad input of every kind gets a clear 4xx in the one error format, and stores nothing."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.test import override_settings
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from api.models import ApiToken
+from api.tokens import token_revoke
+from jobs.models import Workload
+
+URL = "/api/v1/workloads/"
+
+
+def _error(response, status: int) -> dict:
+    assert response.status_code == status, response.content
+    assert response["Content-Type"].startswith("application/json")
+    error = response.json()["error"]
+    assert error["status"] == status
+    assert error["message"]
+    return error
+
+
+def test_malformed_json(world):
+    response = world.client("owner").post(URL, data='{"gpu_type": "p100",', content_type="application/json")
+    assert _error(response, 400)["code"] == "parse_error"
+
+
+def test_json_that_is_not_an_object(world):
+    response = world.client("owner").post(URL, data="[1, 2]", content_type="application/json")
+    assert "JSON object" in _error(response, 400)["message"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("gpu_count", "two"),
+        ("gpu_count", True),
+        ("gpu_count", 1.5),
+        ("name", 7),
+        ("command", "python train.py"),
+        ("command", ["python", 3]),
+        ("env", {"A": "1"}),
+        ("env", [{"name": "A"}]),
+        ("port", "8888"),
+        ("catalog_image", "pytorch"),
+        ("team", ["vision"]),
+    ],
+)
+def test_wrong_types_name_the_field(world, field, value):
+    body = {"image": "docker.io/x:1", "gpu_type": "p100", field: value}
+    error = _error(world.client("owner").post(URL, body, format="json"), 400)
+    assert field in error["fields"]
+    assert Workload.objects.count() == 0
+
+
+def test_unknown_fields_are_refused(world):
+    body = {"image": "docker.io/x:1", "gpu_type": "p100", "gpus": 2, "privileged": True}
+    error = _error(world.client("owner").post(URL, body, format="json"), 400)
+    assert error["fields"] == {"gpus": ["Unknown field."], "privileged": ["Unknown field."]}
+
+
+def test_nul_characters_and_lone_surrogates(world):
+    client = world.client("owner")
+    body = {"image": "docker.io/x:1", "gpu_type": "p100", "env": [{"name": "A", "value": "x\u0000y"}]}
+    _error(client.post(URL, body, format="json"), 400)
+    raw = '{"image": "docker.io/x:1", "gpu_type": "p100", "args": ["\\ud800"]}'
+    _error(client.post(URL, data=raw, content_type="application/json"), 400)
+    _error(client.get(URL + "?owner=a%00b"), 400)
+    _error(client.get("/api/v1/gpu-types/?team=vi%00sion"), 400)
+
+
+def test_huge_body(world):
+    body = json.dumps({"image": "docker.io/x:1", "gpu_type": "p100", "args": ["x" * (2 * 1024 * 1024)]})
+    error = _error(world.client("owner").post(URL, data=body, content_type="application/json"), 413)
+    assert error["code"] == "too_large"
+
+
+def test_form_encoded_body_is_unsupported(world):
+    response = world.client("owner").post(URL, {"gpu_type": "p100"})
+    assert _error(response, 415)["code"] == "unsupported_media_type"
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "Bearer gpp_not-a-real-token",
+        "Bearer nonsense",
+        "Bearer",
+        "Bearer two parts",
+        "Token ",
+        "Bearer \u00e9t\u00e9",
+    ],
+)
+def test_bad_tokens_are_401(world, header):
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=header.encode("utf-8").decode("latin-1"))
+    error = _error(client.get(URL), 401)
+    assert error["code"] in ("authentication_failed", "not_authenticated")
+
+
+def test_revoked_and_expired_tokens_stop_working(world):
+    token = ApiToken.objects.get(user=world.owner)
+    client = world.client("owner")
+    assert client.get(URL).status_code == 200
+    token_revoke(token=token, by=world.admin)
+    assert "revoked" in _error(client.get(URL), 401)["message"]
+    teammate = ApiToken.objects.get(user=world.teammate)
+    ApiToken.objects.filter(id=teammate.id).update(expires_at=timezone.now() - timedelta(seconds=1))
+    _error(world.client("teammate").get(URL), 401)
+
+
+def test_tokens_are_stored_hashed_and_record_use(world):
+    token = ApiToken.objects.get(user=world.owner)
+    raw = world.tokens["owner"]
+    assert raw not in (token.digest, token.prefix)
+    assert raw.startswith(token.prefix)
+    assert token.last_used_at is None
+    world.client("owner").get(URL)
+    token.refresh_from_db()
+    assert token.last_used_at is not None
+
+
+def test_method_not_allowed(world, submit):
+    uid = submit()["uid"]
+    _error(world.client("owner").delete(f"{URL}{uid}/"), 405)
+
+
+def test_throttled_per_token_with_retry_after(world):
+    rates = {"token": "3/min"}
+    from django.conf import settings
+
+    with override_settings(REST_FRAMEWORK={**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}):
+        owner = world.client("owner")
+        codes = [owner.get(URL).status_code for _ in range(3)]
+        refused = owner.get(URL)
+        # Another token has its own allowance.
+        other = world.client("teammate").get(URL)
+    assert codes == [200, 200, 200]
+    error = _error(refused, 429)
+    assert error["code"] == "throttled"
+    assert 0 < int(refused["Retry-After"]) <= 60
+    assert other.status_code == 200

@@ -1,0 +1,101 @@
+"""A script that retries a create after a timeout never submits twice."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+
+from jobs.models import Workload
+from tests.api.conftest import batch_spec
+
+URL = "/api/v1/workloads/"
+
+
+def test_retry_with_the_same_key_replays_the_first_response(world):
+    client = world.client("owner")
+    first = client.post(URL, batch_spec(), format="json", HTTP_IDEMPOTENCY_KEY="run-42")
+    again = client.post(URL, batch_spec(), format="json", HTTP_IDEMPOTENCY_KEY="run-42")
+    assert first.status_code == again.status_code == 201
+    assert first.json() == again.json()
+    assert again["Idempotent-Replayed"] == "true"
+    assert "Idempotent-Replayed" not in first
+    assert Workload.objects.count() == 1
+
+
+def test_same_key_other_body_is_422(world):
+    client = world.client("owner")
+    assert client.post(URL, batch_spec(), format="json", HTTP_IDEMPOTENCY_KEY="k").status_code == 201
+    response = client.post(URL, batch_spec(gpu_count=2), format="json", HTTP_IDEMPOTENCY_KEY="k")
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "idempotency_key_reused"
+    assert Workload.objects.count() == 1
+
+
+def test_keys_are_per_user(world):
+    assert world.client("owner").post(URL, batch_spec(), format="json", HTTP_IDEMPOTENCY_KEY="k").status_code == 201
+    response = world.client("teammate").post(URL, batch_spec(), format="json", HTTP_IDEMPOTENCY_KEY="k")
+    assert response.status_code == 201
+    assert "Idempotent-Replayed" not in response
+    assert Workload.objects.count() == 2
+
+
+def test_a_refused_request_can_be_fixed_and_retried_with_its_key(world):
+    client = world.client("owner")
+    bad = client.post(URL, batch_spec(gpu_count=99), format="json", HTTP_IDEMPOTENCY_KEY="k")
+    assert bad.status_code == 400
+    good = client.post(URL, batch_spec(), format="json", HTTP_IDEMPOTENCY_KEY="k")
+    assert good.status_code == 201
+    assert Workload.objects.count() == 1
+
+
+def test_bad_keys(world):
+    client = world.client("owner")
+    for key in ("", "x" * 300, "tab\there"):
+        response = client.post(URL, batch_spec(), format="json", HTTP_IDEMPOTENCY_KEY=key)
+        assert response.status_code == 400, key
+        assert "Idempotency-Key" in response.json()["error"]["fields"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_duplicates_submit_once(world):
+    if connection.vendor != "postgresql":
+        pytest.skip("concurrency is proven on PostgreSQL (SQLite serialises every write)")
+    barrier = threading.Barrier(8)
+    results: list[tuple[int, bool]] = []
+    lock = threading.Lock()
+
+    def attempt() -> None:
+        client = world.client("owner")
+        barrier.wait()
+        try:
+            response = client.post(URL, batch_spec(), format="json", HTTP_IDEMPOTENCY_KEY="same-key")
+            with lock:
+                results.append((response.status_code, response.get("Idempotent-Replayed") == "true"))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=attempt) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert [code for code, _ in results] == [201] * 8
+    assert sum(1 for _, replayed in results if not replayed) == 1
+    assert Workload.objects.count() == 1
+
+
+def test_a_key_expires_after_its_retention(world):
+    from datetime import timedelta
+
+    import time_machine
+    from django.utils import timezone
+
+    client = world.client("owner")
+    assert client.post(URL, batch_spec(), format="json", HTTP_IDEMPOTENCY_KEY="daily").status_code == 201
+    with time_machine.travel(timezone.now() + timedelta(days=2)):
+        again = client.post(URL, batch_spec(), format="json", HTTP_IDEMPOTENCY_KEY="daily")
+    assert again.status_code == 201
+    assert "Idempotent-Replayed" not in again
+    assert Workload.objects.count() == 2

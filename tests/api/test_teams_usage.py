@@ -1,0 +1,143 @@
+"""Teams, quotas, queue, GPU types, the catalog and usage, per person."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from jobs.models import CatalogImage, State, Workload
+
+
+@pytest.mark.parametrize(
+    ("who", "teams"),
+    [
+        ("owner", [("vision", "member")]),
+        ("teammate", [("vision", "member")]),
+        ("manager", [("vision", "manager")]),
+        ("outsider", [("language", "member")]),
+        ("admin", [("language", "admin"), ("vision", "admin")]),
+    ],
+)
+def test_teams(world, who, teams):
+    response = world.client(who).get("/api/v1/teams/")
+    assert response.status_code == 200
+    assert [(t["slug"], t["role"]) for t in response.json()] == teams
+
+
+@pytest.mark.parametrize(
+    ("who", "status"), [("owner", 200), ("teammate", 200), ("manager", 200), ("outsider", 404), ("admin", 200)]
+)
+def test_team_quotas_and_queue(world, submit, who, status):
+    held = submit(gpu_count=2)["uid"]
+    Workload.objects.filter(uid=held).update(state=State.RUNNING)
+    first = submit(gpu_count=1)["uid"]
+    second = submit("teammate", gpu_count=2)["uid"]
+    client = world.client(who)
+    for url in ("/api/v1/teams/vision/", "/api/v1/teams/vision/quotas/", "/api/v1/teams/vision/queue/"):
+        assert client.get(url).status_code == status, url
+    if status != 200:
+        return
+    quotas = {q["gpu_type"]: q for q in client.get("/api/v1/teams/vision/quotas/").json()}
+    assert quotas["p100"] == {"gpu_type": "p100", "limit": 4, "used": 2, "queued": 3, "free": 2}
+    assert quotas["k80"] == {"gpu_type": "k80", "limit": 2, "used": 0, "queued": 0, "free": 2}
+    queue = client.get("/api/v1/teams/vision/queue/").json()
+    assert [(w["uid"], w["queue_position"]) for w in queue["queued"]] == [(first, 1), (second, 2)]
+
+
+def test_unknown_team_is_404(world):
+    assert world.client("owner").get("/api/v1/teams/nope/quotas/").status_code == 404
+
+
+@pytest.mark.parametrize("who", ["owner", "teammate", "manager", "outsider", "admin"])
+def test_gpu_types(world, submit, who):
+    submit(gpu_count=1)
+    client = world.client(who)
+    response = client.get("/api/v1/gpu-types/" + ("?team=vision" if who == "admin" else ""))
+    assert response.status_code == 200, response.content
+    types = {t["slug"]: t for t in response.json()}
+    assert types["p100"]["cluster"] == {"total": 8, "free": 7, "largest_node": 4, "nodes": 2}
+    assert types["k80"]["billing_weight"] == 0.5
+    if who == "outsider":
+        assert types["p100"]["quota"] == {"gpu_type": "p100", "limit": 2, "used": 0, "queued": 0, "free": 2}
+        assert types["k80"]["quota"] is None
+        bad = client.get("/api/v1/gpu-types/?team=vision")
+        assert bad.status_code == 400
+        assert "team" in bad.json()["error"]["fields"]
+    else:
+        assert types["p100"]["quota"]["queued"] == 1
+    if who == "admin":
+        assert client.get("/api/v1/gpu-types/").status_code == 400  # in no team: say which
+
+
+@pytest.mark.parametrize("who", ["owner", "outsider", "admin"])
+def test_image_catalog(world, who):
+    CatalogImage.objects.create(reference="docker.io/old:1", title="Old", enabled=False)
+    response = world.client(who).get("/api/v1/images/")
+    assert response.status_code == 200
+    assert [i["title"] for i in response.json()] == ["PyTorch"]
+
+
+def _ran(world, owner, gpu_type, gpus: int, hours: float, day_offset: int = 1) -> None:
+    start = timezone.now().replace(hour=8, minute=0, second=0, microsecond=0) - timedelta(days=day_offset)
+    Workload.objects.create(
+        team=world.team, owner=owner, name="ran", kind="batch", image="docker.io/x:1", gpu_type=gpu_type,
+        gpu_count=gpus, time_limit_seconds=86400, state=State.SUCCEEDED, created_at=start, started_at=start,
+        finished_at=start + timedelta(hours=hours),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("who", ["owner", "teammate", "manager", "outsider", "admin"])
+def test_usage(world, who):
+    _ran(world, world.owner, world.p100, 2, 3)  # 6 GPU-hours, weight 1
+    _ran(world, world.teammate, world.k80, 4, 1, day_offset=2)  # 4 GPU-hours, weight 0.5
+    start = (timezone.localdate() - timedelta(days=5)).isoformat()
+    client = world.client(who)
+    team = "" if who != "admin" else "&team=vision"
+    response = client.get(f"/api/v1/usage/?start={start}&group_by=gpu_type{team}")
+    assert response.status_code == 200
+    body = response.json()
+    if who == "outsider":
+        assert body["team"] == "language"
+        assert body["rows"] == []
+        return
+    assert {r["key"]: (r["gpu_hours"], r["weighted_gpu_hours"]) for r in body["rows"]} == {
+        "p100": (6.0, 6.0),
+        "k80": (4.0, 2.0),
+    }
+    assert body["total_weighted_gpu_hours"] == 8.0
+    by_user = client.get(f"/api/v1/usage/?start={start}&group_by=user{team}").json()
+    assert {r["key"]: r["gpu_hours"] for r in by_user["rows"]} == {"olivia": 6.0, "tom": 4.0}
+    by_day = client.get(f"/api/v1/usage/?start={start}{team}").json()
+    assert len(by_day["rows"]) == 2
+    only_tom = client.get(f"/api/v1/usage/?start={start}&user=tom{team}").json()
+    assert only_tom["total_gpu_hours"] == 4.0
+
+
+def test_usage_as_csv(world):
+    _ran(world, world.owner, world.p100, 2, 3)
+    start = (timezone.localdate() - timedelta(days=5)).isoformat()
+    client = world.client("manager")
+    for response in (
+        client.get(f"/api/v1/usage/?start={start}&group_by=gpu_type&format=csv"),
+        client.get(f"/api/v1/usage/?start={start}&group_by=gpu_type", HTTP_ACCEPT="text/csv"),
+    ):
+        assert response.status_code == 200
+        assert response["Content-Type"].startswith("text/csv")
+        assert "attachment" in response["Content-Disposition"]
+        rows = list(csv.reader(io.StringIO(response.content.decode())))
+        assert rows == [["gpu_type", "gpu_hours", "weighted_gpu_hours"], ["p100", "6.000000", "6.000000"]]
+    bad = client.get("/api/v1/usage/?start=nope&format=csv")
+    assert bad.status_code == 400
+    assert bad["Content-Type"] == "application/json"
+
+
+def test_usage_parameters(world):
+    client = world.client("owner")
+    assert client.get("/api/v1/usage/?start=2026-02-10&end=2026-02-01").status_code == 400
+    assert client.get("/api/v1/usage/?start=2020-01-01&end=2026-01-01").status_code == 400
+    assert client.get("/api/v1/usage/?group_by=team").status_code == 400
+    assert client.get("/api/v1/usage/?format=xml").status_code == 404

@@ -1,0 +1,3 @@
+from __future__ import annotations
+
+from tests.api.conftest import _fast_passwords, _fresh_throttle_counters, world  # noqa: F401 (shared fixtures)

@@ -1,0 +1,129 @@
+"""The command-line client, through its installed entry point, against a running portal."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobs.models import State, Workload
+
+pytestmark = pytest.mark.slow
+
+
+def gpuportal_binary() -> str:
+    found = shutil.which("gpuportal", path=str(Path(sys.executable).parent)) or shutil.which("gpuportal")
+    if found is None:
+        pytest.fail("the gpuportal entry point is not installed: run `make venv` (pip install -e .)")
+    return found
+
+
+@pytest.fixture
+def run_cli(live_server, world, tmp_path):
+    def run(
+        *args: str,
+        token: str | None = "owner",  # noqa: S107 (a person, not a secret)
+        env: dict | None = None,
+        timeout: float = 60,
+    ):
+        environment = {
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": str(tmp_path),
+            "GPUPORTAL_URL": live_server.url,
+        }
+        if token is not None:
+            environment["GPUPORTAL_TOKEN"] = world.tokens.get(token, token)
+        environment.update(env or {})
+        return subprocess.run(
+            [gpuportal_binary(), *args], env=environment, capture_output=True, text=True, timeout=timeout
+        )
+
+    return run
+
+
+def test_submit_list_cancel_wait(run_cli, world):
+    submitted = run_cli(
+        "submit", "--image", "docker.io/library/python:3.12", "--gpu-type", "p100", "--gpus", "2",
+        "--name", "train", "--env", "EPOCHS=3", "--", "python", "-c", "print('hi')",
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    uid, state = submitted.stdout.split()[:2]
+    workload = Workload.objects.get(uid=uid)
+    assert workload.command == ["python", "-c", "print('hi')"]
+    assert workload.env == [{"name": "EPOCHS", "value": "3"}]
+    assert workload.gpu_count == 2
+    assert state == "QUEUED"
+
+    listed = run_cli("list", token="teammate")
+    assert listed.returncode == 0, listed.stderr
+    assert uid in listed.stdout
+    assert "UID" in listed.stdout.splitlines()[0]
+    as_json = json.loads(run_cli("--json", "list", "--state", "queued").stdout)
+    assert [w["uid"] for w in as_json] == [uid]
+    assert run_cli("list", token="outsider").stdout.count("\n") == 1  # the header only
+
+    timed_out = run_cli("wait", uid, "--timeout", "1", "--interval", "0.2")
+    assert timed_out.returncode == 4
+    assert "still QUEUED" in timed_out.stderr
+
+    refused = run_cli("cancel", uid, token="teammate")
+    assert refused.returncode == 1
+    assert "owner or a manager" in refused.stderr
+
+    cancelled = run_cli("cancel", uid)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "CANCELLED" in cancelled.stdout
+    waited = run_cli("wait", uid)
+    assert waited.returncode == 1  # it did not succeed
+    assert "CANCELLED" in waited.stderr
+
+
+def test_wait_succeeds_when_the_workload_does(run_cli, world):
+    submitted = run_cli("submit", "--image", "docker.io/x:1", "--gpu-type", "p100")
+    uid = submitted.stdout.split()[0]
+    Workload.objects.filter(uid=uid).update(state=State.SUCCEEDED, exit_code=0)
+    waited = run_cli("--json", "wait", uid)
+    assert waited.returncode == 0, waited.stderr
+    assert json.loads(waited.stdout)["state"] == "SUCCEEDED"
+
+
+def test_field_errors_are_printed(run_cli):
+    result = run_cli("submit", "--image", "quay.io/evil/x:1", "--gpu-type", "p100", "--gpus", "99")
+    assert result.returncode == 1
+    assert "image:" in result.stderr
+    assert "gpu_count:" in result.stderr
+    assert Workload.objects.count() == 0
+
+
+def test_logs_of_a_queued_workload(run_cli):
+    uid = run_cli("submit", "--image", "docker.io/x:1", "--gpu-type", "p100").stdout.split()[0]
+    result = run_cli("logs", uid)
+    assert result.returncode == 1
+    assert "not started" in result.stderr
+    missing = run_cli("logs", "nosuchuid")
+    assert missing.returncode == 1
+    assert "HTTP 404" in missing.stderr
+
+
+def test_configuration_and_auth_errors(run_cli, live_server, world, tmp_path):
+    no_token = run_cli("list", token=None)
+    assert no_token.returncode == 2
+    assert "/profile/tokens/" in no_token.stderr
+    bad_token = run_cli("list", token="gpp_wrong")
+    assert bad_token.returncode == 1
+    assert "HTTP 401" in bad_token.stderr
+    config = tmp_path / "gpuportal.toml"
+    config.write_text(f'url = "{live_server.url}"\ntoken = "{world.tokens["manager"]}"\n')
+    from_file = run_cli("list", token=None, env={"GPUPORTAL_CONFIG": str(config), "GPUPORTAL_URL": ""})
+    assert from_file.returncode == 0, from_file.stderr
+
+
+def test_unreachable_portal(run_cli):
+    result = run_cli("list", env={"GPUPORTAL_URL": "http://127.0.0.1:9"}, timeout=60)
+    assert result.returncode == 3
+    assert "cannot reach the portal" in result.stderr

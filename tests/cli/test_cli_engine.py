@@ -1,0 +1,59 @@
+"""The CLI against a running portal with the real engine behind it (worker, tracker, local GPU cluster):
+`submit`, `logs --follow` until the container ends, and `wait` with the workload's outcome as exit code."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from api.tokens import token_create
+from jobs.models import State, Workload
+from tests.cli.test_cli_e2e import gpuportal_binary
+
+pytestmark = [pytest.mark.cluster, pytest.mark.celery, pytest.mark.slow]
+
+
+@pytest.fixture
+def cli(engine, live_server, tmp_path):
+    token = token_create(user=engine.owner, name="cli test").raw
+
+    def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "GPUPORTAL_URL": live_server.url,
+               "GPUPORTAL_TOKEN": token}  # fmt: skip
+        return subprocess.run([gpuportal_binary(), *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+    return run
+
+
+def test_submit_follow_logs_and_wait_for_success(cli, engine):
+    submitted = cli(
+        "submit", "--image", "nvidia/cuda:12.2.0-base-ubuntu22.04", "--gpu-type", "p100", "--gpus", "2",
+        "--env", "SIM_RUN_SECONDS=3", "--name", "cli-train",
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    uid = submitted.stdout.split()[0]
+    followed = cli("logs", "--follow", uid)
+    assert followed.returncode == 0, followed.stderr
+    workload = Workload.objects.get(uid=uid)
+    assert workload.node_name
+    assert workload.node_name in followed.stdout
+    waited = cli("wait", uid, "--interval", "0.5")
+    assert waited.returncode == 0, waited.stderr
+    assert "SUCCEEDED" in waited.stderr
+    assert Workload.objects.get(uid=uid).state == State.SUCCEEDED
+    # Plain logs of the finished job, through the API.
+    logs = cli("logs", uid, "--tail", "20")
+    assert logs.returncode == 0, logs.stderr
+    assert workload.node_name in logs.stdout
+
+
+def test_wait_reports_a_failure_with_exit_code_1(cli, engine):
+    submitted = cli(
+        "submit", "--image", "nvidia/cuda:12.2.0-base-ubuntu22.04", "--gpu-type", "p100",
+        "--env", "SIM_RUN_SECONDS=1", "--env", "SIM_EXIT_CODE=3", "--wait",
+    )  # fmt: skip
+    assert submitted.returncode == 1, submitted.stderr
+    assert "FAILED" in submitted.stderr
+    assert "Exited with code 3." in submitted.stderr
