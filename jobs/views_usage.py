@@ -23,7 +23,7 @@ CHART_COLOURS = ["#2456d6", "#e08a00", "#1b9e77", "#c2185b", "#6a3d9a", "#7f7f00
 def usage(request: HttpRequest) -> HttpResponse:
     acting = request.acting
     default_start, default_end = UsageRangeForm.default_range()
-    form = UsageRangeForm(request.GET or {"start": default_start, "end": default_end})
+    form = UsageRangeForm({"start": default_start, "end": default_end, **request.GET.dict()})
     if not form.is_valid():
         return render(request, "jobs/usage.html", {"form": form, "has_usage": False}, status=400)
     first_day, last_day = form.cleaned_data["start"], form.cleaned_data["end"]
