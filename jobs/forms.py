@@ -19,6 +19,17 @@ TIME_UNITS = {"minutes": 60, "hours": 3600, "days": 86400}
 SPEC_FIELD_TO_FORM = {"time_limit_seconds": "time_limit", "team": None}
 
 
+def join_args(words: list[str] | None) -> str:
+    """Arguments as one line the form splits back to the same list (shlex), quoted the way people write."""
+    parts = []
+    for word in words or []:
+        quoted = shlex.quote(word)
+        if quoted != word and '"' not in word and "\\" not in word:
+            quoted = f'"{word}"'  # shlex reads backslash-free text in double quotes literally
+        parts.append(quoted)
+    return " ".join(parts)
+
+
 class LaunchForm(forms.Form):
     name = forms.CharField(
         required=False,
@@ -64,6 +75,7 @@ class LaunchForm(forms.Form):
         may_set_priority: bool = False,
         **kwargs: Any,
     ) -> None:
+        kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
         self.catalog = catalog
         self.fields["catalog_image"].choices = [(str(c.id), c.title) for c in catalog] + [
@@ -103,9 +115,11 @@ class LaunchForm(forms.Form):
         if any(not r["name"] for r in rows):
             self.env_errors.append("Every value needs a variable name.")
         self.env_rows = rows
-        if self.env_errors:
-            raise forms.ValidationError("Check the environment variables.")
         return cleaned
+
+    def is_valid(self) -> bool:
+        # The environment rows are not a Django field; their errors are kept (and shown) apart.
+        return super().is_valid() and not self.env_errors
 
     def spec(self) -> dict[str, Any]:
         """The submission, in the shape workload_submit takes."""
@@ -133,7 +147,6 @@ class LaunchForm(forms.Form):
         for spec_field, messages in errors.items():
             if spec_field == "env":
                 self.env_errors.extend(messages)
-                self.add_error(None, "Check the environment variables.")
                 continue
             field = SPEC_FIELD_TO_FORM.get(spec_field, spec_field)
             for message in messages:
@@ -159,8 +172,8 @@ def initial_from_workload(workload: Workload) -> dict[str, Any]:
         "image": "" if workload.catalog_image_id else workload.image,
         "gpu_type": workload.gpu_type.slug,
         "gpu_count": workload.gpu_count,
-        "command": shlex.join(workload.command or []),
-        "args": shlex.join(workload.args or []),
+        "command": join_args(workload.command),
+        "args": join_args(workload.args),
         "env": [{"name": e.get("name", ""), "value": e.get("value", "")} for e in workload.env or []],
         "port": workload.port,
         "time_limit": limit,
@@ -181,6 +194,7 @@ class WorkloadFilterForm(forms.Form):
     gpu_type = forms.ChoiceField(required=False, label="GPU type")
 
     def __init__(self, *args: Any, gpu_types: list[GpuType], **kwargs: Any) -> None:
+        kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
         self.fields["gpu_type"].choices = [("", "Any GPU type")] + [(t.slug, t.display_name) for t in gpu_types]
 
@@ -189,6 +203,7 @@ MAX_USAGE_DAYS = 366
 
 
 class UsageRangeForm(forms.Form):
+    label_suffix = ""
     start = forms.DateField(label="From", widget=forms.DateInput(attrs={"type": "date"}))
     end = forms.DateField(label="To", widget=forms.DateInput(attrs={"type": "date"}))
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import shlex
-
 from django.contrib import messages
 from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from jobs.forms import LaunchForm, initial_from_workload
+from jobs.forms import LaunchForm, initial_from_workload, join_args
 from jobs.models import CatalogImage, GpuType
 from jobs.selectors import (
     cluster_capacity,
@@ -70,8 +68,8 @@ def launch(request: HttpRequest) -> HttpResponse:
             initial = {
                 "catalog_image": str(first.id),
                 "kind": "service" if first.suits == "service" else "batch",
-                "command": shlex.join(first.default_command or []),
-                "args": shlex.join(first.default_args or []),
+                "command": join_args(first.default_command),
+                "args": join_args(first.default_args),
                 "port": first.default_port,
             }
         if gpu_types and "gpu_type" not in initial:

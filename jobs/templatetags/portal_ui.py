@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import shlex
-
 from django import template
 from django.utils.html import format_html
 
+from jobs.forms import join_args
 from jobs.models import State
 
 register = template.Library()
@@ -52,9 +51,19 @@ def percent(value: float | int | None, total: float | int | None) -> float:
 
 
 @register.filter
+def hours(value: float | None) -> str:
+    """GPU-hours for people: short jobs keep enough digits not to read as zero."""
+    value = value or 0.0
+    if value == 0:
+        return "0.00"
+    if value < 0.1:
+        return f"{value:.4f}"
+    return f"{value:.2f}" if value < 1000 else f"{value:,.0f}"
+
+
+@register.filter
 def gpu_hours(seconds: float | None) -> str:
-    hours = (seconds or 0.0) / 3600
-    return f"{hours:.2f}" if hours < 100 else f"{hours:,.0f}"
+    return hours((seconds or 0.0) / 3600)
 
 
 @register.filter
@@ -78,4 +87,4 @@ def duration(seconds: int | float | None) -> str:
 @register.filter
 def shell_join(words: list[str] | None) -> str:
     """A list of arguments as the launch form shows it: split again the same way (shlex)."""
-    return shlex.join(words or [])
+    return join_args(words)

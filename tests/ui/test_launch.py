@@ -193,7 +193,7 @@ def test_clone_opens_the_form_filled_in(login, world):
     page = login(world.teammate).get(reverse("launch"), {"clone": source.uid}).content.decode()
     assert 'value="orig"' in page
     assert 'value="docker.io/library/nginx:1.27"' in page
-    assert 'value="nginx -g &#x27;daemon off;&#x27;"' in page
+    assert 'value="nginx -g &quot;daemon off;&quot;"' in page
     assert 'value="MODE"' in page
     assert 'value="fast"' in page
     assert 'value="8080"' in page
