@@ -138,13 +138,14 @@ PORTAL_DEFAULT_TIME_LIMIT_SERVICE = env_int("PORTAL_DEFAULT_TIME_LIMIT_SERVICE",
 PORTAL_MIN_TIME_LIMIT = env_int("PORTAL_MIN_TIME_LIMIT", 60, minimum=1)
 PORTAL_MAX_TIME_LIMIT = env_int("PORTAL_MAX_TIME_LIMIT", 7 * 24 * 3600, minimum=60)
 # A pod that cannot pull its image fails after this long (it would otherwise hold quota forever).
-PORTAL_IMAGE_PULL_TIMEOUT = env_int("PORTAL_IMAGE_PULL_TIMEOUT", 300, minimum=5)
+PORTAL_IMAGE_PULL_TIMEOUT = env_int("PORTAL_IMAGE_PULL_TIMEOUT", 300, minimum=1)
 # Finished workloads' Kubernetes objects are deleted this long after their final state is recorded.
 PORTAL_RETENTION_SECONDS = env_int("PORTAL_RETENTION_SECONDS", 3600, minimum=0)
 # A workload admitted this long ago whose objects were never created is handed to a worker again.
 PORTAL_STUCK_SUBMIT_SECONDS = env_int("PORTAL_STUCK_SUBMIT_SECONDS", 30, minimum=1)
 PORTAL_RESYNC_SECONDS = env_int("PORTAL_RESYNC_SECONDS", 30, minimum=1)
 PORTAL_SWEEP_SECONDS = env_int("PORTAL_SWEEP_SECONDS", 15, minimum=1)
+PORTAL_LIMITS_SECONDS = env_int("PORTAL_LIMITS_SECONDS", 10, minimum=1)
 
 # --- Redis and Celery ----------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -166,7 +167,7 @@ CELERY_BEAT_SCHEDULE = {
     # Safety nets: each also runs on the events that matter, these catch what was missed (Redis down,
     # a worker killed, a watch that dropped).
     "admission-sweep": {"task": "jobs.tasks.sweep", "schedule": float(PORTAL_SWEEP_SECONDS)},
-    "enforce-limits": {"task": "jobs.tasks.enforce_limits", "schedule": 30.0},
+    "enforce-limits": {"task": "jobs.tasks.enforce_limits", "schedule": float(PORTAL_LIMITS_SECONDS)},
     "cleanup": {"task": "jobs.tasks.cleanup", "schedule": 300.0},
     "inventory": {"task": "jobs.tasks.sync_inventory", "schedule": 60.0},
     "usage-rollup": {"task": "jobs.tasks.rollup_usage", "schedule": 3600.0},

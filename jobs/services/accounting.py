@@ -206,7 +206,8 @@ def note_interval_changed(workload: Workload) -> None:
         return
     tz = local_tz()
     first = workload.started_at.astimezone(tz).date()
-    last = (workload.finished_at or timezone.now()).astimezone(tz).date()
+    # Until now it may have been counted as running through every day since it started.
+    last = timezone.now().astimezone(tz).date()
     stale = list(RolledUpDay.objects.filter(day__gte=first, day__lte=last).values_list("day", flat=True))
     if not stale:
         return

@@ -70,7 +70,7 @@ def parse_image_reference(reference: str) -> ImageReference | None:
     else:
         registry = domain.lower()
         name = name[len(domain) + 1 :]
-    if domain is not None and not re.fullmatch(rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*", name):
+    if not re.fullmatch(rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*", name):
         return None
     return ImageReference(registry=registry, name=name, tag=match.group("tag"), digest=match.group("digest"))
 

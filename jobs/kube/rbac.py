@@ -1,0 +1,107 @@
+"""The portal's own identity in a cluster: a service account with exactly the rules of
+helm/files/rbac-rules.yaml. The Helm chart creates the same objects; tests and `make run` use this to
+run the portal as that account instead of as cluster admin.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+RULES_FILE = Path(__file__).resolve().parents[2] / "helm" / "files" / "rbac-rules.yaml"
+
+
+def load_rules(workloads_role: str) -> dict[str, list[dict[str, Any]]]:
+    text = RULES_FILE.read_text().replace("{{WORKLOADS_ROLE}}", workloads_role)
+    return yaml.safe_load(text)
+
+
+def _policy_rules(rules: list[dict[str, Any]]) -> list[k8s.V1PolicyRule]:
+    return [
+        k8s.V1PolicyRule(
+            api_groups=r.get("apiGroups"),
+            resources=r.get("resources"),
+            verbs=r["verbs"],
+            resource_names=r.get("resourceNames"),
+        )
+        for r in rules
+    ]
+
+
+def _apply(create, replace) -> None:
+    try:
+        create()
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        replace()
+
+
+def install_portal_identity(
+    admin: k8s.ApiClient,
+    *,
+    namespace: str,
+    account: str,
+    controller_role: str,
+    workloads_role: str,
+    timeout: float = 60,
+) -> str:
+    """Create the account, both ClusterRoles and the cluster-wide binding; return the account's token."""
+    core, rbac = k8s.CoreV1Api(admin), k8s.RbacAuthorizationV1Api(admin)
+    rules = load_rules(workloads_role)
+    _apply(lambda: core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace))), lambda: None)
+    _apply(
+        lambda: core.create_namespaced_service_account(
+            namespace, k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name=account))
+        ),
+        lambda: None,
+    )
+    for name, key in ((controller_role, "controller"), (workloads_role, "workloads")):
+        role = k8s.V1ClusterRole(metadata=k8s.V1ObjectMeta(name=name), rules=_policy_rules(rules[key]))
+        _apply(
+            lambda role=role: rbac.create_cluster_role(role),
+            lambda role=role, name=name: rbac.replace_cluster_role(name, role),
+        )
+    binding = k8s.V1ClusterRoleBinding(
+        metadata=k8s.V1ObjectMeta(name=controller_role),
+        role_ref=k8s.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=controller_role),
+        subjects=[k8s.RbacV1Subject(kind="ServiceAccount", name=account, namespace=namespace)],
+    )
+    _apply(
+        lambda: rbac.create_cluster_role_binding(binding),
+        lambda: rbac.replace_cluster_role_binding(controller_role, binding),
+    )
+    # Kubernetes 1.20 puts the account's token in a secret once the token controller gets to it.
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sa = core.read_namespaced_service_account(account, namespace)
+        for ref in sa.secrets or []:
+            secret = core.read_namespaced_secret(ref.name, namespace)
+            if secret.type == "kubernetes.io/service-account-token" and (secret.data or {}).get("token"):
+                return base64.b64decode(secret.data["token"]).decode()
+        time.sleep(0.1)
+    raise TimeoutError(f"no token for service account {namespace}/{account} after {timeout:.0f}s")
+
+
+def kubeconfig_for_token(*, server: str, ca_pem: bytes, token: str, name: str = "gpuportal") -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": name,
+                    "cluster": {"server": server, "certificate-authority-data": base64.b64encode(ca_pem).decode()},
+                }
+            ],
+            "users": [{"name": name, "user": {"token": token}}],
+            "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+            "current-context": name,
+        }
+    )

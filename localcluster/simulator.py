@@ -1,0 +1,459 @@
+"""The node simulator: plays the kubelet for the simulated GPU nodes (python -m localcluster.simulator).
+
+Everything above the kubelet is real Kubernetes; this process is the honest stand-in below it:
+- registers the nodes of the pools file (nvidia.com/gpu capacity, gputype and nvidia.com/* labels), keeps
+  them Ready with heartbeats and clears the not-ready taint the admission plugin puts on new nodes;
+- watches pods bound to its nodes (one cluster-wide watch) and moves them ContainerCreating -> Running ->
+  Succeeded/Failed with real timestamps and exit codes, by the rules in localcluster/rules.py;
+- honours deletion: a pod with a deletionTimestamp is terminated and removed (grace 0);
+- serves the kubelet's /containerLogs endpoint so `kubectl logs` works through the API server.
+
+Like the real kubelet's status manager, it sends the latest status of a pod, not every step: under load
+an intermediate state (ContainerCreating) may be skipped, never a final one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import heapq
+import itertools
+import json
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from localcluster import kubelet
+from localcluster.apiclient import Api, ApiError, ApiUnavailable, parse_rfc3339, rfc3339
+from localcluster.pools import parse_pools
+from localcluster.rules import PodPlan, resolve_plan, restart_backoff
+
+log = logging.getLogger("node-simulator")
+WORKERS = 12
+
+
+@dataclass
+class PodRecord:
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    plan: PodPlan
+    containers: list[tuple[str, str]]  # (name, image)
+    init_containers: list[tuple[str, str]]
+    gpus: int
+    accepted_at: float
+    ip: str
+    state: str = "creating"  # creating, pullfail, running, crashloop, terminated, deleting
+    pull_stage: str = "ErrImagePull"
+    started_at: float | None = None
+    finished_at: float | None = None
+    exit_code: int = 0
+    reason: str = "Completed"
+    message: str = ""
+    restart_count: int = 0
+    last_terminated: dict[str, Any] | None = None
+    version: int = 0
+    published: str = ""  # the state last written to the API server
+    history: list[tuple[float, float, int, str]] = field(default_factory=list)  # previous runs
+
+    @property
+    def path(self) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/pods/{self.name}"
+
+
+class Simulator:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.pools = parse_pools(config["pools"], source="simulator.json")
+        self.sim = self.pools.simulator
+        with open(config["token_file"]) as fh:
+            token = fh.read().strip()
+        self.api = Api(config["server"], token, config["ca_file"])
+        self.kubelet_port = int(config["kubelet_port"])
+        self.config = config
+        self.nodes = {name: pool for pool in self.pools.pools for name in pool.node_names()}
+        self.lock = threading.RLock()
+        self.records: dict[str, PodRecord] = {}
+        self.by_name: dict[tuple[str, str], str] = {}
+        self.timers: list[tuple[float, int, str, int, str]] = []
+        self.timer_cv = threading.Condition(self.lock)
+        self.seq = itertools.count()
+        self.sync_queue: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.pending: set[str] = set()
+        self.ip_counter = itertools.count()
+        self.stats = {"patches": 0, "deletes": 0, "errors": 0}
+
+    # -- pod lifecycle -----------------------------------------
+    def on_pod(self, event_type: str, pod: dict[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        uid = meta.get("uid", "")
+        if event_type == "DELETED":
+            with self.lock:
+                self._forget(uid)
+            return
+        if (pod.get("spec") or {}).get("nodeName") not in self.nodes:
+            return
+        with self.lock:
+            rec = self.records.get(uid)
+            if rec is None:
+                rec = self._adopt(pod)
+            if meta.get("deletionTimestamp") and rec.state != "deleting":
+                rec.state = "deleting"
+                rec.version += 1
+                self._enqueue(uid)
+
+    def _forget(self, uid: str) -> None:
+        rec = self.records.pop(uid, None)
+        if rec is not None:
+            self.by_name.pop((rec.namespace, rec.name), None)
+
+    def _adopt(self, pod: dict[str, Any]) -> PodRecord:
+        """Start tracking a pod: new ones from the beginning, ones from an earlier simulator run where
+        their status says they are."""
+        meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
+        gpus = 0
+        for c in spec.get("containers") or []:
+            limits = (c.get("resources") or {}).get("limits") or {}
+            requests = (c.get("resources") or {}).get("requests") or {}
+            with contextlib.suppress(ValueError):
+                gpus += int(limits.get("nvidia.com/gpu") or requests.get("nvidia.com/gpu") or 0)
+        n = next(self.ip_counter)
+        now = time.time()
+        rec = PodRecord(
+            uid=meta["uid"],
+            namespace=meta["namespace"],
+            name=meta["name"],
+            node=spec["nodeName"],
+            plan=resolve_plan(pod, self.sim),
+            containers=[(c["name"], c.get("image", "")) for c in spec.get("containers") or []],
+            init_containers=[(c["name"], c.get("image", "")) for c in spec.get("initContainers") or []],
+            gpus=gpus,
+            accepted_at=now,
+            ip=status.get("podIP") or f"10.244.{(n // 250) % 256}.{n % 250 + 2}",
+        )
+        self.records[rec.uid] = rec
+        self.by_name[(rec.namespace, rec.name)] = rec.uid
+        phase = status.get("phase", "Pending")
+        first = next(iter(status.get("containerStatuses") or []), {})
+        state = first.get("state") or {}
+        if status.get("startTime"):
+            rec.accepted_at = parse_rfc3339(status["startTime"])
+        if phase in ("Succeeded", "Failed") and "terminated" in state:
+            term = state["terminated"]
+            rec.state, rec.published = "terminated", "terminated"
+            rec.started_at = parse_rfc3339(term.get("startedAt") or status.get("startTime") or rfc3339(now))
+            rec.finished_at = parse_rfc3339(term.get("finishedAt") or rfc3339(now))
+            rec.exit_code, rec.reason = int(term.get("exitCode", 0)), term.get("reason", "")
+        elif phase == "Running" and "running" in state:
+            rec.state, rec.published = "running", "running"
+            rec.started_at = parse_rfc3339(state["running"]["startedAt"])
+            rec.restart_count = int(first.get("restartCount", 0))
+            if not rec.plan.runs_forever:
+                self._at(rec.started_at + rec.plan.run_seconds, rec, "finish")
+        elif phase in ("Succeeded", "Failed"):
+            rec.state, rec.published = "terminated", "terminated"
+        else:
+            self._enqueue(rec.uid)
+            self._at(now + rec.plan.start_seconds, rec, "start")
+        return rec
+
+    def _at(self, due: float, rec: PodRecord, action: str) -> None:
+        heapq.heappush(self.timers, (due, next(self.seq), rec.uid, rec.version, action))
+        self.timer_cv.notify()
+
+    def _enqueue(self, uid: str) -> None:
+        if uid not in self.pending:
+            self.pending.add(uid)
+            self.sync_queue.put(uid)
+
+    def _advance(self, uid: str, version: int, action: str) -> None:
+        """A timer fired: move the pod to its next state (unless something newer happened meanwhile)."""
+        rec = self.records.get(uid)
+        if rec is not None and action == "resync":
+            self._enqueue(uid)  # an API call failed earlier: send the current state again
+            return
+        if rec is None or rec.version != version or rec.state == "deleting":
+            return
+        now = time.time()
+        rec.version += 1
+        if action == "start":
+            if rec.plan.pull_failure_image:
+                rec.state, rec.pull_stage = "pullfail", "ErrImagePull"
+                self._at(now + 1.0, rec, "backoff")
+            else:
+                rec.state, rec.started_at = "running", now
+                if not rec.plan.runs_forever:
+                    self._at(now + rec.plan.run_seconds, rec, "finish")
+        elif action == "backoff":
+            rec.pull_stage = "ImagePullBackOff"
+        elif action == "finish":
+            # The planned exit instant (the timer may fire a few ms late under load).
+            rec.finished_at = min(now, (rec.started_at or now) + rec.plan.run_seconds)
+            rec.exit_code, rec.reason = rec.plan.exit_code, rec.plan.reason
+            rec.history.append((rec.started_at or now, rec.finished_at, rec.exit_code, rec.reason))
+            if rec.plan.restarts_after_exit():
+                rec.state = "crashloop"
+                rec.last_terminated = self._terminated(rec)
+                self._at(rec.finished_at + restart_backoff(rec.restart_count), rec, "restart")
+            else:
+                rec.state = "terminated"
+        elif action == "restart":
+            rec.restart_count += 1
+            rec.state, rec.started_at, rec.finished_at = "running", now, None
+            if not rec.plan.runs_forever:
+                self._at(now + rec.plan.run_seconds, rec, "finish")
+        self._enqueue(uid)
+
+    def run_timers(self) -> None:
+        with self.lock:
+            while True:
+                now = time.time()
+                while self.timers and self.timers[0][0] <= now:
+                    _, _, uid, version, action = heapq.heappop(self.timers)
+                    self._advance(uid, version, action)
+                wait = (self.timers[0][0] - now) if self.timers else 5.0
+                self.timer_cv.wait(timeout=min(max(wait, 0.005), 5.0))
+
+    # -- status sync -------------------------------------------
+    def run_worker(self) -> None:
+        while True:
+            uid = self.sync_queue.get()
+            with self.lock:
+                self.pending.discard(uid)
+                rec = self.records.get(uid)
+                if rec is None:
+                    continue
+                if rec.state == "deleting":
+                    body = self._kill_status(rec) if rec.published not in ("terminated", "killed") else None
+                    rec.published = "killed"
+                else:
+                    body = self._status(rec)
+                    rec.published = rec.state
+                path = rec.path
+                deleting = rec.state == "deleting"
+                version = rec.version
+            try:
+                if body is not None:
+                    self.api.patch(path + "/status", {"status": body}, kind="strategic")
+                    self.stats["patches"] += 1
+                if deleting:
+                    options = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
+                    self.api.request("DELETE", path, options)
+                    self.stats["deletes"] += 1
+            except ApiError as exc:
+                if exc.status in (404, 409):
+                    # Gone, or a new pod of the same name: nothing left for us to do.
+                    with self.lock:
+                        if deleting or exc.status == 404:
+                            self._forget(uid)
+                    continue
+                self.stats["errors"] += 1
+                log.warning("%s %s/%s: %s", "delete" if deleting else "status", *path.split("/")[-3::2], exc)
+                self._retry(uid, version)
+            except ApiUnavailable:
+                self._retry(uid, version)
+
+    def _retry(self, uid: str, version: int) -> None:
+        with self.lock:
+            rec = self.records.get(uid)
+            if rec is not None:
+                if rec.state == "deleting":
+                    rec.published = ""
+                heapq.heappush(self.timers, (time.time() + 1.0, next(self.seq), uid, rec.version, "resync"))
+                self.timer_cv.notify()
+
+    def _terminated(self, rec: PodRecord, *, exit_code: int | None = None, reason: str | None = None,
+                    message: str | None = None) -> dict[str, Any]:  # fmt: skip
+        now = time.time()
+        return {
+            "exitCode": rec.exit_code if exit_code is None else exit_code,
+            "reason": rec.reason if reason is None else reason,
+            "message": message or f"[simulated] exited with code {rec.exit_code}",
+            "startedAt": rfc3339(rec.started_at or now),
+            "finishedAt": rfc3339(rec.finished_at or now),
+            "containerID": self._container_id(rec),
+        }
+
+    @staticmethod
+    def _container_id(rec: PodRecord) -> str:
+        return f"simulated://{rec.uid[:13]}-{rec.restart_count}"
+
+    def _status(self, rec: PodRecord) -> dict[str, Any]:
+        """The full pod status for the record's current state (a strategic merge patch body)."""
+        ready = rec.state == "running"
+        if rec.state == "terminated":
+            phase = "Succeeded" if rec.exit_code == 0 else "Failed"
+        elif rec.state in ("running", "crashloop"):
+            phase = "Running"
+        else:
+            phase = "Pending"
+        now_s = rfc3339(time.time())
+        statuses = []
+        for name, image in rec.containers:
+            failing = rec.state == "pullfail" and image == rec.plan.pull_failure_image
+            state: dict[str, Any] = {"waiting": None, "running": None, "terminated": None}
+            if rec.state == "creating" or (rec.state == "pullfail" and not failing):
+                state["waiting"] = {"reason": "ContainerCreating"}
+            elif failing:
+                message = (
+                    f'Back-off pulling image "{image}"'
+                    if rec.pull_stage == "ImagePullBackOff"
+                    else f'[simulated] failed to pull image "{image}": it matches a failing_images pattern '
+                    "of the node simulator (rpc error: code = NotFound desc = manifest unknown)"
+                )
+                state["waiting"] = {"reason": rec.pull_stage, "message": message}
+            elif rec.state == "running":
+                state["running"] = {"startedAt": rfc3339(rec.started_at or time.time())}
+            elif rec.state == "crashloop":
+                state["waiting"] = {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off restarting failed container {name} in pod {rec.name}",
+                }
+            else:
+                state["terminated"] = self._terminated(rec)
+            entry: dict[str, Any] = {
+                "name": name,
+                "image": image,
+                "imageID": "" if rec.state in ("creating", "pullfail") else f"simulated://{image}",
+                "ready": ready,
+                "started": rec.state == "running",
+                "restartCount": rec.restart_count,
+                "state": state,
+            }
+            if rec.started_at is not None:
+                entry["containerID"] = self._container_id(rec)
+            if rec.last_terminated is not None:
+                entry["lastState"] = {"terminated": rec.last_terminated}
+            statuses.append(entry)
+        cond_ready = "True" if ready else "False"
+        status: dict[str, Any] = {
+            "phase": phase,
+            "hostIP": "127.0.0.1",
+            "podIP": rec.ip,
+            "podIPs": [{"ip": rec.ip}],
+            "startTime": rfc3339(rec.accepted_at),
+            "conditions": [
+                {"type": "Initialized", "status": "True", "lastTransitionTime": now_s},
+                {"type": "Ready", "status": cond_ready, "lastTransitionTime": now_s},
+                {"type": "ContainersReady", "status": cond_ready, "lastTransitionTime": now_s},
+            ],
+            "containerStatuses": statuses,
+        }
+        if rec.init_containers:
+            status["initContainerStatuses"] = [
+                {
+                    "name": name,
+                    "image": image,
+                    "imageID": f"simulated://{image}",
+                    "ready": True,
+                    "restartCount": 0,
+                    "state": {
+                        "terminated": {
+                            "exitCode": 0,
+                            "reason": "Completed",
+                            "startedAt": rfc3339(rec.accepted_at),
+                            "finishedAt": rfc3339(rec.accepted_at),
+                        }
+                    },
+                }
+                for name, image in rec.init_containers
+            ]
+        return status
+
+    def _kill_status(self, rec: PodRecord) -> dict[str, Any] | None:
+        """Status of a pod killed because it was deleted: running containers end with SIGTERM's 143."""
+        if rec.started_at is None or rec.finished_at is not None:
+            return None
+        rec.finished_at, rec.exit_code, rec.reason = time.time(), 143, "Error"
+        status = self._status_for_kill(rec)
+        return status
+
+    def _status_for_kill(self, rec: PodRecord) -> dict[str, Any]:
+        saved = rec.state
+        rec.state = "terminated"
+        try:
+            status = self._status(rec)
+        finally:
+            rec.state = saved
+        for entry in status["containerStatuses"]:
+            entry["state"]["terminated"]["message"] = "[simulated] killed because the pod was deleted"
+        return status
+
+    # -- watch -------------------------------------------------
+    def run_watch(self) -> None:
+        """List, then watch from the list's resourceVersion; on any break list again (after a pause)."""
+        pause = 0.2
+        while True:
+            try:
+                self._list_and_watch()
+                pause = 0.2
+            except (ApiUnavailable, OSError, ValueError) as exc:
+                log.info("pod watch interrupted (%s); reconnecting", exc)
+            except ApiError as exc:
+                log.warning("pod watch failed: %s", exc)
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
+
+    def _list_and_watch(self) -> None:
+        selector = "fieldSelector=spec.nodeName%21%3D"
+        listing = self.api.get(f"/api/v1/pods?{selector}&limit=5000")
+        seen = set()
+        for pod in listing.get("items") or []:
+            seen.add(pod["metadata"]["uid"])
+            self.on_pod("ADDED", pod)
+        with self.lock:
+            for uid in [u for u in self.records if u not in seen]:
+                self._forget(uid)
+        rv = listing["metadata"]["resourceVersion"]
+        while True:
+            resp = self.api.watch(
+                f"/api/v1/pods?{selector}&watch=1&allowWatchBookmarks=true&timeoutSeconds=240&resourceVersion={rv}"
+            )
+            try:
+                for line in resp:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        if obj.get("code") == 410:
+                            return  # too old a resourceVersion: list again
+                        raise ApiError(int(obj.get("code") or 500), json.dumps(obj).encode())
+                    rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
+                    if kind != "BOOKMARK":
+                        self.on_pod(kind, obj)
+            finally:
+                resp.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m localcluster.simulator")
+    parser.add_argument("--config", required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    with open(args.config) as fh:
+        config = json.load(fh)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    sim = Simulator(config)
+    kubelet.serve_logs(sim, config["kubelet_cert"], config["kubelet_key"], config["ca_file"])
+    keeper = kubelet.NodeKeeper(sim)
+    keeper.register_all()
+    threads: list[Callable[[], None]] = [sim.run_timers, keeper.run_heartbeats]
+    threads += [sim.run_worker] * WORKERS
+    for target in threads:
+        threading.Thread(target=target, daemon=True).start()
+    log.info("simulating %d nodes; kubelet port %d", len(sim.nodes), sim.kubelet_port)
+    with contextlib.suppress(KeyboardInterrupt):
+        sim.run_watch()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Rendering is a pure function; the objects are compared whole with what Kubernetes should receive."""
+
+from __future__ import annotations
+
+from kubernetes.client import ApiClient
+
+from jobs.kube import names, objects
+
+P100 = objects.GpuTypeSpec("p100", "gputype", "p100", "nvidia.com/gpu", 4000, 16384)
+
+
+def spec(**overrides) -> objects.WorkloadSpec:
+    base = {
+        "uid": "0123abcdef",
+        "name": "train-resnet",
+        "kind": "batch",
+        "team_slug": "vision",
+        "username": "alice",
+        "namespace": "gpuportal-vision",
+        "image": "nvcr.io/nvidia/pytorch:24.01-py3",
+        "gpu_type": P100,
+        "gpu_count": 2,
+        "time_limit_seconds": 3600,
+        "command": ("python", "train.py"),
+        "args": ("--epochs", "3"),
+        "env": (("EPOCHS", "3"),),
+        "instance": "ci",
+    }
+    base.update(overrides)
+    return objects.WorkloadSpec(**base)
+
+
+def as_dict(obj):
+    return ApiClient().sanitize_for_serialization(obj)
+
+
+LABELS = {
+    "app.kubernetes.io/managed-by": "gpuportal",
+    "gpuportal.dev/instance": "ci",
+    "gpuportal.dev/workload": "0123abcdef",
+    "gpuportal.dev/team": "vision",
+    "gpuportal.dev/user": "alice",
+    "gpuportal.dev/gpu-type": "p100",
+    "gpuportal.dev/kind": "batch",
+}
+
+
+def test_batch_job_renders_exactly():
+    assert as_dict(objects.make_job(spec())) == {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train-resnet-0123abcdef", "namespace": "gpuportal-vision", "labels": LABELS},
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": 3600,
+            "completions": 1,
+            "parallelism": 1,
+            "template": {
+                "metadata": {"labels": LABELS},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": {"gputype": "p100"},
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                    "terminationGracePeriodSeconds": 30,
+                    "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16384Mi"}}],
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "nvcr.io/nvidia/pytorch:24.01-py3",
+                            "command": ["python", "train.py"],
+                            "args": ["--epochs", "3"],
+                            "env": [
+                                {"name": "EPOCHS", "value": "3"},
+                                {"name": "GPUPORTAL_WORKLOAD", "value": "0123abcdef"},
+                            ],
+                            "resources": {
+                                "requests": {"nvidia.com/gpu": "2", "cpu": "8000m", "memory": "32768Mi"},
+                                "limits": {"nvidia.com/gpu": "2", "memory": "32768Mi"},
+                            },
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "privileged": False,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+                            "terminationMessagePolicy": "FallbackToLogsOnError",
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def test_service_renders_a_recreate_deployment_and_a_cluster_ip_service():
+    service_spec = spec(kind="service", port=8888, command=(), args=())
+    deployment, service = (as_dict(o) for o in objects.make_objects(service_spec))
+    assert deployment["kind"] == "Deployment"
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["spec"]["selector"] == {"matchLabels": {"gpuportal.dev/workload": "0123abcdef"}}
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Always"
+    assert pod["containers"][0]["ports"] == [{"containerPort": 8888, "name": "http"}]
+    assert "command" not in pod["containers"][0]
+    assert service["spec"] == {
+        "type": "ClusterIP",
+        "selector": {"gpuportal.dev/workload": "0123abcdef"},
+        "ports": [{"name": "http", "port": 8888, "targetPort": 8888, "protocol": "TCP"}],
+    }
+
+
+def test_resource_quota_mirrors_team_quota_per_resource():
+    quota = as_dict(objects.make_resource_quota("gpuportal-vision", {"nvidia.com/gpu": 12}))
+    assert quota["spec"] == {"hard": {"requests.nvidia.com/gpu": "12"}}
+
+
+def test_object_names_are_valid_and_deterministic():
+    name = names.object_name("My Fancy_Experiment!!" * 5, "0123abcdef")
+    assert name == names.object_name("My Fancy_Experiment!!" * 5, "0123abcdef")
+    assert len(name) <= 63
+    assert name.endswith("-0123abcdef")
+    assert name[0].isalpha()
+    assert all(c.isalnum() or c == "-" for c in name)
+    assert names.object_name("123", "0123abcdef").startswith("w-123")
+
+
+def test_label_values_keep_distinct_inputs_distinct():
+    long_a, long_b = "x" * 70 + "a", "x" * 70 + "b"
+    assert names.label_value(long_a) != names.label_value(long_b)
+    assert len(names.label_value(long_a)) <= 63
+    assert names.label_value("alice@example.org") != names.label_value("alice_example.org")

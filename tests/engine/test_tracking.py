@@ -1,0 +1,129 @@
+"""From Kubernetes' own status objects to workload states (pure)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from jobs.models import State
+from jobs.services.tracking import observe
+
+
+def pod(
+    phase="Pending",
+    *,
+    state=None,
+    conditions=None,
+    node="p100-0",
+    name="train-abc-xyz",
+    status_extra=None,
+    created="2026-01-01T00:00:00Z",
+):
+    return {
+        "metadata": {"name": name, "uid": "pod-uid-1", "creationTimestamp": created},
+        "spec": {"nodeName": node},
+        "status": {
+            "phase": phase,
+            "conditions": conditions or [],
+            "containerStatuses": [{"name": "main", "state": state or {}}] if state is not None else [],
+            **(status_extra or {}),
+        },
+    }
+
+
+def job(condition_type=None, reason=None, at="2026-01-01T01:00:00Z", deadline=600):
+    conditions = (
+        [{"type": condition_type, "status": "True", "reason": reason, "lastTransitionTime": at}]
+        if condition_type
+        else []
+    )
+    return {"spec": {"activeDeadlineSeconds": deadline}, "status": {"conditions": conditions}}
+
+
+def test_running_carries_the_container_start_time_and_node():
+    obs = observe(
+        kind="batch", job=job(), pods=[pod("Running", state={"running": {"startedAt": "2026-01-01T00:00:05Z"}})]
+    )
+    assert obs.state == State.RUNNING
+    assert obs.started_at == datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC)
+    assert (obs.node_name, obs.pod_name, obs.pod_uid) == ("p100-0", "train-abc-xyz", "pod-uid-1")
+
+
+def test_success_uses_kubernetes_timestamps():
+    terminated = {
+        "exitCode": 0,
+        "reason": "Completed",
+        "startedAt": "2026-01-01T00:00:05Z",
+        "finishedAt": "2026-01-01T00:10:05Z",
+    }
+    obs = observe(kind="batch", job=job(), pods=[pod("Succeeded", state={"terminated": terminated})])
+    assert obs.state == State.SUCCEEDED
+    assert (obs.finished_at - obs.started_at).total_seconds() == 600
+    assert obs.exit_code == 0
+
+
+def test_exit_code_3_fails_with_the_code():
+    terminated = {
+        "exitCode": 3,
+        "reason": "Error",
+        "startedAt": "2026-01-01T00:00:05Z",
+        "finishedAt": "2026-01-01T00:00:09Z",
+    }
+    obs = observe(kind="batch", job=job(), pods=[pod("Failed", state={"terminated": terminated})])
+    assert (obs.state, obs.reason, obs.exit_code) == (State.FAILED, "ExitCode", 3)
+    assert obs.message == "Exited with code 3."
+
+
+def test_oom_killed_is_named():
+    terminated = {
+        "exitCode": 137,
+        "reason": "OOMKilled",
+        "startedAt": "2026-01-01T00:00:05Z",
+        "finishedAt": "2026-01-01T00:00:09Z",
+    }
+    obs = observe(kind="batch", job=job(), pods=[pod("Failed", state={"terminated": terminated})])
+    assert (obs.state, obs.reason) == (State.FAILED, "OOMKilled")
+    assert "out of memory" in obs.message
+
+
+def test_unschedulable_keeps_the_schedulers_message():
+    message = "0/5 nodes are available: 5 Insufficient nvidia.com/gpu."
+    conditions = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]
+    obs = observe(kind="batch", job=job(), pods=[pod(conditions=conditions, node="")])
+    assert (obs.state, obs.reason, obs.message) == (State.PENDING, "Unschedulable", message)
+
+
+def test_image_pull_failure_is_pending_with_the_reason():
+    waiting = {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "registry.invalid/x"'}
+    obs = observe(kind="batch", job=job(), pods=[pod(state={"waiting": waiting})])
+    assert (obs.state, obs.reason) == (State.PENDING, "ImagePullBackOff")
+    assert obs.message.startswith("Cannot pull the image")
+
+
+def test_deadline_exceeded_wins_over_pod_state():
+    obs = observe(kind="batch", job=job("Failed", "DeadlineExceeded", deadline=90), pods=[])
+    assert (obs.state, obs.reason) == (State.FAILED, "DeadlineExceeded")
+    assert obs.message == "Stopped at its time limit (1m30s)."
+    assert obs.finished_at == datetime(2026, 1, 1, 1, 0, tzinfo=UTC)
+
+
+def test_evicted_pod_fails_the_workload():
+    obs = observe(
+        kind="batch",
+        job=job(),
+        pods=[pod("Failed", status_extra={"reason": "Evicted", "message": "The node was low on resource: memory."})],
+    )
+    assert (obs.state, obs.reason) == (State.FAILED, "Evicted")
+
+
+def test_a_service_follows_its_newest_pod():
+    old = pod(
+        "Running", state={"running": {"startedAt": "2026-01-01T00:00:05Z"}}, name="old", created="2026-01-01T00:00:00Z"
+    )
+    old["metadata"]["deletionTimestamp"] = "2026-01-01T02:00:00Z"
+    new = pod(state={"waiting": {"reason": "ContainerCreating"}}, name="new", created="2026-01-01T02:00:00Z")
+    obs = observe(kind="service", job=None, pods=[old, new])
+    assert (obs.state, obs.pod_name) == (State.PENDING, "new")
+
+
+def test_no_objects_yet_says_nothing():
+    assert observe(kind="batch", job=None, pods=[]) is None
