@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.test import override_settings
 from django.utils import timezone
 
 from jobs.models import (
@@ -31,15 +32,22 @@ from jobs.models import (
 PASSWORD = "correct-horse-battery-staple"
 
 
-@pytest.fixture(autouse=True)
-def _plain_static_files(settings):
-    # The suite runs with DEBUG off, where the manifest storage wants `collectstatic` first.
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-    }
-    # Hashing four passwords per test with the production hasher would dominate the suite's time.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+@pytest.fixture(autouse=True, scope="session")
+def _ui_settings():
+    # The suite runs with DEBUG off, where the manifest storage wants `collectstatic` first; and hashing
+    # four passwords per test with the production hasher would dominate the suite's time. Session-wide,
+    # and never through the function-scoped `settings` fixture: the engine's session fixtures change
+    # settings too, and must not be undone when the first test that started them ends.
+    override = override_settings(
+        STORAGES={
+            "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+            "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+        },
+        PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"],
+    )
+    override.enable()
+    yield
+    override.disable()
 
 
 @dataclass
