@@ -188,7 +188,7 @@ STATE_FILTERS = [("", "Any state"), ("active", "Active (not finished)"), ("finis
 
 
 class WorkloadFilterForm(forms.Form):
-    scope = forms.ChoiceField(choices=[("mine", "Mine"), ("team", "My team's")], required=False)
+    scope = forms.ChoiceField(choices=[("mine", "Mine"), ("team", "My team's")], required=False, label="Whose")
     state = forms.ChoiceField(choices=STATE_FILTERS, required=False)
     kind = forms.ChoiceField(choices=[("", "Any kind"), *Kind.choices], required=False)
     gpu_type = forms.ChoiceField(required=False, label="GPU type")
@@ -203,9 +203,12 @@ MAX_USAGE_DAYS = 366
 
 
 class UsageRangeForm(forms.Form):
-    label_suffix = ""
     start = forms.DateField(label="From", widget=forms.DateInput(attrs={"type": "date"}))
     end = forms.DateField(label="To", widget=forms.DateInput(attrs={"type": "date"}))
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
 
     @staticmethod
     def default_range() -> tuple[date, date]:
