@@ -130,7 +130,7 @@ def test_exhausted_quota_shows_the_queue_position_then_starts(page, lab):
     page.get_by_role("button", name="Launch", exact=True).click()
     expect(page.get_by_role("status")).to_contain_text("#1 in the queue")
     expect(page.locator("#state-badge")).to_contain_text("Queued #1")
-    expect(page.locator(".why")).to_contain_text("The team uses 1 of 1 GPUs")
+    expect(page.locator(".why")).to_contain_text("The team uses 1 of 1 GPU")
     page.evaluate(WATCH_STATES)
     screenshot(page, "e2e_quota_queued")
 
