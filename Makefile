@@ -27,12 +27,13 @@ venv: $(STAMP) vendor ## create the virtualenv with the pinned dependencies (and
 # The pages' JavaScript libraries, from the npm registry (pinned in package-lock.json), copied into
 # static/vendor/ (git-ignored). Re-runs only when the lock file changes.
 VENDOR_STAMP := static/vendor/.installed-$(shell sha1sum package-lock.json 2>/dev/null | cut -c1-12)
-$(VENDOR_STAMP): package.json package-lock.json
+$(VENDOR_STAMP): package.json package-lock.json Makefile
 	@command -v npm >/dev/null || bash devtools/system-deps.sh npm
 	@echo "[setup] installing the pages' JavaScript libraries (pinned in package-lock.json)"
 	@npm ci --no-audit --no-fund --loglevel=error
 	@rm -rf static/vendor && mkdir -p static/vendor
-	@cp node_modules/htmx.org/dist/htmx.min.js node_modules/chart.js/dist/chart.umd.min.js static/vendor/
+	@cp node_modules/htmx.org/dist/htmx.min.js node_modules/chart.js/dist/chart.umd.min.js \
+	   node_modules/chart.js/dist/chart.umd.min.js.map static/vendor/  # the map: collectstatic follows its reference
 	@touch $@
 
 vendor: $(VENDOR_STAMP) ## copy the pages' JavaScript libraries into static/vendor/
