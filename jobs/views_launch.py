@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from jobs.forms import LaunchForm, initial_from_workload, join_args
-from jobs.models import CatalogImage, GpuType
+from jobs.models import AllowedRegistry, CatalogImage, GpuType
 from jobs.selectors import (
     cluster_capacity,
     launch_outlook,
@@ -87,6 +86,8 @@ def launch(request: HttpRequest) -> HttpResponse:
             "catalog": catalog,
             "gpu_type_rows": _gpu_type_rows(acting.team, gpu_types),
             "outlook": outlook,
+            # Custom images are offered only where a registry is allowed for them.
+            "registries": list(AllowedRegistry.objects.values_list("host", flat=True)),
         },
         status=400 if form.is_bound else 200,
     )
@@ -107,7 +108,7 @@ def _outlook_for(team, gpu_types: list[GpuType], form: LaunchForm):
 @team_page
 def launch_outlook_partial(request: HttpRequest) -> HttpResponse:
     """The "will it wait?" notice, refreshed by htmx as the GPU type or count changes."""
-    gpu_type = GpuType.objects.filter(Q(slug=request.GET.get("gpu_type", "")), enabled=True).first()
+    gpu_type = GpuType.objects.filter(slug=request.GET.get("gpu_type", ""), enabled=True).first()
     try:
         count = int(request.GET.get("gpu_count") or 1)
     except ValueError:

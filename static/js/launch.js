@@ -41,7 +41,7 @@
 
     function refresh() {
       var option = catalog.options[catalog.selectedIndex];
-      customField.hidden = !!(option && option.value);
+      if (customField) customField.hidden = !!(option && option.value);
       portField.hidden = kind() !== "service";
       if (option) showDescription(option);
     }

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from jobs.models import State, Workload
+from jobs.models import AllowedRegistry, State, Workload
 from tests.ui.conftest import make_workload
 
 pytestmark = pytest.mark.django_db
@@ -200,3 +200,12 @@ def test_clone_opens_the_form_filled_in(login, world):
     assert '<option value="k2" selected>' in page
     assert 'name="time_limit" value="2"' in page
     assert '<option value="hours" selected>' in page
+
+
+def test_custom_images_are_offered_only_where_a_registry_is_allowed(login, world):
+    page = login(world.owner).get(reverse("launch")).content.decode()
+    assert "Any image from an allowed registry: docker.io." in page
+    AllowedRegistry.objects.all().delete()
+    page = login(world.owner).get(reverse("launch")).content.decode()
+    assert "Custom image…" not in page
+    assert 'name="image"' not in page

@@ -224,3 +224,11 @@ def test_list_pages_take_a_constant_number_of_queries(login, world, django_asser
         make_workload(world, state=states[i % 3], owner=world.owner if i % 2 == 0 else world.teammate)
     with django_assert_num_queries(few):
         assert client.get(url, query).status_code == 200
+
+
+def test_events_stop_polling_once_final(login, world):
+    client = login(world.owner)
+    active = make_workload(world, state=State.QUEUED, namespace="", k8s_name="")
+    done = make_workload(world, state=State.SUCCEEDED, namespace="", k8s_name="")
+    assert "every 5s" in client.get(reverse("workload_events", args=[active.uid])).content.decode()
+    assert "every 5s" not in client.get(reverse("workload_events", args=[done.uid])).content.decode()
