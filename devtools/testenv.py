@@ -33,6 +33,7 @@ def main(argv: list[str]) -> int:
             started.append(redis)
             print(f"[testenv] throwaway Redis on port {redis.port}", file=sys.stderr)
         env.setdefault("DEBUG", "0")
+        env.setdefault("ALLOWED_HOSTS", "localhost,127.0.0.1,testserver")
         env.setdefault("SECRET_KEY", "test-suite-secret-key-not-for-production")
         return subprocess.call(argv, env=env)
     except ServiceError as exc:

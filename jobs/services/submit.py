@@ -131,6 +131,8 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
             message=f"Submitted by {owner.get_username()}: {clean.gpu_count} × {gpu_type.display_name}.",
         )
         transaction.on_commit(lambda: admit_now(team_id=team.id, gpu_type_id=gpu_type.id))
+    if not transaction.get_connection().in_atomic_block:
+        workload.refresh_from_db()  # admission has run: say whether it was admitted or queued
     return workload
 
 
