@@ -149,6 +149,8 @@ class LaunchForm(forms.Form):
                 self.env_errors.extend(messages)
                 continue
             field = SPEC_FIELD_TO_FORM.get(spec_field, spec_field)
+            if field == "image" and self.cleaned_data.get("catalog_image"):
+                field = "catalog_image"  # e.g. a CUDA mismatch: about the catalog image chosen
             for message in messages:
                 if field in self.fields:
                     self.add_error(field, message)

@@ -15,16 +15,30 @@ from jobs.selectors import (
     team_quota_use,
     workloads_visible_to,
 )
-from jobs.services.submit import workload_submit
-from jobs.services.validation import SubmissionInvalid
+from jobs.services.submit import gather_facts, workload_submit
+from jobs.services.validation import SubmissionInvalid, cuda_tuple
 from jobs.views_common import team_page
 
 
-def _gpu_type_rows(team, gpu_types: list[GpuType]) -> list[dict]:
-    """Per GPU type: free/total in the cluster and the team's quota left, for the GPU type picker."""
+def _gpu_type_rows(team, gpu_types: list[GpuType], max_cuda: dict[str, str | None]) -> list[dict]:
+    """Per GPU type: free/total in the cluster, the team's quota left and the drivers' highest CUDA."""
     capacity = cluster_capacity(gpu_types)
     quota = {use.gpu_type.id: use for use in team_quota_use(team)}
-    return [{"gpu_type": t, "capacity": capacity[t.id], "quota": quota.get(t.id)} for t in gpu_types]
+    return [
+        {"gpu_type": t, "capacity": capacity[t.id], "quota": quota.get(t.id), "max_cuda": max_cuda.get(t.slug) or ""}
+        for t in gpu_types
+    ]
+
+
+def _default_gpu_type(gpu_types: list[GpuType], facts, cuda_needed: str) -> str:
+    """The first GPU type the team has quota for whose drivers run the image's CUDA version."""
+
+    def fits(slug: str) -> bool:
+        known = facts.gpu_types[slug].max_cuda
+        return not cuda_needed or not known or cuda_tuple(known) >= cuda_tuple(cuda_needed)
+
+    usable = [t.slug for t in gpu_types if facts.gpu_types[t.slug].quota]
+    return next((slug for slug in usable if fits(slug)), usable[0] if usable else gpu_types[0].slug)
 
 
 @team_page
@@ -33,6 +47,8 @@ def launch(request: HttpRequest) -> HttpResponse:
     catalog = list(CatalogImage.objects.filter(enabled=True))
     gpu_types = list(GpuType.objects.filter(enabled=True))
     options = {"catalog": catalog, "gpu_types": gpu_types, "may_set_priority": acting.is_manager}
+    # What submission judges against (quotas, node sizes, driver CUDA versions): the picker shows it.
+    facts = gather_facts(team=acting.team, user=request.user)
     if request.method == "POST":
         form = LaunchForm(request.POST, **options)
         if form.is_valid():
@@ -56,6 +72,7 @@ def launch(request: HttpRequest) -> HttpResponse:
                 return redirect("workload_detail", uid=workload.uid)
     else:
         initial = {}
+        cuda_needed = ""
         clone_of = request.GET.get("clone")
         if clone_of:
             source = workloads_visible_to(request.user).select_related("gpu_type").filter(uid=clone_of).first()
@@ -64,6 +81,7 @@ def launch(request: HttpRequest) -> HttpResponse:
             initial = initial_from_workload(source)
         elif catalog:
             first = catalog[0]
+            cuda_needed = first.cuda_version
             initial = {
                 "catalog_image": str(first.id),
                 "kind": "service" if first.suits == "service" else "batch",
@@ -72,8 +90,7 @@ def launch(request: HttpRequest) -> HttpResponse:
                 "port": first.default_port,
             }
         if gpu_types and "gpu_type" not in initial:
-            with_quota = {use.gpu_type.slug for use in team_quota_use(acting.team) if use.limit}
-            initial["gpu_type"] = next((t.slug for t in gpu_types if t.slug in with_quota), gpu_types[0].slug)
+            initial["gpu_type"] = _default_gpu_type(gpu_types, facts, cuda_needed)
         initial.setdefault("time_limit", 1)
         initial.setdefault("time_limit_unit", "hours")
         form = LaunchForm(initial=initial, **options)
@@ -84,7 +101,9 @@ def launch(request: HttpRequest) -> HttpResponse:
         {
             "form": form,
             "catalog": catalog,
-            "gpu_type_rows": _gpu_type_rows(acting.team, gpu_types),
+            "gpu_type_rows": _gpu_type_rows(
+                acting.team, gpu_types, {slug: f.max_cuda for slug, f in facts.gpu_types.items()}
+            ),
             "outlook": outlook,
             # Custom images are offered only where a registry is allowed for them.
             "registries": list(AllowedRegistry.objects.values_list("host", flat=True)),

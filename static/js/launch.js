@@ -46,9 +46,37 @@
       if (option) showDescription(option);
     }
 
+    var gpuType = form.querySelector("select[name=gpu_type]");
+
+    function cudaTuple(version) {
+      var parts = (version || "0").split(".");
+      return [parseInt(parts[0], 10) || 0, parseInt(parts[1], 10) || 0];
+    }
+
+    function runs(gpuOption, needed) {
+      if (!needed || !gpuOption.dataset.cuda) return true;
+      var have = cudaTuple(gpuOption.dataset.cuda), want = cudaTuple(needed);
+      return have[0] > want[0] || (have[0] === want[0] && have[1] >= want[1]);
+    }
+
+    // An image that needs a newer CUDA than the chosen GPU type's drivers: pick a type that runs it.
+    function matchGpuType(needed) {
+      var current = gpuType.options[gpuType.selectedIndex];
+      if (!current || runs(current, needed)) return;
+      for (var i = 0; i < gpuType.options.length; i++) {
+        var candidate = gpuType.options[i];
+        if (candidate.dataset.quota !== "0" && runs(candidate, needed)) {
+          gpuType.selectedIndex = i;
+          gpuType.dispatchEvent(new Event("change", { bubbles: true }));
+          return;
+        }
+      }
+    }
+
     catalog.addEventListener("change", function () {
       var option = catalog.options[catalog.selectedIndex];
       if (option && option.value) {
+        matchGpuType(option.dataset.cuda);
         command.value = option.dataset.command || "";
         args.value = option.dataset.args || "";
         port.value = option.dataset.port || "";

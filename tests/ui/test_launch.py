@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from jobs.models import AllowedRegistry, State, Workload
+from jobs.models import AllowedRegistry, GpuNode, State, Workload
 from tests.ui.conftest import make_workload
 
 pytestmark = pytest.mark.django_db
@@ -197,7 +197,7 @@ def test_clone_opens_the_form_filled_in(login, world):
     assert 'value="MODE"' in page
     assert 'value="fast"' in page
     assert 'value="8080"' in page
-    assert '<option value="k2" selected>' in page
+    assert '<option value="k2" data-cuda="" data-quota="2" selected>' in page
     assert 'name="time_limit" value="2"' in page
     assert '<option value="hours" selected>' in page
 
@@ -209,3 +209,16 @@ def test_custom_images_are_offered_only_where_a_registry_is_allowed(login, world
     page = login(world.owner).get(reverse("launch")).content.decode()
     assert "Custom image…" not in page
     assert 'name="image"' not in page
+
+
+def test_the_default_gpu_type_runs_the_images_cuda_version(login, world):
+    GpuNode.objects.filter(gpu_type=world.k2).update(cuda_driver_version="11.4")
+    GpuNode.objects.filter(gpu_type=world.p100).update(cuda_driver_version="12.2")
+    world.notebook.cuda_version = "12.2"  # the first catalog entry by title
+    world.notebook.save()
+    client = login(world.owner)
+    page = client.get(reverse("launch")).content.decode()
+    assert '<option value="p100" data-cuda="12.2" data-quota="2" selected>' in page
+    assert "CUDA ≤ 11.4" in page
+    response = post(client, catalog_image=str(world.notebook.id), kind="service", gpu_type="k2")
+    assert "needs CUDA 12.2, but Grid K2 drivers support up to CUDA 11.4" in field_errors(response)["catalog_image"][0]
