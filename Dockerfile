@@ -10,6 +10,14 @@
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
+# --- assets: the pages' browser libraries from the npm registry (pinned in package-lock.json) ------------
+FROM node:20-bookworm-slim AS assets
+WORKDIR /assets
+COPY package.json package-lock.json ./
+COPY devtools/vendor.sh ./vendor.sh
+RUN npm ci --omit=dev --no-audit --no-fund --loglevel=error \
+ && bash vendor.sh node_modules /assets/vendor
+
 # --- build: a virtualenv with the pinned runtime dependencies, the project and its static files ---------
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -22,6 +30,7 @@ RUN python -m venv /opt/venv
 COPY requirements/base.txt requirements/constraints.txt /app/requirements/
 RUN pip install -r /app/requirements/base.txt
 COPY . /app
+COPY --from=assets /assets/vendor /app/static/vendor
 WORKDIR /app
 # Editable, so the project's console scripts (gpuportal-agent) exist while BASE_DIR stays /app (settings
 # find templates/ and static/ next to the code). Then collect and compress the static files for
@@ -55,5 +64,7 @@ USER 10001:10001
 EXPOSE 8000
 ENTRYPOINT ["/usr/bin/tini", "--"]
 # --worker-tmp-dir: gunicorn's heartbeat files go to memory, not to the (possibly read-only) image.
+# Threaded workers: a followed log stream holds a thread, not a whole worker process.
 CMD ["gunicorn", "portal.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", \
+     "--worker-class", "gthread", "--threads", "8", \
      "--worker-tmp-dir", "/dev/shm", "--access-logfile", "-"]

@@ -31,9 +31,7 @@ $(VENDOR_STAMP): package.json package-lock.json Makefile
 	@command -v npm >/dev/null || bash devtools/system-deps.sh npm
 	@echo "[setup] installing the pages' JavaScript libraries (pinned in package-lock.json)"
 	@npm ci --no-audit --no-fund --loglevel=error
-	@rm -rf static/vendor && mkdir -p static/vendor
-	@cp node_modules/htmx.org/dist/htmx.min.js node_modules/chart.js/dist/chart.umd.min.js \
-	   node_modules/chart.js/dist/chart.umd.min.js.map static/vendor/  # the map: collectstatic follows its reference
+	@bash devtools/vendor.sh node_modules static/vendor
 	@touch $@
 
 vendor: $(VENDOR_STAMP) ## copy the pages' JavaScript libraries into static/vendor/

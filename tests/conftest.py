@@ -12,3 +12,29 @@ def pytest_configure(config):
         **settings.STORAGES,
         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     }
+
+
+def _retry_flush_on_deadlock() -> None:
+    """Transactional tests end with a TRUNCATE of every table while the engine's worker and tracker keep
+    working against the same database; PostgreSQL may pick the TRUNCATE as a deadlock victim. Retry it."""
+    import time
+
+    from django.db import OperationalError
+    from django.db.backends.base.operations import BaseDatabaseOperations
+
+    original = BaseDatabaseOperations.execute_sql_flush
+
+    def execute_sql_flush(self, sql_list):
+        for attempt in range(10):
+            try:
+                return original(self, sql_list)
+            except OperationalError as exc:
+                if "deadlock" not in str(exc) or attempt == 9:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+        return None
+
+    BaseDatabaseOperations.execute_sql_flush = execute_sql_flush
+
+
+_retry_flush_on_deadlock()

@@ -30,7 +30,6 @@ def portal_identity(
     kube_cluster: Any, kube_api: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PortalIdentity]:
     """The portal's own service account; this process's settings point at it for the whole session."""
-    from django.conf import settings
     from kubernetes import client as k8s
 
     from jobs.kube import client as kube
@@ -43,19 +42,32 @@ def portal_identity(
         directory=tmp_path_factory.mktemp("portal"),
     )
     overrides: dict[str, Any] = {**identity.settings(), **{k: int(v) for k, v in FAST_INTERVALS.items()}}
-    saved = {k: getattr(settings, k) for k in overrides}
+    # Write to the real settings object, under any override a test may have active right now (pytest-
+    # django's live_server and settings fixtures wrap each test in one): this lasts the whole session.
+    base = base_settings()
+    saved = {k: getattr(base, k) for k in overrides}
     for key, value in overrides.items():
-        setattr(settings, key, value)
+        setattr(base, key, value)
     kube.reset()
     forget_namespaces()
     try:
         yield identity
     finally:
         for key, value in saved.items():
-            setattr(settings, key, value)
+            setattr(base, key, value)
         kube.reset()
         with contextlib.suppress(Exception):
             k8s.CoreV1Api(kube_api).delete_namespace(identity.system_namespace)
+
+
+def base_settings() -> Any:
+    """Django's settings object beneath any active override_settings layers."""
+    from django.conf import UserSettingsHolder, settings
+
+    wrapped = settings._wrapped
+    while isinstance(wrapped, UserSettingsHolder):
+        wrapped = wrapped.default_settings
+    return wrapped
 
 
 def database_url() -> str:
@@ -70,12 +82,12 @@ def database_url() -> str:
 @pytest.fixture(scope="session")
 def engine_broker() -> Iterator[RedisServer]:
     """A Redis of the engine's own, so a test can stop it and start it again on the same port."""
-    from django.conf import settings
 
     server = RedisServer()
     url = server.start()
-    saved = settings.CELERY_BROKER_URL
-    settings.CELERY_BROKER_URL = url
+    base = base_settings()
+    saved = base.CELERY_BROKER_URL
+    base.CELERY_BROKER_URL = url
     from portal.celery import app
 
     app.conf.broker_url = url
@@ -85,7 +97,7 @@ def engine_broker() -> Iterator[RedisServer]:
     try:
         yield server
     finally:
-        settings.CELERY_BROKER_URL = saved
+        base.CELERY_BROKER_URL = saved
         app.conf.broker_url = saved
         if app._pool is not None:
             app._pool.force_close_all()

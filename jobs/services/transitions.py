@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from jobs.models import State, Workload, WorkloadEvent
@@ -38,7 +39,6 @@ def transition(
     On success the in-memory object is updated too; on failure it is refreshed from the database.
     """
     from_state = workload.state
-    previous_change = workload.state_changed_at
     if not can_move(from_state, to_state):
         log.info("workload %s: refusing %s -> %s", workload.uid, from_state, to_state)
         return False
@@ -50,7 +50,8 @@ def transition(
             workload.refresh_from_db()
             return False
         # Kubernetes' timestamps have whole seconds; never let an entry sort before the one it follows.
-        at = max(at, previous_change) if at and previous_change else (at or now)
+        last = WorkloadEvent.objects.filter(workload=workload).aggregate(last=Max("at"))["last"]
+        at = max(at or now, last) if last else (at or now)
         WorkloadEvent.objects.create(
             workload=workload,
             at=at,

@@ -319,11 +319,11 @@ def test_install_refuses_bad_values_before_creating_anything(kube_cluster, kube_
 @pytest.mark.django_db
 def test_the_portal_sets_up_a_team_namespace_with_the_charts_config_and_account(release, settings, tmp_path) -> None:
     """The engine's own namespace set-up, run as the chart's ServiceAccount with the chart's ConfigMap."""
+    from devtools.engine import cluster_ca
     from jobs.kube import client as kube_client
     from jobs.kube.rbac import kubeconfig_for_token
     from jobs.services.submission import forget_namespaces, namespace_ensure
     from tests.engine.factories import GpuTypeFactory, QuotaFactory, TeamFactory
-    from tests.engine_fixtures import cluster_ca
 
     config = release.core.read_namespaced_config_map(f"{release.fullname}-config", release.namespace).data
     account = release.core.read_namespaced_service_account(release.fullname, release.namespace)

@@ -37,8 +37,8 @@ def test_hadolint_finds_nothing() -> None:
 def test_multi_stage_build_runs_as_a_non_root_user_with_gunicorn_by_default() -> None:
     steps = instructions()
     stages = [args for keyword, args in steps if keyword == "FROM"]
-    assert [s.split(" AS ")[-1] for s in stages] == ["build", "runtime"]
-    runtime = steps[[i for i, (k, _) in enumerate(steps) if k == "FROM"][1] :]
+    assert [s.split(" AS ")[-1] for s in stages] == ["assets", "build", "runtime"]
+    runtime = steps[[i for i, (k, _) in enumerate(steps) if k == "FROM"][2] :]
     users = [args for keyword, args in runtime if keyword == "USER"]
     assert users == ["10001:10001"]
     cmd = json.loads(next(args for keyword, args in runtime if keyword == "CMD"))
@@ -49,6 +49,15 @@ def test_multi_stage_build_runs_as_a_non_root_user_with_gunicorn_by_default() ->
     # Only the virtualenv and the code come over from the build stage.
     copies = [args for keyword, args in runtime if keyword == "COPY"]
     assert copies == ["--from=build /opt/venv /opt/venv", "--from=build /app /app"]
+
+
+def test_the_pages_browser_libraries_come_from_the_lock_file_into_the_image() -> None:
+    steps = instructions()
+    runs = " ".join(args for keyword, args in steps if keyword == "RUN")
+    assert "npm ci --omit=dev" in runs
+    assert "vendor.sh node_modules /assets/vendor" in runs
+    copies = [args for keyword, args in steps if keyword == "COPY"]
+    assert "--from=assets /assets/vendor /app/static/vendor" in copies
 
 
 def test_static_files_are_collected_at_build_time_from_pinned_requirements() -> None:
