@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements/dev.txt pyproject.toml 2>/dev/null | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: help venv run test test-fast lint format bench cluster-build cluster-up cluster-down lock clean
+.PHONY: help venv vendor run test test-fast lint format bench cluster-build cluster-up cluster-down lock clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -22,7 +22,21 @@ $(STAMP): requirements/dev.txt pyproject.toml
 	@$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
 	@rm -f $(VENV)/.installed-* && touch $@
 
-venv: $(STAMP) ## create the virtualenv with the pinned dependencies
+venv: $(STAMP) vendor ## create the virtualenv with the pinned dependencies (and the pages' JS libraries)
+
+# The pages' JavaScript libraries, from the npm registry (pinned in package-lock.json), copied into
+# static/vendor/ (git-ignored). Re-runs only when the lock file changes.
+VENDOR_STAMP := static/vendor/.installed-$(shell sha1sum package-lock.json 2>/dev/null | cut -c1-12)
+$(VENDOR_STAMP): package.json package-lock.json Makefile
+	@command -v npm >/dev/null || bash devtools/system-deps.sh npm
+	@echo "[setup] installing the pages' JavaScript libraries (pinned in package-lock.json)"
+	@npm ci --no-audit --no-fund --loglevel=error
+	@rm -rf static/vendor && mkdir -p static/vendor
+	@cp node_modules/htmx.org/dist/htmx.min.js node_modules/chart.js/dist/chart.umd.min.js \
+	   node_modules/chart.js/dist/chart.umd.min.js.map static/vendor/  # the map: collectstatic follows its reference
+	@touch $@
+
+vendor: $(VENDOR_STAMP) ## copy the pages' JavaScript libraries into static/vendor/
 
 run: venv ## set up everything and serve the portal on http://127.0.0.1:8000 (Ctrl-C stops it all)
 	@bash devtools/system-deps.sh redis-server
@@ -30,6 +44,7 @@ run: venv ## set up everything and serve the portal on http://127.0.0.1:8000 (Ct
 
 test: venv ## the whole suite against real PostgreSQL, Redis, Celery and the local GPU cluster
 	@bash devtools/system-deps.sh redis-server postgresql chromium
+	@test -f node_modules/.package-lock.json -a node_modules/.package-lock.json -nt package-lock.json || npm ci --no-audit --no-fund --loglevel=error
 	@bash localcluster/build.sh >/dev/null
 	@$(PY) -m devtools.testenv -- $(PY) -m pytest $(PYTEST_ARGS)
 

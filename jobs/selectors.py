@@ -109,3 +109,76 @@ def cluster_capacity(gpu_types: Iterable[GpuType] | None = None) -> dict[int, Ca
             nodes=current.nodes + 1,
         )
     return result
+
+
+# --- what the web pages (and the API) need about the person acting ---------------------------------
+def memberships_of(user) -> list[Membership]:
+    """The user's memberships with their teams, by team name (one query)."""
+    if not user.is_authenticated:
+        return []
+    return list(Membership.objects.filter(user=user).select_related("team").order_by("team__name", "team_id"))
+
+
+def current_membership(user, team_id: int | str | None = None) -> Membership | None:
+    """The membership the user acts through: the one for `team_id` if they belong to it, else their first.
+
+    Pages keep `team_id` in the session; a user in one team never has to choose.
+    """
+    memberships = memberships_of(user)
+    for membership in memberships:
+        if str(membership.team_id) == str(team_id):
+            return membership
+    return memberships[0] if memberships else None
+
+
+@dataclass(frozen=True)
+class LaunchOutlook:
+    """What would happen to a request for `gpu_count` GPUs of a type, if submitted now."""
+
+    gpu_type: GpuType
+    gpu_count: int
+    limit: int | None  # the team's quota for the type; None: no quota, cannot be used
+    used: int  # GPUs the team holds now
+    queued_workloads: int  # the team's workloads already waiting for this type
+    queued_gpus: int
+    cluster_free: int
+    cluster_total: int
+
+    @property
+    def quota_left(self) -> int:
+        return max(0, (self.limit or 0) - self.used)
+
+    @property
+    def must_wait(self) -> bool:
+        """Admission is best-effort: a request that fits into the quota left is admitted at once."""
+        return self.limit is not None and self.gpu_count <= self.limit and self.gpu_count > self.quota_left
+
+    @property
+    def expected_position(self) -> int:
+        return self.queued_workloads + 1
+
+    @property
+    def cluster_short(self) -> bool:
+        """The cluster has fewer free GPUs than asked: the pod waits for the scheduler even with quota."""
+        return self.cluster_free < self.gpu_count
+
+
+def launch_outlook(team: Team, gpu_type: GpuType, gpu_count: int) -> LaunchOutlook:
+    """Quota and cluster room for one GPU type, for the launch form's "will it wait?" notice (3 queries)."""
+    limit = Quota.objects.filter(team=team, gpu_type=gpu_type).values_list("max_gpus", flat=True).first()
+    counts = Workload.objects.filter(team=team, gpu_type=gpu_type, state__in=State.active()).aggregate(
+        used=Coalesce(Sum("gpu_count", filter=Q(state__in=State.holding())), 0),
+        queued_workloads=Count("id", filter=Q(state=State.QUEUED)),
+        queued_gpus=Coalesce(Sum("gpu_count", filter=Q(state=State.QUEUED)), 0),
+    )
+    capacity = cluster_capacity([gpu_type])[gpu_type.id]
+    return LaunchOutlook(
+        gpu_type=gpu_type,
+        gpu_count=gpu_count,
+        limit=limit,
+        used=counts["used"],
+        queued_workloads=counts["queued_workloads"],
+        queued_gpus=counts["queued_gpus"],
+        cluster_free=capacity.free,
+        cluster_total=capacity.total,
+    )

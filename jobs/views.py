@@ -1,9 +1,7 @@
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.http import HttpRequest, JsonResponse
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -14,8 +12,3 @@ def healthz(request: HttpRequest) -> JsonResponse:
     except Exception:
         return JsonResponse({"status": "unavailable", "database": "down"}, status=503)
     return JsonResponse({"status": "ok"})
-
-
-@login_required
-def dashboard(request: HttpRequest) -> HttpResponse:
-    return render(request, "jobs/dashboard.html")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -153,11 +154,25 @@ def cmd_up(args: argparse.Namespace) -> int:
             start_new_session=True,
         )
     deadline = time.monotonic() + UP_TIMEOUT
+    try:
+        return _wait_up(proc, state_dir, log_path, offset, deadline)
+    except KeyboardInterrupt:
+        say(f"interrupted; stopping the cluster that was starting (supervisor pid {proc.pid})")
+        kill_pid(proc.pid, timeout=30)
+        return 130
+
+
+def _wait_up(proc: subprocess.Popen[bytes], state_dir: Path, log_path: Path, offset: int, deadline: float) -> int:
     while True:
         offset = _echo_new(log_path, offset)
         state = read_state(state_dir)
         if state.get("state") == "ready" and state.get("pid") == proc.pid:
-            say(f"cluster is up (supervisor pid {proc.pid}); stop it with `make cluster-down`")
+            how = (
+                "`make cluster-down`"
+                if state_dir == DEFAULT_STATE_DIR
+                else f"`python -m localcluster down --state-dir {state_dir}`"
+            )
+            say(f"cluster is up (supervisor pid {proc.pid}); stop it with {how}")
             print(f"KUBECONFIG={state['kubeconfig']}", flush=True)
             return 0
         if proc.poll() is not None:
@@ -188,8 +203,20 @@ def cmd_down(args: argparse.Namespace) -> int:
     if pid:
         say(f"stopping the cluster (supervisor pid {pid})")
         kill_pid(pid, timeout=40)
-    # Whatever a crashed supervisor left behind (normally nothing: components die with it).
-    reap_stale(state_dir / "run", str(state_dir), say)
+    # Whatever a crashed supervisor left behind (normally nothing: components die with it). But if a
+    # live process still holds the state dir's lock (`make run` owns its cluster in-process), its
+    # components are not stale: leave them to it.
+    lock_path = state_dir / "lock"
+    if lock_path.exists():
+        with open(lock_path, "a+") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                say(f"the cluster in {state_dir} belongs to another running process (e.g. `make run`); "
+                    "stop that process (Ctrl-C) instead")  # fmt: skip
+                return 1
+            reap_stale(state_dir / "run", str(state_dir), say)
+            fcntl.flock(lock, fcntl.LOCK_UN)
     if read_state(state_dir):
         write_state(state_dir, state="stopped", pid=None)
     say("stopped; nothing is running" if pid else "no cluster was running")

@@ -65,7 +65,6 @@ def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield ExternalCluster(Path(external))
         return
     cluster = LocalCluster(state_dir=tmp_path_factory.mktemp("localcluster"))
-    cluster.owns_processes = True  # type: ignore[attr-defined]
     try:
         cluster.start()
     except ClusterError as exc:

@@ -37,6 +37,9 @@ from localcluster.rules import PodPlan, resolve_plan, restart_backoff
 
 log = logging.getLogger("node-simulator")
 WORKERS = 12
+# Events are best effort (like the kubelet's): beyond this backlog they are dropped, so a burst of pods
+# never slows down status updates.
+EVENT_BACKLOG = 300
 
 
 @dataclass
@@ -62,7 +65,10 @@ class PodRecord:
     last_terminated: dict[str, Any] | None = None
     version: int = 0
     published: str = ""  # the state last written to the API server
+    sent_version: int = -1  # the version last written (-1: resend)
     history: list[tuple[float, float, int, str]] = field(default_factory=list)  # previous runs
+    active_deadline: float | None = None  # spec.activeDeadlineSeconds, enforced by the kubelet
+    pod_reason: str = ""  # status.reason of the pod (DeadlineExceeded)
 
     @property
     def path(self) -> str:
@@ -89,6 +95,7 @@ class Simulator:
         self.pending: set[str] = set()
         self.ip_counter = itertools.count()
         self.stats = {"patches": 0, "deletes": 0, "errors": 0}
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=EVENT_BACKLOG)
 
     # -- pod lifecycle -----------------------------------------
     def on_pod(self, event_type: str, pod: dict[str, Any]) -> None:
@@ -105,6 +112,8 @@ class Simulator:
             if rec is None:
                 rec = self._adopt(pod)
             if meta.get("deletionTimestamp") and rec.state != "deleting":
+                if rec.state in ("running", "crashloop"):
+                    self.event(rec, "Normal", "Killing", f"[simulated] Stopping container {rec.containers[0][0]}")
                 rec.state = "deleting"
                 rec.version += 1
                 self._enqueue(uid)
@@ -138,6 +147,9 @@ class Simulator:
             accepted_at=now,
             ip=status.get("podIP") or f"10.244.{(n // 250) % 256}.{n % 250 + 2}",
         )
+        if spec.get("activeDeadlineSeconds") is not None:
+            with contextlib.suppress(TypeError, ValueError):
+                rec.active_deadline = float(spec["activeDeadlineSeconds"])
         self.records[rec.uid] = rec
         self.by_name[(rec.namespace, rec.name)] = rec.uid
         phase = status.get("phase", "Pending")
@@ -147,21 +159,23 @@ class Simulator:
             rec.accepted_at = parse_rfc3339(status["startTime"])
         if phase in ("Succeeded", "Failed") and "terminated" in state:
             term = state["terminated"]
-            rec.state, rec.published = "terminated", "terminated"
+            rec.state, rec.published, rec.sent_version = "terminated", "terminated", 0
             rec.started_at = parse_rfc3339(term.get("startedAt") or status.get("startTime") or rfc3339(now))
             rec.finished_at = parse_rfc3339(term.get("finishedAt") or rfc3339(now))
             rec.exit_code, rec.reason = int(term.get("exitCode", 0)), term.get("reason", "")
         elif phase == "Running" and "running" in state:
-            rec.state, rec.published = "running", "running"
+            rec.state, rec.published, rec.sent_version = "running", "running", 0
             rec.started_at = parse_rfc3339(state["running"]["startedAt"])
             rec.restart_count = int(first.get("restartCount", 0))
             if not rec.plan.runs_forever:
                 self._at(rec.started_at + rec.plan.run_seconds, rec, "finish")
         elif phase in ("Succeeded", "Failed"):
-            rec.state, rec.published = "terminated", "terminated"
+            rec.state, rec.published, rec.sent_version = "terminated", "terminated", 0
         else:
             self._enqueue(rec.uid)
             self._at(now + rec.plan.start_seconds, rec, "start")
+        if rec.active_deadline is not None and rec.state != "terminated":
+            self._at(rec.accepted_at + rec.active_deadline, rec, "deadline")
         return rec
 
     def _at(self, due: float, rec: PodRecord, action: str) -> None:
@@ -179,20 +193,40 @@ class Simulator:
         if rec is not None and action == "resync":
             self._enqueue(uid)  # an API call failed earlier: send the current state again
             return
-        if rec is None or rec.version != version or rec.state == "deleting":
+        if rec is None or rec.state in ("deleting", "terminated"):
+            return
+        # A deadline holds whatever happened since it was set; other timers are void once the pod moved on.
+        if rec.version != version and action != "deadline":
             return
         now = time.time()
         rec.version += 1
         if action == "start":
             if rec.plan.pull_failure_image:
                 rec.state, rec.pull_stage = "pullfail", "ErrImagePull"
+                image = rec.plan.pull_failure_image
+                why = "[simulated] it matches a failing_images pattern of the node simulator"
+                self.event(rec, "Warning", "Failed", f'Failed to pull image "{image}": {why}')
                 self._at(now + 1.0, rec, "backoff")
             else:
                 rec.state, rec.started_at = "running", now
+                self.event(rec, "Normal", "Started", f"[simulated] Started container {rec.containers[0][0]}")
                 if not rec.plan.runs_forever:
                     self._at(now + rec.plan.run_seconds, rec, "finish")
         elif action == "backoff":
             rec.pull_stage = "ImagePullBackOff"
+            self.event(rec, "Normal", "BackOff", f'Back-off pulling image "{rec.plan.pull_failure_image}"')
+        elif action == "deadline":
+            was_running = rec.started_at is not None and rec.state == "running"
+            rec.state, rec.finished_at = "terminated", now
+            rec.exit_code, rec.reason = (137, "Error") if was_running else (0, "")
+            rec.started_at = rec.started_at or now
+            rec.pod_reason = "DeadlineExceeded"
+            self.event(
+                rec,
+                "Normal",
+                "DeadlineExceeded",
+                "Pod was active on the node longer than the specified deadline",
+            )
         elif action == "finish":
             # The planned exit instant (the timer may fire a few ms late under load).
             rec.finished_at = min(now, (rec.started_at or now) + rec.plan.run_seconds)
@@ -234,8 +268,14 @@ class Simulator:
                     body = self._kill_status(rec) if rec.published not in ("terminated", "killed") else None
                     rec.published = "killed"
                 else:
+                    if rec.state == "creating" and time.time() >= rec.accepted_at + rec.plan.start_seconds:
+                        # Already due to start (a backlog): like the kubelet's status manager, publish
+                        # only the latest state instead of every step.
+                        self._advance(uid, rec.version, "start")
+                    if rec.sent_version == rec.version:
+                        continue
                     body = self._status(rec)
-                    rec.published = rec.state
+                    rec.published, rec.sent_version = rec.state, rec.version
                 path = rec.path
                 deleting = rec.state == "deleting"
                 version = rec.version
@@ -259,6 +299,8 @@ class Simulator:
                 self._retry(uid, version)
             except ApiUnavailable:
                 self._retry(uid, version)
+                # The API server is down (restarting, or stopped by a fault test): do not spin on it.
+                time.sleep(0.5)
 
     def _retry(self, uid: str, version: int) -> None:
         with self.lock:
@@ -266,6 +308,7 @@ class Simulator:
             if rec is not None:
                 if rec.state == "deleting":
                     rec.published = ""
+                rec.sent_version = -1
                 heapq.heappush(self.timers, (time.time() + 1.0, next(self.seq), uid, rec.version, "resync"))
                 self.timer_cv.notify()
 
@@ -289,7 +332,7 @@ class Simulator:
         """The full pod status for the record's current state (a strategic merge patch body)."""
         ready = rec.state == "running"
         if rec.state == "terminated":
-            phase = "Succeeded" if rec.exit_code == 0 else "Failed"
+            phase = "Succeeded" if rec.exit_code == 0 and not rec.pod_reason else "Failed"
         elif rec.state in ("running", "crashloop"):
             phase = "Running"
         else:
@@ -346,6 +389,9 @@ class Simulator:
             ],
             "containerStatuses": statuses,
         }
+        if rec.pod_reason == "DeadlineExceeded":
+            status["reason"] = "DeadlineExceeded"
+            status["message"] = "Pod was active on the node longer than the specified deadline"
         if rec.init_containers:
             status["initContainerStatuses"] = [
                 {
@@ -385,6 +431,41 @@ class Simulator:
         for entry in status["containerStatuses"]:
             entry["state"]["terminated"]["message"] = "[simulated] killed because the pod was deleted"
         return status
+
+    # -- events ------------------------------------------------------
+    def event(self, rec: PodRecord, kind: str, reason: str, message: str) -> None:
+        stamp = rfc3339(time.time())
+        body = {
+            "metadata": {"generateName": f"{rec.name}.", "namespace": rec.namespace},
+            "involvedObject": {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "namespace": rec.namespace,
+                "name": rec.name,
+                "uid": rec.uid,
+                "fieldPath": f"spec.containers{{{rec.containers[0][0] if rec.containers else ''}}}",
+            },
+            "type": kind,
+            "reason": reason,
+            "message": message,
+            "source": {"component": "kubelet", "host": rec.node},
+            "reportingComponent": "kubelet",
+            "reportingInstance": rec.node,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        with contextlib.suppress(queue.Full):
+            self.events.put_nowait(body)
+
+    def run_events(self) -> None:
+        while True:
+            body = self.events.get()
+            # Status updates first: events wait while pods are waiting for theirs.
+            while not self.sync_queue.empty():
+                time.sleep(0.05)
+            with contextlib.suppress(ApiError, ApiUnavailable):
+                self.api.request("POST", f"/api/v1/namespaces/{body['metadata']['namespace']}/events", body)
 
     # -- watch -------------------------------------------------
     def run_watch(self) -> None:
@@ -445,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     kubelet.serve_logs(sim, config["kubelet_cert"], config["kubelet_key"], config["ca_file"])
     keeper = kubelet.NodeKeeper(sim)
     keeper.register_all()
-    threads: list[Callable[[], None]] = [sim.run_timers, keeper.run_heartbeats]
+    threads: list[Callable[[], None]] = [sim.run_timers, keeper.run_heartbeats, sim.run_events]
     threads += [sim.run_worker] * WORKERS
     for target in threads:
         threading.Thread(target=target, daemon=True).start()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from django.conf import settings
 from django.utils import timezone
@@ -21,7 +22,8 @@ from jobs.services.transitions import transition
 log = logging.getLogger(__name__)
 
 _ensured_lock = threading.Lock()
-_ensured: dict[str, tuple] = {}  # namespace -> the quota it was last set up with, per process
+_ensured: dict[str, tuple[tuple, float]] = {}  # namespace -> (quota it was set up with, when), per process
+ENSURE_TTL_SECONDS = 300.0
 
 
 class SubmitRejected(Exception):
@@ -69,11 +71,12 @@ def team_gpu_limits(team: Team) -> dict[str, int]:
 def namespace_ensure(team: Team, *, force: bool = False) -> str:
     """The team's namespace exists, with our RoleBinding and a ResourceQuota mirroring its GPU quota."""
     namespace = team.namespace
+    with _ensured_lock:
+        # Set up recently by this process: nothing to do (quota changes pass force=True).
+        if not force and time.monotonic() - _ensured.get(namespace, (None, -1e9))[1] < ENSURE_TTL_SECONDS:
+            return namespace
     limits = team_gpu_limits(team)
     key = tuple(sorted(limits.items()))
-    with _ensured_lock:
-        if not force and _ensured.get(namespace) == key:
-            return namespace
     core = kube.core()
     _create_or_ignore(
         lambda: core.create_namespace(
@@ -101,7 +104,7 @@ def namespace_ensure(team: Team, *, force: bool = False) -> str:
             raise
         core.replace_namespaced_resource_quota(objects.QUOTA_NAME, namespace, quota, _request_timeout=kube.timeout())
     with _ensured_lock:
-        _ensured[namespace] = key
+        _ensured[namespace] = (key, time.monotonic())
     return namespace
 
 
@@ -140,7 +143,9 @@ def _create_or_adopt(obj, spec: objects.WorkloadSpec) -> None:
                 f"a {kind} named {obj.metadata.name} already exists and is not this workload's"
             ) from exc
         failure = kube.classify(exc)
-        if failure.transient:
+        # 403 is retried too: RBAC in a namespace we just set up (or an API server that just restarted)
+        # can deny for a moment until its caches catch up. The workload's message says we are retrying.
+        if failure.transient or exc.status == 403:
             raise
         raise SubmitRejected(f"Kubernetes refused the {kind}: {failure.message}") from exc
 
@@ -163,6 +168,10 @@ def workload_create_objects(workload_id: int) -> None:
         namespace_ensure(workload.team)
         for obj in objects.make_objects(spec):
             _create_or_adopt(obj, spec)
+    except ApiException as exc:
+        message = f"Kubernetes is not accepting it yet ({kube.classify(exc).message}); retrying."
+        Workload.objects.filter(id=workload.id, state=State.SUBMITTING).update(message=message[:2000])
+        raise
     except SubmitRejected as exc:
         transition(workload, State.FAILED, reason="SubmitRejected", message=str(exc), finished_at=None)
         workload_delete_objects(workload)

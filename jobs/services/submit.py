@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +13,8 @@ from jobs.models import AllowedRegistry, CatalogImage, GpuType, Membership, Quot
 from jobs.selectors import cluster_capacity
 from jobs.services.dispatch import enqueue_admission
 from jobs.services.validation import CatalogFacts, Facts, GpuTypeFacts, SubmissionInvalid, validate_submission
+
+log = logging.getLogger(__name__)
 
 
 def gpu_type_max_cuda(gpu_type: GpuType, node_cuda: Mapping[int, list[str]]) -> str | None:
@@ -127,5 +130,20 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
             reason="Submitted",
             message=f"Submitted by {owner.get_username()}: {clean.gpu_count} × {gpu_type.display_name}.",
         )
-        enqueue_admission(team_id=team.id, gpu_type_id=gpu_type.id)
+        transaction.on_commit(lambda: admit_now(team_id=team.id, gpu_type_id=gpu_type.id))
     return workload
+
+
+def admit_now(*, team_id: int, gpu_type_id: int) -> None:
+    """Admission right after a submission commits, saving a round trip through the broker.
+
+    It never fails the submission: if it cannot run now (database busy, anything), the workload is
+    stored QUEUED and a worker or the periodic sweep admits it.
+    """
+    from jobs.services.admission import quota_admit
+
+    try:
+        quota_admit(team_id=team_id, gpu_type_id=gpu_type_id)
+    except Exception:
+        log.warning("admission after submit failed; handing it to a worker", exc_info=True)
+        enqueue_admission(team_id=team_id, gpu_type_id=gpu_type_id)

@@ -123,15 +123,25 @@ def observe_pod(pod: dict[str, Any], *, kind: str) -> Observation:
     return Observation(State.PENDING, "Scheduling", "Waiting for the scheduler.", **facts)
 
 
+def _deadline_passed(job: dict[str, Any], failed: dict[str, Any]) -> bool:
+    """Did the Job fail at or after its activeDeadlineSeconds? (The Job controller may name the pod it
+    killed at the deadline, BackoffLimitExceeded, rather than the deadline itself.)"""
+    if failed.get("reason") == "DeadlineExceeded":
+        return True
+    limit = (job.get("spec") or {}).get("activeDeadlineSeconds")
+    began = _ts((job.get("status") or {}).get("startTime"))
+    ended = _ts(failed.get("lastTransitionTime"))
+    return bool(limit and began and ended and (ended - began).total_seconds() >= limit - 1)
+
+
 def observe(*, kind: str, job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> Observation | None:
     """The state a workload is in, judged from its objects; None when they say nothing yet."""
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
     if kind == Kind.BATCH and job is not None:
         failed = _condition(job, "Failed")
-        if failed is not None and failed.get("reason") == "DeadlineExceeded":
+        if failed is not None and _deadline_passed(job, failed):
             limit = ((job.get("spec") or {}).get("activeDeadlineSeconds")) or 0
-            started = None
-            for pod in pods:
-                started = started or observe_pod(pod, kind=kind).started_at
+            started = next((o.started_at for o in (observe_pod(p, kind=kind) for p in pods) if o.started_at), None)
             return Observation(
                 State.FAILED,
                 "DeadlineExceeded",
@@ -139,26 +149,28 @@ def observe(*, kind: str, job: dict[str, Any] | None, pods: list[dict[str, Any]]
                 started,
                 _ts(failed.get("lastTransitionTime")) or timezone.now(),
             )
-    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")] or pods
-    if not live:
-        if kind == Kind.BATCH and job is not None:
-            complete = _condition(job, "Complete")
-            if complete is not None:
-                finished = _ts((job.get("status") or {}).get("completionTime"))
-                return Observation(State.SUCCEEDED, "Completed", "Completed.", None, finished, 0)
-            failed = _condition(job, "Failed")
-            if failed is not None:
-                return Observation(
-                    State.FAILED,
-                    failed.get("reason") or "Failed",
-                    failed.get("message") or "The job failed.",
-                    None,
-                    _ts(failed.get("lastTransitionTime")),
-                )
-        return None
-    # The newest pod speaks for the workload (a Deployment replaces a lost pod with a new one).
-    pod = max(live, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
-    return observe_pod(pod, kind=kind)
+    if kind == Kind.SERVICE and not live:
+        live = pods  # a service's only pod being replaced still says where it stands
+    if live:
+        # The newest pod speaks for the workload (a Deployment replaces a lost pod with a new one).
+        pod = max(live, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
+        return observe_pod(pod, kind=kind)
+    if kind == Kind.BATCH and job is not None:
+        # No pod left to ask (or only ones being deleted): the Job's own verdict, if it has one yet.
+        complete = _condition(job, "Complete")
+        if complete is not None:
+            finished = _ts((job.get("status") or {}).get("completionTime"))
+            return Observation(State.SUCCEEDED, "Completed", "Completed.", None, finished, 0)
+        failed = _condition(job, "Failed")
+        if failed is not None:
+            return Observation(
+                State.FAILED,
+                failed.get("reason") or "Failed",
+                failed.get("message") or "The job failed.",
+                None,
+                _ts(failed.get("lastTransitionTime")),
+            )
+    return None
 
 
 def _hms(seconds: int) -> str:

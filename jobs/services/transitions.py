@@ -38,6 +38,7 @@ def transition(
     On success the in-memory object is updated too; on failure it is refreshed from the database.
     """
     from_state = workload.state
+    previous_change = workload.state_changed_at
     if not can_move(from_state, to_state):
         log.info("workload %s: refusing %s -> %s", workload.uid, from_state, to_state)
         return False
@@ -48,9 +49,11 @@ def transition(
         if not moved:
             workload.refresh_from_db()
             return False
+        # Kubernetes' timestamps have whole seconds; never let an entry sort before the one it follows.
+        at = max(at, previous_change) if at and previous_change else (at or now)
         WorkloadEvent.objects.create(
             workload=workload,
-            at=at or now,
+            at=at,
             source=source,
             from_state=from_state,
             to_state=to_state,

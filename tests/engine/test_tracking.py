@@ -127,3 +127,22 @@ def test_a_service_follows_its_newest_pod():
 
 def test_no_objects_yet_says_nothing():
     assert observe(kind="batch", job=None, pods=[]) is None
+
+
+def test_a_job_failed_at_its_deadline_is_a_deadline_end_whatever_reason_the_controller_gives():
+    failed = job("Failed", "BackoffLimitExceeded", at="2026-01-01T00:02:00Z", deadline=120)
+    failed["status"]["startTime"] = "2026-01-01T00:00:00Z"
+    obs = observe(kind="batch", job=failed, pods=[])
+    assert (obs.state, obs.reason) == (State.FAILED, "DeadlineExceeded")
+
+
+def test_a_pod_being_deleted_is_not_the_outcome_of_a_batch_job():
+    terminated = {
+        "exitCode": 137,
+        "reason": "Error",
+        "startedAt": "2026-01-01T00:00:05Z",
+        "finishedAt": "2026-01-01T00:00:09Z",
+    }
+    dying = pod("Failed", state={"terminated": terminated})
+    dying["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:09Z"
+    assert observe(kind="batch", job=job(), pods=[dying]) is None

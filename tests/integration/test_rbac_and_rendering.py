@@ -149,3 +149,30 @@ def test_accepted_specs_pass_the_api_servers_dry_run_and_refusals_name_a_field(r
             create(kube_namespace, obj, dry_run="All")
         except ApiException as exc:
             pytest.fail(f"the API server refused a {obj.kind} for an accepted spec {raw!r}: {exc.body}")
+
+
+@pytest.mark.django_db
+def test_the_tracker_watch_streams_changes_as_the_portal_account(portal_identity, kube_api):
+    """One watch stream per kind: the tracker's watch must deliver events, not fall back to relisting."""
+    import json
+
+    from tests.engine.factories import TeamFactory
+
+    team = TeamFactory(slug=f"watch-{uuid.uuid4().hex[:6]}")
+    namespace = namespace_ensure(team)
+    response = kube.stream_get(
+        "/apis/batch/v1/jobs",
+        {"watch": "true", "labelSelector": "app.kubernetes.io/managed-by=gpuportal", "timeoutSeconds": "10"},
+        read_timeout=15,
+    )
+    spec = _job(namespace)
+    kube.batch().create_namespaced_job(namespace, objects.make_job(spec))
+    seen = b""
+    for chunk in response.stream(4096, decode_content=False):
+        seen += chunk
+        if spec.uid.encode() in seen:
+            break
+    response.release_conn()
+    events = [json.loads(line) for line in seen.splitlines() if line.strip()]
+    assert any(e["object"]["metadata"]["name"] == spec.object_name for e in events)
+    k8s.CoreV1Api(kube_api).delete_namespace(namespace)

@@ -1,0 +1,213 @@
+"""`make run`: everything a developer needs, in one process tree; Ctrl-C stops all of it.
+
+1. The local GPU cluster, unless KUBECONFIG is set: binaries built/verified by localcluster/build.sh (with
+   progress), then a cluster owned by this process in var/cluster (or the one `make cluster-up` runs).
+2. A throwaway Redis, unless REDIS_URL or CELERY_BROKER_URL is set.
+3. `manage.py migrate`, then `manage.py seed_demo` when that command exists (demo admin, team, GPU types).
+4. Celery worker and beat, `manage.py track` when it exists, and `manage.py runserver 127.0.0.1:8000`.
+Every child's output is prefixed with its name. SIGINT/SIGTERM stop the children in reverse order.
+Environment: PORT (default 8000), LOCALCLUSTER_STATE_DIR (default var/cluster).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO
+
+from devtools.services import RedisServer, ServiceError
+
+REPO = Path(__file__).resolve().parent.parent
+VAR = REPO / "var"
+PORT = int(os.environ.get("PORT", "8000"))
+
+
+def say(message: str) -> None:
+    print(f"[run] {message}", file=sys.stderr, flush=True)
+
+
+class Stop(Exception):
+    """SIGINT/SIGTERM, or a child that died: stop everything."""
+
+
+def _pump(name: str, stream: IO[bytes], sink: list[str] | None) -> None:
+    width = 8
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace").rstrip("\n")
+        if sink is not None:
+            sink.append(line)
+        print(f"{name:<{width}}| {line}", flush=True)
+
+
+class Children:
+    """The long-running children, stopped in reverse start order."""
+
+    def __init__(self) -> None:
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches us only; we stop children in order
+        )
+        assert proc.stdout is not None
+        threading.Thread(target=_pump, args=(name, proc.stdout, None), daemon=True).start()
+        self.procs.append((name, proc))
+        return proc
+
+    def dead(self) -> tuple[str, int] | None:
+        for name, proc in self.procs:
+            if proc.poll() is not None:
+                return name, proc.returncode
+        return None
+
+    def stop(self) -> None:
+        for name, proc in reversed(self.procs):
+            if proc.poll() is None:
+                say(f"stopping {name}")
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=5)
+        self.procs.clear()
+
+
+def run_once(name: str, argv: list[str], env: dict[str, str]) -> list[str]:
+    """Run a setup command to completion with prefixed output; returns its output lines."""
+    lines: list[str] = []
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert proc.stdout is not None
+    _pump(name, proc.stdout, lines)
+    if proc.wait() != 0:
+        raise ServiceError(f"`{' '.join(argv[1:])}` failed with exit code {proc.returncode} (output above)")
+    return lines
+
+
+def management_command_exists(name: str) -> bool:
+    return any(REPO.glob(f"*/management/commands/{name}.py"))
+
+
+def start_cluster(env: dict[str, str], stack: contextlib.ExitStack) -> str:
+    """Build/verify the binaries, then start (or reuse) the local cluster; returns the kubeconfig path."""
+    from localcluster import ClusterError, LocalCluster
+    from localcluster.__main__ import read_state, supervisor_pid
+
+    state_dir = Path(env.get("LOCALCLUSTER_STATE_DIR") or VAR / "cluster")
+    state = read_state(state_dir)
+    if supervisor_pid(state_dir) and state.get("state") == "ready":
+        say(f"using the cluster `make cluster-up` started ({state['kubeconfig']})")
+        return str(state["kubeconfig"])
+    say("checking the Kubernetes binaries (built once and cached; the first build takes ~5 minutes)")
+    build = subprocess.run(["bash", str(REPO / "localcluster" / "build.sh")], cwd=REPO, stdout=subprocess.PIPE)
+    if build.returncode != 0:
+        raise ServiceError("building the Kubernetes binaries failed (see the [cluster-build] lines above)")
+    cluster = LocalCluster(state_dir=state_dir)
+    try:
+        cluster.start()
+    except ClusterError as exc:
+        raise ServiceError(f"the local GPU cluster did not start:\n{exc}") from exc
+    stack.callback(cluster.stop)
+    return str(cluster.kubeconfig)
+
+
+def main() -> int:
+    env = dict(os.environ)
+    env.setdefault("DEBUG", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    VAR.mkdir(exist_ok=True)
+    python = sys.executable
+
+    def on_signal(signum: int, frame: object) -> None:
+        raise Stop
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    children = Children()
+    with contextlib.ExitStack() as stack:
+        try:
+            if not env.get("KUBECONFIG"):
+                env["KUBECONFIG"] = start_cluster(env, stack)
+            else:
+                say(f"using KUBECONFIG={env['KUBECONFIG']}")
+            if not env.get("REDIS_URL") and not env.get("CELERY_BROKER_URL"):
+                redis = RedisServer()
+                env["REDIS_URL"] = redis.start()
+                stack.callback(redis.stop)
+                say(f"throwaway Redis on {env['REDIS_URL']}")
+            run_once("migrate", [python, "manage.py", "migrate", "--noinput"], env)
+            seeded: list[str] = []
+            if management_command_exists("seed_demo"):
+                seeded = run_once("seed", [python, "manage.py", "seed_demo"], env)
+            stack.callback(children.stop)
+            children.start("worker", [python, "-m", "celery", "-A", "portal", "worker", "-l", "info"], env)
+            children.start(
+                "beat",
+                [
+                    python,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "portal",
+                    "beat",
+                    "-l",
+                    "info",
+                    "-s",
+                    str(VAR / "celerybeat-schedule"),
+                ],
+                env,
+            )
+            if management_command_exists("track"):
+                children.start("track", [python, "manage.py", "track"], env)
+            children.start("web", [python, "manage.py", "runserver", f"127.0.0.1:{PORT}", "--noreload"], env)
+            _announce(seeded, env)
+            while True:
+                time.sleep(0.5)
+                dead = children.dead()
+                if dead:
+                    say(f"{dead[0]} exited with code {dead[1]}; stopping everything")
+                    return 1
+        except Stop:
+            say("stopping (Ctrl-C)")
+            return 0
+        except ServiceError as exc:
+            say(f"ERROR: {exc}")
+            return 1
+        finally:
+            # A second Ctrl-C must not cut the orderly shutdown short.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return 0
+
+
+def _announce(seeded: list[str], env: dict[str, str]) -> None:
+    lines = [f"GPU Portal: http://127.0.0.1:{PORT}/", f"cluster:    KUBECONFIG={env['KUBECONFIG']}"]
+    login = [line for line in seeded if any(w in line.lower() for w in ("login", "user", "password", "token"))]
+    if login:
+        lines += login
+    elif seeded:
+        lines += seeded[-5:]
+    else:
+        lines.append("login:      no demo data yet (manage.py seed_demo does not exist); create a user with")
+        lines.append("            `.venv/bin/python manage.py createsuperuser`")
+    lines.append("Press Ctrl-C to stop everything.")
+    width = max(len(line) for line in lines)
+    print("\n" + "=" * width + "\n" + "\n".join(lines) + "\n" + "=" * width + "\n", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""Forms of the web pages. They turn what a browser posts into the shapes the services take; the rules
+about what may be submitted live in jobs.services.validation, whose errors are shown next to each field."""
+
+from __future__ import annotations
+
+import shlex
+from datetime import date, timedelta
+from typing import Any
+
+from django import forms
+from django.utils import timezone
+
+from jobs.models import CatalogImage, GpuType, Kind, State, Workload
+
+CUSTOM_IMAGE = ""
+TIME_UNITS = {"minutes": 60, "hours": 3600, "days": 86400}
+
+# Where each field of jobs.services.submit's spec is shown on the launch form.
+SPEC_FIELD_TO_FORM = {"time_limit_seconds": "time_limit", "team": None}
+
+
+def join_args(words: list[str] | None) -> str:
+    """Arguments as one line the form splits back to the same list (shlex), quoted the way people write."""
+    parts = []
+    for word in words or []:
+        quoted = shlex.quote(word)
+        if quoted != word and '"' not in word and "\\" not in word:
+            quoted = f'"{word}"'  # shlex reads backslash-free text in double quotes literally
+        parts.append(quoted)
+    return " ".join(parts)
+
+
+class LaunchForm(forms.Form):
+    name = forms.CharField(
+        required=False,
+        max_length=80,
+        help_text="Optional. Lowercase letters, digits and '-'. Empty: named after the image.",
+    )
+    kind = forms.ChoiceField(choices=Kind.choices, initial=Kind.BATCH, widget=forms.RadioSelect)
+    catalog_image = forms.ChoiceField(required=False, label="Image")
+    image = forms.CharField(
+        required=False,
+        max_length=300,
+        label="Custom image",
+        help_text="A reference such as nvcr.io/nvidia/pytorch:24.01-py3, from an allowed registry.",
+    )
+    gpu_type = forms.ChoiceField(label="GPU type")
+    gpu_count = forms.IntegerField(label="GPUs", min_value=1, initial=1)
+    command = forms.CharField(
+        required=False,
+        max_length=32 * 1024,
+        help_text="Optional: replaces the image's entrypoint. Quote arguments with spaces as in a shell.",
+    )
+    args = forms.CharField(
+        required=False,
+        max_length=32 * 1024,
+        label="Arguments",
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Split like a shell command line; no shell runs them.",
+    )
+    port = forms.IntegerField(
+        required=False, min_value=1, max_value=65535, help_text="The port the service listens on."
+    )
+    time_limit = forms.IntegerField(required=False, min_value=1, label="Time limit")
+    time_limit_unit = forms.ChoiceField(
+        choices=[(unit, unit) for unit in TIME_UNITS], initial="hours", label="Time limit unit"
+    )
+    priority = forms.IntegerField(required=False, min_value=-100, max_value=100, help_text="Managers only.")
+
+    def __init__(
+        self,
+        *args: Any,
+        catalog: list[CatalogImage],
+        gpu_types: list[GpuType],
+        may_set_priority: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+        self.catalog = catalog
+        self.fields["catalog_image"].choices = [(str(c.id), c.title) for c in catalog] + [
+            (CUSTOM_IMAGE, "Custom image…")
+        ]
+        self.fields["gpu_type"].choices = [(t.slug, t.display_name) for t in gpu_types]
+        if not may_set_priority:
+            del self.fields["priority"]
+        # Environment variables come as parallel env_name/env_value lists, one pair per row on the page.
+        source = self.data if self.is_bound else {}
+        if self.is_bound:
+            names = source.getlist("env_name") if hasattr(source, "getlist") else []
+            values = source.getlist("env_value") if hasattr(source, "getlist") else []
+            self.env_rows = [
+                {"name": n.strip(), "value": v}
+                for n, v in zip(names, values + [""] * (len(names) - len(values)), strict=False)
+            ]
+        else:
+            self.env_rows = list(self.initial.get("env") or [])
+        self.env_errors: list[str] = []
+
+    def clean_command(self) -> list[str]:
+        return self._split("command")
+
+    def clean_args(self) -> list[str]:
+        return self._split("args")
+
+    def _split(self, field: str) -> list[str]:
+        try:
+            return shlex.split(self.cleaned_data.get(field) or "")
+        except ValueError as exc:  # unbalanced quotes
+            raise forms.ValidationError(f"Could not split this into arguments: {exc}.") from exc
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        rows = [r for r in self.env_rows if r["name"] or r["value"]]
+        if any(not r["name"] for r in rows):
+            self.env_errors.append("Every value needs a variable name.")
+        self.env_rows = rows
+        return cleaned
+
+    def is_valid(self) -> bool:
+        # The environment rows are not a Django field; their errors are kept (and shown) apart.
+        return super().is_valid() and not self.env_errors
+
+    def spec(self) -> dict[str, Any]:
+        """The submission, in the shape workload_submit takes."""
+        data = self.cleaned_data
+        limit = data.get("time_limit")
+        spec: dict[str, Any] = {
+            "name": data.get("name") or "",
+            "kind": data["kind"],
+            "catalog_image": data.get("catalog_image") or None,
+            "image": "" if data.get("catalog_image") else (data.get("image") or "").strip(),
+            "gpu_type": data["gpu_type"],
+            "gpu_count": data["gpu_count"],
+            "command": data.get("command") or [],
+            "args": data.get("args") or [],
+            "env": [dict(row) for row in self.env_rows],
+            "port": data.get("port") if data["kind"] == Kind.SERVICE else None,
+            "time_limit_seconds": limit * TIME_UNITS[data["time_limit_unit"]] if limit else None,
+        }
+        if "priority" in self.fields and data.get("priority") is not None:
+            spec["priority"] = data["priority"]
+        return spec
+
+    def add_submission_errors(self, errors: dict[str, list[str]]) -> None:
+        """Show the service's errors next to the fields they are about."""
+        for spec_field, messages in errors.items():
+            if spec_field == "env":
+                self.env_errors.extend(messages)
+                continue
+            field = SPEC_FIELD_TO_FORM.get(spec_field, spec_field)
+            for message in messages:
+                if field in self.fields:
+                    self.add_error(field, message)
+                else:
+                    self.add_error(None, message if spec_field == "team" else f"{spec_field}: {message}")
+
+
+def initial_from_workload(workload: Workload) -> dict[str, Any]:
+    """The launch form filled in as `workload` was asked for (Clone)."""
+    limit, unit = workload.time_limit_seconds, "minutes"
+    for name in ("days", "hours", "minutes"):
+        if limit % TIME_UNITS[name] == 0:
+            limit, unit = limit // TIME_UNITS[name], name
+            break
+    else:
+        limit = max(1, round(limit / 60))
+    return {
+        "name": workload.name,
+        "kind": workload.kind,
+        "catalog_image": str(workload.catalog_image_id) if workload.catalog_image_id else CUSTOM_IMAGE,
+        "image": "" if workload.catalog_image_id else workload.image,
+        "gpu_type": workload.gpu_type.slug,
+        "gpu_count": workload.gpu_count,
+        "command": join_args(workload.command),
+        "args": join_args(workload.args),
+        "env": [{"name": e.get("name", ""), "value": e.get("value", "")} for e in workload.env or []],
+        "port": workload.port,
+        "time_limit": limit,
+        "time_limit_unit": unit,
+        "priority": workload.priority or None,
+    }
+
+
+STATE_FILTERS = [("", "Any state"), ("active", "Active (not finished)"), ("finished", "Finished")] + [
+    (value, label) for value, label in State.choices
+]
+
+
+class WorkloadFilterForm(forms.Form):
+    scope = forms.ChoiceField(choices=[("mine", "Mine"), ("team", "My team's")], required=False, label="Whose")
+    state = forms.ChoiceField(choices=STATE_FILTERS, required=False)
+    kind = forms.ChoiceField(choices=[("", "Any kind"), *Kind.choices], required=False)
+    gpu_type = forms.ChoiceField(required=False, label="GPU type")
+
+    def __init__(self, *args: Any, gpu_types: list[GpuType], **kwargs: Any) -> None:
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+        self.fields["gpu_type"].choices = [("", "Any GPU type")] + [(t.slug, t.display_name) for t in gpu_types]
+
+
+MAX_USAGE_DAYS = 366
+
+
+class UsageRangeForm(forms.Form):
+    start = forms.DateField(label="From", widget=forms.DateInput(attrs={"type": "date"}))
+    end = forms.DateField(label="To", widget=forms.DateInput(attrs={"type": "date"}))
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+
+    @staticmethod
+    def default_range() -> tuple[date, date]:
+        today = timezone.localdate()
+        return today - timedelta(days=13), today
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        start, end = cleaned.get("start"), cleaned.get("end")
+        if start and end:
+            if end < start:
+                self.add_error("end", "The end comes before the start.")
+            elif (end - start).days >= MAX_USAGE_DAYS:
+                self.add_error("end", f"At most {MAX_USAGE_DAYS} days at a time.")
+        return cleaned

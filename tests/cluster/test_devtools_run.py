@@ -1,0 +1,104 @@
+"""`make run` (python -m devtools.run) as a real process tree: it starts its own cluster and Redis, serves the
+portal, and Ctrl-C leaves nothing running."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from devtools.services import free_port
+from localcluster import default_bin_dir
+from localcluster.procs import pid_alive
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _descendants(pid: int) -> set[int]:
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        current = frontier.pop()
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            with contextlib.suppress(OSError):
+                for child in (task / "children").read_text().split():
+                    if int(child) not in found:
+                        found.add(int(child))
+                        frontier.append(int(child))
+    return found
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_make_run_serves_the_portal_and_ctrl_c_stops_everything(tmp_path):
+    if not (default_bin_dir() / "SHA256SUMS").exists():
+        pytest.skip("Kubernetes binaries not built (make cluster-build)")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in {"KUBECONFIG", "REDIS_URL", "CELERY_BROKER_URL", "DEBUG"}}
+    env.update(
+        PORT=str(port),
+        LOCALCLUSTER_STATE_DIR=str(tmp_path / "cluster"),
+        PORTAL_VAR_DIR=str(tmp_path / "var"),
+        DATABASE_URL=f"sqlite:///{tmp_path / 'portal.sqlite3'}",
+    )
+    (tmp_path / "var").mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "devtools.run"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    output: list[str] = []
+    assert proc.stdout is not None
+    reader = threading.Thread(
+        target=lambda: output.extend(line.decode(errors="replace") for line in proc.stdout), daemon=True
+    )
+    reader.start()
+    children: set[int] = set()
+    try:
+        deadline = time.monotonic() + 150
+        status = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            children |= _descendants(proc.pid)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as resp:
+                    status = resp.status
+                    break
+            except urllib.error.HTTPError as exc:
+                status = exc.code
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert status is not None, "".join(output[-40:])
+        assert status < 500
+        time.sleep(1)  # let the last children appear in the tree
+        children |= _descendants(proc.pid)
+        text = "".join(output)
+        assert "worker  |" in text
+        assert "web     |" in text
+        assert f"http://127.0.0.1:{port}/" in text
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGINT)
+        try:
+            code = proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+    assert code == 0, "".join(output[-40:])
+    deadline = time.monotonic() + 10
+    while any(pid_alive(p) for p in children) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [p for p in children if pid_alive(p)] == []
+    assert len(children) >= 8  # etcd, 3 kube binaries, simulator, redis, worker, beat, web

@@ -1,0 +1,211 @@
+"""The launch form: defaults from the catalog, submitting, errors next to each field with the form kept,
+the quota outlook before and after submitting, and Clone."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from jobs.models import AllowedRegistry, State, Workload
+from tests.ui.conftest import make_workload
+
+pytestmark = pytest.mark.django_db
+
+
+def post(client, **fields):
+    data = {
+        "name": "",
+        "kind": "batch",
+        "catalog_image": "",
+        "image": "",
+        "gpu_type": "p100",
+        "gpu_count": "1",
+        "command": "",
+        "args": "",
+        "env_name": [],
+        "env_value": [],
+        "port": "",
+        "time_limit": "1",
+        "time_limit_unit": "hours",
+    }
+    data.update(fields)
+    return client.post(reverse("launch"), data)
+
+
+def field_errors(response) -> dict[str, list[str]]:
+    form = response.context["form"]
+    errors = {name: [str(e) for e in errs] for name, errs in form.errors.items()}
+    if form.env_errors:
+        errors["env"] = list(form.env_errors)
+    return errors
+
+
+def test_form_offers_catalog_with_descriptions_and_gpu_types_with_room(login, world):
+    page = login(world.owner).get(reverse("launch")).content.decode()
+    assert "Plain Python for quick batch scripts." in page
+    assert 'data-description="A notebook server on port 8888."' in page
+    assert 'data-port="8888"' in page
+    assert "Tesla P100 — 3 of 4 free in the cluster · quota left 2 of 2" in page
+    assert "Custom image…" in page
+    assert 'data-outlook="now"' in page
+
+
+def test_a_batch_job_from_the_catalog_is_submitted(login, world):
+    client = login(world.owner)
+    response = post(
+        client,
+        catalog_image=str(world.trainer.id),
+        name="train-1",
+        args="\"print('hi there')\"",
+        env_name=["SIM_RUN_SECONDS", ""],
+        env_value=["5", ""],
+        time_limit="30",
+        time_limit_unit="minutes",
+    )
+    workload = Workload.objects.get(name="train-1")
+    assert response.status_code == 302
+    assert response["Location"] == reverse("workload_detail", args=[workload.uid])
+    assert workload.state == State.QUEUED
+    assert workload.owner == world.owner
+    assert workload.team == world.lab
+    assert workload.image == world.trainer.reference
+    assert workload.args == ["print('hi there')"]
+    assert workload.env == [{"name": "SIM_RUN_SECONDS", "value": "5"}]
+    assert workload.time_limit_seconds == 1800
+    page = client.get(response["Location"]).content.decode()
+    assert "train-1 was submitted." in page
+
+
+def test_a_service_with_a_custom_image(login, world):
+    client = login(world.owner)
+    response = post(client, kind="service", image="docker.io/library/nginx:1.27", port="80", gpu_type="k2")
+    assert response.status_code == 302
+    workload = Workload.objects.get()
+    assert (workload.kind, workload.port, workload.gpu_type, workload.catalog_image) == ("service", 80, world.k2, None)
+
+
+def test_bad_input_shows_each_fields_error_and_keeps_the_form(login, world):
+    client = login(world.owner)
+    response = post(
+        client,
+        name="Bad_Name!",
+        image="quay.io/someone/thing:1",
+        gpu_count="5",
+        command="python -c 'unbalanced",
+        env_name=["NVIDIA_VISIBLE_DEVICES", "OK"],
+        env_value=["all", "1"],
+    )
+    assert response.status_code == 400
+    # The form's own parsing catches the command first; nothing else is judged until it parses.
+    assert "Could not split this into arguments" in field_errors(response)["command"][0]
+    page = response.content.decode()
+    assert 'value="Bad_Name!"' in page
+    assert "python -c &#x27;unbalanced" in page
+
+    response = post(
+        client,
+        name="Bad_Name!",
+        image="quay.io/someone/thing:1",
+        gpu_count="5",
+        command="python train.py",
+        env_name=["NVIDIA_VISIBLE_DEVICES", "OK"],
+        env_value=["all", "1"],
+        time_limit="10",
+        time_limit_unit="days",
+    )
+    assert response.status_code == 400
+    errors = field_errors(response)
+    assert "Lowercase letters" in errors["name"][0]
+    assert "quay.io are not allowed" in errors["image"][0]
+    assert "quota for Tesla P100 is 2 GPUs" in errors["gpu_count"][0]
+    assert "NVIDIA_VISIBLE_DEVICES is set by the portal" in errors["env"][0]
+    assert "Between 1 minute(s) and 7 day(s)" in errors["time_limit"][0]
+    page = response.content.decode()
+    # Each error sits with its field and the field points at it; what was typed is still there.
+    for field in ("name", "image", "gpu_count", "time_limit"):
+        assert f'id="id_{field}_error"' in page
+    assert 'aria-invalid="true"' in page
+    assert 'value="Bad_Name!"' in page
+    assert 'value="quay.io/someone/thing:1"' in page
+    assert 'value="python train.py"' in page
+    assert 'value="NVIDIA_VISIBLE_DEVICES"' in page
+    assert 'value="OK"' in page
+    assert not Workload.objects.exists()
+
+
+def test_form_level_errors_name_the_field(login, world):
+    response = post(login(world.owner), gpu_count="many", time_limit="soon", port="x", kind="service")
+    assert response.status_code == 400
+    errors = field_errors(response)
+    assert set(errors) >= {"gpu_count", "time_limit", "port"}
+    assert 'value="many"' in response.content.decode()
+
+
+def test_a_service_needs_a_port_and_env_values_need_names(login, world):
+    response = post(
+        login(world.owner), kind="service", image="docker.io/library/nginx:1", env_name=[""], env_value=["orphan"]
+    )
+    assert field_errors(response)["env"] == ["Every value needs a variable name."]
+    response = post(login(world.owner), kind="service", image="docker.io/library/nginx:1")
+    assert "A service needs the port" in field_errors(response)["port"][0]
+
+
+def test_only_managers_may_set_a_priority(login, world):
+    assert 'name="priority"' not in login(world.owner).get(reverse("launch")).content.decode()
+    assert 'name="priority"' in login(world.manager).get(reverse("launch")).content.decode()
+    post(login(world.manager), image="docker.io/library/python:3", priority="5")
+    assert Workload.objects.get().priority == 5
+
+
+def test_told_before_and_after_submitting_that_it_must_wait_for_quota(login, world):
+    make_workload(world, state=State.RUNNING, gpu_count=2)
+    make_workload(world, state=State.QUEUED, gpu_count=1)
+    client = login(world.owner)
+    outlook = client.get(reverse("launch_outlook"), {"gpu_type": "p100", "gpu_count": "1"}).content.decode()
+    assert "This will wait for quota." in outlook
+    assert "about #2 in the queue" in outlook
+    outlook = client.get(reverse("launch_outlook"), {"gpu_type": "k2", "gpu_count": "1"}).content.decode()
+    assert 'data-outlook="now"' in outlook
+    outlook = client.get(reverse("launch_outlook"), {"gpu_type": "p100", "gpu_count": "2"}).content.decode()
+    assert 'data-outlook="wait"' in outlook
+    outlook = client.get(reverse("launch_outlook"), {"gpu_type": "p100", "gpu_count": "3"}).content.decode()
+    assert "ask for fewer" in outlook
+
+    response = post(client, image="docker.io/library/python:3", name="waits")
+    page = client.get(response["Location"]).content.decode()
+    assert "waits waits for your team&#x27;s Tesla P100 quota: #2 in the queue" in page
+    assert "#2 in the queue" in page
+
+
+def test_clone_opens_the_form_filled_in(login, world):
+    source = make_workload(
+        world,
+        name="orig",
+        kind="service",
+        image="docker.io/library/nginx:1.27",
+        command=["nginx", "-g", "daemon off;"],
+        env=[{"name": "MODE", "value": "fast"}],
+        port=8080,
+        time_limit_seconds=7200,
+        gpu_type=world.k2,
+        gpu_count=2,
+    )
+    page = login(world.teammate).get(reverse("launch"), {"clone": source.uid}).content.decode()
+    assert 'value="orig"' in page
+    assert 'value="docker.io/library/nginx:1.27"' in page
+    assert 'value="nginx -g &quot;daemon off;&quot;"' in page
+    assert 'value="MODE"' in page
+    assert 'value="fast"' in page
+    assert 'value="8080"' in page
+    assert '<option value="k2" selected>' in page
+    assert 'name="time_limit" value="2"' in page
+    assert '<option value="hours" selected>' in page
+
+
+def test_custom_images_are_offered_only_where_a_registry_is_allowed(login, world):
+    page = login(world.owner).get(reverse("launch")).content.decode()
+    assert "Any image from an allowed registry: docker.io." in page
+    AllowedRegistry.objects.all().delete()
+    page = login(world.owner).get(reverse("launch")).content.decode()
+    assert "Custom image…" not in page
+    assert 'name="image"' not in page
