@@ -47,6 +47,11 @@ def run_cli(live_server, world, tmp_path):
 
 
 def test_submit_list_cancel_wait(run_cli, world):
+    # The team's 4 P100s are busy, so what is submitted waits in the queue (admission runs on commit).
+    blocker = Workload.objects.create(
+        team=world.team, owner=world.manager, name="busy", kind="batch", image="docker.io/x:1",
+        gpu_type=world.p100, gpu_count=4, time_limit_seconds=3600, state=State.RUNNING,
+    )  # fmt: skip
     submitted = run_cli(
         "submit", "--image", "docker.io/library/python:3.12", "--gpu-type", "p100", "--gpus", "2",
         "--name", "train", "--env", "EPOCHS=3", "--", "python", "-c", "print('hi')",
@@ -58,10 +63,12 @@ def test_submit_list_cancel_wait(run_cli, world):
     assert workload.env == [{"name": "EPOCHS", "value": "3"}]
     assert workload.gpu_count == 2
     assert state == "QUEUED"
+    assert Workload.objects.get(uid=uid).state == State.QUEUED
 
     listed = run_cli("list", token="teammate")
     assert listed.returncode == 0, listed.stderr
     assert uid in listed.stdout
+    assert blocker.uid in listed.stdout
     assert "UID" in listed.stdout.splitlines()[0]
     as_json = json.loads(run_cli("--json", "list", "--state", "queued").stdout)
     assert [w["uid"] for w in as_json] == [uid]
