@@ -29,4 +29,4 @@ def _not_found(request, *args, **kwargs):
     return JsonResponse(error_body(404, "not_found", "No such API endpoint or object."), status=404)
 
 
-urlpatterns.append(re_path(r"^.*$", _not_found))
+urlpatterns.append(re_path(r"^[\s\S]*$", _not_found))  # newlines included

@@ -44,6 +44,15 @@ def _fast_passwords(settings):
 
 
 @pytest.fixture(autouse=True)
+def _static_without_manifest(settings):
+    # Production settings (DEBUG=0) want collectstatic's manifest; pages under test need only the names.
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+
+
+@pytest.fixture(autouse=True)
 def _fresh_throttle_counters():
     # Without Redis the throttle lets everything through anyway.
     with contextlib.suppress(Exception):

@@ -146,3 +146,9 @@ def test_throttled_per_token_with_retry_after(world):
     assert error["code"] == "throttled"
     assert 0 < int(refused["Retry-After"]) <= 60
     assert other.status_code == 200
+
+
+def test_unknown_api_paths_answer_in_the_error_format(world):
+    for path in ("/api/v1/nothing-here/", "/api/v1/workloads/%0Abad/events/", "/api/v1/workloads/UPPER/"):
+        error = _error(world.client("owner").get(path), 404)
+        assert error["code"] == "not_found"

@@ -7,6 +7,7 @@ import pytest
 import schemathesis
 from django.core import signals
 from django.db import close_old_connections
+from django.test import override_settings
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 from schemathesis import checks
@@ -25,6 +26,7 @@ CHECKS = [
 
 @pytest.fixture
 def api_schema(world, submit, settings):
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "localhost"]
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"token": "100000/min"}}
     queued = submit(name="queued")["uid"]
     running = submit(name="running")["uid"]
@@ -39,7 +41,9 @@ def api_schema(world, submit, settings):
 
 
 # Loaded once at collection, from the app itself: the schema under test is the one the portal serves.
-schema = schemathesis.openapi.from_wsgi("/api/schema/", application)
+# Schemathesis calls the app as host "localhost", which production settings (DEBUG=0) do not allow.
+with override_settings(ALLOWED_HOSTS=["localhost"]):
+    schema = schemathesis.openapi.from_wsgi("/api/schema/", application)
 
 
 @schema.parametrize()

@@ -47,6 +47,11 @@ def run_cli(live_server, world, tmp_path):
 
 
 def test_submit_list_cancel_wait(run_cli, world):
+    # The team's 4 P100s are busy, so what is submitted waits in the queue (admission runs on commit).
+    blocker = Workload.objects.create(
+        team=world.team, owner=world.manager, name="busy", kind="batch", image="docker.io/x:1",
+        gpu_type=world.p100, gpu_count=4, time_limit_seconds=3600, state=State.RUNNING,
+    )  # fmt: skip
     submitted = run_cli(
         "submit", "--image", "docker.io/library/python:3.12", "--gpu-type", "p100", "--gpus", "2",
         "--name", "train", "--env", "EPOCHS=3", "--", "python", "-c", "print('hi')",
@@ -57,21 +62,21 @@ def test_submit_list_cancel_wait(run_cli, world):
     assert workload.command == ["python", "-c", "print('hi')"]
     assert workload.env == [{"name": "EPOCHS", "value": "3"}]
     assert workload.gpu_count == 2
-    # Within the team's quota it is admitted as soon as the submission commits (the response may still
-    # say QUEUED); with no worker running it then stays SUBMITTING.
-    assert state in ("QUEUED", "SUBMITTING")
+    assert state == "QUEUED"
+    assert Workload.objects.get(uid=uid).state == State.QUEUED
 
     listed = run_cli("list", token="teammate")
     assert listed.returncode == 0, listed.stderr
     assert uid in listed.stdout
+    assert blocker.uid in listed.stdout
     assert "UID" in listed.stdout.splitlines()[0]
-    as_json = json.loads(run_cli("--json", "list", "--state", "submitting").stdout)
+    as_json = json.loads(run_cli("--json", "list", "--state", "queued").stdout)
     assert [w["uid"] for w in as_json] == [uid]
     assert run_cli("list", token="outsider").stdout.count("\n") == 1  # the header only
 
     timed_out = run_cli("wait", uid, "--timeout", "1", "--interval", "0.2")
     assert timed_out.returncode == 4
-    assert "still SUBMITTING" in timed_out.stderr
+    assert "still QUEUED" in timed_out.stderr
 
     refused = run_cli("cancel", uid, token="teammate")
     assert refused.returncode == 1
