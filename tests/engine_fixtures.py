@@ -178,10 +178,24 @@ class Engine:
 def engine(
     engine_processes: EngineProcesses, portal_identity: PortalIdentity, transactional_db: Any, kube_api: Any
 ) -> Iterator[Engine]:
+    from django.conf import settings
     from kubernetes import client as k8s
 
+    from jobs.kube import client as kube
     from jobs.models import Role
     from jobs.services.inventory import inventory_sync
+    from jobs.services.submission import forget_namespaces
+
+    # Another test may have pointed the portal elsewhere (a chart test runs it as the chart's account):
+    # put the session's identity back before this test talks to the cluster.
+    wanted = {**portal_identity.settings(), **{k: int(v) for k, v in FAST_INTERVALS.items()}}
+    if any(getattr(settings, k) != v for k, v in wanted.items()):
+        base = base_settings()
+        for key, value in wanted.items():
+            setattr(base, key, value)
+            setattr(settings, key, value)  # and on any override layer still shadowing it
+        kube.reset()
+        forget_namespaces()
     from jobs.services.seeding import DEMO, apply_seed
     from tests.engine.factories import MembershipFactory, TeamFactory, UserFactory
 

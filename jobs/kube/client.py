@@ -49,7 +49,8 @@ def _load() -> client.ApiClient:
                 client_configuration=configuration,
             )
     except (ConfigException, OSError, TypeError) as exc:
-        raise KubeConfigError(f"cannot load Kubernetes credentials: {exc}") from exc
+        where = settings.KUBECONFIG or "the default kubeconfig"
+        raise KubeConfigError(f"cannot load Kubernetes credentials from {where}: {exc}") from exc
     # Fail fast and let our own retry policy (Celery backoff, tracker loop) decide what happens next.
     configuration.retries = urllib3.Retry(total=1, connect=1, read=0, backoff_factor=0.2)
     configuration.connection_pool_maxsize = 16

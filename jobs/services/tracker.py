@@ -72,6 +72,28 @@ def _list(kind: str) -> tuple[list[dict[str, Any]], str]:
     return body.get("items") or [], body["metadata"]["resourceVersion"]
 
 
+def reap_finished(view: ClusterView) -> int:
+    """Finished workloads whose pods still run (a delete request lost with the broker, say): ask again.
+
+    Their GPUs were already returned to the quota, so the cluster must let go of them too.
+    """
+    from jobs.services.dispatch import enqueue_delete
+
+    running = {
+        uid
+        for uid, pods in view.pods.items()
+        if any(not (p.get("metadata") or {}).get("deletionTimestamp") for p in pods.values())
+    }
+    if not running:
+        return 0
+    stale = list(
+        Workload.objects.filter(uid__in=running, state__in=(State.CANCELLED, State.FAILED)).values_list("id", flat=True)
+    )
+    for workload_id in stale:
+        enqueue_delete(workload_id)
+    return len(stale)
+
+
 def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> int:
     """Apply the view to active workloads (all of them on a full sync); returns how many changed."""
     active = Workload.objects.filter(state__in=State.active()).exclude(state=State.QUEUED)
@@ -181,6 +203,7 @@ class Tracker:
         # Drain events that predate the new list; the watches restart from the list's versions.
         self.relist_needed.clear()
         sync_workloads(self.view, None, full=True)
+        reap_finished(self.view)
         self._start_watches(versions)
 
     def run(self, *, max_seconds: float | None = None) -> None:
