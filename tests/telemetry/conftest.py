@@ -51,7 +51,9 @@ def agent_token(db) -> str:
     return token
 
 
-def running_workload(people: People, *, name: str = "train", kind: str = Kind.BATCH, gpus: int = 2, **fields) -> Workload:
+def running_workload(
+    people: People, *, name: str = "train", kind: str = Kind.BATCH, gpus: int = 2, **fields
+) -> Workload:
     started = fields.pop("started_at", timezone.now() - timedelta(minutes=10))
     return Workload.objects.create(
         team=people.team,

@@ -64,7 +64,9 @@ def test_reports_in_one_minute_merge_and_a_repeated_report_is_not_counted_twice(
     workload = running_workload(people)
     t0 = timezone.now().replace(second=10, microsecond=0) - timedelta(minutes=2)
     first = make_report(busy={0: BusyGpu(pod_uid=workload.pod_uid, utilization_percent=40)}, at=t0)
-    second = make_report(busy={0: BusyGpu(pod_uid=workload.pod_uid, utilization_percent=80)}, at=t0 + timedelta(seconds=5))
+    second = make_report(
+        busy={0: BusyGpu(pod_uid=workload.pod_uid, utilization_percent=80)}, at=t0 + timedelta(seconds=5)
+    )
 
     assert post(client, first, agent_token).status_code == 202
     assert post(client, second, agent_token).status_code == 202
@@ -122,7 +124,8 @@ def test_a_lost_gpu_and_a_gpu_that_disappears(client, people, agent_token):
 
     states = {g.index: g for g in GpuState.objects.all()}
     assert sorted(states) == [0, 1, 2]
-    assert states[1].lost and states[1].utilization_gpu_percent is None
+    assert states[1].lost
+    assert states[1].utilization_gpu_percent is None
 
 
 def test_the_nodes_page_shows_live_health_and_says_it_is_simulated(client, people, agent_token):
@@ -132,9 +135,11 @@ def test_the_nodes_page_shows_live_health_and_says_it_is_simulated(client, peopl
     client.force_login(people.teammate)
     page = client.get("/nodes/").content.decode()
     assert "gpu-p100-1" in page
-    assert "Simulated data" in page and "simulated</span>" in page
+    assert "Simulated data" in page
+    assert "simulated</span>" in page
     assert f"resnet ({workload.uid})" in page
-    assert "tm-busy" in page and "tm-idle" in page
+    assert "tm-busy" in page
+    assert "tm-idle" in page
     assert "CUDA 12.2" in page
 
     client.force_login(people.outsider)
@@ -219,7 +224,8 @@ def test_the_management_command_prints_a_token_once_and_stores_only_its_digest(c
     call_command("agent_token", "issue", "cluster A nodes")
     token = capsys.readouterr().out.strip()
     row = AgentToken.objects.get(name="cluster A nodes")
-    assert token.startswith("gpa_") and token not in (row.token_hash, row.prefix)
+    assert token.startswith("gpa_")
+    assert token not in (row.token_hash, row.prefix)
     assert post(client, make_report(), token).status_code == 202
     call_command("agent_token", "list")
     assert token not in capsys.readouterr().out
@@ -236,9 +242,7 @@ def test_an_admin_issues_a_token_and_sees_it_once(admin_client):
     assert row.prefix == token[:12]
     change_page = admin_client.get(f"/admin/telemetry/agenttoken/{row.id}/change/").content.decode()
     assert token not in change_page
-    admin_client.post(
-        "/admin/telemetry/agenttoken/", {"action": "revoke", "_selected_action": [row.id]}, follow=True
-    )
+    admin_client.post("/admin/telemetry/agenttoken/", {"action": "revoke", "_selected_action": [row.id]}, follow=True)
     row.refresh_from_db()
     assert row.revoked_at is not None
 
@@ -248,7 +252,11 @@ def test_the_workload_chart_json_and_partial(client, people, agent_token):
     t0 = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=3)
     for minute, util in enumerate((90, 10, 50)):
         at = t0 + timedelta(minutes=minute, seconds=1)
-        post(client, make_report(busy={0: BusyGpu(pod_uid=workload.pod_uid, utilization_percent=util)}, at=at), agent_token)
+        post(
+            client,
+            make_report(busy={0: BusyGpu(pod_uid=workload.pod_uid, utilization_percent=util)}, at=at),
+            agent_token,
+        )
     client.force_login(people.teammate)
     data = client.get(f"/telemetry/workloads/{workload.uid}/gpu.json").json()
     assert [p["utilization"] for p in data["series"]["points"]] == [90, 10, 50]
@@ -257,7 +265,8 @@ def test_the_workload_chart_json_and_partial(client, people, agent_token):
     assert data["summary"]["utilization_percent_last"] == 50.0
     assert data["summary"]["samples"] == 3
     partial = client.get(f"/telemetry/workloads/{workload.uid}/gpu/").content.decode()
-    assert "<polyline" in partial and "simulated" in partial
+    assert "<polyline" in partial
+    assert "simulated" in partial
     assert json.loads(json.dumps(data))  # plain JSON all the way down
 
     client.force_login(people.outsider)
