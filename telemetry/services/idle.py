@@ -79,6 +79,9 @@ def idle_check(*, now: datetime | None = None) -> dict[str, int]:
 
 def _check_one(workload: Workload, policy: IdlePolicy, warning: IdleWarning | None, now: datetime) -> str | None:
     window = policy.warn_after + (policy.stop_after or timedelta(0)) + timedelta(hours=1)
+    if warning is not None:
+        # Judge an open warning over its whole idle period, however long the owner has let it run.
+        window = max(window, now - warning.idle_since + timedelta(minutes=1))
     facts = idle_facts(workload, threshold_percent=policy.threshold_percent, window=window, now=now)
     if warning is not None:
         if facts.idle_since is None or facts.idle_since > warning.warned_at:
