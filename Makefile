@@ -30,6 +30,7 @@ run: venv ## set up everything and serve the portal on http://127.0.0.1:8000 (Ct
 
 test: venv ## the whole suite against real PostgreSQL, Redis, Celery and the local GPU cluster
 	@bash devtools/system-deps.sh redis-server postgresql chromium
+	@test -f node_modules/.package-lock.json -a node_modules/.package-lock.json -nt package-lock.json || npm ci --no-audit --no-fund --loglevel=error
 	@bash localcluster/build.sh >/dev/null
 	@$(PY) -m devtools.testenv -- $(PY) -m pytest $(PYTEST_ARGS)
 

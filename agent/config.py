@@ -76,9 +76,7 @@ class AgentConfig:
                 try:
                     read_token(token_file)
                 except OSError as exc:
-                    raise ConfigError(
-                        f"AGENT_TOKEN_FILE={token_file} cannot be read: {exc.strerror}"
-                    ) from exc
+                    raise ConfigError(f"AGENT_TOKEN_FILE={token_file} cannot be read: {exc.strerror}") from exc
                 except ValueError as exc:
                     raise ConfigError(f"AGENT_TOKEN_FILE={token_file} {exc}") from exc
         host_proc = Path(_str(env, "HOST_PROC") or "/proc")

@@ -89,9 +89,7 @@ class AgentCollector(Collector):
     def _agent_metrics(
         self, report: Report | None
     ) -> Iterator[GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily]:
-        info = InfoMetricFamily(
-            "gpuportal_agent", "The agent, the node's driver, and whether readings are simulated"
-        )
+        info = InfoMetricFamily("gpuportal_agent", "The agent, the node's driver, and whether readings are simulated")
         info.add_metric(
             [],
             {
@@ -104,9 +102,7 @@ class AgentCollector(Collector):
         )
         yield info
         labels = ["node"]
-        nvml = GaugeMetricFamily(
-            "gpuportal_agent_nvml_available", "1 when NVML answered on this node", labels=labels
-        )
+        nvml = GaugeMetricFamily("gpuportal_agent_nvml_available", "1 when NVML answered on this node", labels=labels)
         nvml.add_metric([self._node], 1.0 if self._latest.nvml_available else 0.0)
         yield nvml
         stats = self._stats.snapshot()
@@ -163,9 +159,7 @@ class AgentCollector(Collector):
 
     def _gpu_metrics(self, report: Report) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         label_sets = [(gpu, self._labels(report, gpu)) for gpu in report.gpus]
-        up = GaugeMetricFamily(
-            "gpuportal_gpu_up", "1 when the GPU answers, 0 when it is lost", labels=_GPU_LABELS
-        )
+        up = GaugeMetricFamily("gpuportal_gpu_up", "1 when the GPU answers, 0 when it is lost", labels=_GPU_LABELS)
         for gpu, labels in label_sets:
             up.add_metric(labels, 1.0 if gpu.state == "ok" else 0.0)
         yield up
@@ -213,9 +207,7 @@ def make_registry(collector: AgentCollector) -> CollectorRegistry:
     return registry
 
 
-def serve_metrics(
-    registry: CollectorRegistry, port: int, addr: str = ALL_INTERFACES
-) -> tuple[int, Callable[[], None]]:
+def serve_metrics(registry: CollectorRegistry, port: int, addr: str = ALL_INTERFACES) -> tuple[int, Callable[[], None]]:
     """Serve /metrics in a daemon thread; returns the bound port (useful with port 0) and a stop function."""
     server, thread = start_http_server(port, addr=addr, registry=registry)
 

@@ -123,9 +123,7 @@ class NvmlSampler:
                 utilization_memory_percent=utilization.memory if utilization is not None else None,
                 memory_used_bytes=memory.used if memory is not None else None,
                 memory_total_bytes=memory.total if memory is not None else None,
-                temperature_celsius=read(
-                    "temperature", nvml.nvmlDeviceGetTemperature, nvml.NVML_TEMPERATURE_GPU
-                ),
+                temperature_celsius=read("temperature", nvml.nvmlDeviceGetTemperature, nvml.NVML_TEMPERATURE_GPU),
                 power_draw_milliwatts=read("power", nvml.nvmlDeviceGetPowerUsage),
                 power_limit_milliwatts=read("power limit", nvml.nvmlDeviceGetEnforcedPowerLimit),
                 sm_clock_mhz=read("SM clock", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_SM),
@@ -137,9 +135,7 @@ class NvmlSampler:
                 ),
                 xid_errors=self._xid_counts.get(index),
                 last_xid=self._last_xid.get(index),
-                processes=tuple(
-                    RawProcess(pid=int(p.pid), used_memory_bytes=p.usedGpuMemory) for p in processes
-                ),
+                processes=tuple(RawProcess(pid=int(p.pid), used_memory_bytes=p.usedGpuMemory) for p in processes),
                 errors=tuple(errors),
             )
         except _GpuLost:

@@ -188,9 +188,7 @@ class Pusher:
 
     def _failed(self, reason: str) -> None:
         self._stats.add(push_failures_total=1)
-        self._backoff = (
-            self._backoff_initial if self._backoff == 0 else min(self._backoff * 2, self._backoff_max)
-        )
+        self._backoff = self._backoff_initial if self._backoff == 0 else min(self._backoff * 2, self._backoff_max)
         # Jitter spreads the retries of a whole cluster of agents after a portal outage.
         delay = self._backoff * random.uniform(0.8, 1.2)
         self._next_attempt = self._clock() + delay

@@ -190,9 +190,7 @@ class GpuReading:
         state = _text(body, "state", path, nullable=False)
         if state not in GPU_STATES:
             raise ReportError(f"{path}.state: expected one of {', '.join(GPU_STATES)}, got {state!r}")
-        ints = {
-            key: _int(body, key, path, minimum=low, maximum=high) for key, (low, high) in _GPU_INTS.items()
-        }
+        ints = {key: _int(body, key, path, minimum=low, maximum=high) for key, (low, high) in _GPU_INTS.items()}
         floats = {key: _float(body, key, path) for key in _GPU_FLOATS}
         errors = _list(body, "errors", path, required=False)
         for position, message in enumerate(errors):

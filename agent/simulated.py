@@ -122,9 +122,7 @@ class SimulatedSampler:
                     # Made-up PIDs above Linux's default pid_max, so they can never be mistaken for real.
                     pid=5_000_000 + index,
                     used_memory_bytes=used,
-                    pod=PodRef(pod_uid=busy.pod_uid, container_id=busy.container_id)
-                    if busy.pod_uid
-                    else None,
+                    pod=PodRef(pod_uid=busy.pod_uid, container_id=busy.container_id) if busy.pod_uid else None,
                 ),
             )
         power = spec.idle_power_watts + (spec.power_limit_watts - spec.idle_power_watts) * load * 0.9

@@ -49,12 +49,13 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> str:
+    def start(self, port: int | None = None) -> str:
+        """Start on a free port, or on `port` again (a restart keeps clients' URL valid)."""
         binary = shutil.which("redis-server")
         if binary is None:
             raise ServiceError("redis-server is not installed: run `devtools/system-deps.sh redis-server`")
-        self.directory = Path(tempfile.mkdtemp(prefix="gpuportal-redis-"))
-        self.port = free_port()
+        self.directory = self.directory or Path(tempfile.mkdtemp(prefix="gpuportal-redis-"))
+        self.port = port or self.port or free_port()
         self.process = subprocess.Popen(
             [
                 binary,
@@ -78,10 +79,13 @@ class RedisServer:
         wait_for_port(self.port, timeout=15, process=self.process, what="redis-server")
         return self.url
 
-    def stop(self) -> None:
+    def stop(self, *, keep: bool = False) -> None:
+        """Stop the server; with keep=True its port and directory stay ours for a later start()."""
         _terminate(self.process)
-        if self.directory:
+        self.process = None
+        if not keep and self.directory:
             shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
 
 
 class PostgresServer:

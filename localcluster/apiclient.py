@@ -49,9 +49,7 @@ class Api:
             conn.close()
         self._local.conn = None
 
-    def request(
-        self, method: str, path: str, body: Any = None, *, content_type: str = "application/json"
-    ) -> Any:
+    def request(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
         """Send one request; returns the decoded JSON body. Raises ApiError on HTTP >= 400 and
         ApiUnavailable when the server cannot be reached (after one reconnect)."""
         payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()

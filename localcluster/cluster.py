@@ -73,9 +73,7 @@ def verify_binaries(bin_dir: Path) -> None:
     """Raise ClusterError unless bin_dir holds the three binaries exactly as build.sh recorded them."""
     sums = bin_dir / "SHA256SUMS"
     if not bin_dir.is_dir() or not sums.is_file():
-        raise ClusterError(
-            f"the Kubernetes {KUBE_VERSION} binaries are not built (no {sums}).\n  fix: {BUILD_HINT}."
-        )
+        raise ClusterError(f"the Kubernetes {KUBE_VERSION} binaries are not built (no {sums}).\n  fix: {BUILD_HINT}.")
     expected: dict[str, str] = {}
     for line in sums.read_text().splitlines():
         parts = line.split()
@@ -84,9 +82,7 @@ def verify_binaries(bin_dir: Path) -> None:
     for name in BINARIES:
         path = bin_dir / name
         if name not in expected or not path.is_file():
-            raise ClusterError(
-                f"the binary cache in {bin_dir} is incomplete ({name} missing).\n  fix: {BUILD_HINT}."
-            )
+            raise ClusterError(f"the binary cache in {bin_dir} is incomplete ({name} missing).\n  fix: {BUILD_HINT}.")
         digest = hashlib.sha256()
         with open(path, "rb") as fh:
             for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""):
@@ -279,16 +275,12 @@ class LocalCluster:
                     "name": "gpuportal-local",
                     "cluster": {
                         "server": server,
-                        "certificate-authority-data": base64.b64encode(
-                            self.pki.ca_cert.read_bytes()
-                        ).decode(),
+                        "certificate-authority-data": base64.b64encode(self.pki.ca_cert.read_bytes()).decode(),
                     },
                 }
             ],
             "users": [{"name": "admin", "user": {"token": token}}],
-            "contexts": [
-                {"name": "gpuportal-local", "context": {"cluster": "gpuportal-local", "user": "admin"}}
-            ],
+            "contexts": [{"name": "gpuportal-local", "context": {"cluster": "gpuportal-local", "user": "admin"}}],
             "current-context": "gpuportal-local",
         }
         tmp = kubeconfig.with_suffix(".tmp")
@@ -441,9 +433,7 @@ class LocalCluster:
             component.wait_until(lambda: not port_is_free(self.ports["controller_manager"]), timeout=timeout,
                                  what="serving")  # fmt: skip
         elif name == "kube-scheduler":
-            component.wait_until(
-                lambda: not port_is_free(self.ports["scheduler"]), timeout=timeout, what="serving"
-            )
+            component.wait_until(lambda: not port_is_free(self.ports["scheduler"]), timeout=timeout, what="serving")
         elif name == "node-simulator":
             self._log(f"waiting for {self.pools.node_count} simulated GPU nodes to be Ready")
             component.wait_until(self._nodes_ready, timeout=timeout, what="ready (nodes not Ready)")

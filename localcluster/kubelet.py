@@ -248,9 +248,7 @@ class LogHandler(BaseHTTPRequestHandler):
             self._error(200, "ok")
             return
         if len(parts) != 4 or parts[0] != "containerLogs":
-            self._error(
-                404, f"[simulated kubelet] only /containerLogs/NS/POD/CONTAINER is served, not {url.path}"
-            )
+            self._error(404, f"[simulated kubelet] only /containerLogs/NS/POD/CONTAINER is served, not {url.path}")
             return
         _, namespace, pod, container = parts
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}

@@ -162,9 +162,7 @@ def _parse_simulator(data: Any, source: str) -> SimulatorConfig:
         default_batch_run_seconds=_float(
             data.get("default_batch_run_seconds", 20), f"{where}.default_batch_run_seconds"
         ),
-        default_start_seconds=_float(
-            data.get("default_start_seconds", 0.2), f"{where}.default_start_seconds"
-        ),
+        default_start_seconds=_float(data.get("default_start_seconds", 0.2), f"{where}.default_start_seconds"),
     )
 
 

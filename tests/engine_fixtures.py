@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,64 +21,28 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-
-# Short intervals so the periodic safety nets act within a test's patience.
-ENGINE_ENV = {
-    "PORTAL_SWEEP_SECONDS": "2",
-    "PORTAL_LIMITS_SECONDS": "1",
-    "PORTAL_STUCK_SUBMIT_SECONDS": "6",
-    "PORTAL_RESYNC_SECONDS": "10",
-    "PORTAL_IMAGE_PULL_TIMEOUT": "4",
-    "PORTAL_RETENTION_SECONDS": "3600",
-}
-
-
-@dataclass
-class PortalIdentity:
-    kubeconfig: Path
-    service_account: str
-    workloads_role: str
-    instance: str
-    namespace_prefix: str
+from devtools.engine import FAST_INTERVALS, EngineProcesses, PortalIdentity, install_identity
+from devtools.services import RedisServer
 
 
 @pytest.fixture(scope="session")
 def portal_identity(
     kube_cluster: Any, kube_api: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PortalIdentity]:
+    """The portal's own service account; this process's settings point at it for the whole session."""
     from django.conf import settings
     from kubernetes import client as k8s
 
     from jobs.kube import client as kube
-    from jobs.kube.rbac import install_portal_identity, kubeconfig_for_token
     from jobs.services.submission import forget_namespaces
 
-    run = uuid.uuid4().hex[:6]
-    namespace, account = f"gpuportal-system-{run}", "portal"
-    controller_role, workloads_role = f"gpuportal-{run}-controller", f"gpuportal-{run}-workloads"
-    token = install_portal_identity(
-        kube_api, namespace=namespace, account=account, controller_role=controller_role, workloads_role=workloads_role
+    identity = install_identity(
+        admin_api=kube_api,
+        server=kube_cluster.server,
+        admin_kubeconfig=Path(kube_cluster.kubeconfig),
+        directory=tmp_path_factory.mktemp("portal"),
     )
-    path = tmp_path_factory.mktemp("portal") / "kubeconfig"
-    path.write_text(
-        kubeconfig_for_token(server=kube_cluster.server, ca_pem=cluster_ca(kube_cluster.kubeconfig), token=token)
-    )
-    identity = PortalIdentity(
-        kubeconfig=path,
-        service_account=f"{namespace}/{account}",
-        workloads_role=workloads_role,
-        instance=f"test-{run}",
-        namespace_prefix=f"t{run}-",
-    )
-    overrides = {
-        "KUBECONFIG": str(path),
-        "KUBE_SERVICE_ACCOUNT": identity.service_account,
-        "KUBE_WORKLOADS_CLUSTERROLE": workloads_role,
-        "PORTAL_INSTANCE": identity.instance,
-        "KUBE_NAMESPACE_PREFIX": identity.namespace_prefix,
-        **{k: int(v) for k, v in ENGINE_ENV.items()},
-    }
+    overrides: dict[str, Any] = {**identity.settings(), **{k: int(v) for k, v in FAST_INTERVALS.items()}}
     saved = {k: getattr(settings, k) for k in overrides}
     for key, value in overrides.items():
         setattr(settings, key, value)
@@ -93,19 +55,7 @@ def portal_identity(
             setattr(settings, key, value)
         kube.reset()
         with contextlib.suppress(Exception):
-            k8s.CoreV1Api(kube_api).delete_namespace(namespace)
-
-
-def cluster_ca(kubeconfig: Path) -> bytes:
-    """The cluster's CA certificate, from the admin kubeconfig (inline data or a file path)."""
-    import base64
-
-    import yaml
-
-    cluster = yaml.safe_load(Path(kubeconfig).read_text())["clusters"][0]["cluster"]
-    if "certificate-authority-data" in cluster:
-        return base64.b64decode(cluster["certificate-authority-data"])
-    return (Path(kubeconfig).parent / cluster["certificate-authority"]).read_bytes()
+            k8s.CoreV1Api(kube_api).delete_namespace(identity.system_namespace)
 
 
 def database_url() -> str:
@@ -117,87 +67,59 @@ def database_url() -> str:
     return f"postgres://{s['USER'] or 'postgres'}:{s['PASSWORD'] or ''}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
-class EngineProcesses:
-    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
-        self.env = env
-        self.log_dir = log_dir
-        self.processes: dict[str, subprocess.Popen] = {}
+@pytest.fixture(scope="session")
+def engine_broker() -> Iterator[RedisServer]:
+    """A Redis of the engine's own, so a test can stop it and start it again on the same port."""
+    from django.conf import settings
 
-    def argv(self, name: str) -> list[str]:
-        py = sys.executable
-        return {
-            "worker": [py, "-m", "celery", "-A", "portal", "worker", "--pool=threads", "--concurrency=8",
-                       "--loglevel=INFO", "--without-heartbeat", "--without-gossip", "--without-mingle"],
-            "beat": [py, "-m", "celery", "-A", "portal", "beat", "--loglevel=INFO",
-                     f"--schedule={self.log_dir / 'beat-schedule'}"],
-            "tracker": [py, "manage.py", "track"],
-        }[name]  # fmt: skip
+    server = RedisServer()
+    url = server.start()
+    saved = settings.CELERY_BROKER_URL
+    settings.CELERY_BROKER_URL = url
+    from portal.celery import app
 
-    def start(self, name: str) -> None:
-        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process
-        self.processes[name] = subprocess.Popen(
-            self.argv(name), cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-
-    def kill(self, name: str) -> None:
-        """kill -9, as a crash would."""
-        process = self.processes[name]
-        process.kill()
-        process.wait(timeout=10)
-
-    def stop(self, name: str) -> None:
-        process = self.processes.get(name)
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-
-    def restart(self, name: str) -> None:
-        self.stop(name)
-        self.start(name)
-
-    def log(self, name: str) -> str:
-        return (self.log_dir / f"{name}.log").read_text(errors="replace")
+    app.conf.broker_url = url
+    if app._pool is not None:  # connections made before now point at the suite's other Redis
+        app._pool.force_close_all()
+        app._pool = None
+    try:
+        yield server
+    finally:
+        settings.CELERY_BROKER_URL = saved
+        app.conf.broker_url = saved
+        if app._pool is not None:
+            app._pool.force_close_all()
+            app._pool = None
+        server.stop()
 
 
 @pytest.fixture(scope="session")
 def engine_processes(
     portal_identity: PortalIdentity,
+    engine_broker: RedisServer,
     django_db_setup: Any,
     django_db_blocker: Any,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[EngineProcesses]:
-    from django.conf import settings
-
     with django_db_blocker.unblock():
         url = database_url()
     env = {
         **os.environ,
+        **portal_identity.settings(),
+        **FAST_INTERVALS,
         "DATABASE_URL": url,
-        "REDIS_URL": settings.REDIS_URL,
-        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-        "KUBECONFIG": str(portal_identity.kubeconfig),
-        "KUBE_SERVICE_ACCOUNT": portal_identity.service_account,
-        "KUBE_WORKLOADS_CLUSTERROLE": portal_identity.workloads_role,
-        "PORTAL_INSTANCE": portal_identity.instance,
-        "KUBE_NAMESPACE_PREFIX": portal_identity.namespace_prefix,
+        "REDIS_URL": engine_broker.url,
+        "CELERY_BROKER_URL": engine_broker.url,
         "DEBUG": "0",
         "SECRET_KEY": "engine-test-secret-key",
         "PYTHONUNBUFFERED": "1",
-        **ENGINE_ENV,
     }
     engine = EngineProcesses(env, tmp_path_factory.mktemp("engine-logs"))
-    for name in ("worker", "beat", "tracker"):
-        engine.start(name)
+    engine.start_all()
     try:
         yield engine
     finally:
-        for name in ("tracker", "beat", "worker"):
-            engine.stop(name)
+        engine.stop_all()
 
 
 @dataclass
@@ -225,7 +147,7 @@ class Engine:
             workload.refresh_from_db()
             if workload.state in states:
                 return workload
-            dead = [n for n, p in self.processes.processes.items() if p.poll() is not None]
+            dead = self.processes.dead()
             if dead or time.monotonic() > deadline:
                 if dead:
                     pytest.fail(

@@ -80,6 +80,39 @@ def rbac() -> client.RbacAuthorizationV1Api:
     return client.RbacAuthorizationV1Api(api_client())
 
 
+def stream_get(path: str, params: dict[str, str], *, read_timeout: float):
+    """A streaming GET (watches, followed logs) through the same connection pool and credentials.
+
+    Returns the urllib3 response with its body unread; raises ApiException on an HTTP error.
+    """
+    from urllib.parse import urlencode
+
+    api = api_client()
+    configuration = api.configuration
+    headers = {"Accept": "application/json"}
+    token = configuration.get_api_key_with_prefix("authorization") or configuration.get_api_key_with_prefix(
+        "BearerToken"
+    )
+    if token:
+        headers["Authorization"] = token
+    url = f"{configuration.host}{path}?{urlencode(params)}"
+    response = api.rest_client.pool_manager.request(
+        "GET",
+        url,
+        headers=headers,
+        preload_content=False,
+        timeout=urllib3.Timeout(connect=timeout(), read=read_timeout),
+        retries=False,
+    )
+    if response.status >= 400:
+        body = response.read()
+        response.release_conn()
+        error = ApiException(status=response.status, reason=response.reason)
+        error.body = body.decode("utf-8", "replace")
+        raise error
+    return response
+
+
 def timeout() -> float:
     return float(settings.KUBE_REQUEST_TIMEOUT)
 

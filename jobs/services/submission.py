@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from jobs.kube import client as kube
 from jobs.kube import names, objects
-from jobs.models import Quota, State, Team, Workload
+from jobs.models import GpuType, Quota, State, Team, Workload
 from jobs.services.transitions import transition
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,10 @@ def spec_for(workload: Workload) -> objects.WorkloadSpec:
 
 
 def team_gpu_limits(team: Team) -> dict[str, int]:
-    limits: dict[str, int] = {}
+    """GPUs per resource name the team may request; every GPU resource is listed, 0 where it has no quota,
+    so the namespace can never use a GPU the team was not given."""
+    limits: dict[str, int] = dict.fromkeys(GpuType.objects.values_list("resource_name", flat=True), 0)
+    limits.setdefault("nvidia.com/gpu", 0)
     for resource, max_gpus in Quota.objects.filter(team=team).values_list("gpu_type__resource_name", "max_gpus"):
         limits[resource] = limits.get(resource, 0) + max_gpus
     return limits

@@ -107,21 +107,6 @@ def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> i
     return changed
 
 
-def resync(view: ClusterView | None = None) -> ClusterView:
-    """One full list of Jobs and Pods, applied to every active workload."""
-    view = view or ClusterView()
-    fresh = ClusterView()
-    jobs, _ = _list("Job")
-    pods, _ = _list("Pod")
-    for obj in jobs:
-        fresh.put("Job", obj)
-    for obj in pods:
-        fresh.put("Pod", obj)
-    fresh.listed_at = time.monotonic()
-    sync_workloads(fresh, None, full=True)
-    return fresh
-
-
 class Tracker:
     """The long-running loop behind `manage.py track`."""
 
@@ -139,22 +124,18 @@ class Tracker:
     def _watch(self, kind: str, resource_version: str, generation: int) -> None:
         """Stream changes for one kind into the queue until told to stop or the stream breaks."""
         path = "/apis/batch/v1/jobs" if kind == "Job" else "/api/v1/pods"
-        api = kube.api_client()
         try:
-            response = api.call_api(
+            response = kube.stream_get(
                 path,
-                "GET",
-                query_params=[
-                    ("watch", "true"),
-                    ("labelSelector", selector()),
-                    ("resourceVersion", resource_version),
-                    ("allowWatchBookmarks", "true"),
-                    ("timeoutSeconds", str(max(30, settings.PORTAL_RESYNC_SECONDS))),
-                ],
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=(kube.timeout(), max(60, settings.PORTAL_RESYNC_SECONDS * 2)),
-            )[0]
+                {
+                    "watch": "true",
+                    "labelSelector": selector(),
+                    "resourceVersion": resource_version,
+                    "allowWatchBookmarks": "true",
+                    "timeoutSeconds": str(max(30, settings.PORTAL_RESYNC_SECONDS)),
+                },
+                read_timeout=max(60, settings.PORTAL_RESYNC_SECONDS * 2),
+            )
             buffer = b""
             for chunk in response.stream(amt=65536, decode_content=False):
                 if self.stop_event.is_set() or generation != self.generation:

@@ -32,18 +32,20 @@ V1_SYSTEMD_CONTAINERD_BURSTABLE = f"""\
 """
 
 # cgroup v2, systemd driver, containerd, guaranteed QoS (sits directly under kubepods.slice).
-V2_SYSTEMD_CONTAINERD_GUARANTEED = (
-    f"0::/kubepods.slice/kubepods-pod{UID_SYSTEMD}.slice/cri-containerd-{CID}.scope\n"
-)
+V2_SYSTEMD_CONTAINERD_GUARANTEED = f"0::/kubepods.slice/kubepods-pod{UID_SYSTEMD}.slice/cri-containerd-{CID}.scope\n"
 
 # cgroup v2, systemd driver, CRI-O (OpenShift and friends).
-V2_SYSTEMD_CRIO_BURSTABLE = f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_SYSTEMD}.slice/crio-{CID}.scope\n"  # noqa: E501
+V2_SYSTEMD_CRIO_BURSTABLE = (
+    f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_SYSTEMD}.slice/crio-{CID}.scope\n"
+)
 
 # cgroup v2, cgroupfs driver (k3s's default).
 V2_CGROUPFS_BESTEFFORT = f"0::/kubepods/besteffort/pod{UID}/{CID}\n"
 
 # cgroup v2 under cri-dockerd with systemd: docker-<id>.scope.
-V2_SYSTEMD_DOCKER = f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_SYSTEMD}.slice/docker-{CID}.scope\n"  # noqa: E501
+V2_SYSTEMD_DOCKER = (
+    f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_SYSTEMD}.slice/docker-{CID}.scope\n"
+)
 
 # A kubelet with its own cgroup root (kind nodes nest kubepods under kubelet.slice).
 V2_KIND_NESTED = (
@@ -52,7 +54,9 @@ V2_KIND_NESTED = (
 )
 
 # A static pod (its UID is a hash of the manifest, 32 hex digits).
-V2_STATIC_POD = f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{STATIC_UID}.slice/cri-containerd-{CID}.scope\n"  # noqa: E501
+V2_STATIC_POD = (
+    f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{STATIC_UID}.slice/cri-containerd-{CID}.scope\n"
+)
 
 
 @pytest.mark.parametrize(

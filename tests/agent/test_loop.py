@@ -51,9 +51,7 @@ def test_loop_survives_nvml_errors_and_lost_gpus_and_attributes_pods(tmp_path: P
         f"0::/kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n"
     )
     good = RawSample("535.104.05", 12020, gpus=(p100(0, processes=[RawProcess(4242, 10 * GIB)]), p100(1)))
-    lost = RawSample(
-        "535.104.05", 12020, gpus=(p100(0), RawGpu(index=1, uuid="GPU-1", lost=True)), nvml_errors=1
-    )
+    lost = RawSample("535.104.05", 12020, gpus=(p100(0), RawGpu(index=1, uuid="GPU-1", lost=True)), nvml_errors=1)
     sampler = ScriptedSampler(good, pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN), lost)
     stats = AgentStats()
     pusher = Pusher(portal.url, lambda: "t", stats, max_reports=10)
@@ -141,7 +139,7 @@ def test_simulated_agent_process_pushes_and_serves_metrics_then_stops_on_sigterm
 
 def test_the_agent_never_imports_django():
     # The DaemonSet image runs the agent without the portal's settings; importing Django would break it.
-    code = "import sys, agent.__main__; print(sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'portal', 'jobs')))"  # noqa: E501
+    code = "import sys, agent.__main__; print(sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'portal', 'jobs')))"
     result = subprocess.run(
         [sys.executable, "-c", code],
         env={**os.environ, "PYTHONPATH": str(REPO)},

@@ -128,9 +128,7 @@ class FakeNvmlLibrary(SimpleNamespace):
         return SimpleNamespace(used=self._reading(handle, "used"), total=16 * 1024**3)
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Any]:
-        return [
-            SimpleNamespace(pid=pid, usedGpuMemory=mem) for pid, mem in self._gpu(handle).get("procs", [])
-        ]
+        return [SimpleNamespace(pid=pid, usedGpuMemory=mem) for pid, mem in self._gpu(handle).get("procs", [])]
 
     def nvmlDeviceGetTemperature(self, handle: int, sensor: int) -> int:
         assert sensor == pynvml.NVML_TEMPERATURE_GPU

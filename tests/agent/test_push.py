@@ -69,9 +69,7 @@ def test_portal_down_then_up_buffers_drops_oldest_and_delivers_in_order(down_por
     assert pusher.flush() is True
 
     received = down_portal.received
-    assert [Report.from_dict(r.body).timestamp for r in received] == [
-        T0 + timedelta(seconds=5 * n) for n in (2, 3, 4)
-    ]
+    assert [Report.from_dict(r.body).timestamp for r in received] == [T0 + timedelta(seconds=5 * n) for n in (2, 3, 4)]
     assert {r.path for r in received} == {"/api/v1/agent/reports"}
     assert {r.authorization for r in received} == {f"Bearer {TOKEN}"}
     assert {r.content_type for r in received} == {"application/json"}
@@ -133,9 +131,7 @@ def test_a_report_the_portal_refuses_for_good_is_dropped_not_retried_forever(por
 def test_a_rotated_token_file_is_read_at_each_push(portal: FakePortal, tmp_path: Path):
     token_file = tmp_path / "token"
     token_file.write_text("first-token\n")
-    config = AgentConfig.from_env(
-        {"NODE_NAME": "n1", "PORTAL_URL": portal.url, "AGENT_TOKEN_FILE": str(token_file)}
-    )
+    config = AgentConfig.from_env({"NODE_NAME": "n1", "PORTAL_URL": portal.url, "AGENT_TOKEN_FILE": str(token_file)})
     pusher = Pusher(portal.url, config.token, AgentStats(), max_reports=5)
     pusher.enqueue(_report(0))
     pusher.flush()
@@ -148,9 +144,7 @@ def test_a_rotated_token_file_is_read_at_each_push(portal: FakePortal, tmp_path:
 def test_unreadable_token_file_is_a_retry_not_a_crash(portal: FakePortal, tmp_path: Path):
     token_file = tmp_path / "token"
     token_file.write_text("t")
-    config = AgentConfig.from_env(
-        {"NODE_NAME": "n1", "PORTAL_URL": portal.url, "AGENT_TOKEN_FILE": str(token_file)}
-    )
+    config = AgentConfig.from_env({"NODE_NAME": "n1", "PORTAL_URL": portal.url, "AGENT_TOKEN_FILE": str(token_file)})
     token_file.unlink()
     stats = AgentStats()
     pusher = Pusher(portal.url, config.token, stats, max_reports=5)

@@ -1,0 +1,140 @@
+"""The portal's engine as separate processes (Celery worker, Celery beat, tracker) against a given
+database, broker and cluster — what the integration tests and `make bench` run, the way production does.
+"""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Short intervals so the periodic safety nets act within a test's or benchmark's patience.
+FAST_INTERVALS = {
+    "PORTAL_SWEEP_SECONDS": "2",
+    "PORTAL_LIMITS_SECONDS": "1",
+    "PORTAL_STUCK_SUBMIT_SECONDS": "6",
+    "PORTAL_RESYNC_SECONDS": "10",
+    "PORTAL_IMAGE_PULL_TIMEOUT": "4",
+    "PORTAL_RETENTION_SECONDS": "3600",
+}
+
+
+@dataclass
+class PortalIdentity:
+    """The portal's least-privilege service account in a cluster, and a kubeconfig for it."""
+
+    kubeconfig: Path
+    service_account: str
+    workloads_role: str
+    instance: str
+    namespace_prefix: str
+    system_namespace: str
+
+    def settings(self) -> dict[str, str]:
+        return {
+            "KUBECONFIG": str(self.kubeconfig),
+            "KUBE_SERVICE_ACCOUNT": self.service_account,
+            "KUBE_WORKLOADS_CLUSTERROLE": self.workloads_role,
+            "PORTAL_INSTANCE": self.instance,
+            "KUBE_NAMESPACE_PREFIX": self.namespace_prefix,
+        }
+
+
+def cluster_ca(kubeconfig: Path) -> bytes:
+    """The cluster's CA certificate, from an admin kubeconfig (inline data or a file path)."""
+    cluster = yaml.safe_load(Path(kubeconfig).read_text())["clusters"][0]["cluster"]
+    if "certificate-authority-data" in cluster:
+        return base64.b64decode(cluster["certificate-authority-data"])
+    return (Path(kubeconfig).parent / cluster["certificate-authority"]).read_bytes()
+
+
+def install_identity(*, admin_api: Any, server: str, admin_kubeconfig: Path, directory: Path) -> PortalIdentity:
+    from jobs.kube.rbac import install_portal_identity, kubeconfig_for_token
+
+    run = uuid.uuid4().hex[:6]
+    namespace, account = f"gpuportal-system-{run}", "portal"
+    workloads_role = f"gpuportal-{run}-workloads"
+    token = install_portal_identity(
+        admin_api,
+        namespace=namespace,
+        account=account,
+        controller_role=f"gpuportal-{run}-controller",
+        workloads_role=workloads_role,
+    )
+    path = directory / "portal-kubeconfig"
+    path.write_text(kubeconfig_for_token(server=server, ca_pem=cluster_ca(admin_kubeconfig), token=token))
+    return PortalIdentity(
+        kubeconfig=path,
+        service_account=f"{namespace}/{account}",
+        workloads_role=workloads_role,
+        instance=f"run-{run}",
+        namespace_prefix=f"t{run}-",
+        system_namespace=namespace,
+    )
+
+
+class EngineProcesses:
+    """Worker, beat and tracker subprocesses; each can be killed (-9), stopped and restarted."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path, *, worker_concurrency: int = 8) -> None:
+        self.env = env
+        self.log_dir = log_dir
+        self.worker_concurrency = worker_concurrency
+        self.processes: dict[str, subprocess.Popen] = {}
+
+    def argv(self, name: str) -> list[str]:
+        py = sys.executable
+        return {
+            "worker": [py, "-m", "celery", "-A", "portal", "worker", "--pool=threads",
+                       f"--concurrency={self.worker_concurrency}", "--loglevel=INFO", "--without-heartbeat",
+                       "--without-gossip", "--without-mingle"],
+            "beat": [py, "-m", "celery", "-A", "portal", "beat", "--loglevel=INFO",
+                     f"--schedule={self.log_dir / 'beat-schedule'}"],
+            "tracker": [py, "manage.py", "track"],
+        }[name]  # fmt: skip
+
+    def start(self, name: str) -> None:
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
+        self.processes[name] = subprocess.Popen(
+            self.argv(name), cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def start_all(self) -> None:
+        for name in ("worker", "beat", "tracker"):
+            self.start(name)
+
+    def kill(self, name: str) -> None:
+        """kill -9, as a crash would."""
+        process = self.processes[name]
+        process.kill()
+        process.wait(timeout=10)
+
+    def stop(self, name: str) -> None:
+        process = self.processes.get(name)
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        for name in ("tracker", "beat", "worker"):
+            self.stop(name)
+
+    def dead(self) -> list[str]:
+        return [name for name, process in self.processes.items() if process.poll() is not None]
+
+    def log(self, name: str) -> str:
+        path = self.log_dir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""

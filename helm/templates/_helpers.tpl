@@ -1,0 +1,315 @@
+{{/*
+Names. Every object is "<fullname>" or "<fullname>-<part>", cut to the 63 characters a DNS label allows.
+*/}}
+{{- define "gpuportal.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gpuportal.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "<fullname>-<part>"; call with (list $ "part"). */}}
+{{- define "gpuportal.partname" -}}
+{{- $root := index . 0 -}}
+{{- printf "%s-%s" (include "gpuportal.fullname" $root | trunc (int (sub 62 (len (index . 1))))) (index . 1) | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gpuportal.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels on every object; call with (list $ "component"). */}}
+{{- define "gpuportal.labels" -}}
+{{- $root := index . 0 -}}
+helm.sh/chart: {{ include "gpuportal.chart" $root }}
+{{ include "gpuportal.selectorLabels" . }}
+app.kubernetes.io/version: {{ $root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ $root.Release.Service }}
+app.kubernetes.io/part-of: gpuportal
+{{- end -}}
+
+{{/* Labels a selector matches; call with (list $ "component"). */}}
+{{- define "gpuportal.selectorLabels" -}}
+{{- $root := index . 0 -}}
+app.kubernetes.io/name: {{ include "gpuportal.name" $root }}
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{- define "gpuportal.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "gpuportal.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The ClusterRole the portal binds in every team namespace; the app gets it as KUBE_WORKLOADS_CLUSTERROLE. */}}
+{{- define "gpuportal.workloadsRoleName" -}}
+{{- .Values.rbac.workloadsRoleName | default (include "gpuportal.partname" (list . "workloads")) -}}
+{{- end -}}
+
+{{/* PORTAL_INSTANCE: a label value (63 characters at most) that tells this installation's objects apart. */}}
+{{- define "gpuportal.instance" -}}
+{{- .Values.config.instance | default (printf "%s.%s" .Release.Namespace (include "gpuportal.fullname" .)) | trunc 63 | trimSuffix "-" | trimSuffix "." -}}
+{{- end -}}
+
+{{- define "gpuportal.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag | toString) -}}
+{{- end -}}
+
+{{- define "gpuportal.secretName" -}}
+{{- include "gpuportal.fullname" . -}}
+{{- end -}}
+
+{{- define "gpuportal.postgresqlHost" -}}
+{{- include "gpuportal.partname" (list . "postgresql") -}}
+{{- end -}}
+
+{{- define "gpuportal.redisHost" -}}
+{{- include "gpuportal.partname" (list . "redis") -}}
+{{- end -}}
+
+{{/*
+Does the chart's own Secret hold anything? It holds SECRET_KEY unless an existing Secret gives it,
+DATABASE_URL (and the bundled database's password) unless an existing Secret gives it, and REDIS_URL
+when an external Redis URL is given in values (it may carry a password).
+*/}}
+{{- define "gpuportal.ownSecretNeeded" -}}
+{{- if or (not .Values.secret.existingSecret) (not .Values.externalDatabase.existingSecret) (and (not .Values.redis.enabled) .Values.externalRedis.url) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+Non-secret configuration, as environment variables: the ConfigMap's data, and the env of the migration
+Job (which runs before the ConfigMap exists on a first install).
+*/}}
+{{- define "gpuportal.configEnv" -}}
+{{- $cfg := .Values.config -}}
+DEBUG: {{ ternary "1" "0" $cfg.debug | quote }}
+ALLOWED_HOSTS: {{ include "gpuportal.allowedHosts" . | quote }}
+CSRF_TRUSTED_ORIGINS: {{ include "gpuportal.csrfTrustedOrigins" . | quote }}
+SITE_URL: {{ include "gpuportal.siteUrl" . | quote }}
+LOG_LEVEL: {{ $cfg.logLevel | quote }}
+TIME_ZONE: {{ $cfg.timeZone | quote }}
+SECURE_COOKIES: {{ ternary "1" "0" $cfg.secureCookies | quote }}
+BEHIND_TLS_PROXY: {{ ternary "1" "0" $cfg.behindTlsProxy | quote }}
+KUBE_NAMESPACE_PREFIX: {{ $cfg.kubeNamespacePrefix | quote }}
+KUBE_WORKLOADS_CLUSTERROLE: {{ include "gpuportal.workloadsRoleName" . | quote }}
+KUBE_SERVICE_ACCOUNT: {{ printf "%s/%s" .Release.Namespace (include "gpuportal.serviceAccountName" .) | quote }}
+PORTAL_INSTANCE: {{ include "gpuportal.instance" . | quote }}
+PORTAL_VAR_DIR: "/tmp/gpuportal"
+HOME: "/tmp"
+{{- if .Values.redis.enabled }}
+REDIS_URL: {{ printf "redis://%s:%d/0" (include "gpuportal.redisHost" .) (int .Values.redis.service.port) | quote }}
+{{- end }}
+{{- range $name, $value := .Values.extraEnv }}
+{{ $name }}: {{ $value | toString | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "gpuportal.siteUrl" -}}
+{{- if .Values.config.siteUrl -}}
+{{- .Values.config.siteUrl -}}
+{{- else if and .Values.ingress.enabled .Values.ingress.hosts -}}
+{{- printf "%s://%s" (ternary "https" "http" (gt (len .Values.ingress.tls) 0)) (index .Values.ingress.hosts 0).host -}}
+{{- else -}}
+{{- printf "http://%s" (include "gpuportal.partname" (list . "web")) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Service name (probes and in-cluster clients), the ingress hosts and anything added in values. */}}
+{{- define "gpuportal.allowedHosts" -}}
+{{- $hosts := list (include "gpuportal.partname" (list . "web")) (printf "%s.%s.svc" (include "gpuportal.partname" (list . "web")) .Release.Namespace) -}}
+{{- if .Values.ingress.enabled -}}
+{{- range .Values.ingress.hosts -}}
+{{- $hosts = append $hosts .host -}}
+{{- end -}}
+{{- end -}}
+{{- $hosts = concat $hosts .Values.config.allowedHosts -}}
+{{- $hosts | uniq | join "," -}}
+{{- end -}}
+
+{{- define "gpuportal.csrfTrustedOrigins" -}}
+{{- $origins := list -}}
+{{- if .Values.ingress.enabled -}}
+{{- $scheme := ternary "https" "http" (gt (len .Values.ingress.tls) 0) -}}
+{{- range .Values.ingress.hosts -}}
+{{- $origins = append $origins (printf "%s://%s" $scheme .host) -}}
+{{- end -}}
+{{- end -}}
+{{- $origins = concat $origins .Values.config.csrfTrustedOrigins -}}
+{{- $origins | uniq | join "," -}}
+{{- end -}}
+
+{{/* Environment of every portal container: secrets by reference, the rest from the ConfigMap. */}}
+{{- define "gpuportal.secretEnv" -}}
+- name: SECRET_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ default (include "gpuportal.secretName" .) .Values.secret.existingSecret }}
+      key: {{ ternary .Values.secret.existingSecretKey "SECRET_KEY" (ne .Values.secret.existingSecret "") }}
+- name: DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ default (include "gpuportal.secretName" .) .Values.externalDatabase.existingSecret }}
+      key: {{ ternary .Values.externalDatabase.existingSecretKey "DATABASE_URL" (ne .Values.externalDatabase.existingSecret "") }}
+{{- if not .Values.redis.enabled }}
+- name: REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ default (include "gpuportal.secretName" .) .Values.externalRedis.existingSecret }}
+      key: {{ ternary .Values.externalRedis.existingSecretKey "REDIS_URL" (ne .Values.externalRedis.existingSecret "") }}
+{{- end }}
+{{- end -}}
+
+{{- define "gpuportal.envFrom" -}}
+- configMapRef:
+    name: {{ include "gpuportal.partname" (list . "config") }}
+{{- with .Values.extraEnvFrom }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Pod annotations that roll the pods when their configuration changes. */}}
+{{- define "gpuportal.checksums" -}}
+checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
+{{- /* The Secret may hold generated values, so hash what feeds it, not a fresh render of it. */}}
+checksum/secret: {{ list .Values.secret .Values.externalDatabase .Values.externalRedis .Values.postgresql.auth | toJson | sha256sum }}
+{{- end -}}
+
+{{/* Volumes every portal pod gets: a writable /tmp on a read-only root filesystem. */}}
+{{- define "gpuportal.tmpVolume" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: {{ .Values.tmpSizeLimit }}
+{{- end -}}
+
+{{- define "gpuportal.tmpVolumeMount" -}}
+- name: tmp
+  mountPath: /tmp
+{{- end -}}
+
+{{/*
+Cross-field checks that a JSON schema cannot word clearly. Included by configmap.yaml, which is always
+rendered, so `helm install`, `helm upgrade` and `helm template` all stop here with the message.
+*/}}
+{{- define "gpuportal.validate" -}}
+{{- $v := .Values -}}
+{{- if and (not $v.secret.existingSecret) (not $v.secret.secretKey) (not $v.secret.generateSecretKey) -}}
+{{- fail "secret.secretKey is required when secret.existingSecret is empty: set secret.secretKey (a long random string), name a Secret in secret.existingSecret, or set secret.generateSecretKey=true" -}}
+{{- end -}}
+{{- if and $v.secret.secretKey (lt (len $v.secret.secretKey) 32) -}}
+{{- fail (printf "secret.secretKey is %d characters long; use at least 32 random characters" (len $v.secret.secretKey)) -}}
+{{- end -}}
+{{- if and (not $v.postgresql.enabled) (not $v.externalDatabase.url) (not $v.externalDatabase.existingSecret) -}}
+{{- fail "postgresql.enabled is false, so an external database is needed: set externalDatabase.url (postgres://...) or externalDatabase.existingSecret" -}}
+{{- end -}}
+{{- if and (not $v.redis.enabled) (not $v.externalRedis.url) (not $v.externalRedis.existingSecret) -}}
+{{- fail "redis.enabled is false, so an external Redis is needed: set externalRedis.url (redis://...) or externalRedis.existingSecret" -}}
+{{- end -}}
+{{- if and $v.agent.enabled $v.agent.push.enabled (not $v.agent.push.tokenSecret) -}}
+{{- fail "agent.push.enabled is true but agent.push.tokenSecret is empty: name the Secret that holds the agent's token" -}}
+{{- end -}}
+{{- if and $v.ingress.enabled (not $v.ingress.hosts) -}}
+{{- fail "ingress.enabled is true but ingress.hosts is empty: name at least one host" -}}
+{{- end -}}
+{{- $slugs := list -}}
+{{- range $i, $gpu := $v.seed.gpuTypes -}}
+{{- if has $gpu.slug $slugs -}}
+{{- fail (printf "seed.gpuTypes[%d].slug %q appears twice in seed.gpuTypes" $i $gpu.slug) -}}
+{{- end -}}
+{{- $slugs = append $slugs $gpu.slug -}}
+{{- end -}}
+{{- range $i, $quota := $v.seed.defaultQuotas -}}
+{{- if not (has $quota.gpu_type $slugs) -}}
+{{- fail (printf "seed.defaultQuotas[%d].gpu_type %q is not a GPU type in seed.gpuTypes (known: %s)" $i $quota.gpu_type (ternary "none" (join ", " $slugs) (empty $slugs))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The pod template of a portal process (web, worker, beat, tracker). Call with a dict:
+  root: $, component: "web", spec: .Values.web, command: list, automountToken: bool,
+  ports/probes: YAML strings for the container (optional).
+*/}}
+{{- define "gpuportal.portalPodTemplate" -}}
+{{- $root := .root -}}
+{{- $spec := .spec -}}
+metadata:
+  labels:
+    {{- include "gpuportal.selectorLabels" (list $root .component) | nindent 4 }}
+    {{- with $spec.podLabels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  annotations:
+    {{- include "gpuportal.checksums" $root | nindent 4 }}
+    {{- with $spec.podAnnotations }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  serviceAccountName: {{ include "gpuportal.serviceAccountName" $root }}
+  # Only the processes that call the Kubernetes API get a token (see values: <component>.automountServiceAccountToken).
+  automountServiceAccountToken: {{ .automountToken }}
+  {{- with $root.Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext:
+    {{- toYaml $root.Values.podSecurityContext | nindent 4 }}
+  {{- with $spec.terminationGracePeriodSeconds }}
+  terminationGracePeriodSeconds: {{ . }}
+  {{- end }}
+  containers:
+    - name: {{ .component }}
+      image: {{ include "gpuportal.image" $root }}
+      imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+      command:
+        {{- toYaml .command | nindent 8 }}
+      {{- with $spec.extraArgs }}
+      args:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      envFrom:
+        {{- include "gpuportal.envFrom" $root | nindent 8 }}
+      env:
+        {{- include "gpuportal.secretEnv" $root | nindent 8 }}
+      {{- with .ports }}
+      ports:
+        {{- . | nindent 8 }}
+      {{- end }}
+      {{- with .probes }}
+      {{- . | nindent 6 }}
+      {{- end }}
+      resources:
+        {{- toYaml $spec.resources | nindent 8 }}
+      securityContext:
+        {{- toYaml $root.Values.securityContext | nindent 8 }}
+      volumeMounts:
+        {{- include "gpuportal.tmpVolumeMount" $root | nindent 8 }}
+  volumes:
+    {{- include "gpuportal.tmpVolume" $root | nindent 4 }}
+  {{- with $spec.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $spec.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $spec.affinity }}
+  affinity:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end -}}
