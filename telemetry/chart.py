@@ -25,6 +25,15 @@ class GpuChart:
         return not self.series["points"]
 
     @property
+    def span(self) -> str:
+        """ "2026-03-02 10:00 - 12:00 UTC" (the date again only when the span crosses midnight)."""
+        start, end = self.series["from"], self.series["to"]
+        if not start or not end:
+            return ""
+        same_day = start[:10] == end[:10]
+        return f"{start[:10]} {start[11:16]} – {end[11:16] if same_day else end[:10] + ' ' + end[11:16]} UTC"
+
+    @property
     def simulated(self) -> bool:
         return bool(self.series["simulated"])
 
