@@ -6,7 +6,9 @@ Everything above the kubelet is real Kubernetes; this process is the honest stan
 - watches pods bound to its nodes (one cluster-wide watch) and moves them ContainerCreating -> Running ->
   Succeeded/Failed with real timestamps and exit codes, by the rules in localcluster/rules.py;
 - honours deletion: a pod with a deletionTimestamp is terminated and removed (grace 0);
-- serves the kubelet's /containerLogs endpoint so `kubectl logs` works through the API server.
+- serves the kubelet's /containerLogs endpoint so `kubectl logs` works through the API server;
+- publishes simulated GPU readings, clearly labelled as such, as the node agent's reports (agent.simulated)
+  to every portal named by a file in <state dir>/telemetry-targets/ (see TelemetryPublisher).
 
 Like the real kubelet's status manager, it sends the latest status of a pod, not every step: under load
 an intermediate state (ContainerCreating) may be skipped, never a final one.
@@ -69,6 +71,7 @@ class PodRecord:
     history: list[tuple[float, float, int, str]] = field(default_factory=list)  # previous runs
     active_deadline: float | None = None  # spec.activeDeadlineSeconds, enforced by the kubelet
     pod_reason: str = ""  # status.reason of the pod (DeadlineExceeded)
+    gpu_utilization: float | None = None  # pinned simulated GPU utilization %; None: training-like
 
     @property
     def path(self) -> str:
@@ -146,6 +149,7 @@ class Simulator:
             gpus=gpus,
             accepted_at=now,
             ip=status.get("podIP") or f"10.244.{(n // 250) % 256}.{n % 250 + 2}",
+            gpu_utilization=_gpu_utilization(pod),
         )
         if spec.get("activeDeadlineSeconds") is not None:
             with contextlib.suppress(TypeError, ValueError):
@@ -514,6 +518,134 @@ class Simulator:
                 resp.close()
 
 
+GPU_UTILIZATION_ANNOTATION = "sim.gpuportal.dev/gpu-utilization"
+GPU_UTILIZATION_ENV = "SIM_GPU_UTILIZATION"
+
+
+def _gpu_utilization(pod: dict[str, Any]) -> float | None:
+    """A pod's pinned simulated GPU utilization (annotation, else its first container env that sets it)."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(GPU_UTILIZATION_ANNOTATION)
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if raw is not None:
+            break
+        raw = next((e.get("value") for e in container.get("env") or [] if e.get("name") == GPU_UTILIZATION_ENV), None)
+    try:
+        return None if raw is None else max(0.0, min(100.0, float(raw)))
+    except ValueError:
+        return None
+
+
+class TelemetryPublisher:
+    """Pushes simulated agent reports for every simulated node to the portals that asked for them.
+
+    A portal asks by a JSON file in <state dir>/telemetry-targets/ (written by `manage.py
+    telemetry_local_cluster`, or a test): {"portal_url": ..., "token": ..., "interval_seconds": 5}.
+    The directory is re-read every pass, so portals come and go without restarting the cluster; with no
+    file nothing is sampled. Readings come from agent.simulated.SimulatedSampler: every report says
+    "simulated": true. A GPU counts as busy while a running pod holds it (GPUs are handed to a node's
+    running pods in order); the pod's UID goes with it, as the real agent finds it from the cgroup.
+    """
+
+    def __init__(self, sim: Simulator, targets_dir: str) -> None:
+        from agent.simulated import SimulatedSampler
+
+        self.sim = sim
+        self.targets_dir = targets_dir
+        self.pushers: dict[tuple[str, str, str], tuple[Any, threading.Event]] = {}
+        self.samplers = {
+            node: SimulatedSampler(
+                node,
+                pool.gpus_per_node,
+                pool.gpu_product.replace("-", " ", 1) or "Simulated GPU",
+                pool.cuda_driver,
+                busy_fn=lambda node=node: self.busy(node),
+            )
+            for node, pool in sim.nodes.items()
+        }
+
+    def busy(self, node: str) -> dict[int, Any]:
+        from agent.simulated import BusyGpu
+
+        with self.sim.lock:
+            running = sorted(
+                (r for r in self.sim.records.values() if r.node == node and r.state == "running" and r.gpus > 0),
+                key=lambda r: (r.accepted_at, r.uid),
+            )
+            held: dict[int, Any] = {}
+            for rec in running:
+                for _ in range(rec.gpus):
+                    if len(held) >= self.samplers[node].gpu_count:
+                        break
+                    held[len(held)] = BusyGpu(
+                        pod_uid=rec.uid,
+                        container_id=self.sim._container_id(rec),
+                        utilization_percent=rec.gpu_utilization,
+                    )
+            return held
+
+    def _targets(self) -> dict[tuple[str, str, str], float]:
+        targets = {}
+        with contextlib.suppress(OSError):
+            for name in sorted(os.listdir(self.targets_dir)):
+                if not name.endswith(".json"):
+                    continue
+                try:
+                    with open(os.path.join(self.targets_dir, name)) as fh:
+                        spec = json.load(fh)
+                    key = (name, str(spec["portal_url"]), str(spec["token"]))
+                    targets[key] = max(0.5, float(spec.get("interval_seconds", 5)))
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    log.warning("telemetry target %s unreadable: %s", name, exc)
+        return targets
+
+    def _sync(self, targets: dict[tuple[str, str, str], float]) -> None:
+        from agent.push import Pusher
+        from agent.stats import AgentStats
+
+        for key in [k for k in self.pushers if k not in targets]:
+            pusher, stop = self.pushers.pop(key)
+            stop.set()
+            pusher.wake()
+            log.info("telemetry: stopped publishing to %s", pusher.url_for_logs)
+        for key in targets:
+            if key in self.pushers:
+                continue
+            try:
+                pusher = Pusher(key[1], lambda token=key[2]: token, AgentStats(), max_reports=120)
+            except ValueError as exc:
+                log.warning("telemetry target %s: %s", key[0], exc)
+                continue
+            stop = threading.Event()
+            threading.Thread(target=pusher.run, args=(stop,), daemon=True).start()
+            self.pushers[key] = (pusher, stop)
+            log.info("telemetry: publishing simulated GPU readings to %s", pusher.url_for_logs)
+
+    def run(self) -> None:
+        from datetime import UTC, datetime
+
+        from agent import __version__
+        from agent.report import build_report
+
+        interval = 5.0
+        while True:
+            try:
+                targets = self._targets()
+                self._sync(targets)
+                interval = min(targets.values(), default=5.0)
+                now = datetime.now(UTC)
+                for node, sampler in self.samplers.items() if self.pushers else ():
+                    report = build_report(
+                        sampler.sample(), node=node, simulated=True, timestamp=now,
+                        interval_seconds=interval, agent_version=f"{__version__}-localcluster",
+                    )  # fmt: skip
+                    for pusher, _stop in self.pushers.values():
+                        pusher.enqueue(report)
+            except Exception:
+                # The kubelet's work matters more than its telemetry: log and go on.
+                log.exception("telemetry: publishing failed")
+            time.sleep(interval)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m localcluster.simulator")
     parser.add_argument("--config", required=True)
@@ -526,7 +658,10 @@ def main(argv: list[str] | None = None) -> int:
     kubelet.serve_logs(sim, config["kubelet_cert"], config["kubelet_key"], config["ca_file"])
     keeper = kubelet.NodeKeeper(sim)
     keeper.register_all()
-    threads: list[Callable[[], None]] = [sim.run_timers, keeper.run_heartbeats, sim.run_events]
+    publisher = TelemetryPublisher(
+        sim, os.path.join(os.path.dirname(os.path.abspath(args.config)), "telemetry-targets")
+    )
+    threads: list[Callable[[], None]] = [sim.run_timers, keeper.run_heartbeats, sim.run_events, publisher.run]
     threads += [sim.run_worker] * WORKERS
     for target in threads:
         threading.Thread(target=target, daemon=True).start()

@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "jobs",
     "api",
+    "telemetry",
 ]
 
 MIDDLEWARE = [
@@ -149,6 +150,15 @@ PORTAL_RESYNC_SECONDS = env_int("PORTAL_RESYNC_SECONDS", 30, minimum=1)
 PORTAL_SWEEP_SECONDS = env_int("PORTAL_SWEEP_SECONDS", 15, minimum=1)
 PORTAL_LIMITS_SECONDS = env_int("PORTAL_LIMITS_SECONDS", 10, minimum=1)
 
+# --- GPU telemetry (node agents' reports) --------------------------------------------------------------
+# Per-workload GPU minutes older than this are deleted by the hourly prune task.
+TELEMETRY_RETENTION_DAYS = env_int("TELEMETRY_RETENTION_DAYS", 30, minimum=1)
+# The largest report body accepted (an 8-GPU report is about 5 KB).
+TELEMETRY_MAX_REPORT_BYTES = env_int("TELEMETRY_MAX_REPORT_BYTES", 1024 * 1024, minimum=1024)
+# Reports stamped further than this ahead of the portal's clock are refused (a node with a wrong clock).
+TELEMETRY_MAX_CLOCK_SKEW_SECONDS = env_int("TELEMETRY_MAX_CLOCK_SKEW_SECONDS", 300, minimum=1)
+TELEMETRY_IDLE_CHECK_SECONDS = env_int("TELEMETRY_IDLE_CHECK_SECONDS", 300, minimum=10)
+
 # --- Redis and Celery ----------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
@@ -176,6 +186,8 @@ CELERY_BEAT_SCHEDULE = {
     "cleanup": {"task": "jobs.tasks.cleanup", "schedule": 300.0},
     "inventory": {"task": "jobs.tasks.sync_inventory", "schedule": 60.0},
     "usage-rollup": {"task": "jobs.tasks.rollup_usage", "schedule": 3600.0},
+    "idle-services": {"task": "telemetry.tasks.check_idle_services", "schedule": float(TELEMETRY_IDLE_CHECK_SECONDS)},
+    "telemetry-prune": {"task": "telemetry.tasks.prune", "schedule": 3600.0},
 }
 
 # --- logging -----------------------------------------------------------------------------------------

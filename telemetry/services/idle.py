@@ -1,0 +1,154 @@
+"""Idle services: warn the owner of a service whose GPUs sit unused, then (if the team's policy says so)
+stop it. Every step is a timeline entry on the workload.
+
+A minute counts as busy when its average GPU utilization reached the policy's threshold. A service is
+idle since the end of its last busy minute (or since it started). Missing telemetry is not idleness: a
+warning needs samples for at least half of the idle period, so an agent that is down never gets a
+service stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import F, Max, Min, Q
+from django.utils import timezone
+
+from jobs.models import Kind, State, Workload, WorkloadEvent
+from jobs.services.dispatch import enqueue_delete
+from jobs.services.transitions import note, transition
+from telemetry.models import IdlePolicy, IdleWarning, WorkloadGpuMinute
+
+log = logging.getLogger(__name__)
+
+MIN_COVERAGE = 0.5
+WARNED, CLEARED, STOPPED = "IdleWarning", "IdleCleared", "IdleStopped"
+
+
+@dataclass(frozen=True)
+class IdleFacts:
+    idle_since: datetime | None  # None: busy now, or not enough telemetry to tell
+    minutes_sampled: int
+
+
+def idle_facts(workload: Workload, *, threshold_percent: int, window: timedelta, now: datetime) -> IdleFacts:
+    """Since when the workload's GPUs have been below the threshold, judged over the last `window`."""
+    since = max(workload.started_at, now - window) if workload.started_at else now - window
+    rows = WorkloadGpuMinute.objects.filter(workload_id=workload.id, minute__gte=since - timedelta(minutes=1))
+    busy = Q(utilization_sum__gte=F("gpu_readings") * threshold_percent)
+    facts = rows.aggregate(last_busy=Max("minute", filter=busy), first=Min("minute"))
+    if facts["first"] is None:
+        return IdleFacts(idle_since=None, minutes_sampled=0)
+    idle_since = since
+    if facts["last_busy"] is not None:
+        idle_since = max(since, facts["last_busy"] + timedelta(minutes=1))
+    idle_minutes = (now - idle_since).total_seconds() / 60
+    sampled = rows.filter(minute__gte=idle_since).count()
+    if idle_minutes <= 0 or sampled < MIN_COVERAGE * idle_minutes:
+        return IdleFacts(idle_since=None, minutes_sampled=sampled)
+    return IdleFacts(idle_since=idle_since, minutes_sampled=sampled)
+
+
+def idle_check(*, now: datetime | None = None) -> dict[str, int]:
+    """One pass over running services of teams with an enabled policy; returns what it did."""
+    now = now or timezone.now()
+    done = {"checked": 0, "warned": 0, "cleared": 0, "stopped": 0}
+    policies = {p.team_id: p for p in IdlePolicy.objects.filter(enabled=True)}
+    if not policies:
+        return done
+    services = (
+        Workload.objects.filter(team_id__in=list(policies), kind=Kind.SERVICE, state=State.RUNNING, gpu_count__gt=0)
+        .select_related("owner", "team")
+        .order_by("id")
+    )
+    warnings = {w.workload_id: w for w in IdleWarning.objects.filter(workload__in=services)}
+    for workload in services:
+        done["checked"] += 1
+        policy = policies[workload.team_id]
+        outcome = _check_one(workload, policy, warnings.get(workload.id), now)
+        if outcome:
+            done[outcome] += 1
+    # Warnings of services that ended some other way have nothing left to do.
+    IdleWarning.objects.exclude(workload__state=State.RUNNING).delete()
+    return done
+
+
+def _check_one(workload: Workload, policy: IdlePolicy, warning: IdleWarning | None, now: datetime) -> str | None:
+    window = policy.warn_after + (policy.stop_after or timedelta(0)) + timedelta(hours=1)
+    if warning is not None:
+        # Judge an open warning over its whole idle period, however long the owner has let it run.
+        window = max(window, now - warning.idle_since + timedelta(minutes=1))
+    facts = idle_facts(workload, threshold_percent=policy.threshold_percent, window=window, now=now)
+    if warning is not None:
+        if facts.idle_since is None or facts.idle_since > warning.warned_at:
+            # Used again since the warning (or telemetry stopped): withdraw it.
+            note(
+                workload,
+                reason=CLEARED,
+                message=f"GPU utilization is at or above {warning.threshold_percent} % again; the idle warning is withdrawn.",
+                source=WorkloadEvent.Source.PORTAL,
+            )
+            warning.delete()
+            return "cleared"
+        if warning.stop_at is not None and now >= warning.stop_at:
+            return "stopped" if _stop(workload, policy, facts, now) else None
+        return None
+    if facts.idle_since is None or now - facts.idle_since < policy.warn_after:
+        return None
+    stop_at = now + policy.stop_after if policy.stop_after is not None else None
+    hours = _hours(now - facts.idle_since)
+    message = (
+        f"The GPUs of this service have been below {policy.threshold_percent} % utilization for {hours}"
+        f" (since {facts.idle_since:%Y-%m-%d %H:%M} UTC)."
+    )
+    if stop_at is not None:
+        message += f" It will be stopped at {stop_at:%Y-%m-%d %H:%M} UTC unless it uses them again."
+    else:
+        message += " Please stop it if you no longer need it, so others can use the GPUs."
+    with transaction.atomic():
+        IdleWarning.objects.create(
+            workload=workload,
+            idle_since=facts.idle_since,
+            warned_at=now,
+            threshold_percent=policy.threshold_percent,
+            stop_at=stop_at,
+        )
+        note(workload, reason=WARNED, message=message, source=WorkloadEvent.Source.PORTAL)
+    _email(workload, f"Idle GPU service: {workload.name}", message)
+    return "warned"
+
+
+def _stop(workload: Workload, policy: IdlePolicy, facts: IdleFacts, now: datetime) -> bool:
+    assert facts.idle_since is not None
+    message = (
+        f"Stopped after {_hours(now - facts.idle_since)} below {policy.threshold_percent} % GPU utilization "
+        f"(team {workload.team.name}'s idle-service policy)."
+    )
+    moved = transition(workload, State.CANCELLED, reason=STOPPED, message=message, finished_at=now)
+    if not moved:
+        return False  # it changed state meanwhile (ended, cancelled): nothing to stop
+    enqueue_delete(workload.id)
+    IdleWarning.objects.filter(workload=workload).delete()
+    _email(workload, f"Idle GPU service stopped: {workload.name}", message)
+    return True
+
+
+def _email(workload: Workload, subject: str, message: str) -> None:
+    owner = workload.owner
+    if not owner.email:
+        return
+    body = f"{message}\n\nWorkload: {workload.name} ({workload.uid}), team {workload.team.name}.\n"
+    try:
+        send_mail(subject, body, None, [owner.email])
+    except Exception:
+        # The timeline entry is the record; a mail server that is down must not stop the policy.
+        log.exception("could not email %s about workload %s", owner.get_username(), workload.uid)
+
+
+def _hours(delta: timedelta) -> str:
+    hours = delta.total_seconds() / 3600
+    return f"{hours:.1f} h"

@@ -1,0 +1,215 @@
+"""Storing one agent report: the node's latest GPU states, its CUDA driver version, and each attributed
+workload's minute of GPU use.
+
+One report is one transaction that locks its node's row, so two deliveries of the same report (an agent
+that retried after a timeout) cannot both be counted: a report no newer than the node's last one is
+acknowledged and ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from agent.report import GpuReading, Report
+from jobs.models import GpuNode, State, Workload
+from telemetry.models import GpuState, TelemetryNode, WorkloadGpuMinute
+
+log = logging.getLogger(__name__)
+
+# A report's interval weighs its readings in GPU-seconds; an agent configured (or buggy) with a huge
+# interval must not turn one reading into hours of use.
+MAX_INTERVAL_SECONDS = 300.0
+# Pods whose processes count: a service pod being re-created shows PENDING briefly while its old
+# processes may still be reported.
+ATTRIBUTABLE_STATES = (State.SUBMITTING, State.PENDING, State.RUNNING)
+
+
+class ReportRejected(ValueError):
+    """A valid report the portal will not store; the message names the field."""
+
+
+@dataclass
+class IngestResult:
+    node: str
+    stored: bool
+    gpus: int = 0
+    workloads: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _WorkloadShare:
+    """What one report says about one workload's GPUs."""
+
+    gpus: set[int] = field(default_factory=set)
+    utilization: list[int] = field(default_factory=list)
+    memory_used: int = 0
+    memory_total: int = 0
+
+
+def report_ingest(*, report: Report, received_at: datetime | None = None) -> IngestResult:
+    received_at = received_at or timezone.now()
+    skew = timedelta(seconds=settings.TELEMETRY_MAX_CLOCK_SKEW_SECONDS)
+    if report.timestamp > received_at + skew:
+        raise ReportRejected(
+            f"timestamp: {report.timestamp.isoformat()} is more than {skew.total_seconds():.0f} s ahead of the "
+            "portal's clock; check the node's time"
+        )
+    with transaction.atomic():
+        node = _lock_node(report, received_at)
+        if node.reports_total and report.timestamp <= node.last_report_at:
+            # A retry of a report already stored, or one older than what we have: acknowledged, not counted.
+            return IngestResult(node=node.name, stored=False)
+        node.simulated = report.simulated
+        node.agent_version = report.agent_version[:40]
+        node.driver_version = (report.driver_version or "")[:40]
+        node.cuda_driver_version = report.cuda_driver_version or ""
+        node.interval_seconds = report.interval_seconds
+        node.last_report_at = report.timestamp
+        node.received_at = received_at
+        node.reports_total += 1
+        node.save()
+        _store_gpu_states(node, report)
+        if report.cuda_driver_version:
+            # Feeds the CUDA-fit check at submit (jobs.services.submit.gather_facts).
+            GpuNode.objects.filter(name=report.node).exclude(cuda_driver_version=report.cuda_driver_version).update(
+                cuda_driver_version=report.cuda_driver_version
+            )
+        workloads = _store_workload_minutes(report)
+    return IngestResult(node=node.name, stored=True, gpus=len(report.gpus), workloads=workloads)
+
+
+def _lock_node(report: Report, received_at: datetime) -> TelemetryNode:
+    node = TelemetryNode.objects.select_for_update().filter(name=report.node).first()
+    if node is not None:
+        return node
+    try:
+        with transaction.atomic():
+            TelemetryNode.objects.create(name=report.node, last_report_at=report.timestamp, received_at=received_at)
+    except IntegrityError:
+        pass  # the node's first two reports raced; the other one created it
+    return TelemetryNode.objects.select_for_update().get(name=report.node)
+
+
+def _gpu_fields(gpu: GpuReading, sampled_at: datetime) -> dict[str, object]:
+    return {
+        "uuid": (gpu.uuid or "")[:80],
+        "model": (gpu.name or "")[:100],
+        "state": gpu.state,
+        "utilization_gpu_percent": gpu.utilization_gpu_percent,
+        "utilization_memory_percent": gpu.utilization_memory_percent,
+        "memory_used_bytes": gpu.memory_used_bytes,
+        "memory_total_bytes": gpu.memory_total_bytes,
+        "temperature_celsius": gpu.temperature_celsius,
+        "power_draw_watts": gpu.power_draw_watts,
+        "power_limit_watts": gpu.power_limit_watts,
+        "sm_clock_mhz": gpu.sm_clock_mhz,
+        "ecc_uncorrected_volatile": gpu.ecc_uncorrected_volatile,
+        "xid_errors": gpu.xid_errors,
+        "last_xid": gpu.last_xid,
+        "errors": list(gpu.errors)[:20],
+        "pod_uids": gpu.pod_uids,
+        "sampled_at": sampled_at,
+    }
+
+
+def _store_gpu_states(node: TelemetryNode, report: Report) -> None:
+    # Replace the node's rows wholesale: two statements, where updating 8 rows x 17 columns with
+    # bulk_update's CASE expressions costs far more in Python than the database spends on it. GPUs the
+    # agent no longer lists at all go with it (a lost GPU is still listed, as "lost").
+    GpuState.objects.filter(node=node).delete()
+    GpuState.objects.bulk_create(
+        GpuState(node=node, index=gpu.index, **_gpu_fields(gpu, report.timestamp)) for gpu in report.gpus
+    )
+
+
+def _store_workload_minutes(report: Report) -> list[str]:
+    shares: dict[str, _WorkloadShare] = defaultdict(_WorkloadShare)
+    for gpu in report.gpus:
+        if gpu.state != "ok":
+            continue
+        for process in gpu.processes:
+            if not process.pod_uid:
+                continue
+            share = shares[process.pod_uid]
+            if gpu.index not in share.gpus:
+                share.gpus.add(gpu.index)
+                share.utilization.append(gpu.utilization_gpu_percent or 0)
+                share.memory_total += gpu.memory_total_bytes or 0
+            share.memory_used += process.used_memory_bytes or 0
+    if not shares:
+        return []
+    workloads = list(
+        Workload.objects.filter(pod_uid__in=list(shares), state__in=ATTRIBUTABLE_STATES).only(
+            "id", "team_id", "uid", "pod_uid"
+        )
+    )
+    interval = min(report.interval_seconds, MAX_INTERVAL_SECONDS)
+    minute = report.timestamp.replace(second=0, microsecond=0)
+    rows = []
+    for workload in workloads:
+        share = shares[workload.pod_uid]
+        utilization_sum = float(sum(share.utilization))
+        rows.append(
+            (
+                workload.id,
+                workload.team_id,
+                minute,
+                report.node,
+                report.simulated,
+                1,
+                len(share.utilization),
+                utilization_sum,
+                max(share.utilization),
+                share.memory_used,
+                share.memory_used,
+                share.memory_total,
+                utilization_sum / 100 * interval,
+                len(share.utilization) * interval,
+            )
+        )
+    _upsert_minutes(rows)
+    return sorted(w.uid for w in workloads)
+
+
+_MINUTE_COLUMNS = (
+    "workload_id", "team_id", "minute", "node_name", "simulated", "reports", "gpu_readings", "utilization_sum",
+    "utilization_max", "memory_used_bytes_max", "memory_used_bytes_last", "memory_total_bytes",
+    "busy_gpu_seconds", "observed_gpu_seconds",
+)  # fmt: skip
+_SUMMED = ("reports", "gpu_readings", "utilization_sum", "busy_gpu_seconds", "observed_gpu_seconds")
+_LARGEST = ("utilization_max", "memory_used_bytes_max", "memory_total_bytes")
+_LATEST = ("node_name", "simulated", "memory_used_bytes_last")
+
+
+def _upsert_minutes(rows: list[tuple[object, ...]]) -> None:
+    """Add a report's shares to their workloads' minute rows in one statement (PostgreSQL or SQLite):
+    sums add up, maxima keep the larger, the rest take the newest value."""
+    if not rows:
+        return
+    table = connection.ops.quote_name(WorkloadGpuMinute._meta.db_table)
+    greatest = "GREATEST" if connection.vendor == "postgresql" else "MAX"
+    columns = ", ".join(_MINUTE_COLUMNS)
+    placeholders = ", ".join(["(" + ", ".join(["%s"] * len(_MINUTE_COLUMNS)) + ")"] * len(rows))
+    updates = [f"{c} = {table}.{c} + EXCLUDED.{c}" for c in _SUMMED]
+    updates += [f"{c} = {greatest}({table}.{c}, EXCLUDED.{c})" for c in _LARGEST]
+    updates += [f"{c} = EXCLUDED.{c}" for c in _LATEST]
+    sql = (
+        f"INSERT INTO {table} ({columns}) VALUES {placeholders} "  # noqa: S608 - identifiers are ours, values are parameters
+        f"ON CONFLICT (workload_id, minute) DO UPDATE SET {', '.join(updates)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [value for row in rows for value in row])
+
+
+def telemetry_prune(*, now: datetime | None = None) -> int:
+    """Delete per-workload minutes older than the retention; returns how many rows went."""
+    cutoff = (now or timezone.now()) - timedelta(days=settings.TELEMETRY_RETENTION_DAYS)
+    deleted, _ = WorkloadGpuMinute.objects.filter(minute__lt=cutoff).delete()
+    return deleted
