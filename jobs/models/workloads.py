@@ -105,6 +105,8 @@ class Workload(models.Model):
             models.Index(fields=["state"], name="wl_state"),
             # Usage reports: intervals that overlap a range.
             models.Index(fields=["started_at", "finished_at"], name="wl_interval"),
+            # GPU telemetry attributes each agent sample to a workload by its pod's UID.
+            models.Index(fields=["pod_uid"], name="wl_pod_uid"),
         ]
 
     def __str__(self) -> str:

@@ -60,23 +60,20 @@ def inventory_sync() -> int:
             allocatable = sum(_quantity((status.get("allocatable") or {}).get(r)) for r in resources)
             gpu_type = next((t for t in types if labels.get(t.node_label_key) == t.node_label_value), None)
             ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-            cuda = ""
+            defaults = {
+                "gpu_type": gpu_type,
+                "gpus_capacity": capacity,
+                "gpus_allocatable": allocatable,
+                "gpus_in_use": in_use.get(meta["name"], 0),
+                "ready": ready,
+                "schedulable": not spec.get("unschedulable", False),
+                "labels": labels,
+                "last_seen_at": now,
+            }
+            # GPU Feature Discovery's labels, when present; otherwise keep what the node agent reported.
             if CUDA_MAJOR in labels:
-                cuda = f"{labels[CUDA_MAJOR]}.{labels.get(CUDA_MINOR, '0')}"
-            GpuNode.objects.update_or_create(
-                name=meta["name"],
-                defaults={
-                    "gpu_type": gpu_type,
-                    "gpus_capacity": capacity,
-                    "gpus_allocatable": allocatable,
-                    "gpus_in_use": in_use.get(meta["name"], 0),
-                    "ready": ready,
-                    "schedulable": not spec.get("unschedulable", False),
-                    "cuda_driver_version": cuda,
-                    "labels": labels,
-                    "last_seen_at": now,
-                },
-            )
+                defaults["cuda_driver_version"] = f"{labels[CUDA_MAJOR]}.{labels.get(CUDA_MINOR, '0')}"
+            GpuNode.objects.update_or_create(name=meta["name"], defaults=defaults)
             seen.append(meta["name"])
         GpuNode.objects.exclude(name__in=seen).delete()
     return len(seen)
