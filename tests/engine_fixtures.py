@@ -175,27 +175,33 @@ class Engine:
 
 
 @pytest.fixture
-def engine(
-    engine_processes: EngineProcesses, portal_identity: PortalIdentity, transactional_db: Any, kube_api: Any
-) -> Iterator[Engine]:
+def portal_account(portal_identity: PortalIdentity) -> PortalIdentity:
+    """The session's portal identity, re-asserted for this test: another test may have pointed the portal
+    elsewhere (a chart test runs it as the chart's account) or left an override layer shadowing it."""
     from django.conf import settings
-    from kubernetes import client as k8s
 
     from jobs.kube import client as kube
-    from jobs.models import Role
-    from jobs.services.inventory import inventory_sync
     from jobs.services.submission import forget_namespaces
 
-    # Another test may have pointed the portal elsewhere (a chart test runs it as the chart's account):
-    # put the session's identity back before this test talks to the cluster.
     wanted = {**portal_identity.settings(), **{k: int(v) for k, v in FAST_INTERVALS.items()}}
     if any(getattr(settings, k) != v for k, v in wanted.items()):
         base = base_settings()
         for key, value in wanted.items():
             setattr(base, key, value)
-            setattr(settings, key, value)  # and on any override layer still shadowing it
+            setattr(settings, key, value)
         kube.reset()
         forget_namespaces()
+    return portal_identity
+
+
+@pytest.fixture
+def engine(
+    engine_processes: EngineProcesses, portal_account: PortalIdentity, transactional_db: Any, kube_api: Any
+) -> Iterator[Engine]:
+    from kubernetes import client as k8s
+
+    from jobs.models import Role
+    from jobs.services.inventory import inventory_sync
     from jobs.services.seeding import DEMO, apply_seed
     from tests.engine.factories import MembershipFactory, TeamFactory, UserFactory
 
@@ -213,6 +219,6 @@ def engine(
     gpu_types = {t.slug: t for t in GpuType.objects.all()}
     for slug, limit in {"p100": 4, "k2": 8, "v100": 8}.items():
         Quota.objects.create(team=team, gpu_type=gpu_types[slug], max_gpus=limit)
-    yield Engine(engine_processes, portal_identity, team, owner, teammate, manager, outsider, gpu_types)
+    yield Engine(engine_processes, portal_account, team, owner, teammate, manager, outsider, gpu_types)
     with contextlib.suppress(Exception):
         k8s.CoreV1Api(kube_api).delete_namespace(team.namespace, propagation_policy="Background")

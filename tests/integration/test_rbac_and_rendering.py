@@ -28,7 +28,7 @@ def _job(namespace: str) -> objects.WorkloadSpec:
 
 
 @pytest.mark.django_db
-def test_the_portal_account_writes_only_in_team_namespaces(portal_identity, kube_namespace, kube_api):
+def test_the_portal_account_writes_only_in_team_namespaces(portal_account, kube_namespace, kube_api):
     from tests.engine.factories import TeamFactory
 
     team = TeamFactory(slug=f"rbac-{uuid.uuid4().hex[:6]}")
@@ -152,7 +152,7 @@ def test_accepted_specs_pass_the_api_servers_dry_run_and_refusals_name_a_field(r
 
 
 @pytest.mark.django_db
-def test_the_tracker_watch_streams_changes_as_the_portal_account(portal_identity, kube_api):
+def test_the_tracker_watch_streams_changes_as_the_portal_account(portal_account, kube_api):
     """One watch stream per kind: the tracker's watch must deliver events, not fall back to relisting."""
     import json
 
