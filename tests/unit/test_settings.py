@@ -26,3 +26,14 @@ def test_secret_key_required_when_debug_off():
 
 def test_debug_runs_without_secret_key():
     assert _import_settings({"DEBUG": "1"}).returncode == 0
+
+
+def test_manage_py_names_the_missing_setting_without_a_traceback():
+    clean = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "SECRET_KEY_FILE", "DEBUG"}}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        env={**clean, "DEBUG": "0"}, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "configuration error: SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off" in result.stderr
+    assert "Traceback" not in result.stderr
