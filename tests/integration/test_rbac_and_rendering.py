@@ -166,7 +166,18 @@ def test_the_tracker_watch_streams_changes_as_the_portal_account(portal_account,
         read_timeout=15,
     )
     spec = _job(namespace)
-    kube.batch().create_namespaced_job(namespace, objects.make_job(spec))
+    import time
+
+    # RBAC needs a moment to learn of the RoleBinding just made (the engine retries the same 403).
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            kube.batch().create_namespaced_job(namespace, objects.make_job(spec))
+            break
+        except ApiException as exc:
+            if exc.status != 403 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
     seen = b""
     for chunk in response.stream(4096, decode_content=False):
         seen += chunk
