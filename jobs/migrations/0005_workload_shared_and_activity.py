@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0003_workload_pod_uid_index'),
+        ('jobs', '0004_accounting_integrity'),
     ]
 
     operations = [
