@@ -9,7 +9,8 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from jobs.models import AllowedRegistry, CatalogImage, GpuType, Membership, Quota, Role, Team, Workload, WorkloadEvent
+from jobs import policy
+from jobs.models import AllowedRegistry, CatalogImage, GpuType, Membership, Quota, Team, Workload, WorkloadEvent
 from jobs.models import workloads as workloads_model
 from jobs.selectors import cluster_capacity
 from jobs.services.dispatch import enqueue_admission
@@ -84,8 +85,7 @@ def gather_facts(*, team: Team, user) -> Facts:
         allowed_registries=frozenset(AllowedRegistry.objects.values_list("host", flat=True)),
         budget_exhausted=exhausted,
         budget_message=budget_message,
-        may_set_priority=Membership.objects.filter(user=user, team=team, role=Role.MANAGER).exists()
-        or user.is_superuser,
+        may_set_priority=policy.may_set_priority(user, team),
         default_time_limit={
             "batch": settings.PORTAL_DEFAULT_TIME_LIMIT_BATCH,
             "service": settings.PORTAL_DEFAULT_TIME_LIMIT_SERVICE,
