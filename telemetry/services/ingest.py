@@ -155,9 +155,7 @@ def _store_workload_minutes(report: Report) -> list[str]:
     # A process counts for a workload only when the workload runs on the reporting node: a node's agent
     # (or its token) must not be able to make another node's workload look busy or idle.
     workloads = list(
-        Workload.objects.filter(
-            pod_uid__in=list(shares), state__in=ATTRIBUTABLE_STATES, node_name=report.node
-        ).only(
+        Workload.objects.filter(pod_uid__in=list(shares), state__in=ATTRIBUTABLE_STATES, node_name=report.node).only(
             "id", "team_id", "uid", "pod_uid"
         )
     )
