@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from jobs.models.audit import QuotaChange
 from jobs.models.catalog import AllowedRegistry, CatalogImage, GpuNode, GpuType
+from jobs.models.sharing import Cohort
 from jobs.models.teams import Membership, Quota, Role, Team
 from jobs.models.usage import RolledUpDay, UsageDaily
 from jobs.models.workloads import Kind, State, Workload, WorkloadEvent
@@ -11,6 +12,7 @@ from jobs.models.workloads import Kind, State, Workload, WorkloadEvent
 __all__ = [
     "AllowedRegistry",
     "CatalogImage",
+    "Cohort",
     "GpuNode",
     "GpuType",
     "Kind",

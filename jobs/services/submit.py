@@ -119,6 +119,7 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
             port=clean.port,
             time_limit_seconds=clean.time_limit_seconds,
             priority=clean.priority,
+            restartable=clean.restartable,
             namespace=team.namespace,
             reason="Queued",
             message="Waiting for the team's GPU quota.",

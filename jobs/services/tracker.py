@@ -48,9 +48,13 @@ class ClusterView:
         if not uid:
             return None
         if kind == "Job":
+            # A requeued batch job's old Job (another name, being deleted) must not hide its new one.
+            current = (self.jobs.get(uid) or {}).get("metadata") or {}
+            replaced = current and current.get("name") != meta.get("name")
             if deleted:
-                self.jobs.pop(uid, None)
-            else:
+                if not replaced:
+                    self.jobs.pop(uid, None)
+            elif not (replaced and meta.get("deletionTimestamp")):
                 self.jobs[uid] = obj
         elif deleted:
             self.pods[uid].pop(meta.get("name"), None)
@@ -87,7 +91,9 @@ def reap_finished(view: ClusterView) -> int:
     if not running:
         return 0
     stale = list(
-        Workload.objects.filter(uid__in=running, state__in=(State.CANCELLED, State.FAILED)).values_list("id", flat=True)
+        Workload.objects.filter(
+            uid__in=running, state__in=(State.CANCELLED, State.FAILED, State.PREEMPTED)
+        ).values_list("id", flat=True)
     )
     for workload_id in stale:
         enqueue_delete(workload_id)
@@ -104,6 +110,12 @@ def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> i
     for workload in active.select_related("team"):
         pods = list(view.pods.get(workload.uid, {}).values())
         job = view.jobs.get(workload.uid)
+        if workload.attempt:
+            # Requeued after preemption: only this attempt's Job and pods say anything about it.
+            name = names.attempt_name(workload.name, workload.uid, workload.attempt)
+            if job is not None and (job.get("metadata") or {}).get("name") != name:
+                job = None
+            pods = [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get("job-name") == name]
         obs = observe(kind=workload.kind, job=job, pods=pods)
         if obs is None:
             if (
