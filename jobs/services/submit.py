@@ -9,7 +9,18 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from jobs.models import AllowedRegistry, CatalogImage, GpuType, Membership, Quota, Role, Team, Workload, WorkloadEvent
+from jobs.models import (
+    AllowedRegistry,
+    CatalogImage,
+    GpuType,
+    Membership,
+    Quota,
+    Role,
+    State,
+    Team,
+    Workload,
+    WorkloadEvent,
+)
 from jobs.selectors import cluster_capacity
 from jobs.services.dispatch import enqueue_admission
 from jobs.services.validation import CatalogFacts, Facts, GpuTypeFacts, SubmissionInvalid, validate_submission
@@ -104,6 +115,8 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
     clean = validate_submission(spec, gather_facts(team=team, user=owner))
     gpu_type = GpuType.objects.get(slug=clean.gpu_type)
     with transaction.atomic():
+        if team.user_max_queued is not None:
+            queued_cap_check(team=team, owner=owner)
         workload = Workload.objects.create(
             team=team,
             owner=owner,
@@ -135,6 +148,22 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
     if not transaction.get_connection().in_atomic_block:
         workload.refresh_from_db()  # admission has run: say whether it was admitted or queued
     return workload
+
+
+def queued_cap_check(*, team: Team, owner) -> None:
+    """The team's cap on one member's waiting workloads. The member's row is locked first, so 50
+    concurrent submissions by one person are counted one after the other and never pass the cap."""
+    Membership.objects.select_for_update().filter(user=owner, team=team).first()
+    waiting = Workload.objects.filter(team=team, owner=owner, state=State.QUEUED).count()
+    if waiting >= team.user_max_queued:
+        raise SubmissionInvalid(
+            {
+                "team": [
+                    f"You already have {waiting} workload{'s' if waiting != 1 else ''} waiting in {team.name}; "
+                    f"the team allows {team.user_max_queued} per member. Cancel one or wait until one starts."
+                ]
+            }
+        )
 
 
 def admit_now(*, team_id: int, gpu_type_id: int) -> None:
