@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from jobs.models import (
     AllowedRegistry,
@@ -21,6 +21,7 @@ from jobs.models import (
     Workload,
     WorkloadEvent,
 )
+from jobs.models import workloads as workloads_model
 from jobs.selectors import cluster_capacity
 from jobs.services.dispatch import enqueue_admission
 from jobs.services.validation import CatalogFacts, Facts, GpuTypeFacts, SubmissionInvalid, validate_submission
@@ -117,7 +118,7 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
     with transaction.atomic():
         if team.user_max_queued is not None:
             queued_cap_check(team=team, owner=owner)
-        workload = Workload.objects.create(
+        workload = create_with_fresh_uid(
             team=team,
             owner=owner,
             name=clean.name,
@@ -164,6 +165,24 @@ def queued_cap_check(*, team: Team, owner) -> None:
                 ]
             }
         )
+
+
+UID_ATTEMPTS = 5
+
+
+def create_with_fresh_uid(**fields: Any) -> Workload:
+    """Store a workload under a new random uid, drawing again if that uid is taken (a collision is
+    vanishingly rare with 64 bits, and must never fail a submission with a server error)."""
+    for attempt in range(UID_ATTEMPTS):
+        uid = workloads_model.new_uid()
+        try:
+            with transaction.atomic():  # a savepoint: the surrounding transaction survives a collision
+                return Workload.objects.create(uid=uid, **fields)
+        except IntegrityError:
+            if attempt == UID_ATTEMPTS - 1 or not Workload.objects.filter(uid=uid).exists():
+                raise
+            log.warning("workload uid %s was taken; drawing another", uid)
+    raise AssertionError("unreachable")
 
 
 def admit_now(*, team_id: int, gpu_type_id: int) -> None:
