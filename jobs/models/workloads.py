@@ -92,6 +92,9 @@ class Workload(models.Model):
     restartable = models.BooleanField(
         default=False, help_text="A batch job preempted by a lender goes back to the front of the queue."
     )
+    shared_with_team = models.BooleanField(
+        default=False, help_text="A service: teammates may open it through the portal's proxy, not only its owner."
+    )
 
     # --- where it stands ------------------------------------------------------------------------
     state = models.CharField(max_length=12, choices=State.choices, default=State.QUEUED)
@@ -123,6 +126,9 @@ class Workload(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True, help_text="Container end or deletion.")
     state_changed_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
+    last_activity_at = models.DateTimeField(
+        null=True, blank=True, help_text="A service: the last request through the portal's proxy (throttled)."
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

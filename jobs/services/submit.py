@@ -9,13 +9,13 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from jobs import policy
 from jobs.models import (
     AllowedRegistry,
     CatalogImage,
     GpuType,
     Membership,
     Quota,
-    Role,
     State,
     Team,
     Workload,
@@ -95,8 +95,7 @@ def gather_facts(*, team: Team, user) -> Facts:
         allowed_registries=frozenset(AllowedRegistry.objects.values_list("host", flat=True)),
         budget_exhausted=exhausted,
         budget_message=budget_message,
-        may_set_priority=Membership.objects.filter(user=user, team=team, role=Role.MANAGER).exists()
-        or user.is_superuser,
+        may_set_priority=policy.may_set_priority(user, team),
         default_time_limit={
             "batch": settings.PORTAL_DEFAULT_TIME_LIMIT_BATCH,
             "service": settings.PORTAL_DEFAULT_TIME_LIMIT_SERVICE,
