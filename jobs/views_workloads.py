@@ -10,7 +10,6 @@ import logging
 from collections.abc import Iterator
 
 from django.contrib import messages
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -18,6 +17,7 @@ from django.views.decorators.http import require_POST
 
 from jobs.forms import WorkloadFilterForm
 from jobs.models import GpuType, Kind, State, Workload
+from jobs.paging import CappedPaginator
 from jobs.selectors import is_manager, queue_position, team_quota_use, with_queue_position, workloads_visible_to
 from jobs.services.cancel import workload_cancel
 from jobs.services.errors import WorkloadStateError
@@ -27,6 +27,7 @@ from jobs.views_common import team_page
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = 25
+LIST_COUNT_CAP = 1000  # rows counted past the page asked for; a longer list says "more than N"
 LOG_TAIL = 500
 CLUSTER_UNREACHABLE = "The cluster can't be reached right now; try again in a moment."
 
@@ -63,8 +64,10 @@ def workload_list(request: HttpRequest) -> HttpResponse:
         workloads = workloads.filter(kind=chosen["kind"])
     if chosen.get("gpu_type"):
         workloads = workloads.filter(gpu_type__slug=chosen["gpu_type"])
-    workloads = with_queue_position(workloads.select_related("owner", "gpu_type")).order_by("-created_at", "-id")
-    page = Paginator(workloads, PAGE_SIZE).get_page(request.GET.get("page"))
+    listed = with_queue_position(workloads.select_related("owner", "gpu_type")).order_by("-created_at", "-id")
+    page = CappedPaginator(listed, PAGE_SIZE, count_queryset=workloads, cap=LIST_COUNT_CAP).get_page(
+        request.GET.get("page")
+    )
     return render(
         request,
         "jobs/workload_list.html",
