@@ -44,10 +44,23 @@ def _rbac_ready(namespace: str) -> None:
 
 
 def _fresh_namespace(engine: Engine):
+    """A new team and its namespace, set up (and usable by the portal) before any timing starts."""
+    from kubernetes.client.exceptions import ApiException
+
     from jobs.services.submission import namespace_ensure
 
     team, user = engine.team()
-    namespace = namespace_ensure(team)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            namespace = namespace_ensure(team)
+            break
+        except ApiException as exc:
+            # RBAC learns of the RoleBinding namespace_ensure just made a moment later (the engine's
+            # tasks retry this 403 the same way).
+            if exc.status != 403 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
     _rbac_ready(namespace)
     return team, user, namespace
 

@@ -64,10 +64,14 @@ def workload_list(request: HttpRequest) -> HttpResponse:
         workloads = workloads.filter(kind=chosen["kind"])
     if chosen.get("gpu_type"):
         workloads = workloads.filter(gpu_type__slug=chosen["gpu_type"])
-    listed = with_queue_position(workloads.select_related("owner", "gpu_type")).order_by("-created_at", "-id")
-    page = CappedPaginator(listed, PAGE_SIZE, count_queryset=workloads, cap=LIST_COUNT_CAP).get_page(
-        request.GET.get("page")
-    )
+    # The page's ids first (an index walk), then those rows with details and queue positions: in one
+    # query PostgreSQL computed the queue position of every matching row before sorting (0.7 s at 100k).
+    ordered_ids = workloads.order_by("-created_at", "-id").values_list("id", flat=True)
+    paginator = CappedPaginator(ordered_ids, PAGE_SIZE, count_queryset=workloads, cap=LIST_COUNT_CAP)
+    page = paginator.get_page(request.GET.get("page"))
+    ids = list(page.object_list)
+    rows = with_queue_position(Workload.objects.filter(id__in=ids).select_related("owner", "gpu_type")).in_bulk()
+    page.object_list = [rows[i] for i in ids if i in rows]
     return render(
         request,
         "jobs/workload_list.html",
