@@ -21,6 +21,7 @@ def workload_cancel(*, workload: Workload, by) -> Workload:
             State.CANCELLED,
             reason="Cancelled",
             message=f"Cancelled by {by.get_username()}.",
+            actor=by,
             # A running workload stops counting GPU time when it is cancelled.
             finished_at=now if workload.started_at else None,
         )
