@@ -159,6 +159,9 @@ PORTAL_HISTORY_DAYS = env_int("PORTAL_HISTORY_DAYS", 14, minimum=1)
 TELEMETRY_RETENTION_DAYS = env_int("TELEMETRY_RETENTION_DAYS", 30, minimum=1)
 # The largest report body accepted (an 8-GPU report is about 5 KB).
 TELEMETRY_MAX_REPORT_BYTES = env_int("TELEMETRY_MAX_REPORT_BYTES", 1024 * 1024, minimum=1024)
+# The largest real nodes carry 8-16 GPUs; a report claiming hundreds is refused, not stored.
+TELEMETRY_MAX_GPUS_PER_REPORT = env_int("TELEMETRY_MAX_GPUS_PER_REPORT", 32, minimum=1)
+TELEMETRY_MAX_PROCESSES_PER_GPU = env_int("TELEMETRY_MAX_PROCESSES_PER_GPU", 128, minimum=1)
 # Reports stamped further than this ahead of the portal's clock are refused (a node with a wrong clock).
 TELEMETRY_MAX_CLOCK_SKEW_SECONDS = env_int("TELEMETRY_MAX_CLOCK_SKEW_SECONDS", 300, minimum=1)
 TELEMETRY_IDLE_CHECK_SECONDS = env_int("TELEMETRY_IDLE_CHECK_SECONDS", 300, minimum=10)
