@@ -5,7 +5,8 @@ Everything above the kubelet is real Kubernetes; this process is the honest stan
   them Ready with heartbeats and clears the not-ready taint the admission plugin puts on new nodes;
 - watches pods bound to its nodes (one cluster-wide watch) and moves them ContainerCreating -> Running ->
   Succeeded/Failed with real timestamps and exit codes, by the rules in localcluster/rules.py;
-- honours deletion: a pod with a deletionTimestamp is terminated and removed (grace 0);
+- honours deletion: a pod with a deletionTimestamp gets SIGTERM; it is removed once its process exits
+  (rule term-seconds, default at once) or its grace period (deletionGracePeriodSeconds) ends (SIGKILL);
 - serves the kubelet's /containerLogs endpoint so `kubectl logs` works through the API server;
 - publishes simulated GPU readings, clearly labelled as such, as the node agent's reports (agent.simulated)
   to every portal named by a file in <state dir>/telemetry-targets/ (see TelemetryPublisher).
@@ -72,6 +73,7 @@ class PodRecord:
     active_deadline: float | None = None  # spec.activeDeadlineSeconds, enforced by the kubelet
     pod_reason: str = ""  # status.reason of the pod (DeadlineExceeded)
     gpu_utilization: float | None = None  # pinned simulated GPU utilization %; None: training-like
+    stopping: bool = False  # SIGTERM sent, waiting for the process to exit or the grace period to end
 
     @property
     def path(self) -> str:
@@ -114,9 +116,16 @@ class Simulator:
             rec = self.records.get(uid)
             if rec is None:
                 rec = self._adopt(pod)
-            if meta.get("deletionTimestamp") and rec.state != "deleting":
+            if meta.get("deletionTimestamp") and rec.state != "deleting" and not rec.stopping:
+                grace = meta.get("deletionGracePeriodSeconds")
+                linger = min(rec.plan.term_seconds, float(grace)) if grace is not None else 0.0
                 if rec.state in ("running", "crashloop"):
                     self.event(rec, "Normal", "Killing", f"[simulated] Stopping container {rec.containers[0][0]}")
+                    if linger > 0:
+                        # SIGTERM: the process takes term-seconds to exit, the kill comes at the grace.
+                        rec.stopping = True
+                        self._at(time.time() + linger, rec, "kill")
+                        return
                 rec.state = "deleting"
                 rec.version += 1
                 self._enqueue(uid)
@@ -196,6 +205,13 @@ class Simulator:
         rec = self.records.get(uid)
         if rec is not None and action == "resync":
             self._enqueue(uid)  # an API call failed earlier: send the current state again
+            return
+        if rec is not None and action == "kill":
+            # The process exited after SIGTERM, or the grace period ended: the pod goes.
+            if rec.state != "deleting":
+                rec.state = "deleting"
+                rec.version += 1
+                self._enqueue(uid)
             return
         if rec is None or rec.state in ("deleting", "terminated"):
             return
