@@ -225,10 +225,36 @@ class GpuTypeSerializer(serializers.Serializer):
     quota = QuotaUseSerializer(allow_null=True, help_text="Your team's quota and use; null: no quota for it.")
 
 
+class WaitingExplainedSerializer(serializers.Serializer):
+    uid = serializers.CharField(source="workload.uid")
+    name = serializers.CharField(source="workload.name")
+    owner = serializers.CharField(source="workload.owner.username")
+    gpu_count = serializers.IntegerField(source="workload.gpu_count")
+    position = serializers.IntegerField(help_text="1 = next to be admitted, in the team's queue order.")
+    reason = serializers.CharField(help_text="team quota, borrowing limit, cohort, user cap, cluster capacity.")
+    explanation = serializers.CharField()
+    estimated_start_at = serializers.DateTimeField(allow_null=True)
+
+
+class TypeQueueSerializer(serializers.Serializer):
+    gpu_type = serializers.CharField(source="gpu_type.slug")
+    quota = serializers.IntegerField(help_text="The team's own quota.")
+    borrowing_limit = serializers.IntegerField()
+    lending_limit = serializers.IntegerField(allow_null=True)
+    in_cohort = serializers.BooleanField()
+    held = serializers.IntegerField(help_text="GPUs the team holds now, borrowed ones included.")
+    borrowed = serializers.IntegerField(help_text="GPUs held beyond the team's own quota.")
+    lent = serializers.IntegerField(help_text="Of the team's idle quota, GPUs other teams of its cohort use now.")
+    waiting_workloads = serializers.IntegerField()
+    waiting_gpus = serializers.IntegerField()
+    first_waiting = WaitingExplainedSerializer(many=True)
+
+
 class QueueSerializer(serializers.Serializer):
     team = serializers.CharField()
     quotas = QuotaUseSerializer(many=True)
     queued = WorkloadSerializer(many=True, help_text="Queued workloads in admission order per GPU type.")
+    sharing = TypeQueueSerializer(many=True, help_text="Per GPU type: own quota, borrowed, lent, waiting and why.")
 
 
 # --- catalog and usage ----------------------------------------------------------------------------

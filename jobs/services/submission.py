@@ -56,6 +56,7 @@ def spec_for(workload: Workload) -> objects.WorkloadSpec:
         port=workload.port,
         instance=settings.PORTAL_INSTANCE,
         attempt=workload.attempt,
+        termination_grace_seconds=settings.PORTAL_PREEMPT_GRACE_SECONDS,
     )
 
 
