@@ -59,6 +59,7 @@ PAGES = [
     Page("service-cancelled", detail("service-cancelled")),
     Page("cancel-confirm", lambda made: f"/workloads/{made['batch-running'].uid}/cancel/"),
     Page("usage", lambda made: "/usage/"),
+    Page("queue", lambda made: "/queue/"),
     Page("tokens", lambda made: "/profile/tokens/"),
     Page("nodes", lambda made: "/nodes/"),
     Page("password", lambda made: "/password/"),
