@@ -66,6 +66,11 @@ class LaunchForm(forms.Form):
         choices=[(unit, unit) for unit in TIME_UNITS], initial="hours", label="Time limit unit"
     )
     priority = forms.IntegerField(required=False, min_value=-100, max_value=100, help_text="Managers only.")
+    shared_with_team = forms.BooleanField(
+        required=False,
+        label="Shared with my team",
+        help_text="Teammates may open this service too, signed in as themselves. You can change it later.",
+    )
 
     def __init__(
         self,
@@ -140,6 +145,8 @@ class LaunchForm(forms.Form):
         }
         if "priority" in self.fields and data.get("priority") is not None:
             spec["priority"] = data["priority"]
+        if data["kind"] == Kind.SERVICE:
+            spec["shared_with_team"] = bool(data.get("shared_with_team"))
         return spec
 
     def add_submission_errors(self, errors: dict[str, list[str]]) -> None:

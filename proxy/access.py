@@ -185,5 +185,9 @@ def page(kind: str, door: Door | None = None, path: str = "") -> tuple[int, str]
     return status, render_to_string(f"proxy/{kind}.html", context)
 
 
+def render_error() -> str:
+    return render_to_string("500.html")
+
+
 def sign_in_url(next_path: str) -> str:
     return f"{reverse(settings.LOGIN_URL)}?{urlencode({'next': next_path})}"

@@ -136,11 +136,25 @@ class ServiceProxy:
             else:
                 await send({"type": "websocket.close", "code": 1008})
             return
-        door = await self._sync(access.door, _session_key(scope), uid)
-        if kind == "http":
-            await self._http(scope, receive, send, door)
-        elif kind == "websocket":
+        if kind == "websocket":
+            door = await self._sync(access.door, _session_key(scope), uid)
             await self._websocket(scope, receive, send, door)
+            return
+        started = False
+
+        async def tracked(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            door = await self._sync(access.door, _session_key(scope), uid)
+            await self._http(scope, receive, tracked, door)
+        except Exception:  # the database is away, a template broke: a portal page, never a traceback
+            log.exception("proxying %s failed", scope["path"])
+            if not started:
+                html = await self._sync(access.render_error)
+                await self._respond(send, 500, html)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -314,9 +328,7 @@ class ServiceProxy:
         if connect["type"] != "websocket.connect":
             return
         target = (
-            await self._sync(self._endpoints, door.namespace, door.service)
-            if door.outcome == Outcome.OPEN
-            else None
+            await self._sync(self._endpoints, door.namespace, door.service) if door.outcome == Outcome.OPEN else None
         )
         if target is None:
             await send({"type": "websocket.close", "code": 1008})
