@@ -45,6 +45,7 @@ from api.serializers import (
     QueueSerializer,
     QuotaUseSerializer,
     TeamSerializer,
+    TypeQueueSerializer,
     UsageSerializer,
     WorkloadCreateSerializer,
     WorkloadEventsSerializer,
@@ -55,10 +56,11 @@ from jobs import policy
 from jobs.kube.client import KubeConfigError, classify
 from jobs.models import CatalogImage, GpuType, Kind, Membership, State, Workload
 from jobs.selectors import cluster_capacity, team_quota_use, with_queue_position
+from jobs.selectors_sharing import team_queue_explained
 from jobs.services import accounting
 from jobs.services.cancel import workload_cancel
 from jobs.services.logs import MAX_TAIL, LogsUnavailable, follow_logs, workload_events, workload_logs
-from jobs.services.sharing import workload_share
+from jobs.services.opening import workload_share
 from jobs.services.submit import workload_submit
 
 User = Membership._meta.get_field("user").related_model
@@ -351,6 +353,7 @@ class TeamViewSet(ApiViewMixin, viewsets.GenericViewSet):
             "team": team.slug,
             "quotas": QuotaUseSerializer(team_quota_use(team), many=True).data,
             "queued": WorkloadSerializer(queued, many=True, context={"now": timezone.now()}).data,
+            "sharing": TypeQueueSerializer(team_queue_explained(team), many=True).data,
         }
         return Response(body)
 

@@ -20,11 +20,11 @@ from jobs import policy
 from jobs.forms import WorkloadFilterForm
 from jobs.models import GpuType, Kind, State, Workload
 from jobs.selectors import queue_position, team_quota_use, with_queue_position, workloads_visible_to
-from jobs.services import sharing
+from jobs.services import opening
 from jobs.services.cancel import workload_cancel
 from jobs.services.errors import WorkloadStateError
 from jobs.services.logs import LogsUnavailable, follow_logs, workload_events, workload_logs
-from jobs.services.sharing import workload_share
+from jobs.services.opening import workload_share
 from jobs.views_common import team_page
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ def _detail_context(request: HttpRequest, workload: Workload) -> dict:
         "may_cancel": not workload.is_final and policy.may_cancel(request.user, workload),
         "may_open": policy.may_open(request.user, workload),
         "may_share": policy.may_share(request.user, workload),
-        "open_path": sharing.open_path(workload),
+        "open_path": opening.open_path(workload),
         "position": position,
         "quota": quota,
         "timeline": list(workload.events.all()),

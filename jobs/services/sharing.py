@@ -1,43 +1,54 @@
-"""Opening a service through the portal: its address, and the owner's "shared with my team" switch."""
+"""Sharing settings taking effect: after an admin or manager changes a cohort, a borrowing or lending
+limit or a per-user cap, the namespaces' ResourceQuotas follow and admission runs again."""
 
 from __future__ import annotations
 
-from django.conf import settings
+import logging
 
-from jobs import policy
-from jobs.models import Kind, Workload, WorkloadEvent
-from jobs.services.errors import WorkloadStateError
-from jobs.services.transitions import note
+from django.db import transaction
 
-SHARED, UNSHARED = "SharedWithTeam", "NoLongerShared"
+from jobs.models import Quota, Team
 
-
-def open_path(workload: Workload) -> str:
-    """The service's path on the portal (`/w/<uid>/`), or "" for a batch job. The app is told this prefix
-    when it starts (GPUPORTAL_BASE_URL, the catalog's base-path template)."""
-    return f"{settings.PROXY_PREFIX}{workload.uid}/" if workload.kind == Kind.SERVICE else ""
+log = logging.getLogger(__name__)
 
 
-def open_url(workload: Workload) -> str:
-    """The absolute address to open it at, on the portal's public origin (SITE_URL)."""
-    path = open_path(workload)
-    return f"{settings.SITE_URL.rstrip('/')}{path}" if path else ""
+def sharing_changed(team_ids: list[int]) -> int:
+    """Re-run admission for the teams' quota types now and, once committed, re-sync their namespaces'
+    ResourceQuota (which allows quota + borrowing limit). Returns how many workloads were admitted."""
+    from jobs.services.admission import quota_admit
+
+    admitted = 0
+    for team_id, gpu_type_id in Quota.objects.filter(team_id__in=team_ids).values_list("team_id", "gpu_type_id"):
+        admitted += len(quota_admit(team_id=team_id, gpu_type_id=gpu_type_id))
+    transaction.on_commit(lambda: _sync_namespaces(team_ids))
+    return admitted
 
 
-def workload_share(*, workload: Workload, by, shared: bool) -> bool:
-    """Let (or stop letting) the owner's teammates open the service. Returns whether anything changed;
-    each change is a timeline entry. Raises WorkloadStateError for anyone but the owner, or a batch job."""
-    if workload.kind != Kind.SERVICE:
-        raise WorkloadStateError("Only services can be opened, so only services can be shared.")
-    if not policy.may_share(by, workload):
-        raise WorkloadStateError("Only the owner of a service decides who else may open it.")
-    changed = Workload.objects.filter(id=workload.id).exclude(shared_with_team=shared).update(shared_with_team=shared)
-    workload.shared_with_team = shared
-    if changed:
-        note(
-            workload,
-            reason=SHARED if shared else UNSHARED,
-            message="Teammates may now open this service." if shared else "Only its owner may open this service now.",
-            source=WorkloadEvent.Source.PORTAL,
+def _sync_namespaces(team_ids: list[int]) -> None:
+    from jobs.services.submission import namespace_ensure
+
+    for team in Team.objects.filter(id__in=team_ids):
+        try:
+            namespace_ensure(team, force=True)
+        except Exception as exc:  # Kubernetes unreachable: the next submission syncs it again
+            log.warning("ResourceQuota of %s not updated after a sharing change: %s", team.namespace, exc)
+
+
+def team_sharing_update(
+    *,
+    team: Team,
+    by,
+    fair_share: bool,
+    half_life_hours: int,
+    user_max_queued: int | None,
+    user_max_gpus: dict[int, int | None],
+) -> None:
+    """A manager's rules inside the team; admission runs again at once (a raised cap may admit work)."""
+    with transaction.atomic():
+        Team.objects.filter(id=team.id).update(
+            fair_share=fair_share, fair_share_half_life_hours=half_life_hours, user_max_queued=user_max_queued
         )
-    return bool(changed)
+        for gpu_type_id, cap in user_max_gpus.items():
+            Quota.objects.filter(team=team, gpu_type_id=gpu_type_id).update(user_max_gpus=cap)
+        log.info("team %s sharing rules changed by %s", team.slug, by.get_username())
+        sharing_changed([team.id])

@@ -8,7 +8,7 @@ from django.utils.html import format_html
 from jobs import policy
 from jobs.forms import join_args
 from jobs.models import State
-from jobs.services import sharing
+from jobs.services import opening
 
 register = template.Library()
 
@@ -22,6 +22,7 @@ STATE_TONES: dict[str, tuple[str, str]] = {
     State.SUCCEEDED: ("good", "✓"),
     State.FAILED: ("bad", "✕"),
     State.CANCELLED: ("neutral", "■"),
+    State.PREEMPTED: ("bad", "⇣"),
 }
 
 
@@ -42,6 +43,18 @@ def state_badge(state: str, position: int | None = None) -> str:
         symbol,
         label,
     )
+
+
+@register.filter
+def eta(when) -> str:
+    """A queued workload's estimated start for people: "about 40 min"."""
+    from django.utils import timezone
+
+    from jobs.services.forecast import about
+
+    if when is None:
+        return "not within a week"
+    return about(max(0.0, (when - timezone.now()).total_seconds()))
 
 
 @register.filter
@@ -100,4 +113,4 @@ def openable(workload, user) -> bool:
 
 @register.filter
 def open_path(workload) -> str:
-    return sharing.open_path(workload)
+    return opening.open_path(workload)

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0005_workload_shared_and_activity'),
+        ('jobs', '0006_sharing'),
     ]
 
     operations = [
