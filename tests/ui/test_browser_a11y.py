@@ -127,8 +127,8 @@ def test_every_page_passes_axe_and_fits_a_phone(chromium, live_server, world):
                 console.clear()
                 tab.goto(page.path(made))
                 if page.before:
-                    tab.evaluate(page.before)
-                    tab.wait_for_load_state()
+                    with tab.expect_navigation():
+                        tab.evaluate(page.before)
                 tab.wait_for_load_state("networkidle")
                 tab.evaluate(axe)
                 found = tab.evaluate(CHECK)
