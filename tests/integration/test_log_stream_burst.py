@@ -78,7 +78,7 @@ def session_cookie(user) -> str:
 
 def test_100_follows_from_one_user_leave_pages_answering_for_everyone(engine, app_server):
     workload = engine.submit(kind="service", port=8888, gpu_type="k2", gpu_count=1)
-    engine.wait_for(workload, State.RUNNING)
+    engine.wait_for(workload, State.RUNNING, timeout=180)
     owner = {"Cookie": f"sessionid={session_cookie(engine.owner)}"}
     teammate = {"Cookie": f"sessionid={session_cookie(engine.teammate)}"}
     stream_url = f"{app_server}/workloads/{workload.uid}/logs/stream/"
