@@ -5,7 +5,8 @@ Everything above the kubelet is real Kubernetes; this process is the honest stan
   them Ready with heartbeats and clears the not-ready taint the admission plugin puts on new nodes;
 - watches pods bound to its nodes (one cluster-wide watch) and moves them ContainerCreating -> Running ->
   Succeeded/Failed with real timestamps and exit codes, by the rules in localcluster/rules.py;
-- honours deletion: a pod with a deletionTimestamp is terminated and removed (grace 0);
+- honours deletion: a pod with a deletionTimestamp gets SIGTERM; it is removed once its process exits
+  (rule term-seconds, default at once) or its grace period (deletionGracePeriodSeconds) ends (SIGKILL);
 - serves the kubelet's /containerLogs endpoint so `kubectl logs` works through the API server;
 - publishes simulated GPU readings, clearly labelled as such, as the node agent's reports (agent.simulated)
   to every portal named by a file in <state dir>/telemetry-targets/ (see TelemetryPublisher).
@@ -72,6 +73,7 @@ class PodRecord:
     active_deadline: float | None = None  # spec.activeDeadlineSeconds, enforced by the kubelet
     pod_reason: str = ""  # status.reason of the pod (DeadlineExceeded)
     gpu_utilization: float | None = None  # pinned simulated GPU utilization %; None: training-like
+    stopping: bool = False  # SIGTERM sent, waiting for the process to exit or the grace period to end
 
     @property
     def path(self) -> str:
@@ -99,6 +101,11 @@ class Simulator:
         self.ip_counter = itertools.count()
         self.stats = {"patches": 0, "deletes": 0, "errors": 0}
         self.events: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=EVENT_BACKLOG)
+        # Benchmarks measure tracking lag from the instant a status write succeeded, by our own clock:
+        # with GPUPORTAL_SIM_STATUS_LOG set, each successful write appends one JSON line there.
+        status_log = os.environ.get("GPUPORTAL_SIM_STATUS_LOG")
+        self.status_log = open(status_log, "a", buffering=1) if status_log else None  # noqa: SIM115
+        self.status_log_lock = threading.Lock()
 
     # -- pod lifecycle -----------------------------------------
     def on_pod(self, event_type: str, pod: dict[str, Any]) -> None:
@@ -114,9 +121,16 @@ class Simulator:
             rec = self.records.get(uid)
             if rec is None:
                 rec = self._adopt(pod)
-            if meta.get("deletionTimestamp") and rec.state != "deleting":
+            if meta.get("deletionTimestamp") and rec.state != "deleting" and not rec.stopping:
+                grace = meta.get("deletionGracePeriodSeconds")
+                linger = min(rec.plan.term_seconds, float(grace)) if grace is not None else 0.0
                 if rec.state in ("running", "crashloop"):
                     self.event(rec, "Normal", "Killing", f"[simulated] Stopping container {rec.containers[0][0]}")
+                    if linger > 0:
+                        # SIGTERM: the process takes term-seconds to exit, the kill comes at the grace.
+                        rec.stopping = True
+                        self._at(time.time() + linger, rec, "kill")
+                        return
                 rec.state = "deleting"
                 rec.version += 1
                 self._enqueue(uid)
@@ -196,6 +210,13 @@ class Simulator:
         rec = self.records.get(uid)
         if rec is not None and action == "resync":
             self._enqueue(uid)  # an API call failed earlier: send the current state again
+            return
+        if rec is not None and action == "kill":
+            # The process exited after SIGTERM, or the grace period ended: the pod goes.
+            if rec.state != "deleting":
+                rec.state = "deleting"
+                rec.version += 1
+                self._enqueue(uid)
             return
         if rec is None or rec.state in ("deleting", "terminated"):
             return
@@ -287,6 +308,8 @@ class Simulator:
                 if body is not None:
                     self.api.patch(path + "/status", {"status": body}, kind="strategic")
                     self.stats["patches"] += 1
+                    if self.status_log is not None:
+                        self._log_status_write(path, body.get("phase", ""))
                 if deleting:
                     options = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
                     self.api.request("DELETE", path, options)
@@ -305,6 +328,12 @@ class Simulator:
                 self._retry(uid, version)
                 # The API server is down (restarting, or stopped by a fault test): do not spin on it.
                 time.sleep(0.5)
+
+    def _log_status_write(self, path: str, phase: str) -> None:
+        parts = path.split("/")  # /api/v1/namespaces/<ns>/pods/<name>
+        line = json.dumps({"namespace": parts[4], "pod": parts[6], "phase": phase, "at": time.time()})
+        with self.status_log_lock:
+            self.status_log.write(line + "\n")
 
     def _retry(self, uid: str, version: int) -> None:
         with self.lock:
