@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from jobs.services.sharing_plan import Held, Plan, TeamQuota, Waiting, plan
 
@@ -81,11 +81,6 @@ def forecast(
         active = {i: (h, end) for i, (h, end) in active.items() if end > now}
     reasons = first.waiting if first is not None else {}
     return {w.id: Estimate(starts.get(w.id), reasons.get(w.id, "")) for w in queued}
-
-
-def without_borrowing(teams: Mapping[int, TeamQuota]) -> dict[int, TeamQuota]:
-    """The same teams as if no cohort joined them (for comparisons)."""
-    return {t: replace(q, borrowing_limit=0) for t, q in teams.items()}
 
 
 def about(seconds: float | None) -> str:
