@@ -1,7 +1,7 @@
 """Sharing benchmarks (issue 16).
 
 sharing_gpu_hours_gain   useful GPU-hours delivered in a synthetic day, with borrowing ÷ without
-eta_error_p50_pct        median |estimated − actual start| ÷ actual wait, over workloads that waited ≥ 60 s
+eta_error_p50_pct        median |estimated - actual start| ÷ actual wait, over workloads that waited ≥ 60 s
 reclaim_p95_s            lender's submission → its workload RUNNING, while borrowers hold its GPUs (cluster)
 reclaim_grace_s          the preemption grace period those reclaims ran with (SIGTERM, then the kill)
 
