@@ -37,6 +37,11 @@ DAY = 24 * 3600.0
 COHORTS = {0: (1, 2, 3), 1: (4, 5, 6)}
 QUOTA = 8
 HISTORY = 20
+PEAK_RATE = 10.0  # arrivals per hour at a team's busiest (times its LOAD)
+PEAK_HOURS = 2.5  # spread of its busy time (standard deviation)
+# Teams differ: in each cohort one heavy user of GPUs, one average, one light (mostly idle).
+LOAD = (2.0, 1.0, 0.3, 0.3, 1.0, 2.0)
+SPREAD = 0.35  # how much one user's runs vary (sigma of the log of run length)
 RECLAIM_GRACE_S = 15
 RECLAIM_ROUNDS = 5
 
@@ -54,28 +59,33 @@ class Job:
     priority: int = 0
 
 
-def synthetic_day(seed: int = 16) -> list[Job]:
-    """A day of arrivals: each team busy for some hours (its peak), quiet otherwise, peaks spread out."""
+def synthetic_day(seed: int = 16) -> tuple[list[Job], dict[int, list[float]]]:
+    """A day of arrivals: each team busy for some hours (its peak), quiet otherwise, peaks spread out;
+    and each user's last runs before that day (the portal keeps two weeks of history)."""
     rng = random.Random(seed)
     jobs: list[Job] = []
+    past: dict[int, list[float]] = {}
     next_id = 0
     for team in range(1, 7):
         peak = (team * 4.0 + rng.uniform(-1, 1)) % 24  # hour of the team's busiest time
-        users = [(team * 10 + u, rng.choice([20 * 60, 45 * 60, 90 * 60])) for u in range(3)]
+        users = [(team * 10 + u, rng.choice([30 * 60, 60 * 60, 120 * 60])) for u in range(3)]
+        for user, typical in users:
+            past[user] = [min(6 * 3600.0, rng.lognormvariate(math.log(typical), SPREAD)) for _ in range(HISTORY)]
         t = 0.0
         while t < DAY:
             hour = t / 3600.0
             distance = min(abs(hour - peak), 24 - abs(hour - peak))
-            rate = 0.2 + 5.0 * math.exp(-(distance**2) / 8.0)  # arrivals per hour
+            busy = math.exp(-(distance**2) / (2 * PEAK_HOURS**2))
+            rate = LOAD[team - 1] * (0.3 + PEAK_RATE * busy)  # arrivals per hour
             t += rng.expovariate(rate / 3600.0)
             if t >= DAY:
                 break
             user, typical = rng.choice(users)
-            duration = min(6 * 3600.0, rng.lognormvariate(math.log(typical), 0.35))
+            duration = min(6 * 3600.0, rng.lognormvariate(math.log(typical), SPREAD))
             limit = math.ceil(duration * rng.uniform(1.5, 3.0) / 3600.0) * 3600.0
             next_id += 1
             jobs.append(Job(next_id, team, user, rng.choice([1, 1, 2, 2, 4]), t, duration, limit, rng.random() < 0.5))
-    return sorted(jobs, key=lambda j: (j.arrival, j.id))
+    return sorted(jobs, key=lambda j: (j.arrival, j.id)), past
 
 
 @dataclass
@@ -86,7 +96,7 @@ class Running:
     borrowed: bool
 
 
-def replay(jobs: list[Job], *, borrowing: int) -> tuple[float, list[float], int]:
+def replay(jobs: list[Job], past: dict[int, list[float]], *, borrowing: int) -> tuple[float, list[float], int]:
     """Replay the day through the admission plan. Returns (useful GPU-hours within the day, ETA errors in
     % for workloads that waited ≥ 60 s, preemptions)."""
     teams = {
@@ -99,7 +109,7 @@ def replay(jobs: list[Job], *, borrowing: int) -> tuple[float, list[float], int]
     by_id = {j.id: j for j in jobs}
     running: dict[int, Running] = {}
     queued: dict[int, float | None] = {}  # id -> requeued at
-    history: dict[int, list[float]] = {}
+    history: dict[int, list[float]] = {user: list(runs) for user, runs in past.items()}
     estimates: dict[int, tuple[float, float]] = {}  # id -> (estimated start, when estimated)
     errors: list[float] = []
     useful = 0.0
@@ -139,8 +149,9 @@ def replay(jobs: list[Job], *, borrowing: int) -> tuple[float, list[float], int]
         held = []
         for r in running.values():
             if r.job.team in members:
-                expected = expected_run(r.job.time_limit, history.get(r.job.user, ())[-HISTORY:])
-                left = remaining(expected, now - r.started, r.job.time_limit)
+                past = history.get(r.job.user, ())[-HISTORY:]
+                expected = expected_run(r.job.time_limit, past)
+                left = remaining(expected, now - r.started, r.job.time_limit, past)
                 held.append((Held(r.job.id, r.job.team, r.job.gpus, r.job.user, 0, r.borrowed, r.started), left))
         entries = [
             QueueEntry(i, by_id[i].team, by_id[i].user, by_id[i].gpus, 0, by_id[i].arrival, requeued)
@@ -191,9 +202,9 @@ def replay(jobs: list[Job], *, borrowing: int) -> tuple[float, list[float], int]
 
 
 def replayed() -> Iterator[tuple[str, float]]:
-    jobs = synthetic_day()
-    alone, _, _ = replay(jobs, borrowing=0)
-    shared, errors, preemptions = replay(jobs, borrowing=QUOTA)
+    jobs, past = synthetic_day()
+    alone, _, _ = replay(jobs, past, borrowing=0)
+    shared, errors, preemptions = replay(jobs, past, borrowing=QUOTA)
     yield "sharing_trace_workloads", len(jobs)
     yield "sharing_gpu_hours_without", round(alone, 1)
     yield "sharing_gpu_hours_with", round(shared, 1)
