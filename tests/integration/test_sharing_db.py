@@ -118,6 +118,13 @@ def test_lender_reclaims_restartable_requeued_others_failed_services_preempted(c
     assert "SIGTERM" in timeline.message
     assert held(a) == 4
     assert held(b) == 2
+    # Their owner hears of it once each: preempted (requeued / ended), or failed like any failure.
+    from notifications.models import Event
+
+    kinds = dict(Event.objects.filter(recipient=bob).values_list("workload_id", "kind"))
+    assert kinds[restartable.id] == "workload.preempted"
+    assert kinds[service.id] == "workload.preempted"
+    assert kinds[plain.id] == "workload.failed"
     # The requeued job is at the front of B's queue, ahead of older work.
     later = submit(b, bob)
     assert later.state == State.QUEUED
