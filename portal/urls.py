@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect
 from django.templatetags.static import static
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 
 def favicon(request: HttpRequest) -> HttpResponse:
@@ -19,7 +19,7 @@ urlpatterns = [
     path("", include("telemetry.urls")),
     path("api/v1/", include(("api.urls", "api"), namespace="v1")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("profile/", include("api.profile_urls")),
     path("", include("jobs.urls")),
 ]
