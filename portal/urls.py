@@ -11,5 +11,6 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("profile/", include("api.profile_urls")),
+    path("notifications/", include("notifications.urls")),
     path("", include("jobs.urls")),
 ]
