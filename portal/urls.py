@@ -12,5 +12,6 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("profile/", include("api.profile_urls")),
     path("notifications/", include("notifications.urls")),
+    path("", include("identity.urls")),
     path("", include("jobs.urls")),
 ]
