@@ -17,7 +17,7 @@ from tests.sinks import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_ID = "gpuportal-test"
-CLIENT_SECRET = "test-client-secret-0123456789abcdef"  # noqa: S105 - the test provider's own client
+CLIENT_SECRET = "test-client-secret-0123456789abcdef"
 
 
 class OidcProvider:

@@ -43,9 +43,10 @@ def sign_in(live_server, login: str) -> tuple[requests.Session, requests.Respons
 def test_first_sign_in_creates_the_user_in_the_teams_of_their_groups(live_server, sso, teams):
     sso.set_user("alice", email="alice@uni.example", groups=["vision-pi", "nlp", "hpc", "unrelated"])
     login_page = requests.get(f"{live_server.url}/login/", timeout=10).text
-    assert "Sign in with Test University" in login_page and 'name="password"' in login_page
+    assert "Sign in with Test University" in login_page
+    assert 'name="password"' in login_page
 
-    session, landed = sign_in(live_server, "alice")
+    _session, landed = sign_in(live_server, "alice")
     assert landed.status_code == 200 and landed.url == f"{live_server.url}/", landed.text[:500]
     alice = get_user_model().objects.get(username="alice")
     assert (alice.email, alice.has_usable_password()) == ("alice@uni.example", False)
@@ -71,7 +72,8 @@ def test_a_local_account_with_the_same_name_is_never_taken_over(live_server, sso
     sso.set_user("admin", email="someone@uni.example", groups=["nlp"])
     sign_in(live_server, "admin")
     sso_user = ProviderAccount.objects.get(subject="admin").user
-    assert sso_user.username.startswith("admin-") and not sso_user.is_superuser
+    assert sso_user.username.startswith("admin-")
+    assert not sso_user.is_superuser
 
 
 def test_tokens_work_for_sso_users_until_the_account_is_disabled(live_server, sso, teams):
@@ -89,7 +91,8 @@ def test_tokens_work_for_sso_users_until_the_account_is_disabled(live_server, ss
     assert requests.get(api, headers=auth, timeout=10).status_code == 401
     assert session.get(f"{live_server.url}/", timeout=10, allow_redirects=False).status_code == 302
     _, refused = sign_in(live_server, "bob")
-    assert refused.status_code == 403 and "disabled" in refused.text
+    assert refused.status_code == 403
+    assert "disabled" in refused.text
 
 
 def test_sign_out_ends_the_portal_session_and_the_providers(live_server, sso, teams):
@@ -116,7 +119,8 @@ def test_a_forged_or_replayed_callback_is_refused_and_creates_nothing(live_serve
     assert "expired or was opened in another browser" in answer.text
     assert not ProviderAccount.objects.exists()
     denied = session.get(f"{live_server.url}/sso/callback/?error=access_denied", timeout=10)
-    assert denied.status_code == 400 and "did not sign you in (access_denied)" in denied.text
+    assert denied.status_code == 400
+    assert "did not sign you in (access_denied)" in denied.text
 
 
 def test_provider_down_is_a_clear_page_and_passwords_still_work(live_server, settings, sso, teams, client):
