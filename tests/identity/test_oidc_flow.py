@@ -47,7 +47,7 @@ def test_first_sign_in_creates_the_user_in_the_teams_of_their_groups(live_server
     assert 'name="password"' in login_page
 
     _session, landed = sign_in(live_server, "alice")
-    assert landed.status_code == 200 and landed.url == f"{live_server.url}/", landed.text[:500]
+    assert (landed.status_code, landed.url) == (200, f"{live_server.url}/"), landed.text[:500]
     alice = get_user_model().objects.get(username="alice")
     assert (alice.email, alice.has_usable_password()) == ("alice@uni.example", False)
     assert ProviderAccount.objects.get(user=alice).subject == "alice"
