@@ -30,6 +30,8 @@ FAST_INTERVALS = {
     "NOTIFY_LEASE_SECONDS": "8",
     "NOTIFY_RETRY_BASE_SECONDS": "1",
     "NOTIFY_WEBHOOK_TIMEOUT_SECONDS": "3",
+    # Preemption: SIGTERM, then the kill this long after (the sharing tests time reclaims against it).
+    "PORTAL_PREEMPT_GRACE_SECONDS": "6",
 }
 
 
