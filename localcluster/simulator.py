@@ -7,6 +7,9 @@ Everything above the kubelet is real Kubernetes; this process is the honest stan
   Succeeded/Failed with real timestamps and exit codes, by the rules in localcluster/rules.py;
 - honours deletion: a pod with a deletionTimestamp is terminated and removed (grace 0);
 - serves the kubelet's /containerLogs endpoint so `kubectl logs` works through the API server;
+- gives pods loopback IPs from the cluster's own 127.x.y.0/24 (`pod_subnet` in simulator.json) and, while a
+  pod whose containers declare ports runs, a real HTTP + WebSocket backend on that IP and those ports
+  (localcluster/backend.py); the pod is Ready only once it listens, so its Service's EndpointSlice lists it;
 - publishes simulated GPU readings, clearly labelled as such, as the node agent's reports (agent.simulated)
   to every portal named by a file in <state dir>/telemetry-targets/ (see TelemetryPublisher).
 
@@ -17,8 +20,10 @@ an intermediate state (ContainerCreating) may be skipped, never a final one.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import heapq
+import ipaddress
 import itertools
 import json
 import logging
@@ -34,6 +39,7 @@ from typing import Any
 
 from localcluster import kubelet
 from localcluster.apiclient import Api, ApiError, ApiUnavailable, parse_rfc3339, rfc3339
+from localcluster.backend import BackendSpec, ServiceBackends
 from localcluster.pools import parse_pools
 from localcluster.rules import PodPlan, resolve_plan, restart_backoff
 
@@ -72,6 +78,8 @@ class PodRecord:
     active_deadline: float | None = None  # spec.activeDeadlineSeconds, enforced by the kubelet
     pod_reason: str = ""  # status.reason of the pod (DeadlineExceeded)
     gpu_utilization: float | None = None  # pinned simulated GPU utilization %; None: training-like
+    backend: BackendSpec | None = None  # set for service pods (containers with ports): what to serve
+    backend_error: str = ""  # the backend could not listen: the pod runs but is not Ready
 
     @property
     def path(self) -> str:
@@ -96,7 +104,11 @@ class Simulator:
         self.seq = itertools.count()
         self.sync_queue: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.pending: set[str] = set()
+        # Loopback pod IPs from this cluster's own /24 (any 127.0.0.0/8 address is local on Linux).
+        self.pod_network = ipaddress.ip_network(config.get("pod_subnet") or "127.244.0.0/24")
         self.ip_counter = itertools.count()
+        self.ip_users: collections.Counter[str] = collections.Counter()
+        self.backends = ServiceBackends()
         self.stats = {"patches": 0, "deletes": 0, "errors": 0}
         self.events: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=EVENT_BACKLOG)
 
@@ -119,12 +131,40 @@ class Simulator:
                     self.event(rec, "Normal", "Killing", f"[simulated] Stopping container {rec.containers[0][0]}")
                 rec.state = "deleting"
                 rec.version += 1
+                self._sync_backend(rec)
                 self._enqueue(uid)
 
     def _forget(self, uid: str) -> None:
         rec = self.records.pop(uid, None)
         if rec is not None:
             self.by_name.pop((rec.namespace, rec.name), None)
+            self.ip_users[rec.ip] -= 1
+            if self.ip_users[rec.ip] <= 0:
+                del self.ip_users[rec.ip]
+        self.backends.stop(uid)
+
+    def _next_ip(self) -> str:
+        """The next pod IP of the cluster's subnet that no live pod holds (cycling; with every address
+        taken, batch pods may share one: only service pods listen on theirs)."""
+        hosts = self.pod_network.num_addresses - 2
+        candidate = ""
+        for _ in range(hosts):
+            candidate = str(self.pod_network.network_address + 1 + next(self.ip_counter) % hosts)
+            if candidate not in self.ip_users:
+                break
+        return candidate
+
+    def _sync_backend(self, rec: PodRecord) -> None:
+        """Serve a service pod's ports exactly while it runs."""
+        if rec.backend is None:
+            return
+        if rec.state == "running":
+            error = self.backends.start(rec.uid, rec.backend)
+            if error and error != rec.backend_error:
+                self.event(rec, "Warning", "Unhealthy", f"[simulated] the service backend cannot listen: {error}")
+            rec.backend_error = error or ""
+        else:
+            self.backends.stop(rec.uid)
 
     def _adopt(self, pod: dict[str, Any]) -> PodRecord:
         """Start tracking a pod: new ones from the beginning, ones from an earlier simulator run where
@@ -136,7 +176,6 @@ class Simulator:
             requests = (c.get("resources") or {}).get("requests") or {}
             with contextlib.suppress(ValueError):
                 gpus += int(limits.get("nvidia.com/gpu") or requests.get("nvidia.com/gpu") or 0)
-        n = next(self.ip_counter)
         now = time.time()
         rec = PodRecord(
             uid=meta["uid"],
@@ -148,14 +187,16 @@ class Simulator:
             init_containers=[(c["name"], c.get("image", "")) for c in spec.get("initContainers") or []],
             gpus=gpus,
             accepted_at=now,
-            ip=status.get("podIP") or f"10.244.{(n // 250) % 256}.{n % 250 + 2}",
+            ip=status.get("podIP") or self._next_ip(),
             gpu_utilization=_gpu_utilization(pod),
         )
+        rec.backend = backend_spec(pod, rec.ip)
         if spec.get("activeDeadlineSeconds") is not None:
             with contextlib.suppress(TypeError, ValueError):
                 rec.active_deadline = float(spec["activeDeadlineSeconds"])
         self.records[rec.uid] = rec
         self.by_name[(rec.namespace, rec.name)] = rec.uid
+        self.ip_users[rec.ip] += 1
         phase = status.get("phase", "Pending")
         first = next(iter(status.get("containerStatuses") or []), {})
         state = first.get("state") or {}
@@ -180,6 +221,7 @@ class Simulator:
             self._at(now + rec.plan.start_seconds, rec, "start")
         if rec.active_deadline is not None and rec.state != "terminated":
             self._at(rec.accepted_at + rec.active_deadline, rec, "deadline")
+        self._sync_backend(rec)
         return rec
 
     def _at(self, due: float, rec: PodRecord, action: str) -> None:
@@ -247,6 +289,7 @@ class Simulator:
             rec.state, rec.started_at, rec.finished_at = "running", now, None
             if not rec.plan.runs_forever:
                 self._at(now + rec.plan.run_seconds, rec, "finish")
+        self._sync_backend(rec)
         self._enqueue(uid)
 
     def run_timers(self) -> None:
@@ -334,7 +377,7 @@ class Simulator:
 
     def _status(self, rec: PodRecord) -> dict[str, Any]:
         """The full pod status for the record's current state (a strategic merge patch body)."""
-        ready = rec.state == "running"
+        ready = rec.state == "running" and not rec.backend_error
         if rec.state == "terminated":
             phase = "Succeeded" if rec.exit_code == 0 and not rec.pod_reason else "Failed"
         elif rec.state in ("running", "crashloop"):
@@ -516,6 +559,29 @@ class Simulator:
                         self.on_pod(kind, obj)
             finally:
                 resp.close()
+
+
+def backend_spec(pod: dict[str, Any], ip: str) -> BackendSpec | None:
+    """What a pod's backend serves: every declared TCP containerPort; None for a pod without ports."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    ports: list[int] = []
+    base_url = ""
+    for container in spec.get("containers") or []:
+        for port in container.get("ports") or []:
+            if (port.get("protocol") or "TCP") == "TCP" and isinstance(port.get("containerPort"), int):
+                ports.append(port["containerPort"])
+        for env in container.get("env") or []:
+            if env.get("name") == "GPUPORTAL_BASE_URL" and not base_url:
+                base_url = str(env.get("value") or "")
+    if not ports:
+        return None
+    return BackendSpec(
+        namespace=meta.get("namespace", ""),
+        pod=meta.get("name", ""),
+        ip=ip,
+        ports=tuple(dict.fromkeys(ports)),
+        base_url=base_url,
+    )
 
 
 GPU_UTILIZATION_ANNOTATION = "sim.gpuportal.dev/gpu-utilization"
