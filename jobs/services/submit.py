@@ -7,9 +7,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from jobs.models import AllowedRegistry, CatalogImage, GpuType, Membership, Quota, Role, Team, Workload, WorkloadEvent
+from jobs.models import workloads as workloads_model
 from jobs.selectors import cluster_capacity
 from jobs.services.dispatch import enqueue_admission
 from jobs.services.validation import CatalogFacts, Facts, GpuTypeFacts, SubmissionInvalid, validate_submission
@@ -104,7 +105,7 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
     clean = validate_submission(spec, gather_facts(team=team, user=owner))
     gpu_type = GpuType.objects.get(slug=clean.gpu_type)
     with transaction.atomic():
-        workload = Workload.objects.create(
+        workload = create_with_fresh_uid(
             team=team,
             owner=owner,
             name=clean.name,
@@ -134,6 +135,24 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
     if not transaction.get_connection().in_atomic_block:
         workload.refresh_from_db()  # admission has run: say whether it was admitted or queued
     return workload
+
+
+UID_ATTEMPTS = 5
+
+
+def create_with_fresh_uid(**fields: Any) -> Workload:
+    """Store a workload under a new random uid, drawing again if that uid is taken (a collision is
+    vanishingly rare with 64 bits, and must never fail a submission with a server error)."""
+    for attempt in range(UID_ATTEMPTS):
+        uid = workloads_model.new_uid()
+        try:
+            with transaction.atomic():  # a savepoint: the surrounding transaction survives a collision
+                return Workload.objects.create(uid=uid, **fields)
+        except IntegrityError:
+            if attempt == UID_ATTEMPTS - 1 or not Workload.objects.filter(uid=uid).exists():
+                raise
+            log.warning("workload uid %s was taken; drawing another", uid)
+    raise AssertionError("unreachable")
 
 
 def admit_now(*, team_id: int, gpu_type_id: int) -> None:
