@@ -33,6 +33,14 @@ class EnvVarSerializer(serializers.Serializer):
     value = serializers.CharField(allow_blank=True)
 
 
+class MountSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["home", "team"], help_text="home: the owner's; team: shared.")
+    mount_path = serializers.CharField(help_text="Where the container sees it.")
+    claim = serializers.CharField(help_text="The PersistentVolumeClaim in the team namespace.")
+    read_only = serializers.BooleanField()
+    size_gib = serializers.IntegerField(min_value=1)
+
+
 class WorkloadSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
@@ -40,6 +48,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
     command = serializers.ListField(child=serializers.CharField(), read_only=True)
     args = serializers.ListField(child=serializers.CharField(), read_only=True)
     env = EnvVarSerializer(many=True, read_only=True)
+    mounts = MountSerializer(many=True, read_only=True, help_text="Persistent volumes mounted into it.")
     queue_position = serializers.SerializerMethodField(help_text="1 = next to be admitted; null unless queued.")
     gpu_hours = serializers.SerializerMethodField(help_text="GPU-hours so far (live while running).")
 
@@ -47,7 +56,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
         model = Workload
         fields = [
             "uid", "name", "team", "owner", "kind", "image", "catalog_image", "gpu_type", "gpu_count",
-            "command", "args", "env", "port", "time_limit_seconds", "priority",
+            "command", "args", "env", "port", "mounts", "time_limit_seconds", "priority",
             "state", "reason", "message", "exit_code", "queue_position", "gpu_hours",
             "namespace", "k8s_name", "node_name", "pod_name",
             "created_at", "admitted_at", "submitted_at", "started_at", "finished_at", "state_changed_at",
@@ -74,6 +83,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "image": w.image, "catalog_image": w.catalog_image_id, "gpu_type": w.gpu_type.slug,
             "gpu_count": w.gpu_count, "command": list(w.command or []), "args": list(w.args or []),
             "env": [{"name": e["name"], "value": e["value"]} for e in w.env or []], "port": w.port,
+            "mounts": [{k: m[k] for k in _MOUNT_KEYS} for m in w.mounts or []],
             "time_limit_seconds": w.time_limit_seconds, "priority": w.priority, "state": w.state,
             "reason": w.reason, "message": w.message, "exit_code": w.exit_code,
             "queue_position": self.get_queue_position(w), "gpu_hours": self.get_gpu_hours(w),
@@ -85,6 +95,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
 
 _DATETIME = serializers.DateTimeField()
+_MOUNT_KEYS = ("kind", "mount_path", "claim", "read_only", "size_gib")
 
 
 def _when(value: datetime | None) -> str | None:

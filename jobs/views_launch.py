@@ -17,6 +17,7 @@ from jobs.selectors import (
 )
 from jobs.services.submit import gather_facts, workload_submit
 from jobs.services.validation import SubmissionInvalid, cuda_tuple
+from jobs.services.workspaces import workspace_mounts
 from jobs.views_common import team_page
 
 
@@ -107,6 +108,7 @@ def launch(request: HttpRequest) -> HttpResponse:
             "outlook": outlook,
             # Custom images are offered only where a registry is allowed for them.
             "registries": list(AllowedRegistry.objects.values_list("host", flat=True)),
+            "mounts": workspace_mounts(team=acting.team, username=request.user.get_username()),
         },
         status=400 if form.is_bound else 200,
     )

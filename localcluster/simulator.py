@@ -7,6 +7,7 @@ Everything above the kubelet is real Kubernetes; this process is the honest stan
   Succeeded/Failed with real timestamps and exit codes, by the rules in localcluster/rules.py;
 - honours deletion: a pod with a deletionTimestamp is terminated and removed (grace 0);
 - serves the kubelet's /containerLogs endpoint so `kubectl logs` works through the API server;
+- plays the storage provisioner for the local StorageClass and mounts volumes for real (localcluster/storage.py);
 - gives pods loopback IPs from the cluster's own 127.x.y.0/24 (`pod_subnet` in simulator.json) and, while a
   pod whose containers declare ports runs, a real HTTP + WebSocket backend on that IP and those ports
   (localcluster/backend.py); the pod is Ready only once it listens, so its Service's EndpointSlice lists it;
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import dataclasses
 import heapq
 import ipaddress
 import itertools
@@ -39,9 +41,10 @@ from typing import Any
 
 from localcluster import kubelet
 from localcluster.apiclient import Api, ApiError, ApiUnavailable, parse_rfc3339, rfc3339
-from localcluster.backend import BackendSpec, ServiceBackends
+from localcluster.backend import BackendSpec, Mount, ServiceBackends
 from localcluster.pools import parse_pools
 from localcluster.rules import PodPlan, resolve_plan, restart_backoff
+from localcluster.storage import Storage, VolumeMountPlan, file_rules, mount_plans, run_file_rules
 
 log = logging.getLogger("node-simulator")
 WORKERS = 12
@@ -80,6 +83,10 @@ class PodRecord:
     gpu_utilization: float | None = None  # pinned simulated GPU utilization %; None: training-like
     backend: BackendSpec | None = None  # set for service pods (containers with ports): what to serve
     backend_error: str = ""  # the backend could not listen: the pod runs but is not Ready
+    mount_plans: tuple[VolumeMountPlan, ...] = ()  # what its containers mount
+    file_rules: tuple[str | None, str | None, str] = (None, None, "")  # SIM_READ_FILE, SIM_WRITE_FILE/TEXT
+    mounts: tuple[Mount, ...] = ()  # resolved at start: container path -> host directory
+    file_log: list[str] = field(default_factory=list)  # what the file rules did (shown in its log)
 
     @property
     def path(self) -> str:
@@ -109,6 +116,7 @@ class Simulator:
         self.ip_counter = itertools.count()
         self.ip_users: collections.Counter[str] = collections.Counter()
         self.backends = ServiceBackends()
+        self.storage = Storage(self.api, config.get("state_dir") or ".")
         self.stats = {"patches": 0, "deletes": 0, "errors": 0}
         self.events: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=EVENT_BACKLOG)
 
@@ -154,6 +162,23 @@ class Simulator:
                 break
         return candidate
 
+    def _mount_volumes(self, rec: PodRecord) -> bool:
+        """Resolve the pod's mounts and run its file rules once; False while a claim is not bound yet."""
+        if rec.started_at is not None or rec.plan.pull_failure_image:
+            return True
+        mounts = self.storage.resolve(rec.namespace, rec.mount_plans) if rec.mount_plans else ()
+        if mounts is None:
+            return False
+        rec.mounts = mounts
+        if rec.backend is not None:
+            rec.backend = dataclasses.replace(rec.backend, mounts=mounts)
+        rec.file_log, ok = run_file_rules(mounts, rec.file_rules)
+        if not ok:
+            # The simulated program failed on its file: it exits with 1 (at once, if it would run forever).
+            run = 1.0 if rec.plan.runs_forever else rec.plan.run_seconds
+            rec.plan = dataclasses.replace(rec.plan, exit_code=1, reason="Error", run_seconds=run)
+        return True
+
     def _sync_backend(self, rec: PodRecord) -> None:
         """Serve a service pod's ports exactly while it runs."""
         if rec.backend is None:
@@ -191,6 +216,7 @@ class Simulator:
             gpu_utilization=_gpu_utilization(pod),
         )
         rec.backend = backend_spec(pod, rec.ip)
+        rec.mount_plans, rec.file_rules = mount_plans(pod), file_rules(pod)
         if spec.get("activeDeadlineSeconds") is not None:
             with contextlib.suppress(TypeError, ValueError):
                 rec.active_deadline = float(spec["activeDeadlineSeconds"])
@@ -245,6 +271,9 @@ class Simulator:
         if rec.version != version and action != "deadline":
             return
         now = time.time()
+        if action == "start" and not self._mount_volumes(rec):
+            self._at(now + 0.5, rec, "start")  # like the kubelet: ContainerCreating until volumes mount
+            return
         rec.version += 1
         if action == "start":
             if rec.plan.pull_failure_image:
@@ -719,6 +748,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     with open(args.config) as fh:
         config = json.load(fh)
+    config.setdefault("state_dir", os.path.dirname(os.path.abspath(args.config)))
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     sim = Simulator(config)
     kubelet.serve_logs(sim, config["kubelet_cert"], config["kubelet_key"], config["ca_file"])
@@ -727,7 +757,9 @@ def main(argv: list[str] | None = None) -> int:
     publisher = TelemetryPublisher(
         sim, os.path.join(os.path.dirname(os.path.abspath(args.config)), "telemetry-targets")
     )
-    threads: list[Callable[[], None]] = [sim.run_timers, keeper.run_heartbeats, sim.run_events, publisher.run]
+    threads: list[Callable[[], None]] = [
+        sim.run_timers, keeper.run_heartbeats, sim.run_events, publisher.run, sim.storage.run,
+    ]  # fmt: skip
     threads += [sim.run_worker] * WORKERS
     for target in threads:
         threading.Thread(target=target, daemon=True).start()

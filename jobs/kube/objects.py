@@ -29,6 +29,18 @@ class GpuTypeSpec:
 
 
 @dataclass(frozen=True)
+class VolumeSpec:
+    """A volume mounted into the workload's container: a claim (workspace, dataset) or an NFS export."""
+
+    name: str  # the pod's volume name (a DNS label, unique in the pod)
+    mount_path: str
+    read_only: bool = False
+    claim_name: str = ""
+    nfs_server: str = ""
+    nfs_path: str = ""
+
+
+@dataclass(frozen=True)
 class WorkloadSpec:
     """Everything rendering needs, copied out of the database rows."""
 
@@ -46,6 +58,7 @@ class WorkloadSpec:
     args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     port: int | None = None
+    volumes: tuple[VolumeSpec, ...] = ()
     instance: str = "default"
     extra_labels: dict[str, str] = field(default_factory=dict)
 
@@ -94,7 +107,11 @@ def make_container(spec: WorkloadSpec) -> k8s.V1Container:
             privileged=False,
             capabilities=k8s.V1Capabilities(drop=["ALL"]),
         ),
-        volume_mounts=[k8s.V1VolumeMount(name=SHM_VOLUME, mount_path="/dev/shm")],  # noqa: S108
+        volume_mounts=[k8s.V1VolumeMount(name=SHM_VOLUME, mount_path="/dev/shm")]  # noqa: S108
+        + [
+            k8s.V1VolumeMount(name=v.name, mount_path=v.mount_path, read_only=True if v.read_only else None)
+            for v in spec.volumes
+        ],
         termination_message_policy="FallbackToLogsOnError",
     )
 
@@ -117,8 +134,53 @@ def make_pod_template(spec: WorkloadSpec) -> k8s.V1PodTemplateSpec:
                 k8s.V1Volume(
                     name=SHM_VOLUME,
                     empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit=shm_limit),
-                )
+                ),
+                *(make_volume(v) for v in spec.volumes),
             ],
+        ),
+    )
+
+
+def make_volume(volume: VolumeSpec) -> k8s.V1Volume:
+    if volume.claim_name:
+        return k8s.V1Volume(
+            name=volume.name,
+            persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
+                claim_name=volume.claim_name, read_only=True if volume.read_only else None
+            ),
+        )
+    return k8s.V1Volume(
+        name=volume.name,
+        nfs=k8s.V1NFSVolumeSource(
+            server=volume.nfs_server, path=volume.nfs_path, read_only=True if volume.read_only else None
+        ),
+    )
+
+
+def make_workspace_claim(
+    *, namespace: str, name: str, size_gib: int, storage_class: str, team_slug: str, username: str, instance: str
+) -> k8s.V1PersistentVolumeClaim:
+    """A workspace: a claim that outlives every workload (nothing owns it; only an admin deletes it).
+
+    ReadWriteMany so a user's notebook and jobs, or a team's pods, can mount it at once wherever they
+    land; `username` is empty for the team's shared workspace.
+    """
+    labels = {
+        names.LABEL_MANAGED_BY: names.MANAGED_BY,
+        names.LABEL_INSTANCE: names.label_value(instance),
+        names.LABEL_TEAM: names.label_value(team_slug),
+        names.LABEL_WORKSPACE: "home" if username else "team",
+    }
+    if username:
+        labels[names.LABEL_USER] = names.label_value(username)
+    return k8s.V1PersistentVolumeClaim(
+        api_version="v1",
+        kind="PersistentVolumeClaim",
+        metadata=k8s.V1ObjectMeta(name=name, namespace=namespace, labels=labels),
+        spec=k8s.V1PersistentVolumeClaimSpec(
+            access_modes=["ReadWriteMany"],
+            storage_class_name=storage_class,
+            resources=k8s.V1VolumeResourceRequirements(requests={"storage": f"{size_gib}Gi"}),
         ),
     )
 

@@ -7,6 +7,7 @@ from jobs.models.catalog import AllowedRegistry, CatalogImage, GpuNode, GpuType
 from jobs.models.teams import Membership, Quota, Role, Team
 from jobs.models.usage import BillingWeight, RolledUpDay, UsageDaily
 from jobs.models.workloads import Kind, State, Workload, WorkloadEvent
+from jobs.models.workspaces import Workspace, WorkspaceDeletion
 
 __all__ = [
     "AllowedRegistry",
@@ -25,4 +26,6 @@ __all__ = [
     "UsageDaily",
     "Workload",
     "WorkloadEvent",
+    "Workspace",
+    "WorkspaceDeletion",
 ]

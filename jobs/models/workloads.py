@@ -82,6 +82,12 @@ class Workload(models.Model):
     port = models.PositiveIntegerField(null=True, blank=True)
     time_limit_seconds = models.PositiveIntegerField()
     priority = models.IntegerField(default=0)
+    mounts = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='What is mounted where: [{"kind": "home"|"team", "mount_path": ..., "claim": ..., '
+        '"read_only": false, "size_gib": ...}]',
+    )
 
     # --- where it stands ------------------------------------------------------------------------
     state = models.CharField(max_length=12, choices=State.choices, default=State.QUEUED)

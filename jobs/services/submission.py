@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from jobs.kube import client as kube
 from jobs.kube import names, objects
 from jobs.models import GpuType, Quota, State, Team, Workload
+from jobs.services import workspaces
 from jobs.services.transitions import transition
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ def spec_for(workload: Workload) -> objects.WorkloadSpec:
         args=tuple(workload.args or ()),
         env=tuple((e["name"], e["value"]) for e in workload.env or ()),
         port=workload.port,
+        volumes=workspaces.volume_specs(workload.mounts or []),
         instance=settings.PORTAL_INSTANCE,
     )
 
@@ -166,6 +168,7 @@ def workload_create_objects(workload_id: int) -> None:
     spec = spec_for(workload)
     try:
         namespace_ensure(workload.team)
+        workspaces.workspaces_ensure(workload)
         for obj in objects.make_objects(spec):
             _create_or_adopt(obj, spec)
     except ApiException as exc:

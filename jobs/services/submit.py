@@ -14,6 +14,7 @@ from jobs.models import workloads as workloads_model
 from jobs.selectors import cluster_capacity
 from jobs.services.dispatch import enqueue_admission
 from jobs.services.validation import CatalogFacts, Facts, GpuTypeFacts, SubmissionInvalid, validate_submission
+from jobs.services.workspaces import workspace_mounts
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,7 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
             args=list(clean.args),
             env=[{"name": n, "value": v} for n, v in clean.env],
             port=clean.port,
+            mounts=workspace_mounts(team=team, username=owner.get_username()),
             time_limit_seconds=clean.time_limit_seconds,
             priority=clean.priority,
             namespace=team.namespace,
