@@ -317,7 +317,7 @@ class TeamViewSet(ApiViewMixin, viewsets.GenericViewSet):
         body = {
             "team": team.slug,
             "quotas": QuotaUseSerializer(team_quota_use(team), many=True).data,
-            "queued": WorkloadSerializer(queued, many=True, context={"now": timezone.now()}).data,
+            "queued": WorkloadSerializer(queued, many=True, context={"now": timezone.now(), "request": request}).data,
         }
         return Response(body)
 

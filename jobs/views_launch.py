@@ -8,6 +8,7 @@ from django.shortcuts import redirect, render
 
 from jobs.forms import LaunchForm, initial_from_workload, join_args
 from jobs.models import AllowedRegistry, CatalogImage, GpuType
+from jobs.policy import may_see_env_values
 from jobs.selectors import (
     cluster_capacity,
     launch_outlook,
@@ -79,7 +80,7 @@ def launch(request: HttpRequest) -> HttpResponse:
             source = workloads_visible_to(request.user).select_related("gpu_type").filter(uid=clone_of).first()
             if source is None:
                 raise Http404("No such workload.")
-            initial = initial_from_workload(source)
+            initial = initial_from_workload(source, show_env_values=may_see_env_values(request.user, source))
         elif catalog:
             first = catalog[0]
             cuda_needed = first.cuda_version

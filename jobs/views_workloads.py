@@ -18,6 +18,7 @@ from django.views.decorators.http import require_POST
 
 from jobs.forms import WorkloadFilterForm
 from jobs.models import GpuType, Kind, State, Workload
+from jobs.policy import visible_env
 from jobs.selectors import is_manager, queue_position, team_quota_use, with_queue_position, workloads_visible_to
 from jobs.services.cancel import workload_cancel
 from jobs.services.errors import WorkloadStateError
@@ -89,6 +90,7 @@ def _detail_context(request: HttpRequest, workload: Workload) -> dict:
         "quota": quota,
         "timeline": list(workload.events.all()),
         "gpu_seconds": workload.gpu_seconds(timezone.now()),
+        "env_shown": visible_env(request.user, workload),
         "service_address": (
             f"{workload.k8s_name}.{workload.namespace}.svc:{workload.port}"
             if workload.kind == Kind.SERVICE and workload.k8s_name and workload.namespace and workload.port

@@ -55,3 +55,10 @@ def home_claim_name(username: str) -> str:
 
 
 TEAM_CLAIM_NAME = "team-shared"
+
+
+def secret_object_name(name: str, *, username: str, shared: bool) -> str:
+    """The Kubernetes Secret behind a stored secret: per user (a hash of the username) or team-wide."""
+    if shared:
+        return f"secret-team-{name}"
+    return f"secret-u{hashlib.sha256(username.encode()).hexdigest()[:8]}-{name}"

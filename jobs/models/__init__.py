@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from jobs.models.audit import QuotaChange
 from jobs.models.catalog import AllowedRegistry, CatalogImage, GpuNode, GpuType
+from jobs.models.secrets import TeamSecret
 from jobs.models.teams import Membership, Quota, Role, Team
 from jobs.models.usage import BillingWeight, RolledUpDay, UsageDaily
 from jobs.models.workloads import Kind, State, Workload, WorkloadEvent
@@ -23,6 +24,7 @@ __all__ = [
     "RolledUpDay",
     "State",
     "Team",
+    "TeamSecret",
     "UsageDaily",
     "Workload",
     "WorkloadEvent",

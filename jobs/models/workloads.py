@@ -82,6 +82,11 @@ class Workload(models.Model):
     port = models.PositiveIntegerField(null=True, blank=True)
     time_limit_seconds = models.PositiveIntegerField()
     priority = models.IntegerField(default=0)
+    secrets = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Secrets it uses, by name (never values): [{"name": ..., "env": "VAR" or ""}]',
+    )
     mounts = models.JSONField(
         default=list,
         blank=True,

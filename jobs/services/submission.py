@@ -56,6 +56,7 @@ def spec_for(workload: Workload) -> objects.WorkloadSpec:
         env=tuple((e["name"], e["value"]) for e in workload.env or ()),
         port=workload.port,
         volumes=workspaces.volume_specs(workload.mounts or []),
+        secrets=tuple(objects.SecretRef(s["name"], s["k8s_name"], s.get("env", "")) for s in workload.secrets or ()),
         instance=settings.PORTAL_INSTANCE,
     )
 
