@@ -62,7 +62,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
     gpu_type = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     command = serializers.ListField(child=serializers.CharField(), read_only=True)
     args = serializers.ListField(child=serializers.CharField(), read_only=True)
-    env = EnvVarShownSerializer(many=True, read_only=True)
+    env = serializers.SerializerMethodField(help_text="Plain variables; values only for the workload's owner.")
     secrets = SecretRefSerializer(
         many=True, read_only=True, help_text="Secrets it uses, by name; each is a file in /var/run/secrets/gpuportal/."
     )
@@ -80,6 +80,10 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "created_at", "admitted_at", "submitted_at", "started_at", "finished_at", "state_changed_at",
         ]  # fmt: skip
         read_only_fields = fields
+
+    @extend_schema_field(EnvVarShownSerializer(many=True))
+    def get_env(self, workload: Workload) -> list[dict[str, str | None]]:
+        return visible_env(getattr(self.context.get("request"), "user", None), workload)
 
     @extend_schema_field(serializers.IntegerField(allow_null=True, min_value=1))
     def get_queue_position(self, workload: Workload) -> int | None:
@@ -100,7 +104,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "uid": w.uid, "name": w.name, "team": w.team.slug, "owner": w.owner.get_username(), "kind": w.kind,
             "image": w.image, "catalog_image": w.catalog_image_id, "gpu_type": w.gpu_type.slug,
             "gpu_count": w.gpu_count, "command": list(w.command or []), "args": list(w.args or []),
-            "env": visible_env(getattr(self.context.get("request"), "user", None), w),
+            "env": self.get_env(w),
             "secrets": [{"name": s["name"], "env": s.get("env", "")} for s in w.secrets or []], "port": w.port,
             "mounts": [{k: m[k] for k in _MOUNT_KEYS} for m in w.mounts or []],
             "time_limit_seconds": w.time_limit_seconds, "priority": w.priority, "state": w.state,

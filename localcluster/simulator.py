@@ -150,6 +150,7 @@ class Simulator:
             if self.ip_users[rec.ip] <= 0:
                 del self.ip_users[rec.ip]
         self.backends.stop(uid)
+        self.storage.forget(uid)
 
     def _next_ip(self) -> str:
         """The next pod IP of the cluster's subnet that no live pod holds (cycling; with every address
@@ -166,7 +167,7 @@ class Simulator:
         """Resolve the pod's mounts and run its file rules once; False while a claim is not bound yet."""
         if rec.started_at is not None or rec.plan.pull_failure_image:
             return True
-        mounts = self.storage.resolve(rec.namespace, rec.mount_plans) if rec.mount_plans else ()
+        mounts = self.storage.resolve(rec.namespace, rec.mount_plans, rec.uid) if rec.mount_plans else ()
         if mounts is None:
             return False
         rec.mounts = mounts

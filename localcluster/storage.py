@@ -7,8 +7,9 @@ Nothing is ever deleted: a released volume keeps its directory (Retain), so data
 unless an admin removes it.
 
 Mounts: when a pod starts, its containers' volumeMounts are resolved to host directories, the way the
-kubelet would mount them: a PVC through its bound PV (hostPath or local), a hostPath volume as is, and an
-NFS volume whose server is this machine (127.0.0.1 / localhost) as its exported path. A pod whose claim is
+kubelet would mount them: a PVC through its bound PV (hostPath or local), a hostPath volume as is, an
+NFS volume whose server is this machine (127.0.0.1 / localhost) as its exported path, and a secret (or a
+projected volume of secrets) as files written from the Secret into `<state dir>/pods/<pod uid>/`. A pod whose claim is
 not bound yet stays ContainerCreating. `readOnly` (on the mount, the PVC volume or the NFS volume) is
 enforced by the simulated container (localcluster.backend.write_container_file).
 
@@ -22,8 +23,11 @@ A failing read or write (missing file, not on a mount, read-only) makes the cont
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import logging
+import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -43,7 +47,8 @@ MAX_LOGGED_BYTES = 4096
 
 @dataclass(frozen=True)
 class VolumeMountPlan:
-    """One container mount as the pod asks for it; `source` is ("pvc", claim) | ("host", path)."""
+    """One container mount as the pod asks for it; `source` is ("pvc", claim) | ("host", path) |
+    ("secrets", JSON list of [secret, key, file])."""
 
     container_path: str
     source: tuple[str, str]
@@ -65,6 +70,9 @@ def mount_plans(pod: dict[str, Any]) -> tuple[VolumeMountPlan, ...]:
                 source, read_only = ("pvc", str(claim.get("claimName"))), read_only or bool(claim.get("readOnly"))
             elif "hostPath" in volume:
                 source = ("host", str(volume["hostPath"].get("path")))
+            elif "secret" in volume or "projected" in volume:
+                files = _secret_files(volume)
+                source, read_only = ("secrets", json.dumps(files)), True
             elif "nfs" in volume and volume["nfs"].get("server") in LOCAL_NFS_SERVERS:
                 nfs = volume["nfs"]
                 source, read_only = ("host", str(nfs.get("path"))), read_only or bool(nfs.get("readOnly"))
@@ -73,6 +81,23 @@ def mount_plans(pod: dict[str, Any]) -> tuple[VolumeMountPlan, ...]:
                     source = (source[0], f"{source[1]}\0{mount['subPath']}")
                 plans.append(VolumeMountPlan(str(mount["mountPath"]), source, read_only))
     return tuple(plans)
+
+
+def _secret_files(volume: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(secret, key, file) for a secret volume or a projected volume's secret sources; key "*": all."""
+    if "projected" in volume:
+        sources = volume["projected"].get("sources") or []
+    else:
+        plain = volume["secret"]
+        sources = [{"secret": {"name": plain.get("secretName"), "items": plain.get("items")}}]
+    files: list[tuple[str, str, str]] = []
+    for source in sources:
+        secret = source.get("secret") or {}
+        if not secret.get("name"):
+            continue
+        items = secret.get("items") or [{"key": "*", "path": ""}]
+        files += [(str(secret["name"]), str(item.get("key")), str(item.get("path"))) for item in items]
+    return files
 
 
 def file_rules(pod: dict[str, Any]) -> tuple[str | None, str | None, str]:
@@ -116,13 +141,23 @@ class Storage:
         self.lock = threading.Lock()
         self.claims: dict[tuple[str, str], str] = {}  # (namespace, claim) -> host directory, when bound
 
-    def resolve(self, namespace: str, plans: tuple[VolumeMountPlan, ...]) -> tuple[Mount, ...] | None:
-        """Host directories for a pod's mounts; None while a claim it needs is not bound yet."""
+    def resolve(
+        self, namespace: str, plans: tuple[VolumeMountPlan, ...], pod_uid: str = ""
+    ) -> tuple[Mount, ...] | None:
+        """Host directories for a pod's mounts; None while a claim (or a secret) it needs is missing."""
         mounts: list[Mount] = []
+        for index, plan in enumerate(plans):
+            if plan.source[0] == "secrets":
+                directory = self.root.parent / "pods" / pod_uid / f"secrets-{index}"
+                if not self._write_secrets(namespace, json.loads(plan.source[1]), directory):
+                    return None
+                mounts.append(Mount(plan.container_path, str(directory), True))
         with self.lock:
             for plan in plans:
                 kind, ref = plan.source
                 ref, _, sub_path = ref.partition("\0")
+                if kind == "secrets":
+                    continue
                 if kind == "pvc":
                     host = self.claims.get((namespace, ref))
                     if host is None:
@@ -137,6 +172,30 @@ class Storage:
             with contextlib.suppress(OSError):
                 Path(mount.host_path).mkdir(parents=True, exist_ok=True)
         return tuple(mounts)
+
+    def _write_secrets(self, namespace: str, files: list[list[str]], directory: Path) -> bool:
+        """Write a secret volume's files, as the kubelet does into a tmpfs; False if a Secret is missing."""
+        directory.mkdir(parents=True, exist_ok=True)
+        directory.chmod(0o700)
+        for secret_name, key, path in files:
+            try:
+                secret = self.api.get(f"/api/v1/namespaces/{namespace}/secrets/{secret_name}")
+            except (ApiError, ApiUnavailable):
+                return False
+            data = secret.get("data") or {}
+            wanted = data if key == "*" else {path or key: data.get(key)}
+            for name, encoded in wanted.items():
+                if encoded is None:
+                    return False
+                target = directory / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(base64.b64decode(encoded))
+        return True
+
+    def forget(self, pod_uid: str) -> None:
+        """A pod is gone: its secret files go too (the kubelet's tmpfs would be unmounted)."""
+        if pod_uid:
+            shutil.rmtree(self.root.parent / "pods" / pod_uid, ignore_errors=True)
 
     def ensure_storage_class(self) -> None:
         body = {

@@ -42,6 +42,26 @@ def test_mount_plans_cover_claims_and_local_nfs_with_read_only_from_either_side(
     assert file_rules(_pod()) == ("/home/a/n.txt", None, "")
 
 
+def test_secret_and_projected_volumes_become_read_only_secret_files():
+    pod = {
+        "spec": {
+            "volumes": [
+                {"name": "s", "projected": {"sources": [
+                    {"secret": {"name": "secret-team-hf", "items": [{"key": "value", "path": "hf"}]}},
+                ]}},
+                {"name": "plain", "secret": {"secretName": "tls"}},
+            ],
+            "containers": [{"name": "main", "volumeMounts": [
+                {"name": "s", "mountPath": "/var/run/secrets/gpuportal"}, {"name": "plain", "mountPath": "/tls"},
+            ]}],
+        }
+    }  # fmt: skip
+    assert mount_plans(pod) == (
+        VolumeMountPlan("/var/run/secrets/gpuportal", ("secrets", '[["secret-team-hf", "value", "hf"]]'), True),
+        VolumeMountPlan("/tls", ("secrets", '[["tls", "*", ""]]'), True),
+    )
+
+
 def test_file_rules_write_then_read_and_fail_on_read_only(tmp_path):
     mounts = (Mount("/home/a", str(tmp_path / "h")), Mount("/datasets/x", str(tmp_path / "d"), True))
     lines, ok = run_file_rules(mounts, ("/home/a/n.txt", "/home/a/n.txt", "hello"))
