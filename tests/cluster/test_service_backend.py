@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 from kubernetes import client
 
+from tests.cluster.helpers import slice_addresses as _slice_addresses
 from tests.cluster.helpers import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -51,24 +52,6 @@ def _service(name: str, port: int) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"selector": {"app": name}, "ports": [{"name": "http", "port": port, "targetPort": port}]},
     }
-
-
-def _slice_addresses(kube_api: Any, ns: str, service: str) -> list[tuple[str, int]]:
-    """Ready (address, port) pairs of the Service's EndpointSlices (discovery.k8s.io/v1beta1 on 1.20)."""
-    data, _, _ = kube_api.call_api(
-        f"/apis/discovery.k8s.io/v1beta1/namespaces/{ns}/endpointslices",
-        "GET",
-        query_params=[("labelSelector", f"kubernetes.io/service-name={service}")],
-        auth_settings=["BearerToken"],
-        response_type="object",
-    )
-    found = []
-    for item in data.get("items") or []:
-        ports = [p["port"] for p in item.get("ports") or []]
-        for endpoint in item.get("endpoints") or []:
-            if (endpoint.get("conditions") or {}).get("ready"):
-                found += [(address, port) for address in endpoint["addresses"] for port in ports]
-    return found
 
 
 def _port_open(ip: str, port: int) -> bool:
@@ -113,10 +96,15 @@ def test_service_pod_serves_http_and_websocket_on_its_endpoint_until_deleted(kub
     assert "<dd id=base-url>/w/abc/</dd>" in page
     assert (text, binary) == ("hello kernel", b"\x00\x01")
 
-    # Scale to zero so no replacement pod takes the same address, then the port must close.
-    apps.patch_namespaced_deployment_scale(kube_namespace, "nb", {"spec": {"replicas": 0}})
-    wait_for(lambda: not _port_open(ip, port), timeout=30, what="the backend's port to close")
-    wait_for(lambda: not _slice_addresses(kube_api, kube_namespace, "nb"), timeout=30, what="the endpoint to go")
+    # Deleting the pod closes its port (the ReplicaSet's replacement gets an address of its own).
+    core.delete_namespaced_pod(pod.metadata.name, kube_namespace)
+    wait_for(lambda: not _port_open(ip, port), timeout=30, what="the deleted pod's port to close")
+    replacement = wait_for(
+        lambda: [a for a in _slice_addresses(kube_api, kube_namespace, "nb") if a[0] != ip],
+        timeout=60,
+        what="the replacement pod in the EndpointSlice",
+    )
+    assert _port_open(*replacement[0])
 
 
 def test_pods_without_ports_get_no_backend_and_ips_are_distinct(kube_api, kube_namespace):
