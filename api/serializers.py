@@ -74,8 +74,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
         model = Workload
         fields = [
             "uid", "name", "team", "owner", "kind", "image", "catalog_image", "gpu_type", "gpu_count",
-            "command", "args", "env", "secrets", "port", "mounts", "time_limit_seconds", "priority",
-            "state", "reason", "message", "exit_code", "queue_position", "gpu_hours",
+            "command", "args", "env", "secrets", "port", "mounts", "time_limit_seconds", "priority", "restartable",
+            "borrowed", "attempt", "estimated_start_at", "wait_reason", "state", "reason", "message", "exit_code",
+            "queue_position", "gpu_hours",
             "namespace", "k8s_name", "node_name", "pod_name",
             "created_at", "admitted_at", "submitted_at", "started_at", "finished_at", "state_changed_at",
         ]  # fmt: skip
@@ -107,7 +108,10 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "env": self.get_env(w),
             "secrets": [{"name": s["name"], "env": s.get("env", "")} for s in w.secrets or []], "port": w.port,
             "mounts": [{k: m[k] for k in _MOUNT_KEYS} for m in w.mounts or []],
-            "time_limit_seconds": w.time_limit_seconds, "priority": w.priority, "state": w.state,
+            "time_limit_seconds": w.time_limit_seconds, "priority": w.priority, "restartable": w.restartable,
+            "borrowed": w.borrowed, "attempt": w.attempt,
+            "estimated_start_at": _when(w.estimated_start_at) if w.state == State.QUEUED else None,
+            "wait_reason": w.wait_reason if w.state == State.QUEUED else "", "state": w.state,
             "reason": w.reason, "message": w.message, "exit_code": w.exit_code,
             "queue_position": self.get_queue_position(w), "gpu_hours": self.get_gpu_hours(w),
             "namespace": w.namespace, "k8s_name": w.k8s_name, "node_name": w.node_name, "pod_name": w.pod_name,
@@ -142,6 +146,11 @@ class WorkloadCreateSerializer(serializers.Serializer):
     port = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=65535)
     time_limit_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1)
     priority = serializers.IntegerField(required=False, default=0, min_value=-100, max_value=100)
+    restartable = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Batch jobs: if preempted by a lender reclaiming its GPUs, requeue at the front instead of failing.",
+    )
 
 
 _STRING_FIELDS = {"team", "name", "kind", "image", "gpu_type"}
@@ -168,6 +177,8 @@ def parse_submission(payload: Any) -> tuple[str | None, dict[str, Any]]:
             and (isinstance(value, bool) or not isinstance(value, int))
         ):
             errors[name] = ["Must be an integer or null."]
+        elif name == "restartable" and not isinstance(value, bool):
+            errors[name] = ["Must be true or false."]
         elif name in _LIST_FIELDS and not (isinstance(value, list) and all(isinstance(x, str) for x in value)):
             errors[name] = ["Must be a list of strings."]
         elif name == "env" and not (
@@ -250,10 +261,36 @@ class GpuTypeSerializer(serializers.Serializer):
     quota = QuotaUseSerializer(allow_null=True, help_text="Your team's quota and use; null: no quota for it.")
 
 
+class WaitingExplainedSerializer(serializers.Serializer):
+    uid = serializers.CharField(source="workload.uid")
+    name = serializers.CharField(source="workload.name")
+    owner = serializers.CharField(source="workload.owner.username")
+    gpu_count = serializers.IntegerField(source="workload.gpu_count")
+    position = serializers.IntegerField(help_text="1 = next to be admitted, in the team's queue order.")
+    reason = serializers.CharField(help_text="team quota, borrowing limit, cohort, user cap, cluster capacity.")
+    explanation = serializers.CharField()
+    estimated_start_at = serializers.DateTimeField(allow_null=True)
+
+
+class TypeQueueSerializer(serializers.Serializer):
+    gpu_type = serializers.CharField(source="gpu_type.slug")
+    quota = serializers.IntegerField(help_text="The team's own quota.")
+    borrowing_limit = serializers.IntegerField()
+    lending_limit = serializers.IntegerField(allow_null=True)
+    in_cohort = serializers.BooleanField()
+    held = serializers.IntegerField(help_text="GPUs the team holds now, borrowed ones included.")
+    borrowed = serializers.IntegerField(help_text="GPUs held beyond the team's own quota.")
+    lent = serializers.IntegerField(help_text="Of the team's idle quota, GPUs other teams of its cohort use now.")
+    waiting_workloads = serializers.IntegerField()
+    waiting_gpus = serializers.IntegerField()
+    first_waiting = WaitingExplainedSerializer(many=True)
+
+
 class QueueSerializer(serializers.Serializer):
     team = serializers.CharField()
     quotas = QuotaUseSerializer(many=True)
     queued = WorkloadSerializer(many=True, help_text="Queued workloads in admission order per GPU type.")
+    sharing = TypeQueueSerializer(many=True, help_text="Per GPU type: own quota, borrowed, lent, waiting and why.")
 
 
 # --- catalog and usage ----------------------------------------------------------------------------

@@ -159,12 +159,19 @@ PORTAL_STUCK_SUBMIT_SECONDS = env_int("PORTAL_STUCK_SUBMIT_SECONDS", 30, minimum
 PORTAL_RESYNC_SECONDS = env_int("PORTAL_RESYNC_SECONDS", 30, minimum=1)
 PORTAL_SWEEP_SECONDS = env_int("PORTAL_SWEEP_SECONDS", 15, minimum=1)
 PORTAL_LIMITS_SECONDS = env_int("PORTAL_LIMITS_SECONDS", 10, minimum=1)
+# Preempting a borrowed workload: SIGTERM, then this many seconds before the kill.
+PORTAL_PREEMPT_GRACE_SECONDS = env_int("PORTAL_PREEMPT_GRACE_SECONDS", 20, minimum=0)
+# Fair-share and estimates look this far back into each user's history.
+PORTAL_HISTORY_DAYS = env_int("PORTAL_HISTORY_DAYS", 14, minimum=1)
 
 # --- GPU telemetry (node agents' reports) --------------------------------------------------------------
 # Per-workload GPU minutes older than this are deleted by the hourly prune task.
 TELEMETRY_RETENTION_DAYS = env_int("TELEMETRY_RETENTION_DAYS", 30, minimum=1)
 # The largest report body accepted (an 8-GPU report is about 5 KB).
 TELEMETRY_MAX_REPORT_BYTES = env_int("TELEMETRY_MAX_REPORT_BYTES", 1024 * 1024, minimum=1024)
+# The largest real nodes carry 8-16 GPUs; a report claiming hundreds is refused, not stored.
+TELEMETRY_MAX_GPUS_PER_REPORT = env_int("TELEMETRY_MAX_GPUS_PER_REPORT", 32, minimum=1)
+TELEMETRY_MAX_PROCESSES_PER_GPU = env_int("TELEMETRY_MAX_PROCESSES_PER_GPU", 128, minimum=1)
 # Reports stamped further than this ahead of the portal's clock are refused (a node with a wrong clock).
 TELEMETRY_MAX_CLOCK_SKEW_SECONDS = env_int("TELEMETRY_MAX_CLOCK_SKEW_SECONDS", 300, minimum=1)
 TELEMETRY_IDLE_CHECK_SECONDS = env_int("TELEMETRY_IDLE_CHECK_SECONDS", 300, minimum=10)

@@ -21,10 +21,11 @@ class State(models.TextChoices):
     SUCCEEDED = "SUCCEEDED", "Succeeded"
     FAILED = "FAILED", "Failed"
     CANCELLED = "CANCELLED", "Cancelled"
+    PREEMPTED = "PREEMPTED", "Preempted"
 
     @classmethod
     def final(cls) -> frozenset[State]:
-        return frozenset({cls.SUCCEEDED, cls.FAILED, cls.CANCELLED})
+        return frozenset({cls.SUCCEEDED, cls.FAILED, cls.CANCELLED, cls.PREEMPTED})
 
     @classmethod
     def holding(cls) -> frozenset[State]:
@@ -36,17 +37,23 @@ class State(models.TextChoices):
         return frozenset(set(cls) - cls.final())
 
 
-FINAL_STATES = ["SUCCEEDED", "FAILED", "CANCELLED"]  # State.final(), as literals for the constraint
+FINAL_STATES = ["SUCCEEDED", "FAILED", "CANCELLED", "PREEMPTED"]  # State.final(), as literals for the constraint
 
 # Every legal move. RUNNING -> PENDING happens to services whose pod is re-created (node lost).
+# Holding -> QUEUED is a restartable batch job preempted by a lender reclaiming its GPUs; a service
+# preempted that way ends PREEMPTED.
+_RECLAIMED = {State.QUEUED, State.PREEMPTED}
 TRANSITIONS: dict[str, frozenset[str]] = {
     State.QUEUED: frozenset({State.SUBMITTING, State.CANCELLED, State.FAILED}),
-    State.SUBMITTING: frozenset({State.PENDING, State.RUNNING, State.SUCCEEDED, State.FAILED, State.CANCELLED}),
-    State.PENDING: frozenset({State.RUNNING, State.SUCCEEDED, State.FAILED, State.CANCELLED}),
-    State.RUNNING: frozenset({State.PENDING, State.SUCCEEDED, State.FAILED, State.CANCELLED}),
+    State.SUBMITTING: frozenset(
+        {State.PENDING, State.RUNNING, State.SUCCEEDED, State.FAILED, State.CANCELLED, *_RECLAIMED}
+    ),
+    State.PENDING: frozenset({State.RUNNING, State.SUCCEEDED, State.FAILED, State.CANCELLED, *_RECLAIMED}),
+    State.RUNNING: frozenset({State.PENDING, State.SUCCEEDED, State.FAILED, State.CANCELLED, *_RECLAIMED}),
     State.SUCCEEDED: frozenset(),
     State.FAILED: frozenset(),
     State.CANCELLED: frozenset(),
+    State.PREEMPTED: frozenset(),
 }
 
 
@@ -93,6 +100,12 @@ class Workload(models.Model):
         help_text='What is mounted where: [{"kind": "home"|"team", "mount_path": ..., "claim": ..., '
         '"read_only": false, "size_gib": ...}]',
     )
+    restartable = models.BooleanField(
+        default=False, help_text="A batch job preempted by a lender goes back to the front of the queue."
+    )
+    shared_with_team = models.BooleanField(
+        default=False, help_text="A service: teammates may open it through the portal's proxy, not only its owner."
+    )
 
     # --- where it stands ------------------------------------------------------------------------
     state = models.CharField(max_length=12, choices=State.choices, default=State.QUEUED)
@@ -104,6 +117,18 @@ class Workload(models.Model):
     node_name = models.CharField(max_length=253, blank=True)
     pod_name = models.CharField(max_length=253, blank=True)
     pod_uid = models.CharField(max_length=64, blank=True)
+    # --- sharing -----------------------------------------------------------------------------------
+    borrowed = models.BooleanField(
+        default=False, help_text="Admitted beyond the team's own quota, on GPUs its cohort left idle."
+    )
+    attempt = models.PositiveIntegerField(
+        default=0, help_text="Times it was requeued after preemption; names its Kubernetes objects."
+    )
+    requeued_at = models.DateTimeField(null=True, blank=True, help_text="Last requeued after preemption.")
+    estimated_start_at = models.DateTimeField(
+        null=True, blank=True, help_text="While queued: when it should start, from a forecast of admission."
+    )
+    wait_reason = models.CharField(max_length=32, blank=True, help_text="While queued: what it waits for.")
 
     created_at = models.DateTimeField(default=timezone.now)
     admitted_at = models.DateTimeField(null=True, blank=True)
@@ -112,6 +137,9 @@ class Workload(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True, help_text="Container end or deletion.")
     state_changed_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
+    last_activity_at = models.DateTimeField(
+        null=True, blank=True, help_text="A service: the last request through the portal's proxy (throttled)."
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -58,16 +58,23 @@ def spec_for(workload: Workload) -> objects.WorkloadSpec:
         volumes=workspaces.volume_specs(workload.mounts or []),
         secrets=tuple(objects.SecretRef(s["name"], s["k8s_name"], s.get("env", "")) for s in workload.secrets or ()),
         instance=settings.PORTAL_INSTANCE,
+        attempt=workload.attempt,
+        termination_grace_seconds=settings.PORTAL_PREEMPT_GRACE_SECONDS,
     )
 
 
 def team_gpu_limits(team: Team) -> dict[str, int]:
-    """GPUs per resource name the team may request; every GPU resource is listed, 0 where it has no quota,
-    so the namespace can never use a GPU the team was not given."""
+    """GPUs per resource name the team may request (its quota, plus its borrowing limit in a cohort); every
+    GPU resource is listed, 0 where it has no quota, so the namespace can never use a GPU the team was
+    not given."""
     limits: dict[str, int] = dict.fromkeys(GpuType.objects.values_list("resource_name", flat=True), 0)
     limits.setdefault("nvidia.com/gpu", 0)
-    for resource, max_gpus in Quota.objects.filter(team=team).values_list("gpu_type__resource_name", "max_gpus"):
-        limits[resource] = limits.get(resource, 0) + max_gpus
+    # Borrowing: a team in a cohort may hold up to its quota plus its borrowing limit.
+    in_cohort = team.cohort_id is not None
+    for resource, max_gpus, borrowing in Quota.objects.filter(team=team).values_list(
+        "gpu_type__resource_name", "max_gpus", "borrowing_limit"
+    ):
+        limits[resource] = limits.get(resource, 0) + max_gpus + (borrowing if in_cohort else 0)
     return limits
 
 
@@ -192,16 +199,19 @@ def workload_create_objects(workload_id: int) -> None:
     if not moved:
         # Someone moved it while we were creating: cancelled (then our objects must go) or already
         # observed running by the tracker (then all is well, but record the names).
-        Workload.objects.filter(id=workload.id, k8s_name="").update(
+        Workload.objects.filter(id=workload.id, k8s_name="", attempt=spec.attempt).update(
             k8s_name=spec.object_name, namespace=spec.namespace, submitted_at=timezone.now()
         )
         if workload.state in State.final():
             workload_delete_objects(workload)
+        elif workload.attempt != spec.attempt:
+            # Preempted and requeued while we were creating: this attempt's objects must go.
+            workload_delete_objects(workload, name=spec.object_name)
 
 
-def workload_delete_objects(workload: Workload) -> None:
+def workload_delete_objects(workload: Workload, *, name: str = "") -> None:
     """Delete a workload's Job or Deployment and Service (and, through them, its pods). 404s are fine."""
-    spec_name = workload.k8s_name or names.object_name(workload.name, workload.uid)
+    spec_name = name or workload.k8s_name or names.attempt_name(workload.name, workload.uid, workload.attempt)
     namespace = workload.namespace or workload.team.namespace
     body = {"propagationPolicy": "Background", "gracePeriodSeconds": 5}
     calls = (

@@ -107,8 +107,14 @@ class ClusterView:
         """The workload's Job and pods, counting only those in its own namespace."""
         namespace = workload_namespace(workload)
         jobs = [j for j in self.jobs.get(workload.uid, {}).values() if in_namespace("Job", j, namespace)]
-        job = jobs[0] if jobs else None
         pods = [p for p in self.pods.get(workload.uid, {}).values() if in_namespace("Pod", p, namespace)]
+        if workload.attempt:
+            # Requeued after preemption: only this attempt's Job and pods say anything about it (the
+            # previous attempt's may still be terminating).
+            name = names.attempt_name(workload.name, workload.uid, workload.attempt)
+            jobs = [j for j in jobs if (j.get("metadata") or {}).get("name") == name]
+            pods = [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get("job-name") == name]
+        job = jobs[0] if jobs else None
         return job, pods
 
 
@@ -139,9 +145,9 @@ def reap_finished(view: ClusterView) -> int:
     }
     if not running:
         return 0
-    finished = Workload.objects.filter(uid__in=running, state__in=(State.CANCELLED, State.FAILED)).select_related(
-        "team"
-    )
+    finished = Workload.objects.filter(
+        uid__in=running, state__in=(State.CANCELLED, State.FAILED, State.PREEMPTED)
+    ).select_related("team")
     # Only the workload's own pods count: a look-alike elsewhere must not make us delete anything.
     stale = [
         w.id

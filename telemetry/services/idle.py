@@ -38,7 +38,10 @@ class IdleFacts:
 def idle_facts(workload: Workload, *, threshold_percent: int, window: timedelta, now: datetime) -> IdleFacts:
     """Since when the workload's GPUs have been below the threshold, judged over the last `window`."""
     since = max(workload.started_at, now - window) if workload.started_at else now - window
-    rows = WorkloadGpuMinute.objects.filter(workload_id=workload.id, minute__gte=since - timedelta(minutes=1))
+    # Only readings from the node the service runs on: never stop it on another node's say-so.
+    rows = WorkloadGpuMinute.objects.filter(
+        workload_id=workload.id, node_name=workload.node_name, minute__gte=since - timedelta(minutes=1)
+    )
     busy = Q(utilization_sum__gte=F("gpu_readings") * threshold_percent)
     facts = rows.aggregate(last_busy=Max("minute", filter=busy), first=Min("minute"))
     if facts["first"] is None:

@@ -98,6 +98,7 @@ class _W:
 class _U:
     def __init__(self, id, is_superuser=False):
         self.id, self.is_superuser = id, is_superuser
+        self.is_authenticated = self.is_active = True
 
 
 def test_plain_env_values_are_the_owners_teammates_see_names():
