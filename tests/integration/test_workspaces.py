@@ -74,6 +74,15 @@ def test_home_outlives_a_service_and_teammates_share_only_team(engine, kube_api,
     engine.wait_for(shared, State.SUCCEEDED, timeout=90)
     assert "read /team/plan.txt: team plan" in workload_logs(shared)
     engine.wait_for(peek, State.FAILED, timeout=90)
-    assert peek.exit_code == 1
-    assert f"cannot read /home/{owner}/notes.txt: no such file" in workload_logs(peek).lower()
+    assert peek.exit_code == 1  # the simulated program could not open the file: no such file there
+    # The same seen from inside a teammate's running service: /team is there, the owner's home is not.
+    theirs = engine.submit(user=engine.teammate, kind="service", port=8888, gpu_type="k2", gpu_count=1)
+    engine.wait_for(theirs, State.RUNNING, timeout=90)
+    their_ip = wait_for(lambda: _pod_ip(kube_api, theirs), what="the teammate's service pod IP")
+    team_file = requests.get(f"http://{their_ip}:8888/_files/team/plan.txt", timeout=10)
+    assert (team_file.status_code, team_file.content) == (200, b"team plan")
+    other_home = requests.get(f"http://{their_ip}:8888/_files/home/{owner}/notes.txt", timeout=10)
+    assert other_home.status_code == 404
+    assert "no such file" in other_home.text
     assert Workspace.objects.filter(team=engine.team).count() == 3
+    workload_cancel(workload=theirs, by=engine.teammate)
