@@ -10,7 +10,6 @@ import logging
 from collections.abc import Iterator
 
 from django.contrib import messages
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -19,6 +18,7 @@ from django.views.decorators.http import require_POST
 from jobs import policy
 from jobs.forms import WorkloadFilterForm
 from jobs.models import GpuType, Kind, State, Workload
+from jobs.paging import CappedPaginator
 from jobs.selectors import queue_position, team_quota_use, with_queue_position, workloads_visible_to
 from jobs.services.cancel import workload_cancel
 from jobs.services.errors import WorkloadStateError
@@ -28,6 +28,7 @@ from jobs.views_common import team_page
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = 25
+LIST_COUNT_CAP = 1000  # rows counted past the page asked for; a longer list says "more than N"
 LOG_TAIL = 500
 CLUSTER_UNREACHABLE = "The cluster can't be reached right now; try again in a moment."
 
@@ -58,8 +59,14 @@ def workload_list(request: HttpRequest) -> HttpResponse:
         workloads = workloads.filter(kind=chosen["kind"])
     if chosen.get("gpu_type"):
         workloads = workloads.filter(gpu_type__slug=chosen["gpu_type"])
-    workloads = with_queue_position(workloads.select_related("owner", "gpu_type")).order_by("-created_at", "-id")
-    page = Paginator(workloads, PAGE_SIZE).get_page(request.GET.get("page"))
+    # The page's ids first (an index walk), then those rows with details and queue positions: in one
+    # query PostgreSQL computed the queue position of every matching row before sorting (0.7 s at 100k).
+    ordered_ids = workloads.order_by("-created_at", "-id").values_list("id", flat=True)
+    paginator = CappedPaginator(ordered_ids, PAGE_SIZE, count_queryset=workloads, cap=LIST_COUNT_CAP)
+    page = paginator.get_page(request.GET.get("page"))
+    ids = list(page.object_list)
+    rows = with_queue_position(Workload.objects.filter(id__in=ids).select_related("owner", "gpu_type")).in_bulk()
+    page.object_list = [rows[i] for i in ids if i in rows]
     return render(
         request,
         "jobs/workload_list.html",

@@ -7,9 +7,10 @@ local Redis; production sets DEBUG=0 and must then give SECRET_KEY (or SECRET_KE
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
-from portal.env import ConfigError, env_bool, env_database, env_int, env_list, env_str
+from portal.env import ConfigError, env_bool, env_database, env_email, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
@@ -43,6 +44,7 @@ INSTALLED_APPS = [
     "jobs",
     "api",
     "telemetry",
+    "notifications",
 ]
 
 MIDDLEWARE = [
@@ -120,6 +122,24 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("BEHIND_TLS_PROXY") else None
 X_FRAME_OPTIONS = "DENY"
 
+# --- outgoing e-mail ---------------------------------------------------------------------------------
+# One URL says where mail goes: EMAIL_URL (or EMAIL_URL_FILE, a mounted Secret, since it may hold the
+# password), e.g. smtp+tls://user:password@mail.example.org:587?from=gpus@example.org. Unset, mail is
+# written to the log (console://), so a deployment that forgot it loses nothing silently.
+_EMAIL = env_email("EMAIL_URL", "console://")
+EMAIL_BACKEND = _EMAIL["EMAIL_BACKEND"]
+EMAIL_TIMEOUT = _EMAIL["EMAIL_TIMEOUT"]  # a slow mail server never holds a worker for long
+EMAIL_HOST = _EMAIL.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = _EMAIL.get("EMAIL_PORT", 25)
+EMAIL_HOST_USER = _EMAIL.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = _EMAIL.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = _EMAIL.get("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = _EMAIL.get("EMAIL_USE_SSL", False)
+DEFAULT_FROM_EMAIL = (
+    env_str("DEFAULT_FROM_EMAIL") or _EMAIL.get("DEFAULT_FROM_EMAIL") or "GPU Portal <noreply@localhost>"
+)
+SERVER_EMAIL = DEFAULT_FROM_EMAIL
+
 # --- Kubernetes ------------------------------------------------------------------------------------
 # In a pod, the in-cluster service account is used; otherwise KUBECONFIG (a path) is read.
 KUBECONFIG = env_str("KUBECONFIG")
@@ -176,6 +196,27 @@ TELEMETRY_MAX_PROCESSES_PER_GPU = env_int("TELEMETRY_MAX_PROCESSES_PER_GPU", 128
 TELEMETRY_MAX_CLOCK_SKEW_SECONDS = env_int("TELEMETRY_MAX_CLOCK_SKEW_SECONDS", 300, minimum=1)
 TELEMETRY_IDLE_CHECK_SECONDS = env_int("TELEMETRY_IDLE_CHECK_SECONDS", 300, minimum=10)
 
+# --- notifications (notifications/) -----------------------------------------------------------------
+# Webhooks may reach only public addresses, except networks listed here (CIDRs, comma-separated), e.g. a
+# site's internal chat server; tests and `make run` list 127.0.0.0/8.
+NOTIFY_WEBHOOK_ALLOWED_NETWORKS = env_list("NOTIFY_WEBHOOK_ALLOWED_NETWORKS")
+for _network in NOTIFY_WEBHOOK_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError as _exc:
+        raise ConfigError(f"NOTIFY_WEBHOOK_ALLOWED_NETWORKS: {_network!r} is not a network (e.g. 10.0.0.0/8)") from _exc
+NOTIFY_WEBHOOK_TIMEOUT_SECONDS = env_int("NOTIFY_WEBHOOK_TIMEOUT_SECONDS", 5, minimum=1, maximum=60)
+NOTIFY_MAX_ATTEMPTS = env_int("NOTIFY_MAX_ATTEMPTS", 6, minimum=1, maximum=50)
+NOTIFY_RETRY_BASE_SECONDS = env_int("NOTIFY_RETRY_BASE_SECONDS", 30, minimum=1)
+NOTIFY_RETRY_MAX_SECONDS = env_int("NOTIFY_RETRY_MAX_SECONDS", 3600, minimum=1)
+# A claimed delivery whose sender died is sent again after this long; it must exceed the longest send
+# (the webhook and SMTP timeouts), or a slow send could be claimed twice.
+NOTIFY_LEASE_SECONDS = env_int("NOTIFY_LEASE_SECONDS", 120, minimum=2)
+NOTIFY_SWEEP_SECONDS = env_int("NOTIFY_SWEEP_SECONDS", 15, minimum=1)
+# "Your workload started" only after it waited at least this long in the queue.
+NOTIFY_QUEUED_MIN_SECONDS = env_int("NOTIFY_QUEUED_MIN_SECONDS", 300, minimum=0)
+NOTIFY_TIME_LIMIT_WARNING_SECONDS = env_int("NOTIFY_TIME_LIMIT_WARNING_SECONDS", 900, minimum=60)
+
 # --- Redis and Celery ----------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
@@ -205,6 +246,8 @@ CELERY_BEAT_SCHEDULE = {
     "usage-rollup": {"task": "jobs.tasks.rollup_usage", "schedule": 3600.0},
     "idle-services": {"task": "telemetry.tasks.check_idle_services", "schedule": float(TELEMETRY_IDLE_CHECK_SECONDS)},
     "telemetry-prune": {"task": "telemetry.tasks.prune", "schedule": 3600.0},
+    "notifications-sweep": {"task": "notifications.tasks.sweep", "schedule": float(NOTIFY_SWEEP_SECONDS)},
+    "time-limit-warnings": {"task": "notifications.tasks.time_limit_warnings", "schedule": 60.0},
 }
 
 # --- logging -----------------------------------------------------------------------------------------

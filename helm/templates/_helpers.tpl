@@ -83,10 +83,10 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{/*
 Does the chart's own Secret hold anything? It holds SECRET_KEY unless an existing Secret gives it,
 DATABASE_URL (and the bundled database's password) unless an existing Secret gives it, and REDIS_URL
-when an external Redis URL is given in values (it may carry a password).
+when an external Redis URL is given in values (it may carry a password), and EMAIL_URL when given in values.
 */}}
 {{- define "gpuportal.ownSecretNeeded" -}}
-{{- if or (not .Values.secret.existingSecret) (not .Values.externalDatabase.existingSecret) (and (not .Values.redis.enabled) .Values.externalRedis.url) -}}
+{{- if or (not .Values.secret.existingSecret) (not .Values.externalDatabase.existingSecret) (and (not .Values.redis.enabled) .Values.externalRedis.url) (and .Values.email.url (not .Values.email.existingSecret)) -}}
 true
 {{- end -}}
 {{- end -}}
@@ -113,6 +113,9 @@ PORTAL_VAR_DIR: "/tmp/gpuportal"
 HOME: "/tmp"
 {{- if .Values.redis.enabled }}
 REDIS_URL: {{ printf "redis://%s:%d/0" (include "gpuportal.redisHost" .) (int .Values.redis.service.port) | quote }}
+{{- end }}
+{{- with .Values.email.from }}
+DEFAULT_FROM_EMAIL: {{ . | quote }}
 {{- end }}
 {{- range $name, $value := .Values.extraEnv }}
 {{ $name }}: {{ $value | toString | quote }}
@@ -172,6 +175,13 @@ REDIS_URL: {{ printf "redis://%s:%d/0" (include "gpuportal.redisHost" .) (int .V
       name: {{ default (include "gpuportal.secretName" .) .Values.externalRedis.existingSecret }}
       key: {{ ternary .Values.externalRedis.existingSecretKey "REDIS_URL" (ne .Values.externalRedis.existingSecret "") }}
 {{- end }}
+{{- if or .Values.email.url .Values.email.existingSecret }}
+- name: EMAIL_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ default (include "gpuportal.secretName" .) .Values.email.existingSecret }}
+      key: {{ ternary .Values.email.existingSecretKey "EMAIL_URL" (ne .Values.email.existingSecret "") }}
+{{- end }}
 {{- end -}}
 
 {{- define "gpuportal.envFrom" -}}
@@ -186,7 +196,7 @@ REDIS_URL: {{ printf "redis://%s:%d/0" (include "gpuportal.redisHost" .) (int .V
 {{- define "gpuportal.checksums" -}}
 checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
 {{- /* The Secret may hold generated values, so hash what feeds it, not a fresh render of it. */}}
-checksum/secret: {{ list .Values.secret .Values.externalDatabase .Values.externalRedis .Values.postgresql.auth | toJson | sha256sum }}
+checksum/secret: {{ list .Values.secret .Values.externalDatabase .Values.externalRedis .Values.postgresql.auth .Values.email | toJson | sha256sum }}
 {{- end -}}
 
 {{/* Volumes every portal pod gets: a writable /tmp on a read-only root filesystem. */}}
