@@ -13,9 +13,16 @@ from django.http import StreamingHttpResponse
 from django.utils import timezone
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
 from kubernetes.client.exceptions import ApiException
 from rest_framework import mixins, status, viewsets
+from rest_framework import serializers as drf_serializers
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.negotiation import DefaultContentNegotiation
@@ -47,12 +54,13 @@ from api.serializers import (
 )
 from jobs import policy
 from jobs.kube.client import KubeConfigError, classify
-from jobs.models import CatalogImage, GpuType, Membership, State, Workload
+from jobs.models import CatalogImage, GpuType, Kind, Membership, State, Workload
 from jobs.selectors import cluster_capacity, team_quota_use, with_queue_position
 from jobs.selectors_sharing import team_queue_explained
 from jobs.services import accounting
 from jobs.services.cancel import workload_cancel
 from jobs.services.logs import MAX_TAIL, LogsUnavailable, follow_logs, workload_events, workload_logs
+from jobs.services.opening import workload_share
 from jobs.services.submit import workload_submit
 
 User = Membership._meta.get_field("user").related_model
@@ -237,6 +245,26 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         workload = self.get_object()
         access.check_may_cancel(request.user, workload)
         workload_cancel(workload=workload, by=request.user)
+        return Response(self._render(workload))
+
+    @extend_schema(
+        summary="Share a service with your team (or stop sharing it)",
+        description='Body `{"shared_with_team": true}`. Only the owner may; teammates can then open it at '
+        "`open_url` with their own portal sign-in.",
+        request=inline_serializer("ShareRequest", {"shared_with_team": drf_serializers.BooleanField()}),
+        responses={200: WorkloadSerializer, 403: E, 409: E, 422: E},
+    )
+    @action(detail=True, methods=["post"], filter_backends=[])
+    def share(self, request: Request, uid: str) -> Response:
+        workload = self.get_object()
+        shared = request.data.get("shared_with_team") if isinstance(request.data, dict) else None
+        if not isinstance(shared, bool):
+            raise Invalid({"shared_with_team": ["Must be true or false."]})
+        if workload.kind != Kind.SERVICE:
+            raise Conflict("Only services can be opened, so only services can be shared.", code="not_a_service")
+        if not policy.may_share(request.user, workload):
+            raise PermissionDenied("Only the owner of a service decides who else may open it.")
+        workload_share(workload=workload, by=request.user, shared=shared)
         return Response(self._render(workload))
 
     @extend_schema(

@@ -71,6 +71,11 @@ class LaunchForm(forms.Form):
         label="Restartable",
         help_text="Batch jobs on borrowed GPUs: if the lender reclaims them, requeue at the front instead of failing.",
     )
+    shared_with_team = forms.BooleanField(
+        required=False,
+        label="Shared with my team",
+        help_text="Teammates may open this service too, signed in as themselves. You can change it later.",
+    )
 
     def __init__(
         self,
@@ -147,6 +152,8 @@ class LaunchForm(forms.Form):
             spec["priority"] = data["priority"]
         if data.get("restartable") and data["kind"] == Kind.BATCH:
             spec["restartable"] = True
+        if data["kind"] == Kind.SERVICE:
+            spec["shared_with_team"] = bool(data.get("shared_with_team"))
         return spec
 
     def add_submission_errors(self, errors: dict[str, list[str]]) -> None:

@@ -20,9 +20,11 @@ from jobs.forms import WorkloadFilterForm
 from jobs.models import GpuType, Kind, State, Workload
 from jobs.paging import CappedPaginator
 from jobs.selectors import queue_position, team_quota_use, with_queue_position, workloads_visible_to
+from jobs.services import opening
 from jobs.services.cancel import workload_cancel
 from jobs.services.errors import WorkloadStateError
 from jobs.services.logs import LogsUnavailable, follow_logs, workload_events, workload_logs
+from jobs.services.opening import workload_share
 from jobs.views_common import team_page
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,9 @@ def _detail_context(request: HttpRequest, workload: Workload) -> dict:
     return {
         "workload": workload,
         "may_cancel": not workload.is_final and policy.may_cancel(request.user, workload),
+        "may_open": policy.may_open(request.user, workload),
+        "may_share": policy.may_share(request.user, workload),
+        "open_path": opening.open_path(workload),
         "position": position,
         "quota": quota,
         "timeline": list(workload.events.all()),
@@ -181,4 +186,20 @@ def workload_cancel_view(request: HttpRequest, uid: str) -> HttpResponse:
         messages.info(request, str(exc))
     else:
         messages.success(request, f"{workload.name} was cancelled; its GPUs are free again.")
+    return redirect("workload_detail", uid=workload.uid)
+
+
+@team_page
+@require_POST
+def workload_share_view(request: HttpRequest, uid: str) -> HttpResponse:
+    """The owner's "Shared with my team" checkbox."""
+    workload = _workload(request, uid)
+    shared = request.POST.get("shared_with_team") in ("1", "on", "true")
+    try:
+        changed = workload_share(workload=workload, by=request.user, shared=shared)
+    except WorkloadStateError as exc:
+        messages.error(request, str(exc))
+    else:
+        if changed:
+            messages.success(request, "Your teammates can open it now." if shared else "Only you can open it now.")
     return redirect("workload_detail", uid=workload.uid)

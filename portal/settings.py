@@ -310,6 +310,23 @@ CACHES = {
         "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
     },
 }
+# --- the service proxy (/w/<uid>/, proxy/) ---------------------------------------------------------
+PROXY_PREFIX = "/w/"
+PROXY_CONNECT_TIMEOUT = env_int("PROXY_CONNECT_TIMEOUT", 5, minimum=1)  # seconds to reach the pod
+# Seconds a backend may take to start answering (headers) before the browser gets the timeout page; once
+# it answers, a streaming response (event streams, long polls) may go on as long as it likes.
+PROXY_RESPONSE_TIMEOUT = env_int("PROXY_RESPONSE_TIMEOUT", 60, minimum=1)
+PROXY_ACCESS_CACHE_SECONDS = env_int("PROXY_ACCESS_CACHE_SECONDS", 2, minimum=0)
+PROXY_ENDPOINT_CACHE_SECONDS = env_int("PROXY_ENDPOINT_CACHE_SECONDS", 5, minimum=0)
+PROXY_ACTIVITY_WRITE_SECONDS = env_int("PROXY_ACTIVITY_WRITE_SECONDS", 60, minimum=1)
+PROXY_STARTING_REFRESH_SECONDS = env_int("PROXY_STARTING_REFRESH_SECONDS", 3, minimum=1)
+PROXY_WS_MAX_MESSAGE_BYTES = env_int("PROXY_WS_MAX_MESSAGE_BYTES", 64 * 1024 * 1024, minimum=1024)
+# Development only (`make run`): where the proxy sends every request outside /w/ (the Django server), so
+# one origin serves the portal and its services. Empty in production, where the ingress routes /w/.
+PROXY_PORTAL_UPSTREAM = env_str("PROXY_PORTAL_UPSTREAM", "")
+# The cookies the proxied app may never read or set, beside the session and CSRF cookies.
+PROXY_BLOCKED_COOKIES = env_list("PROXY_BLOCKED_COOKIES", ["messages"])
+
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 API_CURSOR_MAX_AGE_SECONDS = env_int("API_CURSOR_MAX_AGE_SECONDS", 24 * 3600, minimum=60)
 API_IDEMPOTENCY_TTL_SECONDS = env_int("API_IDEMPOTENCY_TTL_SECONDS", 24 * 3600, minimum=60)

@@ -86,6 +86,8 @@ def apply_seed(document: dict[str, Any]) -> dict[str, int]:
                     "default_port": entry.get("default_port"),
                     "cuda_version": entry.get("cuda_version") or "",
                     "enabled": bool(entry.get("enabled", True)),
+                    "base_url_args": [str(a) for a in entry.get("base_url_args") or []],
+                    "base_url_env": {str(k): str(v) for k, v in (entry.get("base_url_env") or {}).items()},
                 },
             )
             counts["images"] += 1
@@ -118,14 +120,17 @@ DEMO = {
          "suits": "batch", "description": "PyTorch with CUDA 11.8 and cuDNN 8 for training scripts.",
          "default_command": ["python", "train.py"], "cuda_version": "11.8"},
         {"reference": "jupyter/tensorflow-notebook:2023-10-20", "title": "Jupyter notebook (TensorFlow)",
-         "suits": "service", "description": "JupyterLab with TensorFlow; open it on port 8888.",
-         "default_port": 8888, "cuda_version": "11.8"},
+         "suits": "service", "description": "JupyterLab with TensorFlow; press Open on its page once it runs.",
+         "default_port": 8888, "cuda_version": "11.8",
+         # The portal signs people in, so the notebook's own token and password are off.
+         "base_url_args": ["--ServerApp.base_url={base_url}", "--IdentityProvider.token=", "--ServerApp.password="]},
         {"reference": "tensorflow/tensorflow:2.15.0-gpu", "title": "TensorBoard", "suits": "service",
          "description": "TensorBoard serving the logs under /logs.", "default_command": ["tensorboard"],
-         "default_args": ["--logdir", "/logs", "--bind_all"], "default_port": 6006, "cuda_version": "12.2"},
+         "default_args": ["--logdir", "/logs", "--bind_all"], "default_port": 6006, "cuda_version": "12.2",
+         "base_url_args": ["--path_prefix={base_path}"]},
         {"reference": "nvcr.io/nvidia/digits:20.12-tensorflow-py3", "title": "NVIDIA DIGITS", "suits": "service",
          "description": "The DIGITS web app for training image models interactively.", "default_port": 5000,
-         "cuda_version": "11.1"},
+         "cuda_version": "11.1", "base_url_env": {"DIGITS_URL_PREFIX": "{base_path}"}},
     ],
     "allowed_registries": ["docker.io", "nvcr.io", "ghcr.io"],
 }  # fmt: skip

@@ -115,7 +115,15 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
     """
     if not Membership.objects.filter(user=owner, team=team).exists():
         raise SubmissionInvalid({"team": ["You are not a member of this team."]})
+    spec = dict(spec)
+    shared = spec.pop("shared_with_team", False)
+    if not isinstance(shared, bool):
+        raise SubmissionInvalid({"shared_with_team": ["Must be true or false."]})
     clean = validate_submission(spec, gather_facts(team=team, user=owner))
+    if shared and clean.kind != "service":
+        raise SubmissionInvalid(
+            {"shared_with_team": ["Only a service can be shared: a batch job has nothing to open."]}
+        )
     gpu_type = GpuType.objects.get(slug=clean.gpu_type)
     with transaction.atomic():
         if team.user_max_queued is not None:
@@ -135,6 +143,7 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
             port=clean.port,
             secrets=[{"name": n, "k8s_name": k, "env": e} for n, k, e in clean.secrets],
             mounts=workspace_mounts(team=team, username=owner.get_username()),
+            shared_with_team=shared,
             time_limit_seconds=clean.time_limit_seconds,
             priority=clean.priority,
             restartable=clean.restartable,

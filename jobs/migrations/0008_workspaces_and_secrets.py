@@ -10,7 +10,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0006_sharing'),
+        ('jobs', '0007_catalog_base_url'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
