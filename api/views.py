@@ -444,8 +444,17 @@ class UsageView(ApiViewMixin, APIView):
         rows = accounting.usage_report_days(first_day=start, last_day=end, team_ids=[team.id], user_ids=user_ids)
         grouped = accounting.totals(rows, by=GROUPS[group_by])
         names = self._key_names(group_by, grouped)
+        borrowed = accounting.totals(
+            accounting.borrowed_usage_days(first_day=start, last_day=end, team_ids=[team.id], user_ids=user_ids),
+            by=GROUPS[group_by],
+        )
         entries = [
-            {"key": names[key], "gpu_hours": hours, "weighted_gpu_hours": weighted}
+            {
+                "key": names[key],
+                "gpu_hours": hours,
+                "weighted_gpu_hours": weighted,
+                "borrowed_gpu_hours": borrowed.get(key, (0.0, 0.0))[0],
+            }
             for key, (hours, weighted) in grouped.items()
         ]
         body = {
@@ -456,6 +465,7 @@ class UsageView(ApiViewMixin, APIView):
             "rows": entries,
             "total_gpu_hours": round(sum(e["gpu_hours"] for e in entries), 6),
             "total_weighted_gpu_hours": round(sum(e["weighted_gpu_hours"] for e in entries), 6),
+            "total_borrowed_gpu_hours": round(sum(e["borrowed_gpu_hours"] for e in entries), 6),
         }
         response = Response(body)
         if request.accepted_renderer.format == "csv":
