@@ -4,7 +4,7 @@ from django.urls import include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.routers import DefaultRouter
 
-from api import views
+from api import views, views_secrets
 from notifications.api import NotificationPreferenceView
 
 router = DefaultRouter(trailing_slash=True)
@@ -18,6 +18,8 @@ urlpatterns = [
     path("images/", views.CatalogImageListView.as_view(), name="images"),
     path("usage/", views.UsageView.as_view(), name="usage"),
     path("me/notifications/", NotificationPreferenceView.as_view(), name="notification-preferences"),
+    path("secrets/", views_secrets.SecretListView.as_view(), name="secrets"),
+    path("secrets/<str:name>/", views_secrets.SecretDetailView.as_view(), name="secret"),
 ]
 
 
