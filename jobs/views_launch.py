@@ -18,6 +18,7 @@ from jobs.selectors import (
 from jobs.services.accounting import budget_use
 from jobs.services.submit import gather_facts, workload_submit
 from jobs.services.validation import SubmissionInvalid, cuda_tuple
+from jobs.services.workspaces import workspace_mounts
 from jobs.views_common import team_page
 
 
@@ -82,7 +83,7 @@ def launch(request: HttpRequest) -> HttpResponse:
         clone_of = request.GET.get("clone")
         if clone_of:
             source = policy.workload_or_404(request.user, clone_of, Workload.objects.select_related("gpu_type"))
-            initial = initial_from_workload(source)
+            initial = initial_from_workload(source, show_env_values=policy.may_see_env_values(request.user, source))
         elif catalog:
             first = catalog[0]
             cuda_needed = first.cuda_version
@@ -112,6 +113,7 @@ def launch(request: HttpRequest) -> HttpResponse:
             # Custom images are offered only where a registry is allowed for them.
             "registries": list(AllowedRegistry.objects.values_list("host", flat=True)),
             "budget": budget_use(acting.team),
+            "mounts": workspace_mounts(team=acting.team, username=request.user.get_username()),
         },
         status=400 if form.is_bound else 200,
     )

@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "api",
     "telemetry",
     "notifications",
+    "identity",
 ]
 
 MIDDLEWARE = [
@@ -78,6 +79,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "jobs.context_processors.acting",
+                "identity.context.sign_in",
             ],
         },
     },
@@ -168,6 +170,27 @@ DEFAULT_FROM_EMAIL = (
 )
 SERVER_EMAIL = DEFAULT_FROM_EMAIL
 
+# --- sign-in through the institution's identity provider (identity/) ----------------------------------
+# OpenID Connect, configured by the issuer URL (discovery) and a confidential client. Unset: password
+# sign-in only (as `make run` does).
+OIDC_ISSUER = env_str("OIDC_ISSUER")
+OIDC_CLIENT_ID = env_str("OIDC_CLIENT_ID")
+OIDC_CLIENT_SECRET = env_str("OIDC_CLIENT_SECRET")  # or OIDC_CLIENT_SECRET_FILE (a mounted Secret)
+OIDC_PROVIDER_NAME = env_str("OIDC_PROVIDER_NAME", "your institution")
+OIDC_SCOPES = env_list("OIDC_SCOPES", ["openid", "email", "profile"])
+OIDC_USERNAME_CLAIM = env_str("OIDC_USERNAME_CLAIM", "preferred_username")
+OIDC_EMAIL_CLAIM = env_str("OIDC_EMAIL_CLAIM", "email")
+# Also ask the userinfo endpoint for claims (groups are often only there).
+OIDC_USERINFO = env_bool("OIDC_USERINFO", default=True)
+# Show the password form beside the provider's button. Off: the button only (administrators can still
+# reach the form at /login/?password=1 and /admin/).
+OIDC_PASSWORD_LOGIN = env_bool("OIDC_PASSWORD_LOGIN", default=True)
+OIDC_END_PROVIDER_SESSION = env_bool("OIDC_END_PROVIDER_SESSION", default=True)
+if OIDC_ISSUER and not OIDC_ISSUER.startswith(("https://", "http://")):
+    raise ConfigError(f"OIDC_ISSUER={OIDC_ISSUER!r} is not an http(s) URL")
+if OIDC_ISSUER and not OIDC_CLIENT_ID:
+    raise ConfigError("OIDC_ISSUER is set but OIDC_CLIENT_ID is not")
+
 # --- Kubernetes ------------------------------------------------------------------------------------
 # In a pod, the in-cluster service account is used; otherwise KUBECONFIG (a path) is read.
 KUBECONFIG = env_str("KUBECONFIG")
@@ -179,6 +202,16 @@ KUBE_NAMESPACE_PREFIX = env_str("KUBE_NAMESPACE_PREFIX", "gpuportal-")
 # credentials in use can already write everywhere, as with an admin kubeconfig in development).
 KUBE_WORKLOADS_CLUSTERROLE = env_str("KUBE_WORKLOADS_CLUSTERROLE", "gpuportal-workloads")
 KUBE_SERVICE_ACCOUNT = env_str("KUBE_SERVICE_ACCOUNT")
+
+# --- workspaces ------------------------------------------------------------------------------------
+# Persistent volumes every workload mounts: the owner's home at /home/<username> and the team's shared
+# space at /team, PersistentVolumeClaims in the team namespace from this StorageClass, created on first
+# use and never deleted by the portal (only by an admin's explicit action). Empty: no workspaces.
+# The local cluster's class is `gpuportal-local` (`make run` sets it). Sizes per team in Django admin;
+# these are the defaults.
+WORKSPACE_STORAGE_CLASS = env_str("WORKSPACE_STORAGE_CLASS")
+WORKSPACE_HOME_GIB = env_int("WORKSPACE_HOME_GIB", 10, minimum=1)
+WORKSPACE_TEAM_GIB = env_int("WORKSPACE_TEAM_GIB", 50, minimum=1)
 
 # --- the workload engine ---------------------------------------------------------------------------
 # Objects this installation manages carry this label value, so two portals (or test runs) can share a
