@@ -62,6 +62,7 @@ PAGES = [
     Page("queue", lambda made: "/queue/"),
     Page("tokens", lambda made: "/profile/tokens/"),
     Page("nodes", lambda made: "/nodes/"),
+    Page("notification-settings", lambda made: "/notifications/"),
     Page("password", lambda made: "/password/"),
     Page("not-found", lambda made: "/workloads/doesnotexist/", status=404),
 ]
