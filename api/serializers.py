@@ -290,6 +290,9 @@ class UsageEntrySerializer(serializers.Serializer):
     key = serializers.CharField(help_text="The day (YYYY-MM-DD), username or GPU type slug.")
     gpu_hours = serializers.FloatField(min_value=0)
     weighted_gpu_hours = serializers.FloatField(min_value=0, help_text="GPU-hours times the billing weight.")
+    borrowed_gpu_hours = serializers.FloatField(
+        min_value=0, help_text="Of gpu_hours, those on GPUs borrowed from the team's cohort."
+    )
 
 
 class UsageSerializer(serializers.Serializer):
@@ -300,3 +303,4 @@ class UsageSerializer(serializers.Serializer):
     rows = UsageEntrySerializer(many=True)
     total_gpu_hours = serializers.FloatField(min_value=0)
     total_weighted_gpu_hours = serializers.FloatField(min_value=0)
+    total_borrowed_gpu_hours = serializers.FloatField(min_value=0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
@@ -23,6 +24,7 @@ from jobs.selectors import queue_position, team_quota_use, with_queue_position, 
 from jobs.services import opening
 from jobs.services.cancel import workload_cancel
 from jobs.services.errors import WorkloadStateError
+from jobs.services.log_streams import HeldStream, TooManyStreams
 from jobs.services.logs import LogsUnavailable, follow_logs, workload_events, workload_logs
 from jobs.services.opening import workload_share
 from jobs.views_common import team_page
@@ -133,10 +135,11 @@ def _sse(event: str, data: str) -> str:
 def workload_logs_stream(request: HttpRequest, uid: str) -> HttpResponse:
     """Server-sent events: each log line as the container writes it, then `end` (or `unavailable`)."""
     workload = _workload(request, uid)
+    seconds = settings.LOG_FOLLOW_PAGE_SECONDS
 
     def events() -> Iterator[str]:
         try:
-            for line in follow_logs(workload, tail=0, timeout_seconds=600):
+            for line in follow_logs(workload, tail=0, timeout_seconds=seconds):
                 yield _sse("line", line)
             yield _sse("end", "The log stream ended.")
         except LogsUnavailable as exc:
@@ -145,7 +148,14 @@ def workload_logs_stream(request: HttpRequest, uid: str) -> HttpResponse:
             log.warning("following logs of %s failed", workload.uid, exc_info=True)
             yield _sse("unavailable", CLUSTER_UNREACHABLE)
 
-    response = StreamingHttpResponse(events(), content_type="text/event-stream")
+    try:
+        stream = HeldStream(events(), user_id=request.user.id, seconds=seconds)
+    except TooManyStreams as exc:
+        # The page's script shows the message and does not reconnect.
+        response = StreamingHttpResponse(iter([_sse("unavailable", str(exc))]), content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        return response
+    response = StreamingHttpResponse(stream, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx and friends: pass lines through as they come
     return response

@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "django_htmx",
     "drf_spectacular_sidecar",
+    "axes",
     "jobs",
     "api",
     "telemetry",
@@ -48,7 +49,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "portal.security.TrustedProxyMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "portal.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -57,6 +60,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a locked-out sign-in into a 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -119,7 +124,29 @@ STORAGES = {
 
 SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", default=not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# Addresses or networks of the reverse proxies in front of the portal (ingress controller, load balancer):
+# only their X-Forwarded-Proto/-For are believed (portal/security.py drops them from anyone else).
+TRUSTED_PROXIES = env_list("TRUSTED_PROXIES")
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("BEHIND_TLS_PROXY") else None
+# Scripts and styles are static files of this site; style attributes (bar widths) are the one inline use.
+CONTENT_SECURITY_POLICY = env_str(
+    "CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; "
+    "frame-ancestors 'none'",
+)
+
+# --- sign-in throttling (django-axes) ---
+# Failed sign-ins on /login/ and /admin/ are counted per username and, separately, per client address;
+# at the limit further attempts are refused (429) until the cool-off has passed.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = env_int("LOGIN_COOLOFF_MINUTES", 15, minimum=1) / 60  # hours
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "portal.security.axes_client_ip"
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False
 X_FRAME_OPTIONS = "DENY"
 
 # --- outgoing e-mail ---------------------------------------------------------------------------------
@@ -159,6 +186,9 @@ PORTAL_INSTANCE = env_str("PORTAL_INSTANCE", "default")
 PORTAL_DEFAULT_TIME_LIMIT_BATCH = env_int("PORTAL_DEFAULT_TIME_LIMIT_BATCH", 24 * 3600, minimum=60)
 PORTAL_DEFAULT_TIME_LIMIT_SERVICE = env_int("PORTAL_DEFAULT_TIME_LIMIT_SERVICE", 8 * 3600, minimum=60)
 PORTAL_MIN_TIME_LIMIT = env_int("PORTAL_MIN_TIME_LIMIT", 60, minimum=1)
+# How many workloads may wait in the queue at once, per person and per team (the quota decides what runs).
+PORTAL_MAX_QUEUED_PER_USER = env_int("PORTAL_MAX_QUEUED_PER_USER", 200, minimum=1)
+PORTAL_MAX_QUEUED_PER_TEAM = env_int("PORTAL_MAX_QUEUED_PER_TEAM", 2000, minimum=1)
 PORTAL_MAX_TIME_LIMIT = env_int("PORTAL_MAX_TIME_LIMIT", 7 * 24 * 3600, minimum=60)
 # A pod that cannot pull its image fails after this long (it would otherwise hold quota forever).
 PORTAL_IMAGE_PULL_TIMEOUT = env_int("PORTAL_IMAGE_PULL_TIMEOUT", 300, minimum=1)
@@ -236,6 +266,7 @@ CELERY_BEAT_SCHEDULE = {
     "usage-rollup": {"task": "jobs.tasks.rollup_usage", "schedule": 3600.0},
     "idle-services": {"task": "telemetry.tasks.check_idle_services", "schedule": float(TELEMETRY_IDLE_CHECK_SECONDS)},
     "telemetry-prune": {"task": "telemetry.tasks.prune", "schedule": 3600.0},
+    "idempotency-prune": {"task": "api.tasks.prune_idempotency_records", "schedule": 3600.0},
     "notifications-sweep": {"task": "notifications.tasks.sweep", "schedule": float(NOTIFY_SWEEP_SECONDS)},
     "time-limit-warnings": {"task": "notifications.tasks.time_limit_warnings", "schedule": 60.0},
 }
@@ -262,8 +293,12 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_THROTTLE_CLASSES": ["api.throttling.TokenRateThrottle"],
-    "DEFAULT_THROTTLE_RATES": {"token": env_str("API_THROTTLE_RATE", "600/min")},
+    "DEFAULT_THROTTLE_CLASSES": ["api.throttling.TokenRateThrottle", "api.throttling.UserRateThrottle"],
+    # Per token, and per person over all their tokens and their browser session together.
+    "DEFAULT_THROTTLE_RATES": {
+        "token": env_str("API_THROTTLE_RATE", "600/min"),
+        "user": env_str("API_USER_THROTTLE_RATE", "1200/min"),
+    },
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "api.schema.PortalAutoSchema",
@@ -300,6 +335,9 @@ CACHES = {
         "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
     },
 }
+# Personal API tokens: how many a person may hold, and when a new one expires unless they choose.
+API_MAX_TOKENS_PER_USER = env_int("API_MAX_TOKENS_PER_USER", 20, minimum=1)
+API_TOKEN_DEFAULT_DAYS = env_int("API_TOKEN_DEFAULT_DAYS", 90, minimum=1)
 # --- the service proxy (/w/<uid>/, proxy/) ---------------------------------------------------------
 PROXY_PREFIX = "/w/"
 PROXY_CONNECT_TIMEOUT = env_int("PROXY_CONNECT_TIMEOUT", 5, minimum=1)  # seconds to reach the pod
@@ -321,5 +359,16 @@ API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 API_CURSOR_MAX_AGE_SECONDS = env_int("API_CURSOR_MAX_AGE_SECONDS", 24 * 3600, minimum=60)
 API_IDEMPOTENCY_TTL_SECONDS = env_int("API_IDEMPOTENCY_TTL_SECONDS", 24 * 3600, minimum=60)
 API_LOG_FOLLOW_SECONDS = env_int("API_LOG_FOLLOW_SECONDS", 3600, minimum=10)
+# --- container logs ---
+# A followed log holds a web thread: per user and site-wide (counted in Redis), and per web process (so
+# each keeps threads for pages; keep it below gunicorn's --threads).
+LOG_FOLLOW_MAX_PER_USER = env_int("LOG_FOLLOW_MAX_PER_USER", 4, minimum=1)
+LOG_FOLLOW_MAX_TOTAL = env_int("LOG_FOLLOW_MAX_TOTAL", 64, minimum=1)
+LOG_FOLLOW_MAX_PER_PROCESS = env_int("LOG_FOLLOW_MAX_PER_PROCESS", 4, minimum=1)
+# The page's live log stream ends after this long in all (the browser can start it again).
+LOG_FOLLOW_PAGE_SECONDS = env_int("LOG_FOLLOW_PAGE_SECONDS", 600, minimum=10)
+LOG_MAX_LINE_CHARS = env_int("LOG_MAX_LINE_CHARS", 4096, minimum=80)
+LOG_MAX_BYTES = env_int("LOG_MAX_BYTES", 2 * 1024 * 1024, minimum=1024)
+LOG_MAX_FOLLOW_BYTES = env_int("LOG_MAX_FOLLOW_BYTES", 64 * 1024 * 1024, minimum=1024)
 API_QUEUE_LIMIT = 500
 API_USAGE_MAX_DAYS = 366

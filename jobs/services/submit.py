@@ -24,6 +24,7 @@ from jobs.models import (
 from jobs.models import workloads as workloads_model
 from jobs.selectors import cluster_capacity
 from jobs.services.dispatch import enqueue_admission
+from jobs.services.limits import queue_limits_check
 from jobs.services.validation import CatalogFacts, Facts, GpuTypeFacts, SubmissionInvalid, validate_submission
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,7 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
     """
     if not Membership.objects.filter(user=owner, team=team).exists():
         raise SubmissionInvalid({"team": ["You are not a member of this team."]})
+    queue_limits_check(team=team, owner=owner)
     spec = dict(spec)
     shared = spec.pop("shared_with_team", False)
     if not isinstance(shared, bool):
