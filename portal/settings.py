@@ -179,6 +179,16 @@ KUBE_NAMESPACE_PREFIX = env_str("KUBE_NAMESPACE_PREFIX", "gpuportal-")
 KUBE_WORKLOADS_CLUSTERROLE = env_str("KUBE_WORKLOADS_CLUSTERROLE", "gpuportal-workloads")
 KUBE_SERVICE_ACCOUNT = env_str("KUBE_SERVICE_ACCOUNT")
 
+# --- workspaces ------------------------------------------------------------------------------------
+# Persistent volumes every workload mounts: the owner's home at /home/<username> and the team's shared
+# space at /team, PersistentVolumeClaims in the team namespace from this StorageClass, created on first
+# use and never deleted by the portal (only by an admin's explicit action). Empty: no workspaces.
+# The local cluster's class is `gpuportal-local` (`make run` sets it). Sizes per team in Django admin;
+# these are the defaults.
+WORKSPACE_STORAGE_CLASS = env_str("WORKSPACE_STORAGE_CLASS")
+WORKSPACE_HOME_GIB = env_int("WORKSPACE_HOME_GIB", 10, minimum=1)
+WORKSPACE_TEAM_GIB = env_int("WORKSPACE_TEAM_GIB", 50, minimum=1)
+
 # --- the workload engine ---------------------------------------------------------------------------
 # Objects this installation manages carry this label value, so two portals (or test runs) can share a
 # cluster without touching each other's workloads.
