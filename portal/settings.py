@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "api",
     "telemetry",
     "notifications",
+    "identity",
 ]
 
 MIDDLEWARE = [
@@ -77,6 +78,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "identity.context.sign_in",
             ],
         },
     },
@@ -166,6 +168,27 @@ DEFAULT_FROM_EMAIL = (
     env_str("DEFAULT_FROM_EMAIL") or _EMAIL.get("DEFAULT_FROM_EMAIL") or "GPU Portal <noreply@localhost>"
 )
 SERVER_EMAIL = DEFAULT_FROM_EMAIL
+
+# --- sign-in through the institution's identity provider (identity/) ----------------------------------
+# OpenID Connect, configured by the issuer URL (discovery) and a confidential client. Unset: password
+# sign-in only (as `make run` does).
+OIDC_ISSUER = env_str("OIDC_ISSUER")
+OIDC_CLIENT_ID = env_str("OIDC_CLIENT_ID")
+OIDC_CLIENT_SECRET = env_str("OIDC_CLIENT_SECRET")  # or OIDC_CLIENT_SECRET_FILE (a mounted Secret)
+OIDC_PROVIDER_NAME = env_str("OIDC_PROVIDER_NAME", "your institution")
+OIDC_SCOPES = env_list("OIDC_SCOPES", ["openid", "email", "profile"])
+OIDC_USERNAME_CLAIM = env_str("OIDC_USERNAME_CLAIM", "preferred_username")
+OIDC_EMAIL_CLAIM = env_str("OIDC_EMAIL_CLAIM", "email")
+# Also ask the userinfo endpoint for claims (groups are often only there).
+OIDC_USERINFO = env_bool("OIDC_USERINFO", default=True)
+# Show the password form beside the provider's button. Off: the button only (administrators can still
+# reach the form at /login/?password=1 and /admin/).
+OIDC_PASSWORD_LOGIN = env_bool("OIDC_PASSWORD_LOGIN", default=True)
+OIDC_END_PROVIDER_SESSION = env_bool("OIDC_END_PROVIDER_SESSION", default=True)
+if OIDC_ISSUER and not OIDC_ISSUER.startswith(("https://", "http://")):
+    raise ConfigError(f"OIDC_ISSUER={OIDC_ISSUER!r} is not an http(s) URL")
+if OIDC_ISSUER and not OIDC_CLIENT_ID:
+    raise ConfigError("OIDC_ISSUER is set but OIDC_CLIENT_ID is not")
 
 # --- Kubernetes ------------------------------------------------------------------------------------
 # In a pod, the in-cluster service account is used; otherwise KUBECONFIG (a path) is read.
