@@ -385,8 +385,8 @@ PROXY_ENDPOINT_CACHE_SECONDS = env_int("PROXY_ENDPOINT_CACHE_SECONDS", 5, minimu
 PROXY_ACTIVITY_WRITE_SECONDS = env_int("PROXY_ACTIVITY_WRITE_SECONDS", 60, minimum=1)
 PROXY_STARTING_REFRESH_SECONDS = env_int("PROXY_STARTING_REFRESH_SECONDS", 3, minimum=1)
 PROXY_WS_MAX_MESSAGE_BYTES = env_int("PROXY_WS_MAX_MESSAGE_BYTES", 64 * 1024 * 1024, minimum=1024)
-# Development only (`make run`): where the proxy sends every request outside /w/ (the Django server), so
-# one origin serves the portal and its services. Empty in production, where the ingress routes /w/.
+# Where no ingress routes /w/ (`make run`, docker compose on one box): where the proxy sends every request
+# outside /w/ (the web), so one origin serves the portal and its services. Empty behind an ingress.
 PROXY_PORTAL_UPSTREAM = env_str("PROXY_PORTAL_UPSTREAM", "")
 # The cookies the proxied app may never read or set, beside the session and CSRF cookies.
 PROXY_BLOCKED_COOKIES = env_list("PROXY_BLOCKED_COOKIES", ["messages"])
