@@ -11,5 +11,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("profile/", include("api.profile_urls")),
+    path("notifications/", include("notifications.urls")),
+    path("", include("identity.urls")),
     path("", include("jobs.urls")),
 ]
