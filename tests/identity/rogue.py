@@ -31,7 +31,7 @@ class RogueProvider:
                 self.end_headers()
                 self.wfile.write(raw)
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 if self.path == "/.well-known/openid-configuration":
                     self._json(
                         {
@@ -48,7 +48,7 @@ class RogueProvider:
                 else:
                     self.send_error(404)
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 key = rogue.other_key if rogue.sign_with_other_key else rogue.key
                 id_token = jwt.encode({"alg": "RS256", "kid": "k1"}, rogue.claims, key)

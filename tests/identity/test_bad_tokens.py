@@ -39,7 +39,8 @@ def start(client) -> tuple[str, str]:
     redirect = client.get("/sso/login/")
     assert redirect.status_code == 302
     query = parse_qs(urlsplit(redirect["Location"]).query)
-    assert query["code_challenge_method"] == ["S256"] and query["code_challenge"]  # PKCE
+    assert query["code_challenge_method"] == ["S256"]
+    assert query["code_challenge"]
     return query["state"][0], query["nonce"][0]
 
 
