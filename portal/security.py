@@ -74,3 +74,10 @@ class ContentSecurityPolicyMiddleware:
         if settings.CONTENT_SECURITY_POLICY and "Content-Security-Policy" not in response:
             response["Content-Security-Policy"] = settings.CONTENT_SECURITY_POLICY
         return response
+
+
+def axes_username(request: HttpRequest, credentials: dict | None) -> str:
+    """AXES_USERNAME_CALLABLE: the username the failure is counted for, as a database can store it (a
+    10,000-character or NUL-bearing "username" is a failed sign-in, not a server error)."""
+    raw = (credentials or {}).get("username") or request.POST.get("username") or ""
+    return str(raw).replace("\x00", "")[:150]
