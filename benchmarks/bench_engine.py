@@ -103,14 +103,14 @@ def wait_until(predicate, timeout: float, what: str) -> None:
 def submit_throughput(engine: Engine, n: int = 150) -> Iterator[tuple[str, float]]:
     from kubernetes import client as k8s
 
+    from devtools.engine import provision_now
     from jobs.kube import client as kube
     from jobs.kube import objects
     from jobs.models import State, Workload
-    from jobs.services.submission import namespace_ensure
     from jobs.services.submit import workload_submit
 
     team, user = engine.team()
-    namespace = namespace_ensure(team)
+    namespace = provision_now(engine.identity, team)
     # Baseline: the raw client creating the same Jobs with the worker's concurrency (8), same credentials.
     gpu = objects.GpuTypeSpec("k2", "gputype", "k2", "nvidia.com/gpu", 2000, 8192)
     specs = [

@@ -54,6 +54,29 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 {{- end -}}
 
+{{/* The web's account (web, proxy, beat): read-only, and only inside team namespaces. */}}
+{{- define "gpuportal.webServiceAccountName" -}}
+{{- printf "%s-web" (include "gpuportal.serviceAccountName" . | trunc 59 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/* The provisioner's account: the only one that may create team namespaces and their RoleBindings. */}}
+{{- define "gpuportal.provisionerServiceAccountName" -}}
+{{- printf "%s-provisioner" (include "gpuportal.serviceAccountName" . | trunc 51 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/* The ClusterRole the web's account is bound to in every team namespace (KUBE_READER_CLUSTERROLE). */}}
+{{- define "gpuportal.readerRoleName" -}}
+{{- .Values.rbac.readerRoleName | default (include "gpuportal.partname" (list . "reader")) -}}
+{{- end -}}
+
+{{/* Render the ValidatingAdmissionPolicy? "auto": where the cluster serves it (Kubernetes 1.30+). */}}
+{{- define "gpuportal.admissionPolicyEnabled" -}}
+{{- $mode := .Values.rbac.admissionPolicy -}}
+{{- if or (eq $mode "always") (and (eq $mode "auto") (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy")) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{/* The ClusterRole the portal binds in every team namespace; the app gets it as KUBE_WORKLOADS_CLUSTERROLE. */}}
 {{- define "gpuportal.workloadsRoleName" -}}
 {{- .Values.rbac.workloadsRoleName | default (include "gpuportal.partname" (list . "workloads")) -}}
@@ -108,6 +131,12 @@ BEHIND_TLS_PROXY: {{ ternary "1" "0" $cfg.behindTlsProxy | quote }}
 KUBE_NAMESPACE_PREFIX: {{ $cfg.kubeNamespacePrefix | quote }}
 KUBE_WORKLOADS_CLUSTERROLE: {{ include "gpuportal.workloadsRoleName" . | quote }}
 KUBE_SERVICE_ACCOUNT: {{ printf "%s/%s" .Release.Namespace (include "gpuportal.serviceAccountName" .) | quote }}
+KUBE_READER_CLUSTERROLE: {{ include "gpuportal.readerRoleName" . | quote }}
+KUBE_WEB_SERVICE_ACCOUNT: {{ printf "%s/%s" .Release.Namespace (include "gpuportal.webServiceAccountName" .) | quote }}
+TEAM_EGRESS_ALLOW_CIDRS: {{ .Values.networkPolicy.teamEgress.allowCidrs | join "," | quote }}
+TEAM_EGRESS_DENY_CIDRS: {{ .Values.networkPolicy.teamEgress.denyCidrs | join "," | quote }}
+TEAM_INGRESS_PROXY_LABELS: {{ printf "app.kubernetes.io/instance=%s,app.kubernetes.io/component=proxy" .Release.Name | quote }}
+TEAM_INGRESS_PORTAL_NAMESPACE_LABELS: {{ printf "kubernetes.io/metadata.name=%s" .Release.Namespace | quote }}
 PORTAL_INSTANCE: {{ include "gpuportal.instance" . | quote }}
 PORTAL_VAR_DIR: "/tmp/gpuportal"
 HOME: "/tmp"
@@ -242,6 +271,7 @@ rendered, so `helm install`, `helm upgrade` and `helm template` all stop here wi
 {{/*
 The pod template of a portal process (web, worker, beat, tracker). Call with a dict:
   root: $, component: "web", spec: .Values.web, command: list, automountToken: bool,
+  account: the ServiceAccount's name (optional; the engine's by default),
   ports/probes: YAML strings for the container (optional).
 */}}
 {{- define "gpuportal.portalPodTemplate" -}}
@@ -259,7 +289,7 @@ metadata:
     {{- toYaml . | nindent 4 }}
     {{- end }}
 spec:
-  serviceAccountName: {{ include "gpuportal.serviceAccountName" $root }}
+  serviceAccountName: {{ .account | default (include "gpuportal.serviceAccountName" $root) }}
   # Only the processes that call the Kubernetes API get a token (see values: <component>.automountServiceAccountToken).
   automountServiceAccountToken: {{ .automountToken }}
   {{- with $root.Values.imagePullSecrets }}
