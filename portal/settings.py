@@ -263,7 +263,8 @@ SPECTACULAR_SETTINGS = {
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "api": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        # JSON only: Django's RedisCache unpickles what it reads (portal/cache.py).
+        "BACKEND": "portal.cache.JsonRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "gpuportal-api",
         "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
