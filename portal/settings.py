@@ -179,6 +179,14 @@ TELEMETRY_IDLE_CHECK_SECONDS = env_int("TELEMETRY_IDLE_CHECK_SECONDS", 300, mini
 # --- Redis and Celery ----------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+# rediss:// (TLS): kombu insists on being told how to check the server's certificate; verify it against
+# the system's CAs (or REDIS_TLS_CA_FILE) unless the URL says otherwise (?ssl_cert_reqs=...).
+if CELERY_BROKER_URL.startswith("rediss://") and "ssl_cert_reqs" not in CELERY_BROKER_URL:
+    import ssl
+
+    CELERY_BROKER_USE_SSL = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
+    if env_str("REDIS_TLS_CA_FILE"):
+        CELERY_BROKER_USE_SSL["ssl_ca_certs"] = env_str("REDIS_TLS_CA_FILE")
 CELERY_RESULT_BACKEND = None  # tasks report through the database, never through results
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]

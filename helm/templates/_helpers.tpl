@@ -105,11 +105,11 @@ true
 
 {{/*
 Does the chart's own Secret hold anything? It holds SECRET_KEY unless an existing Secret gives it,
-DATABASE_URL (and the bundled database's password) unless an existing Secret gives it, and REDIS_URL
-when an external Redis URL is given in values (it may carry a password).
+DATABASE_URL (and the bundled database's password) unless an existing Secret gives it, REDIS_URL and
+REDIS_PASSWORD with the bundled Redis, and REDIS_URL when an external Redis URL is given in values.
 */}}
 {{- define "gpuportal.ownSecretNeeded" -}}
-{{- if or (not .Values.secret.existingSecret) (not .Values.externalDatabase.existingSecret) (and (not .Values.redis.enabled) .Values.externalRedis.url) -}}
+{{- if or (not .Values.secret.existingSecret) (not .Values.externalDatabase.existingSecret) .Values.redis.enabled (and (not .Values.redis.enabled) .Values.externalRedis.url) -}}
 true
 {{- end -}}
 {{- end -}}
@@ -140,9 +140,6 @@ TEAM_INGRESS_PORTAL_NAMESPACE_LABELS: {{ printf "kubernetes.io/metadata.name=%s"
 PORTAL_INSTANCE: {{ include "gpuportal.instance" . | quote }}
 PORTAL_VAR_DIR: "/tmp/gpuportal"
 HOME: "/tmp"
-{{- if .Values.redis.enabled }}
-REDIS_URL: {{ printf "redis://%s:%d/0" (include "gpuportal.redisHost" .) (int .Values.redis.service.port) | quote }}
-{{- end }}
 {{- range $name, $value := .Values.extraEnv }}
 {{ $name }}: {{ $value | toString | quote }}
 {{- end }}
@@ -194,10 +191,13 @@ REDIS_URL: {{ printf "redis://%s:%d/0" (include "gpuportal.redisHost" .) (int .V
     secretKeyRef:
       name: {{ default (include "gpuportal.secretName" .) .Values.externalDatabase.existingSecret }}
       key: {{ ternary .Values.externalDatabase.existingSecretKey "DATABASE_URL" (ne .Values.externalDatabase.existingSecret "") }}
-{{- if not .Values.redis.enabled }}
 - name: REDIS_URL
   valueFrom:
     secretKeyRef:
+{{- if .Values.redis.enabled }}
+      name: {{ include "gpuportal.secretName" . }}
+      key: REDIS_URL
+{{- else }}
       name: {{ default (include "gpuportal.secretName" .) .Values.externalRedis.existingSecret }}
       key: {{ ternary .Values.externalRedis.existingSecretKey "REDIS_URL" (ne .Values.externalRedis.existingSecret "") }}
 {{- end }}
@@ -215,7 +215,7 @@ REDIS_URL: {{ printf "redis://%s:%d/0" (include "gpuportal.redisHost" .) (int .V
 {{- define "gpuportal.checksums" -}}
 checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
 {{- /* The Secret may hold generated values, so hash what feeds it, not a fresh render of it. */}}
-checksum/secret: {{ list .Values.secret .Values.externalDatabase .Values.externalRedis .Values.postgresql.auth | toJson | sha256sum }}
+checksum/secret: {{ list .Values.secret .Values.externalDatabase .Values.externalRedis .Values.postgresql.auth .Values.redis.password | toJson | sha256sum }}
 {{- end -}}
 
 {{/* Volumes every portal pod gets: a writable /tmp on a read-only root filesystem. */}}

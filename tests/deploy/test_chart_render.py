@@ -319,7 +319,15 @@ def test_default_install_generates_a_secret_key_and_database_password_once() -> 
     # A hook before the migration Job, which needs it before the release's own objects exist.
     assert secret["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
     assert int(secret["metadata"]["annotations"]["helm.sh/hook-weight"]) < 0
-    assert config_map(manifests)["REDIS_URL"] == "redis://gp-gpuportal-redis:6379/0"
+    # The bundled Redis asks for a generated password; REDIS_URL, which carries it, is in the Secret too.
+    assert len(data["REDIS_PASSWORD"]) == 32
+    assert data["REDIS_URL"] == f"redis://:{data['REDIS_PASSWORD']}@gp-gpuportal-redis:6379/0"
+    assert "REDIS_URL" not in config_map(manifests)
+    [redis] = find(manifests, "StatefulSet", "gp-gpuportal-redis")["spec"]["template"]["spec"]["containers"]
+    assert redis["command"][-2:] == ["--requirepass", "$(REDIS_PASSWORD)"]
+    assert env_of(redis)["REDIS_PASSWORD"] == {"secretKeyRef": {"name": "gp-gpuportal", "key": "REDIS_PASSWORD"}}
+    [web] = deployment(manifests, "web")["spec"]["template"]["spec"]["containers"]
+    assert env_of(web)["REDIS_URL"] == {"secretKeyRef": {"name": "gp-gpuportal", "key": "REDIS_URL"}}
     postgres = find(manifests, "StatefulSet", "gp-gpuportal-postgresql")
     [container] = postgres["spec"]["template"]["spec"]["containers"]
     assert env_of(container)["POSTGRES_PASSWORD"] == {
