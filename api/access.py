@@ -1,7 +1,7 @@
 """Who may see and do what through the API, on top of the engine's selectors.
 
-Members see everything in their teams and nothing outside them (404, never 403, so outsiders cannot
-probe). Members cancel their own workloads, managers any in their team. Superusers see all teams.
+The rules themselves (who sees, cancels, sets priority, sees whose usage) are `jobs.policy`'s; this module
+turns them into DRF answers and resolves teams named in requests. Superusers see all teams.
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from django.db.models import QuerySet
 from rest_framework.exceptions import NotFound, PermissionDenied
 
 from api.errors import Invalid
+from jobs import policy
 from jobs.models import Team, Workload
-from jobs.selectors import is_manager, teams_for, workloads_visible_to
+from jobs.selectors import teams_for
 
 
 def visible_teams(user) -> QuerySet[Team]:
@@ -21,12 +22,7 @@ def visible_teams(user) -> QuerySet[Team]:
 
 
 def visible_workloads(user) -> QuerySet[Workload]:
-    if user.is_superuser:
-        return Workload.objects.all()
-    # The explicit team ids say the same as the selector's EXISTS, in a form PostgreSQL can answer from
-    # the (team, -created_at) index: the newest 50 of 100,000 without sorting them all.
-    team_ids = list(teams_for(user).values_list("id", flat=True))
-    return workloads_visible_to(user).filter(team_id__in=team_ids)
+    return policy.visible_workloads(user)
 
 
 def team_by_slug(user, slug: str) -> Team:
@@ -55,6 +51,6 @@ def resolve_team(user, slug: str | None) -> Team:
 
 
 def check_may_cancel(user, workload: Workload) -> None:
-    if user.is_superuser or workload.owner_id == user.id or is_manager(user, workload.team):
+    if policy.may_cancel(user, workload):
         return
     raise PermissionDenied("Only the workload's owner or a manager of its team can cancel it.")

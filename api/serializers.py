@@ -47,8 +47,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
         model = Workload
         fields = [
             "uid", "name", "team", "owner", "kind", "image", "catalog_image", "gpu_type", "gpu_count",
-            "command", "args", "env", "port", "time_limit_seconds", "priority",
-            "state", "reason", "message", "exit_code", "queue_position", "gpu_hours",
+            "command", "args", "env", "port", "time_limit_seconds", "priority", "restartable", "borrowed",
+            "attempt", "estimated_start_at", "wait_reason", "state", "reason", "message", "exit_code", "queue_position", "gpu_hours",
             "namespace", "k8s_name", "node_name", "pod_name",
             "created_at", "admitted_at", "submitted_at", "started_at", "finished_at", "state_changed_at",
         ]  # fmt: skip
@@ -74,7 +74,10 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "image": w.image, "catalog_image": w.catalog_image_id, "gpu_type": w.gpu_type.slug,
             "gpu_count": w.gpu_count, "command": list(w.command or []), "args": list(w.args or []),
             "env": [{"name": e["name"], "value": e["value"]} for e in w.env or []], "port": w.port,
-            "time_limit_seconds": w.time_limit_seconds, "priority": w.priority, "state": w.state,
+            "time_limit_seconds": w.time_limit_seconds, "priority": w.priority, "restartable": w.restartable,
+            "borrowed": w.borrowed, "attempt": w.attempt,
+            "estimated_start_at": _when(w.estimated_start_at) if w.state == State.QUEUED else None,
+            "wait_reason": w.wait_reason if w.state == State.QUEUED else "", "state": w.state,
             "reason": w.reason, "message": w.message, "exit_code": w.exit_code,
             "queue_position": self.get_queue_position(w), "gpu_hours": self.get_gpu_hours(w),
             "namespace": w.namespace, "k8s_name": w.k8s_name, "node_name": w.node_name, "pod_name": w.pod_name,
@@ -107,6 +110,11 @@ class WorkloadCreateSerializer(serializers.Serializer):
     port = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=65535)
     time_limit_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1)
     priority = serializers.IntegerField(required=False, default=0, min_value=-100, max_value=100)
+    restartable = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Batch jobs: if preempted by a lender reclaiming its GPUs, requeue at the front instead of failing.",
+    )
 
 
 _STRING_FIELDS = {"team", "name", "kind", "image", "gpu_type"}
@@ -133,6 +141,8 @@ def parse_submission(payload: Any) -> tuple[str | None, dict[str, Any]]:
             and (isinstance(value, bool) or not isinstance(value, int))
         ):
             errors[name] = ["Must be an integer or null."]
+        elif name == "restartable" and not isinstance(value, bool):
+            errors[name] = ["Must be true or false."]
         elif name in _LIST_FIELDS and not (isinstance(value, list) and all(isinstance(x, str) for x in value)):
             errors[name] = ["Must be a list of strings."]
         elif name == "env" and not (

@@ -17,6 +17,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from kubernetes.client.exceptions import ApiException
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -43,6 +44,7 @@ from api.serializers import (
     WorkloadSerializer,
     parse_submission,
 )
+from jobs import policy
 from jobs.kube.client import KubeConfigError, classify
 from jobs.models import CatalogImage, GpuType, Membership, State, Workload
 from jobs.selectors import cluster_capacity, team_quota_use, with_queue_position
@@ -153,6 +155,9 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         if self.action == "list":
             return queryset  # queue positions are added per page (list), not computed for every row
         return with_queue_position(queryset)
+
+    def get_object(self) -> Workload:
+        return policy.workload_or_404(self.request.user, self.kwargs["uid"], self.get_queryset())
 
     def list(self, request: Request) -> Response:
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
@@ -398,10 +403,13 @@ class UsageView(ApiViewMixin, APIView):
         group_by = request.query_params.get("group_by") or "day"
         if group_by not in GROUPS:
             raise Invalid({"group_by": ["One of: day, user, gpu_type."]})
-        user_ids = None
+        user_ids = policy.usage_user_ids(request.user, team)  # None: every member's
         username = request.query_params.get("user")
         if username:
-            user_ids = list(User.objects.filter(username=username).values_list("id", flat=True))
+            wanted = list(User.objects.filter(username=username).values_list("id", flat=True))
+            if user_ids is not None and set(wanted) - set(user_ids):
+                raise PermissionDenied("Only a manager of the team sees another member's usage.")
+            user_ids = wanted
         rows = accounting.usage_report_days(first_day=start, last_day=end, team_ids=[team.id], user_ids=user_ids)
         grouped = accounting.totals(rows, by=GROUPS[group_by])
         names = self._key_names(group_by, grouped)

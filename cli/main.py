@@ -10,13 +10,14 @@ import argparse
 import json
 import sys
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from cli import config
 from cli.client import ApiError, PortalClient, Unreachable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_TIMEOUT = 0, 1, 2, 3, 4
-FINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+FINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "PREEMPTED"}
 NOT_STARTED = {"QUEUED", "SUBMITTING", "PENDING"}
 
 
@@ -45,6 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--port", type=int, help="port a service listens on")
     submit.add_argument("--time-limit", type=int, metavar="SECONDS")
     submit.add_argument("--priority", type=int, help="queue priority (team managers only)")
+    submit.add_argument(
+        "--restartable",
+        action="store_true",
+        default=None,
+        help="if preempted by a lender reclaiming its GPUs, requeue it at the front instead of failing (batch)",
+    )
     submit.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="repeatable")
     submit.add_argument("--args", action="store_true", help="what follows `--` are arguments, not the command")
     submit.add_argument("--wait", action="store_true", help="wait until it finishes; exit 0 only if it succeeded")
@@ -109,6 +116,7 @@ def cmd_submit(client: PortalClient, args: argparse.Namespace) -> int:
         "port": args.port,
         "time_limit_seconds": args.time_limit,
         "priority": args.priority,
+        "restartable": args.restartable,
     }
     spec.update({k: v for k, v in optional.items() if v is not None})
     words = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
@@ -214,11 +222,33 @@ def _wait(client: PortalClient, uid: str, *, timeout: float, interval: float, qu
 
 def _state(workload: dict) -> str:
     state = workload["state"]
-    if state == "QUEUED" and workload.get("queue_position"):
-        return f"QUEUED #{workload['queue_position']}"
+    if state == "QUEUED":
+        shown = f"QUEUED #{workload['queue_position']}" if workload.get("queue_position") else state
+        if workload.get("wait_reason"):
+            shown += f", starts {_about(workload.get('estimated_start_at'))} (waits for {workload['wait_reason']})"
+        return shown
+    if workload.get("borrowed") and state not in FINAL:
+        return f"{state} [borrowed]"
     if state in ("FAILED", "PENDING") and workload.get("reason"):
         return f"{state} ({workload['reason']})"
     return state
+
+
+def _about(when: str | None) -> str:
+    """An estimated start for people: "about 40 min" (the portal's own wording)."""
+    if not when:
+        return "not within a week"
+    seconds = (datetime.fromisoformat(when.replace("Z", "+00:00")) - datetime.now(UTC)).total_seconds()
+    minutes = max(0.0, seconds) / 60
+    if minutes < 1:
+        return "within a minute"
+    if minutes < 10:
+        return f"about {round(minutes)} min"
+    if minutes < 90:
+        return f"about {int(5 * round(minutes / 5))} min"
+    if minutes < 36 * 60:
+        return f"about {round(minutes / 60)} h"
+    return f"about {round(minutes / 1440)} days"
 
 
 def _show(args: argparse.Namespace, workload: dict, text: str) -> None:

@@ -66,6 +66,11 @@ class LaunchForm(forms.Form):
         choices=[(unit, unit) for unit in TIME_UNITS], initial="hours", label="Time limit unit"
     )
     priority = forms.IntegerField(required=False, min_value=-100, max_value=100, help_text="Managers only.")
+    restartable = forms.BooleanField(
+        required=False,
+        label="Restartable",
+        help_text="Batch jobs on borrowed GPUs: if the lender reclaims them, requeue at the front instead of failing.",
+    )
 
     def __init__(
         self,
@@ -140,6 +145,8 @@ class LaunchForm(forms.Form):
         }
         if "priority" in self.fields and data.get("priority") is not None:
             spec["priority"] = data["priority"]
+        if data.get("restartable") and data["kind"] == Kind.BATCH:
+            spec["restartable"] = True
         return spec
 
     def add_submission_errors(self, errors: dict[str, list[str]]) -> None:
@@ -181,6 +188,7 @@ def initial_from_workload(workload: Workload) -> dict[str, Any]:
         "time_limit": limit,
         "time_limit_unit": unit,
         "priority": workload.priority or None,
+        "restartable": workload.restartable,
     }
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db.models import Count, Exists, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
+from jobs import policy
 from jobs.models import GpuNode, GpuType, Membership, Quota, Role, State, Team, Workload
 
 
@@ -22,10 +23,8 @@ def is_manager(user, team: Team) -> bool:
 
 
 def workloads_visible_to(user) -> QuerySet[Workload]:
-    """Everything in the user's teams (teammates see each other's work; outsiders see nothing)."""
-    if not user.is_authenticated:
-        return Workload.objects.none()
-    return Workload.objects.filter(Exists(Membership.objects.filter(user=user, team=OuterRef("team_id"))))
+    """Everything the user may see; the rule is `jobs.policy.visible_workloads`."""
+    return policy.visible_workloads(user)
 
 
 def with_queue_position(queryset: QuerySet[Workload]) -> QuerySet[Workload]:

@@ -14,7 +14,16 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from jobs.models import Team, Workload
-from jobs.services import accounting, admission, inventory, lifecycle, provisioning, submission
+from jobs.services import (
+    accounting,
+    admission,
+    estimates,
+    inventory,
+    lifecycle,
+    preemption,
+    provisioning,
+    submission,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +65,16 @@ def delete_objects(workload_id: int) -> None:
     workload = Workload.objects.select_related("team").filter(id=workload_id).first()
     if workload is not None:
         submission.workload_delete_objects(workload)
+
+
+@shared_task(name="jobs.tasks.preempt_objects", acks_late=True, **RETRY)
+def preempt_objects(workload_id: int, name: str) -> None:
+    preemption.delete_preempted_objects(workload_id, name)
+
+
+@shared_task(name="jobs.tasks.estimate")
+def estimate(team_id: int, gpu_type_id: int) -> int:
+    return len(estimates.estimate(team_id=team_id, gpu_type_id=gpu_type_id))
 
 
 @shared_task(name="jobs.tasks.sweep")

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from jobs import policy
 from jobs.forms import LaunchForm, initial_from_workload, join_args
-from jobs.models import AllowedRegistry, CatalogImage, GpuType
+from jobs.models import AllowedRegistry, CatalogImage, GpuType, Workload
 from jobs.selectors import (
     cluster_capacity,
     launch_outlook,
     queue_position,
     team_quota_use,
-    workloads_visible_to,
 )
 from jobs.services.submit import gather_facts, workload_submit
 from jobs.services.validation import SubmissionInvalid, cuda_tuple
@@ -46,7 +46,11 @@ def launch(request: HttpRequest) -> HttpResponse:
     acting = request.acting
     catalog = list(CatalogImage.objects.filter(enabled=True))
     gpu_types = list(GpuType.objects.filter(enabled=True))
-    options = {"catalog": catalog, "gpu_types": gpu_types, "may_set_priority": acting.is_manager}
+    options = {
+        "catalog": catalog,
+        "gpu_types": gpu_types,
+        "may_set_priority": policy.may_set_priority(request.user, acting.team),
+    }
     # What submission judges against (quotas, node sizes, driver CUDA versions): the picker shows it.
     facts = gather_facts(team=acting.team, user=request.user)
     if request.method == "POST":
@@ -75,9 +79,7 @@ def launch(request: HttpRequest) -> HttpResponse:
         cuda_needed = ""
         clone_of = request.GET.get("clone")
         if clone_of:
-            source = workloads_visible_to(request.user).select_related("gpu_type").filter(uid=clone_of).first()
-            if source is None:
-                raise Http404("No such workload.")
+            source = policy.workload_or_404(request.user, clone_of, Workload.objects.select_related("gpu_type"))
             initial = initial_from_workload(source)
         elif catalog:
             first = catalog[0]

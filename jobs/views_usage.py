@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from jobs import policy
 from jobs.forms import UsageRangeForm
 from jobs.models import GpuType
 from jobs.services.accounting import UsageRow, totals, usage_report_days
@@ -28,7 +29,8 @@ def usage(request: HttpRequest) -> HttpResponse:
         return render(request, "jobs/usage.html", {"form": form, "has_usage": False}, status=400)
     first_day, last_day = form.cleaned_data["start"], form.cleaned_data["end"]
     team_rows = usage_report_days(first_day=first_day, last_day=last_day, team_ids=[acting.team.id])
-    rows = team_rows if acting.is_manager else [r for r in team_rows if r.user_id == request.user.id]
+    whose = policy.usage_user_ids(request.user, acting.team)  # None: every member's
+    rows = team_rows if whose is None else [r for r in team_rows if r.user_id in whose]
     gpu_types = {t.id: t for t in GpuType.objects.all()}
     users = {u.id: u for u in get_user_model().objects.filter(id__in={r.user_id for r in rows})}
 
@@ -62,7 +64,7 @@ def usage(request: HttpRequest) -> HttpResponse:
             "last_day": last_day,
             "chart": chart,
             "has_usage": bool(rows),
-            "whole_team": acting.is_manager,
+            "whole_team": whose is None,
             "team_total": team_total,
             "own_total": (sum(v[0] for v in by_user.values()), sum(v[1] for v in by_user.values())),
             "by_type": [(gpu_types[k], hours, weighted) for k, (hours, weighted) in by_type.items()],

@@ -1,6 +1,6 @@
 """Workload pages: the list, the detail page with its live parts, logs, events and cancelling.
 
-Every lookup goes through workloads_visible_to, so a workload of another team is a 404, never a 403
+Every lookup goes through jobs.policy, so a workload of another team is a 404, never a 403
 that would confirm it exists.
 """
 
@@ -11,14 +11,15 @@ from collections.abc import Iterator
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from jobs import policy
 from jobs.forms import WorkloadFilterForm
 from jobs.models import GpuType, Kind, State, Workload
-from jobs.selectors import is_manager, queue_position, team_quota_use, with_queue_position, workloads_visible_to
+from jobs.selectors import queue_position, team_quota_use, with_queue_position, workloads_visible_to
 from jobs.services.cancel import workload_cancel
 from jobs.services.errors import WorkloadStateError
 from jobs.services.logs import LogsUnavailable, follow_logs, workload_events, workload_logs
@@ -32,15 +33,9 @@ CLUSTER_UNREACHABLE = "The cluster can't be reached right now; try again in a mo
 
 
 def _workload(request: HttpRequest, uid: str) -> Workload:
-    workload = (
-        workloads_visible_to(request.user)
-        .select_related("team", "owner", "gpu_type", "catalog_image")
-        .filter(uid=uid)
-        .first()
+    return policy.workload_or_404(
+        request.user, uid, Workload.objects.select_related("team", "owner", "gpu_type", "catalog_image")
     )
-    if workload is None:
-        raise Http404("No such workload.")
-    return workload
 
 
 @team_page
@@ -72,11 +67,6 @@ def workload_list(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _may_cancel(user, workload: Workload) -> bool:
-    """The owner, or a manager of the workload's team."""
-    return workload.owner_id == user.id or is_manager(user, workload.team)
-
-
 def _detail_context(request: HttpRequest, workload: Workload) -> dict:
     position = queue_position(workload)
     quota = None
@@ -84,7 +74,7 @@ def _detail_context(request: HttpRequest, workload: Workload) -> dict:
         quota = next((q for q in team_quota_use(workload.team) if q.gpu_type.id == workload.gpu_type_id), None)
     return {
         "workload": workload,
-        "may_cancel": not workload.is_final and _may_cancel(request.user, workload),
+        "may_cancel": not workload.is_final and policy.may_cancel(request.user, workload),
         "position": position,
         "quota": quota,
         "timeline": list(workload.events.all()),
@@ -174,7 +164,7 @@ def workload_cancel_confirm(request: HttpRequest, uid: str) -> HttpResponse:
 @require_POST
 def workload_cancel_view(request: HttpRequest, uid: str) -> HttpResponse:
     workload = _workload(request, uid)
-    if not _may_cancel(request.user, workload):
+    if not policy.may_cancel(request.user, workload):
         messages.error(request, "Only its owner or a team manager can cancel this workload.")
         return redirect("workload_detail", uid=workload.uid)
     try:

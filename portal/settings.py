@@ -166,6 +166,10 @@ PORTAL_STUCK_SUBMIT_SECONDS = env_int("PORTAL_STUCK_SUBMIT_SECONDS", 30, minimum
 PORTAL_RESYNC_SECONDS = env_int("PORTAL_RESYNC_SECONDS", 30, minimum=1)
 PORTAL_SWEEP_SECONDS = env_int("PORTAL_SWEEP_SECONDS", 15, minimum=1)
 PORTAL_LIMITS_SECONDS = env_int("PORTAL_LIMITS_SECONDS", 10, minimum=1)
+# Preempting a borrowed workload: SIGTERM, then this many seconds before the kill.
+PORTAL_PREEMPT_GRACE_SECONDS = env_int("PORTAL_PREEMPT_GRACE_SECONDS", 20, minimum=0)
+# Fair-share and estimates look this far back into each user's history.
+PORTAL_HISTORY_DAYS = env_int("PORTAL_HISTORY_DAYS", 14, minimum=1)
 
 # --- GPU telemetry (node agents' reports) --------------------------------------------------------------
 # Per-workload GPU minutes older than this are deleted by the hourly prune task.

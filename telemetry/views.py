@@ -7,15 +7,15 @@ import logging
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
 from agent.report import Report, ReportError
+from jobs import policy
 from jobs.models import Workload
-from jobs.selectors import workloads_visible_to
 from telemetry.chart import workload_gpu_chart
 from telemetry.selectors import nodes_overview, workload_gpu_series, workload_gpu_summary
 from telemetry.services.ingest import ReportRejected, report_ingest
@@ -95,10 +95,7 @@ def nodes(request: HttpRequest) -> HttpResponse:
 
 
 def _visible_workload(request: HttpRequest, uid: str) -> Workload:
-    workload = workloads_visible_to(request.user).filter(uid=uid).first()
-    if workload is None:
-        raise Http404("No such workload")
-    return workload
+    return policy.workload_or_404(request.user, uid)
 
 
 @login_required

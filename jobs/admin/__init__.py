@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from jobs.admin import catalog, teams, workloads
+from jobs.admin import catalog, sharing, teams, workloads
 
-__all__ = ["catalog", "teams", "workloads"]
+__all__ = ["catalog", "sharing", "teams", "workloads"]

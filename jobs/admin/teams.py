@@ -6,6 +6,7 @@ from django.db.models.functions import Coalesce
 
 from jobs.admin.quota_changes import quota_change_record
 from jobs.models import Membership, Quota, QuotaChange, State, Team, Workload
+from jobs.services.sharing import sharing_changed
 
 
 def _gpus(states) -> Coalesce:
@@ -33,7 +34,7 @@ class MembershipInline(admin.TabularInline):
 class QuotaInline(admin.TabularInline):
     model = Quota
     extra = 0
-    fields = ["gpu_type", "max_gpus", "use"]
+    fields = ["gpu_type", "max_gpus", "borrowing_limit", "lending_limit", "user_max_gpus", "use"]
     readonly_fields = ["use"]
 
     def get_queryset(self, request):
@@ -64,10 +65,26 @@ class QuotaChangeInline(admin.TabularInline):
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
-    list_display = ["name", "slug", "monthly_gpu_hour_budget"]
+    list_display = ["name", "slug", "cohort", "monthly_gpu_hour_budget", "fair_share"]
+    list_filter = ["cohort", "fair_share"]
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [MembershipInline, QuotaInline, QuotaChangeInline]
+
+    def save_model(self, request, obj, form, change):
+        # A team leaving a cohort takes its borrowing with it; the cohort it left is re-planned too.
+        self._cohort_before = Team.objects.filter(id=obj.id).values_list("cohort_id", flat=True).first()
+        super().save_model(request, obj, form, change)
+
+    def save_related(self, request, form, formsets, change):
+        super().save_related(request, form, formsets, change)
+        team = form.instance
+        affected = {team.id}
+        for cohort_id in {getattr(self, "_cohort_before", None), team.cohort_id} - {None}:
+            affected |= set(Team.objects.filter(cohort_id=cohort_id).values_list("id", flat=True))
+        admitted = sharing_changed(sorted(affected))
+        if admitted:
+            messages.info(request, f"Sharing settings applied; admission admitted {admitted} queued workload(s).")
 
     def save_formset(self, request, form, formset, change):
         if formset.model is not Quota:
@@ -91,7 +108,16 @@ class TeamAdmin(admin.ModelAdmin):
 
 @admin.register(Quota)
 class QuotaAdmin(admin.ModelAdmin):
-    list_display = ["team", "gpu_type", "max_gpus", "in_use", "queued", "updated_at"]
+    list_display = [
+        "team",
+        "gpu_type",
+        "max_gpus",
+        "borrowing_limit",
+        "lending_limit",
+        "in_use",
+        "queued",
+        "updated_at",
+    ]
     list_filter = ["gpu_type", "team"]
     list_select_related = ["team", "gpu_type"]
     search_fields = ["team__name", "team__slug"]
@@ -124,6 +150,7 @@ class QuotaAdmin(admin.ModelAdmin):
         )
         if recorded is not None:
             _tell(request, recorded)
+        sharing_changed([obj.team_id])
 
     def delete_model(self, request, obj):
         team, gpu_type, old = obj.team, obj.gpu_type, obj.max_gpus

@@ -11,6 +11,7 @@ from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
 
+from jobs import policy
 from jobs.models import GpuType, State, Team, Workload, WorkloadEvent
 from jobs.services.accounting import usage_report_days
 from jobs.services.admission import quota_admit
@@ -57,10 +58,23 @@ class WorkloadAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False  # submissions go through the portal or the API, which validate them
 
+    def get_queryset(self, request: HttpRequest):
+        # Staff who are not superusers administer their own teams' workloads only (jobs.policy).
+        return super().get_queryset(request).filter(id__in=policy.visible_workloads(request.user).values("id"))
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Workload | None = None):
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None and not policy.may_set_priority(request.user, obj.team_id):
+            fields.append("priority")
+        return fields
+
     @admin.action(description="Cancel the selected workloads", permissions=["change"])
     def cancel_workloads(self, request: HttpRequest, queryset) -> None:
         cancelled, refused = 0, []
         for workload in queryset.select_related("team", "owner"):
+            if not policy.may_cancel(request.user, workload):
+                refused.append(f"You may not cancel {workload}: only its owner, a manager of its team or a superuser.")
+                continue
             try:
                 workload_cancel(workload=workload, by=request.user)
                 cancelled += 1

@@ -38,6 +38,12 @@ def object_name(workload_name: str, uid: str) -> str:
     return dns_label(workload_name, max_length=63 - len(suffix), fallback="w") + suffix
 
 
+def attempt_name(workload_name: str, uid: str, attempt: int) -> str:
+    """The object name of one attempt: a batch job requeued after preemption runs again under a new name,
+    so its next Job never adopts (or is confused with) the one still being deleted."""
+    return object_name(workload_name, uid if not attempt else f"{uid}-{attempt}")
+
+
 def label_value(text: str) -> str:
     """A valid label value for any string; a hash suffix keeps distinct long values distinct."""
     value = _NOT_LABEL.sub("_", text).strip("_.-")

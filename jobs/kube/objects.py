@@ -61,10 +61,11 @@ class WorkloadSpec:
     port: int | None = None
     instance: str = "default"
     extra_labels: dict[str, str] = field(default_factory=dict)
+    attempt: int = 0
 
     @property
     def object_name(self) -> str:
-        return names.object_name(self.name, self.uid)
+        return names.attempt_name(self.name, self.uid, self.attempt)
 
 
 def labels(spec: WorkloadSpec) -> dict[str, str]:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from jobs.models.audit import QuotaChange
 from jobs.models.catalog import AllowedRegistry, CatalogImage, GpuNode, GpuType
+from jobs.models.sharing import Cohort
 from jobs.models.teams import Membership, Quota, Role, Team
-from jobs.models.usage import RolledUpDay, UsageDaily
+from jobs.models.usage import BillingWeight, RolledUpDay, UsageDaily
 from jobs.models.workloads import Kind, State, Workload, WorkloadEvent
 
 __all__ = [
     "AllowedRegistry",
+    "BillingWeight",
     "CatalogImage",
+    "Cohort",
     "GpuNode",
     "GpuType",
     "Kind",

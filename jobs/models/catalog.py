@@ -4,6 +4,7 @@ from decimal import Decimal
 
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
+from django.utils import timezone
 
 CUDA_VERSION = RegexValidator(r"^\d{1,2}\.\d{1,2}$", "A CUDA version such as 12.2.")
 LABEL_VALUE = RegexValidator(
@@ -43,6 +44,17 @@ class GpuType(models.Model):
 
     def __str__(self) -> str:
         return self.display_name
+
+    def save(self, *args, **kwargs) -> None:
+        super().save(*args, **kwargs)
+        # Whoever edits the weight (admin, seed, shell), its history is kept for billing past days.
+        from jobs.models.usage import BillingWeight
+
+        latest = BillingWeight.objects.filter(gpu_type=self).order_by("-valid_from").first()
+        if latest is None or latest.weight != Decimal(self.billing_weight):
+            BillingWeight.objects.update_or_create(
+                gpu_type=self, valid_from=timezone.localdate(), defaults={"weight": self.billing_weight}
+            )
 
 
 class GpuNode(models.Model):

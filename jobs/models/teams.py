@@ -25,6 +25,25 @@ class Team(models.Model):
         validators=[MinValueValidator(Decimal(0))],
         help_text="GPU-hours the team may use per calendar month (billing weights applied). Empty: no budget.",
     )
+    cohort = models.ForeignKey(
+        "jobs.Cohort",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="teams",
+        help_text="Teams in a cohort may borrow the GPUs the others leave idle.",
+    )
+    fair_share = models.BooleanField(
+        default=False,
+        help_text="Order the team's queue by each user's recent GPU-hours (least first) instead of FIFO; "
+        "priorities still come first.",
+    )
+    fair_share_half_life_hours = models.PositiveIntegerField(
+        default=24, validators=[MinValueValidator(1)], help_text="Past usage counts half after this many hours."
+    )
+    user_max_queued = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Most workloads one member may have waiting at once. Empty: no cap."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -63,6 +82,17 @@ class Quota(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quotas")
     gpu_type = models.ForeignKey("jobs.GpuType", on_delete=models.CASCADE, related_name="quotas")
     max_gpus = models.PositiveIntegerField()
+    borrowing_limit = models.PositiveIntegerField(
+        default=0, help_text="GPUs of this type the team may borrow beyond its quota from its cohort's idle ones."
+    )
+    lending_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Most of this quota the cohort may borrow while the team leaves it idle. Empty: all of it.",
+    )
+    user_max_gpus = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Most GPUs of this type one member may hold at once. Empty: no cap."
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 
 class UsageDaily(models.Model):
@@ -35,3 +36,20 @@ class RolledUpDay(models.Model):
 
     def __str__(self) -> str:
         return str(self.day)
+
+
+class BillingWeight(models.Model):
+    """A GPU type's billing weight from one local day on. Usage is weighted as it was on the day the
+    GPU-hours were used, so editing a weight changes what is billed from today, never last month."""
+
+    gpu_type = models.ForeignKey("jobs.GpuType", on_delete=models.CASCADE, related_name="weight_history")
+    valid_from = models.DateField()
+    weight = models.DecimalField(max_digits=6, decimal_places=3)
+    recorded_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["gpu_type", "valid_from"], name="one_weight_per_type_day")]
+        ordering = ["gpu_type", "valid_from"]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_type_id} from {self.valid_from}: {self.weight}"

@@ -21,10 +21,11 @@ class State(models.TextChoices):
     SUCCEEDED = "SUCCEEDED", "Succeeded"
     FAILED = "FAILED", "Failed"
     CANCELLED = "CANCELLED", "Cancelled"
+    PREEMPTED = "PREEMPTED", "Preempted"
 
     @classmethod
     def final(cls) -> frozenset[State]:
-        return frozenset({cls.SUCCEEDED, cls.FAILED, cls.CANCELLED})
+        return frozenset({cls.SUCCEEDED, cls.FAILED, cls.CANCELLED, cls.PREEMPTED})
 
     @classmethod
     def holding(cls) -> frozenset[State]:
@@ -36,21 +37,34 @@ class State(models.TextChoices):
         return frozenset(set(cls) - cls.final())
 
 
+FINAL_STATES = ["SUCCEEDED", "FAILED", "CANCELLED", "PREEMPTED"]  # State.final(), as literals for the constraint
+
 # Every legal move. RUNNING -> PENDING happens to services whose pod is re-created (node lost).
+# Holding -> QUEUED is a restartable batch job preempted by a lender reclaiming its GPUs; a service
+# preempted that way ends PREEMPTED.
+_RECLAIMED = {State.QUEUED, State.PREEMPTED}
 TRANSITIONS: dict[str, frozenset[str]] = {
     State.QUEUED: frozenset({State.SUBMITTING, State.CANCELLED, State.FAILED}),
-    State.SUBMITTING: frozenset({State.PENDING, State.RUNNING, State.SUCCEEDED, State.FAILED, State.CANCELLED}),
-    State.PENDING: frozenset({State.RUNNING, State.SUCCEEDED, State.FAILED, State.CANCELLED}),
-    State.RUNNING: frozenset({State.PENDING, State.SUCCEEDED, State.FAILED, State.CANCELLED}),
+    State.SUBMITTING: frozenset(
+        {State.PENDING, State.RUNNING, State.SUCCEEDED, State.FAILED, State.CANCELLED, *_RECLAIMED}
+    ),
+    State.PENDING: frozenset({State.RUNNING, State.SUCCEEDED, State.FAILED, State.CANCELLED, *_RECLAIMED}),
+    State.RUNNING: frozenset({State.PENDING, State.SUCCEEDED, State.FAILED, State.CANCELLED, *_RECLAIMED}),
     State.SUCCEEDED: frozenset(),
     State.FAILED: frozenset(),
     State.CANCELLED: frozenset(),
+    State.PREEMPTED: frozenset(),
 }
 
 
+UID_BYTES = 8
+
+
 def new_uid() -> str:
-    # 10 lowercase hex characters: safe inside Kubernetes names and label values, and unguessable.
-    return secrets.token_hex(5)
+    """16 lowercase hex characters (64 random bits): safe inside Kubernetes names and label values, and
+    unguessable. With 40 bits a site had a ~40 % chance of one collision by a million workloads; with 64
+    it is about 3 in 100 million (and a collision is retried at submit, never a server error)."""
+    return secrets.token_hex(UID_BYTES)
 
 
 class Workload(models.Model):
@@ -75,6 +89,12 @@ class Workload(models.Model):
     port = models.PositiveIntegerField(null=True, blank=True)
     time_limit_seconds = models.PositiveIntegerField()
     priority = models.IntegerField(default=0)
+    restartable = models.BooleanField(
+        default=False, help_text="A batch job preempted by a lender goes back to the front of the queue."
+    )
+    shared_with_team = models.BooleanField(
+        default=False, help_text="A service: teammates may open it through the portal's proxy, not only its owner."
+    )
 
     # --- where it stands ------------------------------------------------------------------------
     state = models.CharField(max_length=12, choices=State.choices, default=State.QUEUED)
@@ -86,6 +106,18 @@ class Workload(models.Model):
     node_name = models.CharField(max_length=253, blank=True)
     pod_name = models.CharField(max_length=253, blank=True)
     pod_uid = models.CharField(max_length=64, blank=True)
+    # --- sharing -----------------------------------------------------------------------------------
+    borrowed = models.BooleanField(
+        default=False, help_text="Admitted beyond the team's own quota, on GPUs its cohort left idle."
+    )
+    attempt = models.PositiveIntegerField(
+        default=0, help_text="Times it was requeued after preemption; names its Kubernetes objects."
+    )
+    requeued_at = models.DateTimeField(null=True, blank=True, help_text="Last requeued after preemption.")
+    estimated_start_at = models.DateTimeField(
+        null=True, blank=True, help_text="While queued: when it should start, from a forecast of admission."
+    )
+    wait_reason = models.CharField(max_length=32, blank=True, help_text="While queued: what it waits for.")
 
     created_at = models.DateTimeField(default=timezone.now)
     admitted_at = models.DateTimeField(null=True, blank=True)
@@ -94,6 +126,9 @@ class Workload(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True, help_text="Container end or deletion.")
     state_changed_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
+    last_activity_at = models.DateTimeField(
+        null=True, blank=True, help_text="A service: the last request through the portal's proxy (throttled)."
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -107,6 +142,13 @@ class Workload(models.Model):
             models.Index(fields=["started_at", "finished_at"], name="wl_interval"),
             # GPU telemetry attributes each agent sample to a workload by its pod's UID.
             models.Index(fields=["pod_uid"], name="wl_pod_uid"),
+        ]
+        constraints = [
+            # Accounting integrity: GPU time of a finished workload is always bounded.
+            models.CheckConstraint(
+                condition=~models.Q(state__in=FINAL_STATES, started_at__isnull=False, finished_at__isnull=True),
+                name="wl_final_started_has_end",
+            ),
         ]
 
     def __str__(self) -> str:

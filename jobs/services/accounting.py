@@ -8,9 +8,10 @@ running workloads count up to now.
 
 from __future__ import annotations
 
+import bisect
 import zoneinfo
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
@@ -21,7 +22,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from jobs.models import GpuType, Team, Workload
-from jobs.models.usage import RolledUpDay, UsageDaily
+from jobs.models.usage import BillingWeight, RolledUpDay, UsageDaily
 
 Key = tuple[date, int, int, int]  # day, team, user, gpu type
 
@@ -67,6 +68,30 @@ def live_usage(start: datetime, end: datetime, *, now: datetime, filters: Q | No
         for day, seconds in split_by_day(lo, hi, tz):
             usage[(day, team_id, user_id, type_id)] += seconds * gpus
     return usage
+
+
+def weights_by_day() -> Callable[[int, date], float]:
+    """weight(gpu type id, day): the billing weight in force on that local day (its history, read once).
+
+    Days before a type's first recorded weight use that first weight; a type without history (rows
+    written around the model, e.g. by a bulk update) uses its current weight.
+    """
+    current = {t.id: float(t.billing_weight) for t in GpuType.objects.all()}
+    history: dict[int, tuple[list[date], list[float]]] = {}
+    for type_id, valid_from, value in BillingWeight.objects.order_by("gpu_type_id", "valid_from").values_list(
+        "gpu_type_id", "valid_from", "weight"
+    ):
+        days, values = history.setdefault(type_id, ([], []))
+        days.append(valid_from)
+        values.append(float(value))
+
+    def weight(type_id: int, day: date) -> float:
+        if type_id not in history:
+            return current.get(type_id, 1.0)
+        days, values = history[type_id]
+        return values[max(0, bisect.bisect_right(days, day) - 1)]
+
+    return weight
 
 
 @dataclass(frozen=True)
@@ -136,9 +161,9 @@ def usage_report(
         for key, value in live_usage(cursor, end, now=now, filters=live_filter).items():
             usage[key] += value
 
-    weights = {t.id: float(t.billing_weight) for t in GpuType.objects.all()}
+    weight = weights_by_day()
     return [
-        UsageRow(day, team_id, user_id, type_id, seconds, seconds / 3600 * weights.get(type_id, 1.0))
+        UsageRow(day, team_id, user_id, type_id, seconds, seconds / 3600 * weight(type_id, day))
         for (day, team_id, user_id, type_id), seconds in sorted(usage.items())
         if seconds > 0
     ]

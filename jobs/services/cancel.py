@@ -2,12 +2,39 @@
 
 from __future__ import annotations
 
+import json
+import logging
+from datetime import datetime
+
 from django.utils import timezone
 
+from jobs.kube import client as kube
+from jobs.kube import names
 from jobs.models import State, Workload
 from jobs.services.dispatch import enqueue_delete
 from jobs.services.errors import WorkloadStateError
+from jobs.services.tracking import container_start
 from jobs.services.transitions import transition
+
+log = logging.getLogger(__name__)
+
+
+def start_from_pods(workload: Workload) -> datetime | None:
+    """The container start as the cluster has it, for a workload whose start the tracker has not recorded
+    yet: without it, a cancel right after the start would bill nothing for GPUs that were held."""
+    if not workload.namespace:
+        return None
+    try:
+        body = kube.core().list_namespaced_pod(
+            workload.namespace,
+            label_selector=f"{names.LABEL_WORKLOAD}={workload.uid}",
+            _preload_content=False,
+            _request_timeout=kube.timeout(),
+        )
+        return container_start(json.loads(body.data).get("items") or [])
+    except Exception as exc:
+        log.warning("workload %s: could not read its pods at cancel: %s", workload.uid, kube.classify(exc).message)
+        return None
 
 
 def workload_cancel(*, workload: Workload, by) -> Workload:
@@ -15,6 +42,9 @@ def workload_cancel(*, workload: Workload, by) -> Workload:
         if workload.is_final:
             raise WorkloadStateError(f"{workload.name} has already finished ({workload.get_state_display().lower()}).")
         had_objects = workload.state != State.QUEUED
+        started = workload.started_at
+        if started is None and workload.state in (State.SUBMITTING, State.PENDING, State.RUNNING):
+            started = start_from_pods(workload)
         now = timezone.now()
         moved = transition(
             workload,
@@ -22,7 +52,8 @@ def workload_cancel(*, workload: Workload, by) -> Workload:
             reason="Cancelled",
             message=f"Cancelled by {by.get_username()}.",
             # A running workload stops counting GPU time when it is cancelled.
-            finished_at=now if workload.started_at else None,
+            started_at=started,
+            finished_at=now if started else None,
         )
         if moved:
             if had_objects:

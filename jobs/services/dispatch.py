@@ -13,7 +13,7 @@ from django.db import transaction
 log = logging.getLogger(__name__)
 
 
-def _send(task_name: str, *args: int) -> None:
+def _send(task_name: str, *args: int | str) -> None:
     from portal.celery import app
 
     try:
@@ -26,12 +26,20 @@ def enqueue_admission(*, team_id: int, gpu_type_id: int) -> None:
     transaction.on_commit(lambda: _send("jobs.tasks.admit", team_id, gpu_type_id))
 
 
+def enqueue_estimate(*, team_id: int, gpu_type_id: int) -> None:
+    transaction.on_commit(lambda: _send("jobs.tasks.estimate", team_id, gpu_type_id))
+
+
 def enqueue_submit(workload_id: int) -> None:
     transaction.on_commit(lambda: _send("jobs.tasks.submit", workload_id))
 
 
 def enqueue_delete(workload_id: int) -> None:
     transaction.on_commit(lambda: _send("jobs.tasks.delete_objects", workload_id))
+
+
+def enqueue_preempt_delete(workload_id: int, name: str) -> None:
+    transaction.on_commit(lambda: _send("jobs.tasks.preempt_objects", workload_id, name))
 
 
 def enqueue_rollup(day_iso: str) -> None:

@@ -16,6 +16,7 @@ from jobs.kube import names
 from jobs.models import Kind, State, Workload
 from jobs.services.admission import admit_all
 from jobs.services.dispatch import enqueue_delete, enqueue_submit
+from jobs.services.estimates import estimate_all
 from jobs.services.tracking import IMAGE_PULL_REASONS
 from jobs.services.transitions import transition
 
@@ -32,7 +33,7 @@ def sweep() -> dict[str, int]:
     )
     for workload_id in stuck:
         enqueue_submit(workload_id)
-    return {"admitted": admitted, "resubmitted": len(stuck)}
+    return {"admitted": admitted, "resubmitted": len(stuck), "estimated": estimate_all()}
 
 
 def enforce_limits() -> dict[str, int]:
@@ -65,7 +66,8 @@ def enforce_limits() -> dict[str, int]:
             State.FAILED,
             reason=workload.reason,
             message=f"{workload.message} Gave up after {settings.PORTAL_IMAGE_PULL_TIMEOUT} s.",
-            finished_at=None,
+            # A service that ran before its pod was replaced on a node that cannot pull: bill until now.
+            finished_at=now if workload.started_at else None,
         ):
             enqueue_delete(workload.id)
             failed_pulls += 1
@@ -103,12 +105,18 @@ def cleanup() -> dict[str, int]:
             )
     known = {
         w.uid: w
-        for w in Workload.objects.filter(uid__in={uid for *_, uid, _ in found}).only("uid", "state", "state_changed_at")
+        for w in Workload.objects.filter(uid__in={uid for *_, uid, _ in found})
+        .select_related("team")
+        .only("uid", "state", "state_changed_at", "namespace", "team__slug")
     }
     deleted = 0
     for kind, namespace, name, uid, created in found:
+        if not namespace.startswith(settings.KUBE_NAMESPACE_PREFIX):
+            continue  # not a team namespace: whatever wears our labels there is not ours to delete
         workload = known.get(uid)
         if workload is not None:
+            if namespace != (workload.namespace or workload.team.namespace):
+                continue  # a look-alike in another team's namespace is not this workload's object
             if workload.state not in State.final() or workload.state_changed_at + retention > now:
                 continue
         else:

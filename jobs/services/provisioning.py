@@ -45,12 +45,17 @@ def namespace_name_check(namespace: str) -> str:
 
 
 def team_gpu_limits(team: Team) -> dict[str, int]:
-    """GPUs per resource name the team may request; every GPU resource is listed, 0 where it has no quota,
-    so the namespace can never use a GPU the team was not given."""
+    """GPUs per resource name the team may request (its quota, plus its borrowing limit in a cohort); every
+    GPU resource is listed, 0 where it has no quota, so the namespace can never use a GPU the team was
+    not given."""
     limits: dict[str, int] = dict.fromkeys(GpuType.objects.values_list("resource_name", flat=True), 0)
     limits.setdefault("nvidia.com/gpu", 0)
-    for resource, max_gpus in Quota.objects.filter(team=team).values_list("gpu_type__resource_name", "max_gpus"):
-        limits[resource] = limits.get(resource, 0) + max_gpus
+    # Borrowing: a team in a cohort may hold up to its quota plus its borrowing limit.
+    in_cohort = team.cohort_id is not None
+    for resource, max_gpus, borrowing in Quota.objects.filter(team=team).values_list(
+        "gpu_type__resource_name", "max_gpus", "borrowing_limit"
+    ):
+        limits[resource] = limits.get(resource, 0) + max_gpus + (borrowing if in_cohort else 0)
     return limits
 
 

@@ -58,6 +58,7 @@ def spec_for(workload: Workload) -> objects.WorkloadSpec:
         env=tuple((e["name"], e["value"]) for e in workload.env or ()),
         port=workload.port,
         instance=settings.PORTAL_INSTANCE,
+        attempt=workload.attempt,
     )
 
 
@@ -82,14 +83,6 @@ def namespace_ensure(team: Team, *, force: bool = False) -> str:
 def forget_namespaces() -> None:
     with _ensured_lock:
         _ensured.clear()
-
-
-def _create_or_ignore(create) -> None:
-    try:
-        create()
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
 
 
 def _create_or_adopt(obj, spec: objects.WorkloadSpec, team: Team) -> None:
@@ -162,16 +155,19 @@ def workload_create_objects(workload_id: int) -> None:
     if not moved:
         # Someone moved it while we were creating: cancelled (then our objects must go) or already
         # observed running by the tracker (then all is well, but record the names).
-        Workload.objects.filter(id=workload.id, k8s_name="").update(
+        Workload.objects.filter(id=workload.id, k8s_name="", attempt=spec.attempt).update(
             k8s_name=spec.object_name, namespace=spec.namespace, submitted_at=timezone.now()
         )
         if workload.state in State.final():
             workload_delete_objects(workload)
+        elif workload.attempt != spec.attempt:
+            # Preempted and requeued while we were creating: this attempt's objects must go.
+            workload_delete_objects(workload, name=spec.object_name)
 
 
-def workload_delete_objects(workload: Workload) -> None:
+def workload_delete_objects(workload: Workload, *, name: str = "") -> None:
     """Delete a workload's Job or Deployment and Service (and, through them, its pods). 404s are fine."""
-    spec_name = workload.k8s_name or names.object_name(workload.name, workload.uid)
+    spec_name = name or workload.k8s_name or names.attempt_name(workload.name, workload.uid, workload.attempt)
     namespace = workload.namespace or workload.team.namespace
     body = {"propagationPolicy": "Background", "gracePeriodSeconds": 5}
     calls = (

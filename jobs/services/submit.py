@@ -7,9 +7,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
-from jobs.models import AllowedRegistry, CatalogImage, GpuType, Membership, Quota, Role, Team, Workload, WorkloadEvent
+from jobs import policy
+from jobs.models import (
+    AllowedRegistry,
+    CatalogImage,
+    GpuType,
+    Membership,
+    Quota,
+    State,
+    Team,
+    Workload,
+    WorkloadEvent,
+)
+from jobs.models import workloads as workloads_model
 from jobs.selectors import cluster_capacity
 from jobs.services.dispatch import enqueue_admission
 from jobs.services.validation import CatalogFacts, Facts, GpuTypeFacts, SubmissionInvalid, validate_submission
@@ -83,8 +95,7 @@ def gather_facts(*, team: Team, user) -> Facts:
         allowed_registries=frozenset(AllowedRegistry.objects.values_list("host", flat=True)),
         budget_exhausted=exhausted,
         budget_message=budget_message,
-        may_set_priority=Membership.objects.filter(user=user, team=team, role=Role.MANAGER).exists()
-        or user.is_superuser,
+        may_set_priority=policy.may_set_priority(user, team),
         default_time_limit={
             "batch": settings.PORTAL_DEFAULT_TIME_LIMIT_BATCH,
             "service": settings.PORTAL_DEFAULT_TIME_LIMIT_SERVICE,
@@ -104,7 +115,9 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
     clean = validate_submission(spec, gather_facts(team=team, user=owner))
     gpu_type = GpuType.objects.get(slug=clean.gpu_type)
     with transaction.atomic():
-        workload = Workload.objects.create(
+        if team.user_max_queued is not None:
+            queued_cap_check(team=team, owner=owner)
+        workload = create_with_fresh_uid(
             team=team,
             owner=owner,
             name=clean.name,
@@ -119,6 +132,7 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
             port=clean.port,
             time_limit_seconds=clean.time_limit_seconds,
             priority=clean.priority,
+            restartable=clean.restartable,
             namespace=team.namespace,
             reason="Queued",
             message="Waiting for the team's GPU quota.",
@@ -134,6 +148,40 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
     if not transaction.get_connection().in_atomic_block:
         workload.refresh_from_db()  # admission has run: say whether it was admitted or queued
     return workload
+
+
+def queued_cap_check(*, team: Team, owner) -> None:
+    """The team's cap on one member's waiting workloads. The member's row is locked first, so 50
+    concurrent submissions by one person are counted one after the other and never pass the cap."""
+    Membership.objects.select_for_update().filter(user=owner, team=team).first()
+    waiting = Workload.objects.filter(team=team, owner=owner, state=State.QUEUED).count()
+    if waiting >= team.user_max_queued:
+        raise SubmissionInvalid(
+            {
+                "team": [
+                    f"You already have {waiting} workload{'s' if waiting != 1 else ''} waiting in {team.name}; "
+                    f"the team allows {team.user_max_queued} per member. Cancel one or wait until one starts."
+                ]
+            }
+        )
+
+
+UID_ATTEMPTS = 5
+
+
+def create_with_fresh_uid(**fields: Any) -> Workload:
+    """Store a workload under a new random uid, drawing again if that uid is taken (a collision is
+    vanishingly rare with 64 bits, and must never fail a submission with a server error)."""
+    for attempt in range(UID_ATTEMPTS):
+        uid = workloads_model.new_uid()
+        try:
+            with transaction.atomic():  # a savepoint: the surrounding transaction survives a collision
+                return Workload.objects.create(uid=uid, **fields)
+        except IntegrityError:
+            if attempt == UID_ATTEMPTS - 1 or not Workload.objects.filter(uid=uid).exists():
+                raise
+            log.warning("workload uid %s was taken; drawing another", uid)
+    raise AssertionError("unreachable")
 
 
 def admit_now(*, team_id: int, gpu_type_id: int) -> None:

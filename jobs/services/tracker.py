@@ -21,11 +21,12 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
+from kubernetes.client.exceptions import ApiException
 
 from jobs.kube import client as kube
 from jobs.kube import names
-from jobs.models import State, Workload
-from jobs.services.tracking import apply_observation, observe
+from jobs.models import Kind, State, Workload
+from jobs.services.tracking import Observation, apply_observation, observe
 
 log = logging.getLogger(__name__)
 
@@ -34,29 +35,87 @@ def selector() -> str:
     return f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY},{names.LABEL_INSTANCE}={names.label_value(settings.PORTAL_INSTANCE)}"
 
 
+def is_ours(obj: dict[str, Any]) -> bool:
+    """Whether an object carries this portal instance's labels (the list and watch ask for them, but a
+    stream is not where trust is decided)."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return (
+        labels.get(names.LABEL_MANAGED_BY) == names.MANAGED_BY
+        and labels.get(names.LABEL_INSTANCE) == names.label_value(settings.PORTAL_INSTANCE)
+        and bool(labels.get(names.LABEL_WORKLOAD))
+    )
+
+
+# Strangers already reported, so that one impostor does not fill the log at every event and relist.
+# Bounded: a flood of them is reported up to this many times, then only counted.
+_reported_strangers: set[tuple[str, str, str]] = set()
+_REPORT_LIMIT = 10_000
+
+
+def report_stranger(kind: str, obj: dict[str, Any], *, expected_namespace: str) -> None:
+    meta = obj.get("metadata") or {}
+    key = (kind, meta.get("namespace") or "", meta.get("name") or "")
+    if key in _reported_strangers or len(_reported_strangers) >= _REPORT_LIMIT:
+        return
+    _reported_strangers.add(key)
+    log.warning(
+        "ignoring %s %s/%s: it wears workload %s's labels but is outside that workload's namespace %s",
+        kind,
+        key[1],
+        key[2],
+        (meta.get("labels") or {}).get(names.LABEL_WORKLOAD),
+        expected_namespace,
+    )
+
+
+def workload_namespace(workload: Workload) -> str:
+    return workload.namespace or workload.team.namespace
+
+
+def in_namespace(kind: str, obj: dict[str, Any], namespace: str) -> bool:
+    """An object speaks for a workload only from that workload's team namespace: anyone who may create a
+    pod somewhere else in the cluster could otherwise copy a workload's labels and end it."""
+    if (obj.get("metadata") or {}).get("namespace") == namespace:
+        return True
+    report_stranger(kind, obj, expected_namespace=namespace)
+    return False
+
+
 @dataclass
 class ClusterView:
-    """The latest Job and Pods per workload uid, as raw JSON dicts."""
+    """The latest Jobs and Pods per workload uid, as raw JSON dicts keyed by "namespace/name"."""
 
-    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    jobs: dict[str, dict[str, dict[str, Any]]] = field(default_factory=lambda: defaultdict(dict))
     pods: dict[str, dict[str, dict[str, Any]]] = field(default_factory=lambda: defaultdict(dict))
     listed_at: float = 0.0
 
     def put(self, kind: str, obj: dict[str, Any], deleted: bool = False) -> str | None:
         meta = obj.get("metadata") or {}
         uid = (meta.get("labels") or {}).get(names.LABEL_WORKLOAD)
-        if not uid:
+        if not uid or not is_ours(obj):
             return None
-        if kind == "Job":
-            if deleted:
-                self.jobs.pop(uid, None)
-            else:
-                self.jobs[uid] = obj
-        elif deleted:
-            self.pods[uid].pop(meta.get("name"), None)
+        # Keyed by namespace and name, so a look-alike elsewhere never replaces the real object.
+        where = f"{meta.get('namespace')}/{meta.get('name')}"
+        objects = self.jobs[uid] if kind == "Job" else self.pods[uid]
+        if deleted:
+            objects.pop(where, None)
         else:
-            self.pods[uid][meta.get("name")] = obj
+            objects[where] = obj
         return uid
+
+    def objects_for(self, workload: Workload) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """The workload's Job and pods, counting only those in its own namespace."""
+        namespace = workload_namespace(workload)
+        jobs = [j for j in self.jobs.get(workload.uid, {}).values() if in_namespace("Job", j, namespace)]
+        pods = [p for p in self.pods.get(workload.uid, {}).values() if in_namespace("Pod", p, namespace)]
+        if workload.attempt:
+            # Requeued after preemption: only this attempt's Job and pods say anything about it (the
+            # previous attempt's may still be terminating).
+            name = names.attempt_name(workload.name, workload.uid, workload.attempt)
+            jobs = [j for j in jobs if (j.get("metadata") or {}).get("name") == name]
+            pods = [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get("job-name") == name]
+        job = jobs[0] if jobs else None
+        return job, pods
 
 
 def _list(kind: str) -> tuple[list[dict[str, Any]], str]:
@@ -86,12 +145,37 @@ def reap_finished(view: ClusterView) -> int:
     }
     if not running:
         return 0
-    stale = list(
-        Workload.objects.filter(uid__in=running, state__in=(State.CANCELLED, State.FAILED)).values_list("id", flat=True)
-    )
+    finished = Workload.objects.filter(
+        uid__in=running, state__in=(State.CANCELLED, State.FAILED, State.PREEMPTED)
+    ).select_related("team")
+    # Only the workload's own pods count: a look-alike elsewhere must not make us delete anything.
+    stale = [
+        w.id
+        for w in finished
+        if any(not (p.get("metadata") or {}).get("deletionTimestamp") for p in view.objects_for(w)[1])
+    ]
     for workload_id in stale:
         enqueue_delete(workload_id)
     return len(stale)
+
+
+def objects_missing(workload: Workload) -> bool:
+    """Whether the object that keeps the workload's pods coming is gone. A batch job's Job is in the
+    tracker's view; a service's pods may be briefly absent while its Deployment replaces one, so its
+    Deployment is asked for (one call, only for a service seen without pods on a full sync)."""
+    if workload.kind == Kind.BATCH:
+        return True
+    if not workload.k8s_name:
+        return False
+    try:
+        kube.apps().read_namespaced_deployment(
+            workload.k8s_name, workload_namespace(workload), _request_timeout=kube.timeout()
+        )
+    except ApiException as exc:
+        return exc.status == 404
+    except Exception:
+        return False  # the API server is unreachable: nothing is known, so nothing is concluded
+    return False
 
 
 def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> int:
@@ -102,8 +186,7 @@ def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> i
     changed = 0
     grace = timezone.now() - timedelta(seconds=max(10, settings.PORTAL_RESYNC_SECONDS))
     for workload in active.select_related("team"):
-        pods = list(view.pods.get(workload.uid, {}).values())
-        job = view.jobs.get(workload.uid)
+        job, pods = view.objects_for(workload)
         obs = observe(kind=workload.kind, job=job, pods=pods)
         if obs is None:
             if (
@@ -111,14 +194,13 @@ def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> i
                 and workload.state in (State.PENDING, State.RUNNING)
                 and job is None
                 and not pods
-                and workload.kind == "batch"
                 and workload.submitted_at
                 and workload.submitted_at < grace
+                and objects_missing(workload)
             ):
-                from jobs.services.tracking import Observation
-
+                what = "Job was" if workload.kind == Kind.BATCH else "Deployment was"
                 obs = Observation(
-                    State.FAILED, "ObjectsMissing", "Its Job was deleted outside the portal.", None, timezone.now()
+                    State.FAILED, "ObjectsMissing", f"Its {what} deleted outside the portal.", None, timezone.now()
                 )
             else:
                 continue

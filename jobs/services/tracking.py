@@ -64,6 +64,19 @@ def _pod_facts(pod: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def container_start(pods: list[dict[str, Any]]) -> datetime | None:
+    """When the workload's main container first started, by its pods' own statuses (None: never)."""
+    starts = []
+    for pod in pods:
+        container = _main_container(pod)
+        for state in (container.get("state") or {}, container.get("lastState") or {}):
+            for key in ("running", "terminated"):
+                started = _ts((state.get(key) or {}).get("startedAt"))
+                if started is not None:
+                    starts.append(started)
+    return min(starts, default=None)
+
+
 def observe_pod(pod: dict[str, Any], *, kind: str) -> Observation:
     status = pod.get("status") or {}
     phase = status.get("phase") or "Pending"

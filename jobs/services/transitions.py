@@ -44,6 +44,14 @@ def transition(
         return False
     now = timezone.now()
     changes = {"state": to_state, "reason": reason, "message": message, "state_changed_at": now, **fields}
+    if (
+        to_state in State.final()
+        and changes.get("finished_at") is None
+        and (changes.get("started_at") or workload.started_at)
+    ):
+        # A workload that ever started stops counting GPU time when it ends, whoever ends it (the
+        # database refuses a final, started workload without an end).
+        changes["finished_at"] = now
     with transaction.atomic():
         moved = Workload.objects.filter(id=workload.id, state=from_state).update(updated_at=now, **changes)
         if not moved:

@@ -130,6 +130,7 @@ class CleanSubmission:
     port: int | None
     time_limit_seconds: int
     priority: int
+    restartable: bool = False
 
 
 class SubmissionInvalid(Exception):
@@ -141,7 +142,7 @@ class SubmissionInvalid(Exception):
 
 
 FIELDS = ("name", "kind", "image", "catalog_image", "gpu_type", "gpu_count", "command", "args", "env",
-          "port", "time_limit_seconds", "priority")  # fmt: skip
+          "port", "time_limit_seconds", "priority", "restartable")  # fmt: skip
 
 
 def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission:
@@ -300,6 +301,16 @@ def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission
         fail("priority", "Only team managers can set a priority.")
     priority = int(priority)
 
+    # restartable: a preempted batch job is requeued instead of failed (a service always ends)
+    restartable = raw.get("restartable", False)
+    if restartable in (None, ""):
+        restartable = False
+    if not isinstance(restartable, bool):
+        fail("restartable", "true or false.")
+        restartable = False
+    elif restartable and kind == "service":
+        fail("restartable", "Only batch jobs can be restarted after preemption; a preempted service ends.")
+
     if facts.budget_exhausted:
         fail("team", facts.budget_message or "Your team has used its GPU-hour budget for this month.")
 
@@ -318,6 +329,7 @@ def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission
         port=port,
         time_limit_seconds=limit,
         priority=priority,
+        restartable=bool(restartable),
     )
 
 

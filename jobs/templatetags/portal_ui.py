@@ -20,6 +20,7 @@ STATE_TONES: dict[str, tuple[str, str]] = {
     State.SUCCEEDED: ("good", "✓"),
     State.FAILED: ("bad", "✕"),
     State.CANCELLED: ("neutral", "■"),
+    State.PREEMPTED: ("bad", "⇣"),
 }
 
 
@@ -40,6 +41,18 @@ def state_badge(state: str, position: int | None = None) -> str:
         symbol,
         label,
     )
+
+
+@register.filter
+def eta(when) -> str:
+    """A queued workload's estimated start for people: "about 40 min"."""
+    from django.utils import timezone
+
+    from jobs.services.forecast import about
+
+    if when is None:
+        return "not within a week"
+    return about(max(0.0, (when - timezone.now()).total_seconds()))
 
 
 @register.filter

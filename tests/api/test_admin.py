@@ -30,6 +30,7 @@ def _team_form(world, quotas: list[Quota], new_values: dict[int, int], delete: s
         "name": team.name,
         "slug": team.slug,
         "monthly_gpu_hour_budget": "",
+        "fair_share_half_life_hours": "24",
         "memberships-TOTAL_FORMS": str(len(members)),
         "memberships-INITIAL_FORMS": str(len(members)),
         "memberships-MIN_NUM_FORMS": "0",
@@ -48,7 +49,7 @@ def _team_form(world, quotas: list[Quota], new_values: dict[int, int], delete: s
                  f"memberships-{i}-role": m.role}  # fmt: skip
     for i, q in enumerate(quotas):
         data |= {f"quotas-{i}-id": q.id, f"quotas-{i}-team": team.id, f"quotas-{i}-gpu_type": q.gpu_type_id,
-                 f"quotas-{i}-max_gpus": new_values.get(q.id, q.max_gpus)}  # fmt: skip
+                 f"quotas-{i}-max_gpus": new_values.get(q.id, q.max_gpus), f"quotas-{i}-borrowing_limit": "0"}  # fmt: skip
         if q.id in delete:
             data[f"quotas-{i}-DELETE"] = "on"
     return data
@@ -106,7 +107,7 @@ def test_quota_edited_on_its_own_page(admin_client, world):
     quota = Quota.objects.get(team=world.team, gpu_type=world.k80)
     response = admin_client.post(
         f"/admin/jobs/quota/{quota.id}/change/",
-        {"team": world.team.id, "gpu_type": world.k80.id, "max_gpus": 6},
+        {"team": world.team.id, "gpu_type": world.k80.id, "max_gpus": 6, "borrowing_limit": 0},
         follow=True,
     )
     assert response.status_code == 200

@@ -104,17 +104,24 @@ def test_usage(world, who):
         assert body["team"] == "language"
         assert body["rows"] == []
         return
-    assert {r["key"]: (r["gpu_hours"], r["weighted_gpu_hours"]) for r in body["rows"]} == {
-        "p100": (6.0, 6.0),
-        "k80": (4.0, 2.0),
-    }
-    assert body["total_weighted_gpu_hours"] == 8.0
+    # jobs.policy: a manager (and a superuser) sees every member's GPU-hours; a member only their own.
+    expected = {
+        "owner": {"p100": (6.0, 6.0)},
+        "teammate": {"k80": (4.0, 2.0)},
+    }.get(who, {"p100": (6.0, 6.0), "k80": (4.0, 2.0)})
+    assert {r["key"]: (r["gpu_hours"], r["weighted_gpu_hours"]) for r in body["rows"]} == expected
+    assert body["total_weighted_gpu_hours"] == sum(weighted for _, weighted in expected.values())
     by_user = client.get(f"/api/v1/usage/?start={start}&group_by=user{team}").json()
-    assert {r["key"]: r["gpu_hours"] for r in by_user["rows"]} == {"olivia": 6.0, "tom": 4.0}
+    everyone = {"olivia": 6.0, "tom": 4.0}
+    expected_users = {"owner": {"olivia": 6.0}, "teammate": {"tom": 4.0}}.get(who, everyone)
+    assert {r["key"]: r["gpu_hours"] for r in by_user["rows"]} == expected_users
     by_day = client.get(f"/api/v1/usage/?start={start}{team}").json()
-    assert len(by_day["rows"]) == 2
-    only_tom = client.get(f"/api/v1/usage/?start={start}&user=tom{team}").json()
-    assert only_tom["total_gpu_hours"] == 4.0
+    assert len(by_day["rows"]) == len(expected)
+    only_tom = client.get(f"/api/v1/usage/?start={start}&user=tom{team}")
+    if who == "owner":
+        assert only_tom.status_code == 403  # another member's figures are the manager's to see
+    else:
+        assert only_tom.json()["total_gpu_hours"] == 4.0
 
 
 def test_usage_as_csv(world):

@@ -1,0 +1,23 @@
+"""Cohorts: teams that lend each other the GPUs they leave idle (see DESIGN.md, "Sharing")."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Cohort(models.Model):
+    """A group of teams whose idle quota the others may borrow, up to each quota's borrowing limit.
+
+    A team's quota row says how much of it may be lent (`lending_limit`) and how much beyond it the team
+    may borrow (`borrowing_limit`). Lenders reclaim borrowed GPUs by preemption when they need them.
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

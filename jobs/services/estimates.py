@@ -1,0 +1,111 @@
+"""Estimated start times of queued workloads, stored on each row so every page, the API and the CLI
+read them for free. Recomputed per cohort and GPU type after each admission and by the periodic sweep."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Sum
+from django.utils import timezone
+
+from jobs.models import Quota, State, Workload
+from jobs.selectors import cluster_capacity
+from jobs.services.admission import cohort_team_ids, gather_cohort_facts
+from jobs.services.forecast import Estimate, expected_run, forecast, remaining
+
+log = logging.getLogger(__name__)
+
+HISTORY_RUNS = 20  # an owner's last runs on a GPU type that make up "their typical run"
+
+
+def run_history(owner_ids: set[int], gpu_type_id: int) -> dict[int, list[float]]:
+    """Seconds each owner's recent successful runs on the type lasted (one query)."""
+    since = timezone.now() - timedelta(days=settings.PORTAL_HISTORY_DAYS)
+    history: dict[int, list[float]] = defaultdict(list)
+    rows = (
+        Workload.objects.filter(
+            owner_id__in=owner_ids,
+            gpu_type_id=gpu_type_id,
+            state=State.SUCCEEDED,
+            started_at__isnull=False,
+            finished_at__gte=since,
+        )
+        .order_by("-finished_at")
+        .values_list("owner_id", "started_at", "finished_at")[: HISTORY_RUNS * max(1, len(owner_ids))]
+    )
+    for owner_id, started, finished in rows:
+        if len(history[owner_id]) < HISTORY_RUNS:
+            history[owner_id].append((finished - started).total_seconds())
+    return history
+
+
+def estimate(*, team_id: int, gpu_type_id: int) -> dict[int, Estimate]:
+    """Forecast the queue of the team's cohort for one GPU type and store each estimate."""
+    team_ids = cohort_team_ids(team_id)
+    quotas = list(Quota.objects.filter(team_id__in=team_ids, gpu_type_id=gpu_type_id).select_related("team"))
+    if not quotas:
+        return {}
+    facts = gather_cohort_facts(quotas, gpu_type_id)
+    if not facts.queued:
+        return {}
+    ids = [h.id for h in facts.held] + [w.id for w in facts.queued]
+    info = {
+        w_id: (owner_id, limit, began)
+        for w_id, owner_id, limit, began in Workload.objects.filter(id__in=ids).values_list(
+            "id", "owner_id", "time_limit_seconds", "started_at"
+        )
+    }
+    history = run_history({owner for owner, _, _ in info.values()}, gpu_type_id)
+    now = timezone.now()
+    running = []
+    for h in facts.held:
+        owner, limit, began = info[h.id]
+        elapsed = (now - began).total_seconds() if began else 0.0
+        running.append((h, remaining(expected_run(limit, history.get(owner, ())), elapsed, limit)))
+    durations = {
+        w.id: expected_run(info[w.id][1], history.get(info[w.id][0], ())) for w in facts.queued if w.id in info
+    }
+    # The cluster's GPUs of this type that teams outside the cohort do not hold.
+    capacity = cluster_capacity().get(gpu_type_id)
+    outside = (
+        Workload.objects.filter(gpu_type_id=gpu_type_id, state__in=State.holding())
+        .exclude(team_id__in=team_ids)
+        .aggregate(n=Sum("gpu_count"))["n"]
+        or 0
+    )
+    estimates = forecast(
+        facts.teams,
+        running,
+        facts.queued,
+        durations,
+        capacity=max(0, capacity.total - outside) if capacity and capacity.total else None,
+    )
+    rows = Workload.objects.filter(id__in=list(estimates), state=State.QUEUED).only("id")
+    changed = []
+    for row in rows:
+        e = estimates[row.id]
+        row.estimated_start_at = now + timedelta(seconds=e.start_in) if e.start_in is not None else None
+        row.wait_reason = e.reason
+        changed.append(row)
+    Workload.objects.bulk_update(changed, ["estimated_start_at", "wait_reason"])
+    return estimates
+
+
+def estimate_all() -> int:
+    """Refresh every cohort's estimates (the periodic sweep)."""
+    pairs = Workload.objects.filter(state=State.QUEUED).values_list("team_id", "gpu_type_id").distinct().order_by()
+    done: set[tuple[tuple[int, ...], int]] = set()
+    count = 0
+    for team_id, gpu_type_id in list(pairs):
+        key = (tuple(cohort_team_ids(team_id)), gpu_type_id)
+        if key in done:
+            continue
+        done.add(key)
+        try:
+            count += len(estimate(team_id=team_id, gpu_type_id=gpu_type_id))
+        except Exception:
+            log.exception("estimates for team %s / gpu type %s failed", team_id, gpu_type_id)
+    return count

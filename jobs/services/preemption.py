@@ -1,0 +1,116 @@
+"""Preempting borrowed workloads so a lender gets the GPUs of its own quota back.
+
+The decision is the admission plan's (`sharing_plan`); this module carries it out for one victim while
+the admission still holds the cohort's quota locks:
+- a restartable batch job goes back to QUEUED, at the front of its team's queue (its next run gets a new
+  attempt number and so new object names);
+- any other batch job ends FAILED (reason "Preempted"); a service ends PREEMPTED;
+- its objects are deleted with a grace period (`PORTAL_PREEMPT_GRACE_SECONDS`): Kubernetes sends
+  SIGTERM at once and kills the container when the grace period ends.
+Every step is a timeline entry; the owner is told through `notify_preempted`.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from django.conf import settings
+from kubernetes.client.exceptions import ApiException
+
+from jobs.kube import client as kube
+from jobs.kube import names
+from jobs.models import Kind, State, Workload, WorkloadEvent
+from jobs.services.dispatch import enqueue_preempt_delete
+from jobs.services.transitions import note, transition
+
+log = logging.getLogger(__name__)
+
+
+def preempt(victim_id: int, *, for_workload_id: int, at: datetime) -> bool:
+    """Stop one borrowed workload for `for_workload_id`'s team; returns whether it moved."""
+    workload = Workload.objects.select_related("team").filter(id=victim_id).first()
+    if workload is None or workload.state not in State.holding():
+        return False
+    lender = Workload.objects.select_related("team").filter(id=for_workload_id).first()
+    who = f"team {lender.team.name}" if lender else "the lending team"
+    grace = settings.PORTAL_PREEMPT_GRACE_SECONDS
+    # The objects of the attempt being stopped (a SUBMITTING one may be getting them right now).
+    old_name = workload.k8s_name or names.attempt_name(workload.name, workload.uid, workload.attempt)
+    because = f"{who} reclaimed the GPUs it lent (this workload ran on borrowed GPUs)."
+    stop = f"Stopping it: SIGTERM now, killed after {grace} s."
+    if workload.kind == Kind.BATCH and workload.restartable:
+        moved = transition(
+            workload,
+            State.QUEUED,
+            reason="Preempted",
+            message=f"Preempted: {because} {stop} Requeued at the front of the queue.",
+            at=at,
+            attempt=workload.attempt + 1,
+            requeued_at=at,
+            borrowed=False,
+            admitted_at=None,
+            submitted_at=None,
+            started_at=None,
+            finished_at=None,
+            k8s_name="",
+            node_name="",
+            pod_name="",
+            pod_uid="",
+        )
+    else:
+        moved = transition(
+            workload,
+            State.FAILED if workload.kind == Kind.BATCH else State.PREEMPTED,
+            reason="Preempted",
+            message=f"Preempted: {because} {stop}",
+            at=at,
+            finished_at=at if workload.started_at else None,
+        )
+    if not moved:
+        return False
+    enqueue_preempt_delete(workload.id, old_name)
+    notify_preempted(workload)
+    log.info("preempted workload %s for workload %s", workload.uid, for_workload_id)
+    return True
+
+
+def notify_preempted(workload: Workload) -> None:
+    """The one place that tells the owner their workload was preempted.
+
+    Notifications (e-mail, webhooks: issue 15) have not landed yet; when they do, send the event from
+    here (on commit, exactly once per preemption). Until then the timeline entry is the notice.
+    """
+    log.info("workload %s of %s preempted (%s)", workload.uid, workload.owner_id, workload.state)
+
+
+def delete_preempted_objects(workload_id: int, name: str) -> None:
+    """Delete the objects of a preempted attempt with the preemption grace period (404s are fine)."""
+    workload = Workload.objects.select_related("team").filter(id=workload_id).first()
+    if workload is None:
+        return
+    namespace = workload.namespace or workload.team.namespace
+    grace = settings.PORTAL_PREEMPT_GRACE_SECONDS
+    body = {"propagationPolicy": "Background", "gracePeriodSeconds": grace}
+    calls = (
+        [lambda: kube.batch().delete_namespaced_job(name, namespace, body=body, _request_timeout=kube.timeout())]
+        if workload.kind == Kind.BATCH
+        else [
+            lambda: kube.apps().delete_namespaced_deployment(
+                name, namespace, body=body, _request_timeout=kube.timeout()
+            ),
+            lambda: kube.core().delete_namespaced_service(name, namespace, _request_timeout=kube.timeout()),
+        ]
+    )
+    for call in calls:
+        try:
+            call()
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    note(
+        workload,
+        reason="PreemptionStop",
+        message=f"Kubernetes asked to stop {name}: SIGTERM sent, killed after {grace} s if still running.",
+        source=WorkloadEvent.Source.PORTAL,
+    )

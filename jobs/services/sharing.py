@@ -1,0 +1,34 @@
+"""Sharing settings taking effect: after an admin or manager changes a cohort, a borrowing or lending
+limit or a per-user cap, the namespaces' ResourceQuotas follow and admission runs again."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+
+from jobs.models import Quota, Team
+
+log = logging.getLogger(__name__)
+
+
+def sharing_changed(team_ids: list[int]) -> int:
+    """Re-run admission for the teams' quota types now and, once committed, re-sync their namespaces'
+    ResourceQuota (which allows quota + borrowing limit). Returns how many workloads were admitted."""
+    from jobs.services.admission import quota_admit
+
+    admitted = 0
+    for team_id, gpu_type_id in Quota.objects.filter(team_id__in=team_ids).values_list("team_id", "gpu_type_id"):
+        admitted += len(quota_admit(team_id=team_id, gpu_type_id=gpu_type_id))
+    transaction.on_commit(lambda: _sync_namespaces(team_ids))
+    return admitted
+
+
+def _sync_namespaces(team_ids: list[int]) -> None:
+    from jobs.services.submission import namespace_ensure
+
+    for team in Team.objects.filter(id__in=team_ids):
+        try:
+            namespace_ensure(team, force=True)
+        except Exception as exc:  # Kubernetes unreachable: the next submission syncs it again
+            log.warning("ResourceQuota of %s not updated after a sharing change: %s", team.namespace, exc)

@@ -1,0 +1,279 @@
+"""The admission plan for one cohort and GPU type, as a pure function: who starts, who borrows, who is
+preempted to give a lender its quota back, and why the rest wait. No database, no clock.
+
+The model (Kueue's, with lending limits):
+- each team has a quota Q; of it, `lendable` = min(lending limit, Q) goes into the cohort's pool and the
+  rest, `guaranteed` = Q - lendable, is never lent;
+- a team may hold at most Q + borrowing limit;
+- what teams hold beyond their guaranteed part comes out of the pool:
+  sum over teams of max(0, held - guaranteed) <= sum of lendable.
+A team alone (no cohort) is a cohort of one with no borrowing limit: the plan is its plain quota.
+
+Order: the caller gives the queue in order (priority, requeued-first, then FIFO or fair share). The plan
+first admits what fits each team's own quota (reclaiming borrowed GPUs if the pool is short), then what
+may borrow; best-effort within a team (a smaller workload passes a larger one that does not fit).
+Victims are borrowed workloads of teams above their quota, lowest priority then newest first, and only
+as many as free enough; nothing within its own team's quota is ever preempted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+class Reason:
+    """Why a queued workload is not admitted yet (shown to people as is)."""
+
+    TEAM_QUOTA = "team quota"
+    BORROWING_LIMIT = "borrowing limit"
+    COHORT = "cohort"
+    USER_CAP = "user cap"
+    CLUSTER = "cluster capacity"
+    NO_QUOTA = "no quota"
+
+
+@dataclass(frozen=True)
+class TeamQuota:
+    team_id: int
+    quota: int
+    borrowing_limit: int = 0
+    lending_limit: int | None = None
+    user_max_gpus: int | None = None
+
+    @property
+    def lendable(self) -> int:
+        return self.quota if self.lending_limit is None else min(self.lending_limit, self.quota)
+
+    @property
+    def guaranteed(self) -> int:
+        return self.quota - self.lendable
+
+    @property
+    def ceiling(self) -> int:
+        return self.quota + self.borrowing_limit
+
+
+@dataclass(frozen=True)
+class Held:
+    """A workload holding GPUs. `order` grows with admission time (newest has the largest)."""
+
+    id: int
+    team_id: int
+    gpus: int
+    user_id: int = 0
+    priority: int = 0
+    borrowed: bool = False
+    order: float = 0.0
+
+
+@dataclass(frozen=True)
+class Waiting:
+    id: int
+    team_id: int
+    gpus: int
+    user_id: int = 0
+    priority: int = 0
+
+
+@dataclass
+class Plan:
+    admit: list[int] = field(default_factory=list)
+    borrowed: set[int] = field(default_factory=set)
+    # victim id -> the waiting workload it makes room for
+    preempt: dict[int, int] = field(default_factory=dict)
+    waiting: dict[int, str] = field(default_factory=dict)
+
+
+class _Ledger:
+    """Running totals while a plan is made."""
+
+    def __init__(self, teams: Mapping[int, TeamQuota], held: Iterable[Held], capacity: int | None) -> None:
+        self.teams = teams
+        self.held = {h.id: h for h in held}
+        self.usage = dict.fromkeys(teams, 0)
+        self.user_usage: dict[tuple[int, int], int] = {}
+        for h in self.held.values():
+            self.usage[h.team_id] = self.usage.get(h.team_id, 0) + h.gpus
+            key = (h.team_id, h.user_id)
+            self.user_usage[key] = self.user_usage.get(key, 0) + h.gpus
+        self.pool_cap = sum(t.lendable for t in teams.values())
+        self.capacity = capacity
+
+    def pool_use(self) -> int:
+        return sum(max(0, used - self.teams[t].guaranteed) for t, used in self.usage.items() if t in self.teams)
+
+    def pool_after(self, team_id: int, gpus: int) -> int:
+        g = self.teams[team_id].guaranteed
+        used = self.usage[team_id]
+        return self.pool_use() - max(0, used - g) + max(0, used + gpus - g)
+
+    def cluster_short(self, gpus: int) -> bool:
+        return self.capacity is not None and sum(self.usage.values()) + gpus > self.capacity
+
+    def take(self, team_id: int, user_id: int, gpus: int) -> None:
+        self.usage[team_id] += gpus
+        self.user_usage[(team_id, user_id)] = self.user_usage.get((team_id, user_id), 0) + gpus
+
+    def release(self, h: Held) -> None:
+        self.usage[h.team_id] -= h.gpus
+        self.user_usage[(h.team_id, h.user_id)] -= h.gpus
+        del self.held[h.id]
+
+
+def _victims(ledger: _Ledger, team_id: int, gpus: int) -> list[Held]:
+    """The fewest borrowed workloads (lowest priority, newest first) whose release lets `team_id` take
+    `gpus` within the pool; [] if even all of them would not."""
+    candidates = sorted(
+        (h for h in ledger.held.values() if h.borrowed and h.team_id != team_id),
+        key=lambda h: (h.priority, -h.order, -h.id),
+    )
+    usage = dict(ledger.usage)
+    chosen: list[Held] = []
+
+    def short(usage: Mapping[int, int]) -> bool:
+        pool = sum(max(0, u - ledger.teams[t].guaranteed) for t, u in usage.items() if t in ledger.teams)
+        g = ledger.teams[team_id].guaranteed
+        u = usage[team_id]
+        return pool - max(0, u - g) + max(0, u + gpus - g) > ledger.pool_cap
+
+    for h in candidates:
+        if not short(usage):
+            break
+        # Only GPUs beyond the victim team's own quota are reclaimed.
+        if usage[h.team_id] <= ledger.teams[h.team_id].quota:
+            continue
+        usage[h.team_id] -= h.gpus
+        chosen.append(h)
+    if short(usage):
+        return []
+    # The fewest: drop any victim (latest chosen first) that is not needed after all.
+    for h in reversed(list(chosen)):
+        usage[h.team_id] += h.gpus
+        if short(usage):
+            usage[h.team_id] -= h.gpus
+        else:
+            chosen.remove(h)
+    return chosen
+
+
+def plan(
+    teams: Mapping[int, TeamQuota],
+    held: Sequence[Held],
+    queued: Sequence[Waiting],
+    *,
+    reclaim: bool = True,
+    capacity: int | None = None,
+) -> Plan:
+    """Decide admissions for one cohort and GPU type. `queued` is in queue order.
+
+    `capacity` (GPUs of the type the cohort can physically get) is only given by forecasts; admission
+    proper leaves the physical fit to the Kubernetes scheduler.
+    """
+    ledger = _Ledger(teams, held, capacity)
+    result = Plan()
+    decided: set[int] = set()
+    for borrowing in (False, True):
+        smallest_refused: dict[int, int] = {}
+        for w in queued:
+            if w.id in decided:
+                continue
+            team = teams.get(w.team_id)
+            if team is None:
+                result.waiting[w.id] = Reason.NO_QUOTA
+                continue
+            refused = smallest_refused.get(w.team_id)
+            if refused is not None and w.gpus >= refused:
+                result.waiting.setdefault(w.id, Reason.TEAM_QUOTA)
+                continue
+            if team.user_max_gpus is not None and (
+                ledger.user_usage.get((w.team_id, w.user_id), 0) + w.gpus > team.user_max_gpus
+            ):
+                result.waiting[w.id] = Reason.USER_CAP
+                continue
+            own = ledger.usage[w.team_id] + w.gpus <= team.quota
+            reason = _try(ledger, team, w, own=own, borrowing=borrowing, reclaim=reclaim, result=result)
+            if reason is None:
+                decided.add(w.id)
+                result.waiting.pop(w.id, None)
+                result.admit.append(w.id)
+                if not own:
+                    result.borrowed.add(w.id)
+            else:
+                result.waiting[w.id] = reason
+                smallest_refused[w.team_id] = min(w.gpus, refused if refused is not None else w.gpus)
+    return result
+
+
+def _try(ledger: _Ledger, team: TeamQuota, w: Waiting, *, own: bool, borrowing: bool, reclaim: bool, result: Plan):
+    """Admit `w` into the ledger if it may start now; else the reason it waits."""
+    if not borrowing and not own:
+        return Reason.TEAM_QUOTA  # its turn to borrow comes after every team's own-quota work
+    if borrowing and not own and ledger.usage[w.team_id] + w.gpus > team.ceiling:
+        return Reason.BORROWING_LIMIT if team.borrowing_limit else Reason.TEAM_QUOTA
+    if ledger.cluster_short(w.gpus):
+        return Reason.CLUSTER
+    if ledger.pool_after(w.team_id, w.gpus) > ledger.pool_cap:
+        if not own or not reclaim:
+            return Reason.COHORT
+        victims = _victims(ledger, w.team_id, w.gpus)
+        if not victims:
+            return Reason.COHORT
+        for h in victims:
+            ledger.release(h)
+            result.preempt[h.id] = w.id
+    ledger.take(w.team_id, w.user_id, w.gpus)
+    return None
+
+
+# --- queue order ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class QueueEntry:
+    """A queued workload as ordering needs it; `created` and `requeued` are epoch seconds."""
+
+    id: int
+    team_id: int
+    user_id: int
+    gpus: int
+    priority: int
+    created: float
+    requeued: float | None = None
+
+
+def team_order_key(entry: QueueEntry, user_usage: Mapping[int, float] | None) -> tuple:
+    """Priority first; a job requeued after preemption goes to the front of its priority; then the user
+    with the least recent usage (fair share) or plain FIFO."""
+    share = (user_usage or {}).get(entry.user_id, 0.0) if user_usage is not None else 0.0
+    return (-entry.priority, entry.requeued is None, entry.requeued or 0.0, share, entry.created, entry.id)
+
+
+def order_queue(entries: Iterable[QueueEntry], fair_usage: Mapping[int, Mapping[int, float]]) -> list[Waiting]:
+    """The cohort's queue in admission order: each team's own order (fair share where the team uses it,
+    keyed by team id in `fair_usage`), teams interleaved by priority, then by place in their own queue."""
+    by_team: dict[int, list[QueueEntry]] = {}
+    for e in entries:
+        by_team.setdefault(e.team_id, []).append(e)
+    ranked: list[tuple[tuple, QueueEntry]] = []
+    for team_id, team_entries in by_team.items():
+        usage = fair_usage.get(team_id)
+        team_entries.sort(key=lambda e: team_order_key(e, usage))
+        for rank, e in enumerate(team_entries):
+            ranked.append(((-e.priority, rank, e.created, e.id), e))
+    ranked.sort(key=lambda pair: pair[0])
+    return [Waiting(id=e.id, team_id=e.team_id, gpus=e.gpus, user_id=e.user_id, priority=e.priority) for _, e in ranked]
+
+
+def decayed_usage(intervals: Iterable[tuple[int, float, float, int]], now: float, half_life: float) -> dict[int, float]:
+    """GPU-hours per user with exponential decay: (user, start, end, gpus) intervals in epoch seconds;
+    usage `half_life` seconds ago counts half (Slurm's fair-share decay), integrated exactly."""
+
+    rate = math.log(2) / half_life
+    totals: dict[int, float] = {}
+    for user, start, end, gpus in intervals:
+        end = min(end, now)
+        if end <= start:
+            continue
+        weight = (math.exp(-rate * (now - end)) - math.exp(-rate * (now - start))) / rate
+        totals[user] = totals.get(user, 0.0) + gpus * weight / 3600.0
+    return totals

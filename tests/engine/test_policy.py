@@ -1,0 +1,134 @@
+"""jobs.policy: every role against every action, in one table, plus the "get it or 404" lookup.
+
+Each row of ROLES by ACTIONS is one expectation a person would notice (a button, a page, a 404); the
+table is the specification the module docstring argues for.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import AnonymousUser
+from django.http import Http404
+
+from jobs import policy
+from jobs.models import Kind, Role, State, Workload
+from tests.engine.factories import GpuTypeFactory, MembershipFactory, TeamFactory, UserFactory
+
+ROLES = ["owner", "teammate", "manager", "outsider", "superuser", "anonymous"]
+
+# action -> the roles allowed. "open" is a service the owner has not shared; "open_shared" one they have.
+EXPECTED: dict[str, set[str]] = {
+    "see": {"owner", "teammate", "manager", "superuser"},
+    "cancel": {"owner", "manager", "superuser"},
+    "set_priority": {"manager", "superuser"},
+    "see_teammate_usage": {"manager", "superuser"},
+    "see_own_usage": {"owner", "teammate", "manager", "superuser"},
+    "open": {"owner"},
+    "open_shared": {"owner", "teammate", "manager"},
+    "share": {"owner"},
+}
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def people(db) -> dict:
+    team, other = TeamFactory(slug="vision"), TeamFactory(slug="language")
+    owner, teammate, manager = (
+        UserFactory(username="olivia"),
+        UserFactory(username="tom"),
+        UserFactory(username="maria"),
+    )
+    outsider = UserFactory(username="oscar")
+    superuser = UserFactory(username="ada", is_superuser=True, is_staff=True)
+    MembershipFactory(user=owner, team=team)
+    MembershipFactory(user=teammate, team=team)
+    MembershipFactory(user=manager, team=team, role=Role.MANAGER)
+    MembershipFactory(user=outsider, team=other)
+    colleague = UserFactory(username="carl")  # whose figures "another member's usage" asks for
+    MembershipFactory(user=colleague, team=team)
+    gpu_type = GpuTypeFactory(slug="p100")
+
+    def service(shared: bool) -> Workload:
+        return Workload.objects.create(
+            team=team, owner=owner, name="nb", kind=Kind.SERVICE, image="docker.io/x:1", gpu_type=gpu_type,
+            gpu_count=1, port=8888, time_limit_seconds=3600, state=State.RUNNING, shared_with_team=shared,
+        )  # fmt: skip
+
+    return {
+        "team": team,
+        "colleague": colleague,
+        "private": service(False),
+        "shared": service(True),
+        "users": {
+            "owner": owner,
+            "teammate": teammate,
+            "manager": manager,
+            "outsider": outsider,
+            "superuser": superuser,
+            "anonymous": AnonymousUser(),
+        },
+    }
+
+
+def _answer(action: str, user, people: dict) -> bool:
+    workload, team = people["private"], people["team"]
+    if action == "see":
+        seen = policy.may_see(user, workload)
+        listed = policy.visible_workloads(user).filter(id=workload.id).exists()
+        correlated = policy.visible_workloads_correlated(user).filter(id=workload.id).exists()
+        assert seen == listed == correlated, "the three forms of visibility disagree"
+        return seen
+    if action == "cancel":
+        return policy.may_cancel(user, workload)
+    if action == "set_priority":
+        return policy.may_set_priority(user, team)
+    if action == "see_teammate_usage":
+        return policy.may_see_usage_of(user, team, people["colleague"].id)
+    if action == "see_own_usage":
+        return user.is_authenticated and policy.may_see_usage_of(user, team, user.id)
+    if action == "open":
+        return policy.may_open(user, workload)
+    if action == "open_shared":
+        return policy.may_open(user, people["shared"])
+    if action == "share":
+        return policy.may_share(user, workload)
+    raise AssertionError(action)
+
+
+@pytest.mark.parametrize("action", sorted(EXPECTED))
+@pytest.mark.parametrize("role", ROLES)
+def test_role_action_table(people, role, action):
+    assert _answer(action, people["users"][role], people) is (role in EXPECTED[action])
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_workload_or_404(people, role):
+    user, uid = people["users"][role], people["private"].uid
+    if role in EXPECTED["see"]:
+        assert policy.workload_or_404(user, uid).id == people["private"].id
+    else:
+        with pytest.raises(Http404):
+            policy.workload_or_404(user, uid)
+    with pytest.raises(Http404):  # one that does not exist reads the same as one you may not see
+        policy.workload_or_404(user, "0000000000")
+
+
+def test_batch_jobs_have_no_door(people):
+    batch = people["private"]
+    batch.kind = Kind.BATCH
+    batch.save()
+    assert not policy.may_open(people["users"]["owner"], batch)
+
+
+def test_owner_who_left_the_team_loses_the_door_and_the_cancel_button(people):
+    owner = people["users"]["owner"]
+    owner.memberships.all().delete()
+    assert not policy.may_open(owner, people["private"])
+    assert not policy.may_cancel(owner, people["private"])
+    assert policy.usage_user_ids(people["users"]["manager"], people["team"]) is None
+    with pytest.raises(Http404):
+        policy.usage_user_ids(owner, people["team"])
