@@ -52,11 +52,14 @@ class PortalIdentity:
     def service_account(self) -> str:
         return self.service_accounts["engine"]
 
+    def env(self) -> dict[str, str]:
+        """The environment of the engine's processes; the provisioner gets PROVISIONER_KUBECONFIG as KUBECONFIG."""
+        return {**self.settings(), "PROVISIONER_KUBECONFIG": str(self.kubeconfigs["provisioner"])}
+
     def settings(self) -> dict[str, str]:
-        """The environment of a portal process; the provisioner gets PROVISIONER_KUBECONFIG as KUBECONFIG."""
+        """Django settings of a portal process acting as the engine."""
         return {
             "KUBECONFIG": str(self.kubeconfig),
-            "PROVISIONER_KUBECONFIG": str(self.kubeconfigs["provisioner"]),
             "KUBE_SERVICE_ACCOUNT": self.service_accounts["engine"],
             "KUBE_WEB_SERVICE_ACCOUNT": self.service_accounts["web"],
             "KUBE_WORKLOADS_CLUSTERROLE": self.workloads_role,

@@ -15,6 +15,7 @@ import time
 
 from django.conf import settings
 from django.utils import timezone
+from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from jobs.kube import client as kube
@@ -27,6 +28,8 @@ log = logging.getLogger(__name__)
 _ensured_lock = threading.Lock()
 _ensured: dict[str, tuple[tuple, float]] = {}  # namespace -> ((), when its provisioning was last asked for)
 PROVISION_REQUEST_TTL_SECONDS = 2.0
+PROVISION_WAIT_SECONDS = 15.0
+_ready: set[str] = set()  # team namespaces this process has been allowed to create workloads in
 
 
 class SubmitRejected(Exception):
@@ -83,6 +86,35 @@ def namespace_ensure(team: Team, *, force: bool = False) -> str:
 def forget_namespaces() -> None:
     with _ensured_lock:
         _ensured.clear()
+        _ready.clear()
+
+
+def namespace_wait_ready(team: Team, kind: str, *, timeout: float = PROVISION_WAIT_SECONDS) -> bool:
+    """Before a team's first workload in this process: ask for its namespace and wait (briefly) until our
+    credentials may create `kind` there, so the objects are created together instead of by retries."""
+    namespace = team.namespace
+    if namespace in _ready:
+        return True
+    namespace_ensure(team)
+    group, resource = ("batch", "jobs") if kind == "batch" else ("apps", "deployments")
+    review = k8s.V1SelfSubjectAccessReview(
+        spec=k8s.V1SelfSubjectAccessReviewSpec(
+            resource_attributes=k8s.V1ResourceAttributes(
+                namespace=namespace, verb="create", group=group, resource=resource
+            )
+        )
+    )
+    authorization = k8s.AuthorizationV1Api(kube.api_client())
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = authorization.create_self_subject_access_review(review, _request_timeout=kube.timeout())
+        if answer.status.allowed:
+            with _ensured_lock:
+                _ready.add(namespace)
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
 
 
 def _create_or_adopt(obj, spec: objects.WorkloadSpec, team: Team) -> None:
@@ -108,6 +140,8 @@ def _create_or_adopt(obj, spec: objects.WorkloadSpec, team: Team) -> None:
             ) from exc
         if exc.status in (403, 404):
             # The namespace is not there or not bound for us yet: ask the provisioner, then retry.
+            with _ensured_lock:
+                _ready.discard(team.namespace)
             namespace_ensure(team)
             raise
         failure = kube.classify(exc)
@@ -129,10 +163,15 @@ def _read(kind: str, name: str, namespace: str):
 def workload_create_objects(workload_id: int) -> None:
     """Create an admitted workload's objects. Transient API failures propagate (the task retries)."""
     workload = Workload.objects.select_related("team", "gpu_type", "owner").get(id=workload_id)
-    if workload.state != State.SUBMITTING:
+    # A retry may find the tracker ahead of it: some objects were made (their pod seen) before a later
+    # create was refused (RBAC still learning of the namespace's new binding). Finish the set and record
+    # the names then; creates adopt what exists.
+    unfinished = workload.state in (State.PENDING, State.RUNNING) and not workload.k8s_name
+    if workload.state != State.SUBMITTING and not unfinished:
         return
     spec = spec_for(workload)
     try:
+        namespace_wait_ready(workload.team, spec.kind)
         for obj in objects.make_objects(spec):
             _create_or_adopt(obj, spec, workload.team)
     except ApiException as exc:

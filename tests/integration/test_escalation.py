@@ -14,6 +14,7 @@ tested in tests/engine/test_team_namespace.py. The local cluster (1.20) has no V
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -59,15 +60,12 @@ def served_resources(admin: Any) -> list[tuple[str, str, bool, set[str]]]:
         found.append(("", r.name, r.namespaced, set(r.verbs or ())))
     for group in k8s.ApisApi(admin).get_api_versions().groups:
         version = group.preferred_version.group_version
-        listing = admin.call_api(
-            f"/apis/{version}",
-            "GET",
-            response_type="V1APIResourceList",
-            auth_settings=["BearerToken"],
-            _return_http_data_only=True,
-        )
-        for r in listing.resources:
-            found.append((group.name, r.name, r.namespaced, set(r.verbs or ())))
+        method, url, headers, _, _ = admin.param_serialize("GET", f"/apis/{version}", auth_settings=["BearerToken"])
+        response = admin.call_api(method, url, header_params=headers)
+        response.read()
+        listing = json.loads(response.data)
+        for r in listing["resources"]:
+            found.append((group.name, r["name"], r["namespaced"], set(r.get("verbs") or ())))
     return [f for f in found if "/" not in f[1] and f[1] not in HARMLESS]
 
 
