@@ -58,10 +58,10 @@ format: venv ## apply ruff's fixes and formatting
 	@$(PY) -m ruff check --fix .
 	@$(PY) -m ruff format .
 
-bench: venv ## benchmarks, printed as `name: value` lines
+bench: venv ## benchmarks, printed as `name: value` lines (BENCH="engine ui" runs some; see benchmarks/README.md)
 	@bash devtools/system-deps.sh redis-server postgresql
 	@bash localcluster/build.sh >/dev/null
-	@$(PY) -m devtools.testenv -- $(PY) -m benchmarks
+	@GPUPORTAL_PG_DURABLE=1 $(PY) -m devtools.testenv -- $(PY) -m benchmarks $(BENCH)
 
 cluster-build: ## build (once) and cache the Kubernetes control-plane binaries
 	@bash localcluster/build.sh

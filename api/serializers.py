@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from api.errors import Invalid
 from jobs.models import CatalogImage, Kind, State, Team, Workload, WorkloadEvent
+from jobs.services import opening
 from jobs.services.validation import FIELDS as SPEC_FIELDS
 
 
@@ -42,6 +43,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
     env = EnvVarSerializer(many=True, read_only=True)
     queue_position = serializers.SerializerMethodField(help_text="1 = next to be admitted; null unless queued.")
     gpu_hours = serializers.SerializerMethodField(help_text="GPU-hours so far (live while running).")
+    open_url = serializers.SerializerMethodField(
+        help_text="A service: where to open it in a browser (the portal's proxy, signed in). Empty for batch jobs."
+    )
 
     class Meta:
         model = Workload
@@ -49,7 +53,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "uid", "name", "team", "owner", "kind", "image", "catalog_image", "gpu_type", "gpu_count",
             "command", "args", "env", "port", "time_limit_seconds", "priority", "restartable", "borrowed",
             "attempt", "estimated_start_at", "wait_reason", "state", "reason", "message", "exit_code", "queue_position", "gpu_hours",
-            "namespace", "k8s_name", "node_name", "pod_name",
+            "namespace", "k8s_name", "node_name", "pod_name", "open_url", "shared_with_team", "last_activity_at",
             "created_at", "admitted_at", "submitted_at", "started_at", "finished_at", "state_changed_at",
         ]  # fmt: skip
         read_only_fields = fields
@@ -64,6 +68,10 @@ class WorkloadSerializer(serializers.ModelSerializer):
     def get_gpu_hours(self, workload: Workload) -> float:
         now = self.context.get("now") or timezone.now()
         return round(workload.gpu_seconds(now) / 3600, 6)
+
+    @extend_schema_field(serializers.CharField(allow_blank=True))
+    def get_open_url(self, workload: Workload) -> str:
+        return opening.open_url(workload)
 
     def to_representation(self, workload: Workload) -> dict[str, Any]:
         # The declared fields above are the contract (and the schema); this writes the same output
@@ -81,6 +89,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "reason": w.reason, "message": w.message, "exit_code": w.exit_code,
             "queue_position": self.get_queue_position(w), "gpu_hours": self.get_gpu_hours(w),
             "namespace": w.namespace, "k8s_name": w.k8s_name, "node_name": w.node_name, "pod_name": w.pod_name,
+            "open_url": opening.open_url(w), "shared_with_team": w.shared_with_team,
+            "last_activity_at": _when(w.last_activity_at),
             "created_at": _when(w.created_at), "admitted_at": _when(w.admitted_at),
             "submitted_at": _when(w.submitted_at), "started_at": _when(w.started_at),
             "finished_at": _when(w.finished_at), "state_changed_at": _when(w.state_changed_at),
@@ -115,6 +125,9 @@ class WorkloadCreateSerializer(serializers.Serializer):
         default=False,
         help_text="Batch jobs: if preempted by a lender reclaiming its GPUs, requeue at the front instead of failing.",
     )
+    shared_with_team = serializers.BooleanField(
+        required=False, default=False, help_text="A service: teammates may open it too (its owner always can)."
+    )
 
 
 _STRING_FIELDS = {"team", "name", "kind", "image", "gpu_type"}
@@ -129,8 +142,10 @@ def parse_submission(payload: Any) -> tuple[str | None, dict[str, Any]]:
         raise Invalid({"non_field_errors": ["Send a JSON object."]}, "Send a JSON object.")
     errors: dict[str, list[str]] = {}
     for name, value in payload.items():
-        if name != "team" and name not in SPEC_FIELDS:
+        if name != "team" and name != "shared_with_team" and name not in SPEC_FIELDS:
             errors[name] = ["Unknown field."]
+        elif name == "shared_with_team" and not isinstance(value, bool):
+            errors[name] = ["Must be true or false."]
         elif name in _STRING_FIELDS and not isinstance(value, str):
             errors[name] = ["Must be a string."]
         elif name in _INT_FIELDS and (isinstance(value, bool) or not isinstance(value, int)):
@@ -225,10 +240,36 @@ class GpuTypeSerializer(serializers.Serializer):
     quota = QuotaUseSerializer(allow_null=True, help_text="Your team's quota and use; null: no quota for it.")
 
 
+class WaitingExplainedSerializer(serializers.Serializer):
+    uid = serializers.CharField(source="workload.uid")
+    name = serializers.CharField(source="workload.name")
+    owner = serializers.CharField(source="workload.owner.username")
+    gpu_count = serializers.IntegerField(source="workload.gpu_count")
+    position = serializers.IntegerField(help_text="1 = next to be admitted, in the team's queue order.")
+    reason = serializers.CharField(help_text="team quota, borrowing limit, cohort, user cap, cluster capacity.")
+    explanation = serializers.CharField()
+    estimated_start_at = serializers.DateTimeField(allow_null=True)
+
+
+class TypeQueueSerializer(serializers.Serializer):
+    gpu_type = serializers.CharField(source="gpu_type.slug")
+    quota = serializers.IntegerField(help_text="The team's own quota.")
+    borrowing_limit = serializers.IntegerField()
+    lending_limit = serializers.IntegerField(allow_null=True)
+    in_cohort = serializers.BooleanField()
+    held = serializers.IntegerField(help_text="GPUs the team holds now, borrowed ones included.")
+    borrowed = serializers.IntegerField(help_text="GPUs held beyond the team's own quota.")
+    lent = serializers.IntegerField(help_text="Of the team's idle quota, GPUs other teams of its cohort use now.")
+    waiting_workloads = serializers.IntegerField()
+    waiting_gpus = serializers.IntegerField()
+    first_waiting = WaitingExplainedSerializer(many=True)
+
+
 class QueueSerializer(serializers.Serializer):
     team = serializers.CharField()
     quotas = QuotaUseSerializer(many=True)
     queued = WorkloadSerializer(many=True, help_text="Queued workloads in admission order per GPU type.")
+    sharing = TypeQueueSerializer(many=True, help_text="Per GPU type: own quota, borrowed, lent, waiting and why.")
 
 
 # --- catalog and usage ----------------------------------------------------------------------------
@@ -249,6 +290,9 @@ class UsageEntrySerializer(serializers.Serializer):
     key = serializers.CharField(help_text="The day (YYYY-MM-DD), username or GPU type slug.")
     gpu_hours = serializers.FloatField(min_value=0)
     weighted_gpu_hours = serializers.FloatField(min_value=0, help_text="GPU-hours times the billing weight.")
+    borrowed_gpu_hours = serializers.FloatField(
+        min_value=0, help_text="Of gpu_hours, those on GPUs borrowed from the team's cohort."
+    )
 
 
 class UsageSerializer(serializers.Serializer):
@@ -259,3 +303,4 @@ class UsageSerializer(serializers.Serializer):
     rows = UsageEntrySerializer(many=True)
     total_gpu_hours = serializers.FloatField(min_value=0)
     total_weighted_gpu_hours = serializers.FloatField(min_value=0)
+    total_borrowed_gpu_hours = serializers.FloatField(min_value=0)

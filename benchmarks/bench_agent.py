@@ -43,6 +43,17 @@ HOUR_OF_SAMPLES = 720  # 3600 s / 5 s
 REPO = Path(__file__).resolve().parents[1]
 
 
+# What this module prints (benchmarks/__main__.py prints a missing one as an ERROR line).
+FIGURES = (
+    "agent_sample_ms_simulated",
+    "agent_pass_ms_simulated",
+    "agent_cgroup_resolve_us",
+    "agent_rss_mb_baseline",
+    "agent_rss_mb",
+    "agent_rss_mb_portal_down",
+)
+
+
 def _busy() -> dict[int, BusyGpu]:
     return {i: BusyGpu(pod_uid=f"00000000-0000-4000-8000-{i:012d}") for i in range(0, GPUS, 2)}
 

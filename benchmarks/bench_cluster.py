@@ -36,6 +36,15 @@ IN_FLIGHT = 500
 BUILD_SCRIPT = Path(__file__).resolve().parent.parent / "localcluster" / "build.sh"
 
 
+# What this module prints (benchmarks/__main__.py prints a missing one as an ERROR line).
+FIGURES = (
+    "cluster_cold_build_s",
+    "cluster_warm_start_s",
+    "simulator_pods_per_s",
+    "simulator_cpu_ms_per_pod",
+)
+
+
 def run(ctx: BenchContext) -> Iterator[tuple[str, float]]:
     yield "cluster_cold_build_s", cold_build_seconds()
     yield "cluster_warm_start_s", warm_start_seconds(ctx.work_dir / "warm-start")

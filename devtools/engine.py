@@ -25,6 +25,8 @@ FAST_INTERVALS = {
     "PORTAL_RESYNC_SECONDS": "10",
     "PORTAL_IMAGE_PULL_TIMEOUT": "4",
     "PORTAL_RETENTION_SECONDS": "3600",
+    # Preemption: SIGTERM, then the kill this long after (the sharing tests time reclaims against it).
+    "PORTAL_PREEMPT_GRACE_SECONDS": "6",
 }
 
 

@@ -4,7 +4,10 @@
    progress), then a cluster owned by this process in var/cluster (or the one `make cluster-up` runs).
 2. A throwaway Redis, unless REDIS_URL or CELERY_BROKER_URL is set.
 3. `manage.py migrate`, then `manage.py seed_demo` when that command exists (demo admin, team, GPU types).
-4. Celery worker and beat, `manage.py track` when it exists, and `manage.py runserver 127.0.0.1:8000`.
+4. Celery worker and beat, `manage.py track` when it exists, `manage.py runserver` on a private port, and
+   in front of it the service proxy (`python -m proxy`) on 127.0.0.1:8000: it serves /w/<uid>/ (the
+   services researchers open) and passes every other path to the development server, so one origin
+   serves both, as the ingress does in production.
 Every child's output is prefixed with its name. SIGINT/SIGTERM stop the children in reverse order.
 Environment: PORT (default 8000), LOCALCLUSTER_STATE_DIR (default var/cluster).
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -22,7 +26,7 @@ from pathlib import Path
 from typing import IO
 
 from devtools.engine import provisioner_argv
-from devtools.services import RedisServer, ServiceError
+from devtools.services import RedisServer, ServiceError, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 VAR = REPO / "var"
@@ -176,7 +180,18 @@ def main() -> int:
             )
             if management_command_exists("track"):
                 children.start("track", [python, "manage.py", "track"], env)
-            children.start("web", [python, "manage.py", "runserver", f"127.0.0.1:{PORT}", "--noreload"], env)
+            # One origin for the portal and its services, as in production behind the ingress: the service
+            # proxy listens on PORT, serves /w/<uid>/ itself and passes every other path to the Django
+            # development server on a private port.
+            web_port = free_port()
+            children.start("web", [python, "manage.py", "runserver", f"127.0.0.1:{web_port}", "--noreload"], env)
+            _wait_for_port(web_port, children)
+            children.start(
+                "proxy",
+                [python, "-m", "proxy", "--host", "127.0.0.1", "--port", str(PORT),
+                 "--portal-upstream", f"http://127.0.0.1:{web_port}"],
+                env,
+            )  # fmt: skip
             _announce(seeded, env)
             while True:
                 time.sleep(0.5)
@@ -195,6 +210,19 @@ def main() -> int:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return 0
+
+
+def _wait_for_port(port: int, children: Children, timeout: float = 120.0) -> None:
+    """Until the development server listens (so the first page through the proxy is the portal's)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        dead = children.dead()
+        if dead:
+            raise ServiceError(f"{dead[0]} exited with code {dead[1]}")
+        time.sleep(0.2)
+    raise ServiceError(f"the development server did not listen on port {port} within {timeout:.0f} s")
 
 
 def _announce(seeded: list[str], env: dict[str, str]) -> None:

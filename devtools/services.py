@@ -89,7 +89,7 @@ class RedisServer:
 
 
 class PostgresServer:
-    """A disposable cluster tuned for tests (no fsync); trust auth on loopback only."""
+    """A disposable cluster tuned for tests (no fsync unless GPUPORTAL_PG_DURABLE=1); trust auth on loopback only."""
 
     def __init__(self, database: str = "gpuportal") -> None:
         self.database = database
@@ -128,6 +128,13 @@ class PostgresServer:
             stderr=subprocess.PIPE,
         )
         self.port = free_port()
+        # Tests trade durability for speed; benchmarks that compare against the API server (whose etcd
+        # fsyncs every write) keep PostgreSQL's defaults with GPUPORTAL_PG_DURABLE=1.
+        durability = (
+            []
+            if os.environ.get("GPUPORTAL_PG_DURABLE") == "1"
+            else ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
+        )
         self.process = subprocess.Popen(
             [
                 *run_as,
@@ -140,12 +147,7 @@ class PostgresServer:
                 str(self.directory),
                 "-c",
                 "listen_addresses=127.0.0.1",
-                "-c",
-                "fsync=off",
-                "-c",
-                "synchronous_commit=off",
-                "-c",
-                "full_page_writes=off",
+                *durability,
                 "-c",
                 "max_connections=300",
                 "-c",

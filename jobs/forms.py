@@ -71,6 +71,11 @@ class LaunchForm(forms.Form):
         label="Restartable",
         help_text="Batch jobs on borrowed GPUs: if the lender reclaims them, requeue at the front instead of failing.",
     )
+    shared_with_team = forms.BooleanField(
+        required=False,
+        label="Shared with my team",
+        help_text="Teammates may open this service too, signed in as themselves. You can change it later.",
+    )
 
     def __init__(
         self,
@@ -147,6 +152,8 @@ class LaunchForm(forms.Form):
             spec["priority"] = data["priority"]
         if data.get("restartable") and data["kind"] == Kind.BATCH:
             spec["restartable"] = True
+        if data["kind"] == Kind.SERVICE:
+            spec["shared_with_team"] = bool(data.get("shared_with_team"))
         return spec
 
     def add_submission_errors(self, errors: dict[str, list[str]]) -> None:
@@ -234,3 +241,53 @@ class UsageRangeForm(forms.Form):
             elif (end - start).days >= MAX_USAGE_DAYS:
                 self.add_error("end", f"At most {MAX_USAGE_DAYS} days at a time.")
         return cleaned
+
+
+class TeamSharingForm(forms.Form):
+    """A manager's rules for sharing inside the team: caps per member, and fair-share ordering."""
+
+    fair_share = forms.BooleanField(
+        required=False,
+        label="Fair share",
+        help_text="Order the queue by each member's recent GPU-hours (least first) instead of first come, first served.",
+    )
+    half_life_hours = forms.IntegerField(
+        min_value=1,
+        max_value=24 * 90,
+        label="Fair-share half-life (hours)",
+        help_text="Past usage counts half after this.",
+    )
+    user_max_queued = forms.IntegerField(
+        required=False, min_value=1, max_value=10000, label="Waiting workloads per member", help_text="Empty: no cap."
+    )
+
+    def __init__(self, *args: Any, team, quotas: list, **kwargs: Any) -> None:
+        kwargs.setdefault("label_suffix", "")
+        kwargs.setdefault(
+            "initial",
+            {
+                "fair_share": team.fair_share,
+                "half_life_hours": team.fair_share_half_life_hours,
+                "user_max_queued": team.user_max_queued,
+                **{f"user_max_gpus_{q.gpu_type.slug}": q.user_max_gpus for q in quotas},
+            },
+        )
+        super().__init__(*args, **kwargs)
+        self.quotas = quotas
+        for q in quotas:
+            self.fields[f"user_max_gpus_{q.gpu_type.slug}"] = forms.IntegerField(
+                required=False,
+                min_value=1,
+                max_value=10000,
+                label=f"{q.gpu_type.display_name} GPUs per member at once",
+                help_text="Empty: no cap.",
+            )
+
+    def settings(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        return {
+            "fair_share": bool(data.get("fair_share")),
+            "half_life_hours": data["half_life_hours"],
+            "user_max_queued": data.get("user_max_queued"),
+            "user_max_gpus": {q.gpu_type_id: data.get(f"user_max_gpus_{q.gpu_type.slug}") for q in self.quotas},
+        }

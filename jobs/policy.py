@@ -128,10 +128,19 @@ def may_open(user, workload: Workload) -> bool:
     """May pass the service proxy into this workload (see the module docstring: owner, or shared teammates)."""
     if workload.kind != Kind.SERVICE or not _signed_in(user):
         return False
-    role = _role(user, workload.team_id)
-    if role is None:
+    if _role(user, workload.team_id) is None:
         return False  # a former member keeps nothing, not even their own notebook's door
-    return workload.owner_id == user.id or workload.shared_with_team
+    return may_open_as_member(user, workload)
+
+
+def may_open_as_member(user, workload: Workload) -> bool:
+    """`may_open` for a user already known to be in the workload's team (list pages of the acting team):
+    no query."""
+    return (
+        workload.kind == Kind.SERVICE
+        and _signed_in(user)
+        and (workload.owner_id == user.id or workload.shared_with_team)
+    )
 
 
 def may_share(user, workload: Workload) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import Case, Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value, When
 from django.db.models.functions import Coalesce
 
 from jobs import policy
@@ -28,7 +28,7 @@ def workloads_visible_to(user) -> QuerySet[Workload]:
 
 
 def with_queue_position(queryset: QuerySet[Workload]) -> QuerySet[Workload]:
-    """Annotate `queue_position` (1 = next) on queued workloads, in one correlated subquery."""
+    """Annotate `queue_position` (1 = next) on queued workloads (None on others), in one correlated subquery."""
     ahead = (
         Workload.objects.filter(team_id=OuterRef("team_id"), gpu_type_id=OuterRef("gpu_type_id"), state=State.QUEUED)
         .filter(
@@ -41,7 +41,15 @@ def with_queue_position(queryset: QuerySet[Workload]) -> QuerySet[Workload]:
         .annotate(n=Count("id"))
         .values("n")
     )
-    return queryset.annotate(queue_position=Coalesce(Subquery(ahead, output_field=IntegerField()), Value(0)) + 1)
+    # Only queued rows have a position: under CASE, PostgreSQL runs the subquery for those rows alone
+    # (on a page of finished work it used to count the queue once per row).
+    return queryset.annotate(
+        queue_position=Case(
+            When(state=State.QUEUED, then=Coalesce(Subquery(ahead, output_field=IntegerField()), Value(0)) + 1),
+            default=None,
+            output_field=IntegerField(),
+        )
+    )
 
 
 def queue_position(workload: Workload) -> int | None:

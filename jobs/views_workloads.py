@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
+from django.conf import settings
 from django.contrib import messages
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -19,15 +19,20 @@ from django.views.decorators.http import require_POST
 from jobs import policy
 from jobs.forms import WorkloadFilterForm
 from jobs.models import GpuType, Kind, State, Workload
+from jobs.paging import CappedPaginator
 from jobs.selectors import queue_position, team_quota_use, with_queue_position, workloads_visible_to
+from jobs.services import opening
 from jobs.services.cancel import workload_cancel
 from jobs.services.errors import WorkloadStateError
+from jobs.services.log_streams import HeldStream, TooManyStreams
 from jobs.services.logs import LogsUnavailable, follow_logs, workload_events, workload_logs
+from jobs.services.opening import workload_share
 from jobs.views_common import team_page
 
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = 25
+LIST_COUNT_CAP = 1000  # rows counted past the page asked for; a longer list says "more than N"
 LOG_TAIL = 500
 CLUSTER_UNREACHABLE = "The cluster can't be reached right now; try again in a moment."
 
@@ -58,8 +63,14 @@ def workload_list(request: HttpRequest) -> HttpResponse:
         workloads = workloads.filter(kind=chosen["kind"])
     if chosen.get("gpu_type"):
         workloads = workloads.filter(gpu_type__slug=chosen["gpu_type"])
-    workloads = with_queue_position(workloads.select_related("owner", "gpu_type")).order_by("-created_at", "-id")
-    page = Paginator(workloads, PAGE_SIZE).get_page(request.GET.get("page"))
+    # The page's ids first (an index walk), then those rows with details and queue positions: in one
+    # query PostgreSQL computed the queue position of every matching row before sorting (0.7 s at 100k).
+    ordered_ids = workloads.order_by("-created_at", "-id").values_list("id", flat=True)
+    paginator = CappedPaginator(ordered_ids, PAGE_SIZE, count_queryset=workloads, cap=LIST_COUNT_CAP)
+    page = paginator.get_page(request.GET.get("page"))
+    ids = list(page.object_list)
+    rows = with_queue_position(Workload.objects.filter(id__in=ids).select_related("owner", "gpu_type")).in_bulk()
+    page.object_list = [rows[i] for i in ids if i in rows]
     return render(
         request,
         "jobs/workload_list.html",
@@ -75,6 +86,9 @@ def _detail_context(request: HttpRequest, workload: Workload) -> dict:
     return {
         "workload": workload,
         "may_cancel": not workload.is_final and policy.may_cancel(request.user, workload),
+        "may_open": policy.may_open(request.user, workload),
+        "may_share": policy.may_share(request.user, workload),
+        "open_path": opening.open_path(workload),
         "position": position,
         "quota": quota,
         "timeline": list(workload.events.all()),
@@ -121,10 +135,11 @@ def _sse(event: str, data: str) -> str:
 def workload_logs_stream(request: HttpRequest, uid: str) -> HttpResponse:
     """Server-sent events: each log line as the container writes it, then `end` (or `unavailable`)."""
     workload = _workload(request, uid)
+    seconds = settings.LOG_FOLLOW_PAGE_SECONDS
 
     def events() -> Iterator[str]:
         try:
-            for line in follow_logs(workload, tail=0, timeout_seconds=600):
+            for line in follow_logs(workload, tail=0, timeout_seconds=seconds):
                 yield _sse("line", line)
             yield _sse("end", "The log stream ended.")
         except LogsUnavailable as exc:
@@ -133,7 +148,14 @@ def workload_logs_stream(request: HttpRequest, uid: str) -> HttpResponse:
             log.warning("following logs of %s failed", workload.uid, exc_info=True)
             yield _sse("unavailable", CLUSTER_UNREACHABLE)
 
-    response = StreamingHttpResponse(events(), content_type="text/event-stream")
+    try:
+        stream = HeldStream(events(), user_id=request.user.id, seconds=seconds)
+    except TooManyStreams as exc:
+        # The page's script shows the message and does not reconnect.
+        response = StreamingHttpResponse(iter([_sse("unavailable", str(exc))]), content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        return response
+    response = StreamingHttpResponse(stream, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx and friends: pass lines through as they come
     return response
@@ -173,4 +195,20 @@ def workload_cancel_view(request: HttpRequest, uid: str) -> HttpResponse:
         messages.info(request, str(exc))
     else:
         messages.success(request, f"{workload.name} was cancelled; its GPUs are free again.")
+    return redirect("workload_detail", uid=workload.uid)
+
+
+@team_page
+@require_POST
+def workload_share_view(request: HttpRequest, uid: str) -> HttpResponse:
+    """The owner's "Shared with my team" checkbox."""
+    workload = _workload(request, uid)
+    shared = request.POST.get("shared_with_team") in ("1", "on", "true")
+    try:
+        changed = workload_share(workload=workload, by=request.user, shared=shared)
+    except WorkloadStateError as exc:
+        messages.error(request, str(exc))
+    else:
+        if changed:
+            messages.success(request, "Your teammates can open it now." if shared else "Only you can open it now.")
     return redirect("workload_detail", uid=workload.uid)

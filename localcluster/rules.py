@@ -1,8 +1,8 @@
 """How the node simulator decides what a pod does: pure functions of the pod (a raw JSON dict).
 
 Rules, first match wins for each setting:
-1. pod annotations  sim.gpuportal.dev/{run-seconds,exit-code,start-seconds,outcome}
-2. container env     SIM_RUN_SECONDS, SIM_EXIT_CODE, SIM_START_SECONDS, SIM_OUTCOME (first container that
+1. pod annotations  sim.gpuportal.dev/{run-seconds,exit-code,start-seconds,outcome,term-seconds}
+2. container env     SIM_RUN_SECONDS, SIM_EXIT_CODE, SIM_START_SECONDS, SIM_OUTCOME, SIM_TERM_SECONDS (first container that
    sets it) — the portal passes users' environment through, so end-to-end tests can steer a workload.
 3. defaults          restartPolicy Never/OnFailure: run `default_batch_run_seconds`, exit 0;
                      restartPolicy Always (services): run until deleted.
@@ -24,7 +24,9 @@ RUN_SECONDS = "run-seconds"
 EXIT_CODE = "exit-code"
 START_SECONDS = "start-seconds"
 OUTCOME = "outcome"
+TERM_SECONDS = "term-seconds"  # how long the process takes to exit after SIGTERM (the kill ends it sooner)
 ENV_NAMES = {
+    TERM_SECONDS: "SIM_TERM_SECONDS",
     RUN_SECONDS: "SIM_RUN_SECONDS",
     EXIT_CODE: "SIM_EXIT_CODE",
     START_SECONDS: "SIM_START_SECONDS",
@@ -45,6 +47,7 @@ class PodPlan:
     reason: str  # terminated reason: Completed, Error or OOMKilled
     pull_failure_image: str | None  # set: this image never pulls, the pod never starts
     restart_policy: str
+    term_seconds: float = 0.0  # after SIGTERM; deletion's grace period caps it (then SIGKILL)
 
     @property
     def runs_forever(self) -> bool:
@@ -146,7 +149,13 @@ def resolve_plan(pod: dict[str, Any], config: SimulatorConfig) -> PodPlan:
     if exit_code != 0 and math.isinf(run) and _lookup(pod, RUN_SECONDS) is None:
         # An explicit exit code on a service means "crash": give it a short run before it exits.
         run = config.default_batch_run_seconds
+    term = 0.0
+    raw = _lookup(pod, TERM_SECONDS)
+    if raw is not None:
+        with contextlib.suppress(ValueError):
+            term = parse_seconds(raw, allow_forever=True)
     return PodPlan(
+        term_seconds=term,
         start_seconds=start,
         run_seconds=run,
         exit_code=exit_code,

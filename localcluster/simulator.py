@@ -5,7 +5,8 @@ Everything above the kubelet is real Kubernetes; this process is the honest stan
   them Ready with heartbeats and clears the not-ready taint the admission plugin puts on new nodes;
 - watches pods bound to its nodes (one cluster-wide watch) and moves them ContainerCreating -> Running ->
   Succeeded/Failed with real timestamps and exit codes, by the rules in localcluster/rules.py;
-- honours deletion: a pod with a deletionTimestamp is terminated and removed (grace 0);
+- honours deletion: a pod with a deletionTimestamp gets SIGTERM; it is removed once its process exits
+  (rule term-seconds, default at once) or its grace period (deletionGracePeriodSeconds) ends (SIGKILL);
 - serves the kubelet's /containerLogs endpoint so `kubectl logs` works through the API server;
 - publishes simulated GPU readings, clearly labelled as such, as the node agent's reports (agent.simulated)
   to every portal named by a file in <state dir>/telemetry-targets/ (see TelemetryPublisher).
@@ -72,6 +73,7 @@ class PodRecord:
     active_deadline: float | None = None  # spec.activeDeadlineSeconds, enforced by the kubelet
     pod_reason: str = ""  # status.reason of the pod (DeadlineExceeded)
     gpu_utilization: float | None = None  # pinned simulated GPU utilization %; None: training-like
+    stopping: bool = False  # SIGTERM sent, waiting for the process to exit or the grace period to end
 
     @property
     def path(self) -> str:
@@ -99,6 +101,11 @@ class Simulator:
         self.ip_counter = itertools.count()
         self.stats = {"patches": 0, "deletes": 0, "errors": 0}
         self.events: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=EVENT_BACKLOG)
+        # Benchmarks measure tracking lag from the instant a status write succeeded, by our own clock:
+        # with GPUPORTAL_SIM_STATUS_LOG set, each successful write appends one JSON line there.
+        status_log = os.environ.get("GPUPORTAL_SIM_STATUS_LOG")
+        self.status_log = open(status_log, "a", buffering=1) if status_log else None  # noqa: SIM115
+        self.status_log_lock = threading.Lock()
 
     # -- pod lifecycle -----------------------------------------
     def on_pod(self, event_type: str, pod: dict[str, Any]) -> None:
@@ -114,9 +121,16 @@ class Simulator:
             rec = self.records.get(uid)
             if rec is None:
                 rec = self._adopt(pod)
-            if meta.get("deletionTimestamp") and rec.state != "deleting":
+            if meta.get("deletionTimestamp") and rec.state != "deleting" and not rec.stopping:
+                grace = meta.get("deletionGracePeriodSeconds")
+                linger = min(rec.plan.term_seconds, float(grace)) if grace is not None else 0.0
                 if rec.state in ("running", "crashloop"):
                     self.event(rec, "Normal", "Killing", f"[simulated] Stopping container {rec.containers[0][0]}")
+                    if linger > 0:
+                        # SIGTERM: the process takes term-seconds to exit, the kill comes at the grace.
+                        rec.stopping = True
+                        self._at(time.time() + linger, rec, "kill")
+                        return
                 rec.state = "deleting"
                 rec.version += 1
                 self._enqueue(uid)
@@ -196,6 +210,13 @@ class Simulator:
         rec = self.records.get(uid)
         if rec is not None and action == "resync":
             self._enqueue(uid)  # an API call failed earlier: send the current state again
+            return
+        if rec is not None and action == "kill":
+            # The process exited after SIGTERM, or the grace period ended: the pod goes.
+            if rec.state != "deleting":
+                rec.state = "deleting"
+                rec.version += 1
+                self._enqueue(uid)
             return
         if rec is None or rec.state in ("deleting", "terminated"):
             return
@@ -287,6 +308,8 @@ class Simulator:
                 if body is not None:
                     self.api.patch(path + "/status", {"status": body}, kind="strategic")
                     self.stats["patches"] += 1
+                    if self.status_log is not None:
+                        self._log_status_write(path, body.get("phase", ""))
                 if deleting:
                     options = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
                     self.api.request("DELETE", path, options)
@@ -305,6 +328,12 @@ class Simulator:
                 self._retry(uid, version)
                 # The API server is down (restarting, or stopped by a fault test): do not spin on it.
                 time.sleep(0.5)
+
+    def _log_status_write(self, path: str, phase: str) -> None:
+        parts = path.split("/")  # /api/v1/namespaces/<ns>/pods/<name>
+        line = json.dumps({"namespace": parts[4], "pod": parts[6], "phase": phase, "at": time.time()})
+        with self.status_log_lock:
+            self.status_log.write(line + "\n")
 
     def _retry(self, uid: str, version: int) -> None:
         with self.lock:
@@ -539,7 +568,8 @@ class TelemetryPublisher:
     """Pushes simulated agent reports for every simulated node to the portals that asked for them.
 
     A portal asks by a JSON file in <state dir>/telemetry-targets/ (written by `manage.py
-    telemetry_local_cluster`, or a test): {"portal_url": ..., "token": ..., "interval_seconds": 5}.
+    telemetry_local_cluster`, or a test): {"portal_url": ..., "tokens": {node: token}, "interval_seconds": 5}
+    (each node pushes with its own token, as real agents do; a single "token" for all nodes is still read).
     The directory is re-read every pass, so portals come and go without restarting the cluster; with no
     file nothing is sampled. Readings come from agent.simulated.SimulatedSampler: every report says
     "simulated": true. A GPU counts as busy while a running pod holds it (GPUs are handed to a node's
@@ -551,7 +581,8 @@ class TelemetryPublisher:
 
         self.sim = sim
         self.targets_dir = targets_dir
-        self.pushers: dict[tuple[str, str, str], tuple[Any, threading.Event]] = {}
+        # One pusher per (target file, portal URL, node, token): each node reports with its own token.
+        self.pushers: dict[tuple[str, str, str, str], tuple[Any, threading.Event]] = {}
         self.samplers = {
             node: SimulatedSampler(
                 node,
@@ -583,7 +614,7 @@ class TelemetryPublisher:
                     )
             return held
 
-    def _targets(self) -> dict[tuple[str, str, str], float]:
+    def _targets(self) -> dict[tuple[str, str, str, str], float]:
         targets = {}
         with contextlib.suppress(OSError):
             for name in sorted(os.listdir(self.targets_dir)):
@@ -592,13 +623,16 @@ class TelemetryPublisher:
                 try:
                     with open(os.path.join(self.targets_dir, name)) as fh:
                         spec = json.load(fh)
-                    key = (name, str(spec["portal_url"]), str(spec["token"]))
-                    targets[key] = max(0.5, float(spec.get("interval_seconds", 5)))
-                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    tokens = spec.get("tokens") or dict.fromkeys(self.samplers, spec["token"])
+                    interval = max(0.5, float(spec.get("interval_seconds", 5)))
+                    for node, token in tokens.items():
+                        if node in self.samplers:
+                            targets[(name, str(spec["portal_url"]), node, str(token))] = interval
+                except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
                     log.warning("telemetry target %s unreadable: %s", name, exc)
         return targets
 
-    def _sync(self, targets: dict[tuple[str, str, str], float]) -> None:
+    def _sync(self, targets: dict[tuple[str, str, str, str], float]) -> None:
         from agent.push import Pusher
         from agent.stats import AgentStats
 
@@ -611,14 +645,14 @@ class TelemetryPublisher:
             if key in self.pushers:
                 continue
             try:
-                pusher = Pusher(key[1], lambda token=key[2]: token, AgentStats(), max_reports=120)
+                pusher = Pusher(key[1], lambda token=key[3]: token, AgentStats(), max_reports=120)
             except ValueError as exc:
                 log.warning("telemetry target %s: %s", key[0], exc)
                 continue
             stop = threading.Event()
             threading.Thread(target=pusher.run, args=(stop,), daemon=True).start()
             self.pushers[key] = (pusher, stop)
-            log.info("telemetry: publishing simulated GPU readings to %s", pusher.url_for_logs)
+            log.info("telemetry: publishing %s's simulated GPU readings to %s", key[2], pusher.url_for_logs)
 
     def run(self) -> None:
         from datetime import UTC, datetime
@@ -638,8 +672,9 @@ class TelemetryPublisher:
                         sampler.sample(), node=node, simulated=True, timestamp=now,
                         interval_seconds=interval, agent_version=f"{__version__}-localcluster",
                     )  # fmt: skip
-                    for pusher, _stop in self.pushers.values():
-                        pusher.enqueue(report)
+                    for (_name, _url, target_node, _token), (pusher, _stop) in self.pushers.items():
+                        if target_node == node:
+                            pusher.enqueue(report)
             except Exception:
                 # The kubelet's work matters more than its telemetry: log and go on.
                 log.exception("telemetry: publishing failed")

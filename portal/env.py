@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import environ
 
@@ -92,4 +94,62 @@ def env_database(name: str, default: str) -> dict:
         config = environ.Env.db_url_config(url)
     except Exception as exc:  # django-environ raises several types for a bad URL
         raise ConfigError(f"{name} is not a database URL Django understands: {exc}") from exc
+    return config
+
+
+# URL schemes of EMAIL_URL: (Django backend, implicit TLS, STARTTLS, default port).
+_EMAIL_SCHEMES: dict[str, tuple[str, bool, bool, int]] = {
+    "smtp": ("django.core.mail.backends.smtp.EmailBackend", False, False, 25),
+    "smtp+tls": ("django.core.mail.backends.smtp.EmailBackend", False, True, 587),
+    "smtp+starttls": ("django.core.mail.backends.smtp.EmailBackend", False, True, 587),
+    "smtps": ("django.core.mail.backends.smtp.EmailBackend", True, False, 465),
+    "smtp+ssl": ("django.core.mail.backends.smtp.EmailBackend", True, False, 465),
+    "console": ("django.core.mail.backends.console.EmailBackend", False, False, 0),
+    "dummy": ("django.core.mail.backends.dummy.EmailBackend", False, False, 0),
+}
+
+
+def env_email(name: str, default: str) -> dict[str, Any]:
+    """Django's EMAIL_* settings from one URL (or NAME_FILE, since it may carry a password).
+
+    smtp://host[:25] (plain), smtp+tls://user:password@host[:587] (STARTTLS), smtps://user:password@host[:465]
+    (TLS from the start), console:// (into the log), dummy:// (dropped). The user and password are
+    percent-decoded, so a password may hold any character. Query: ?timeout=<seconds>&from=<address>.
+    """
+    url = env_str(name).strip() or default  # set but empty (as in .env.example): the default
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in _EMAIL_SCHEMES:
+        known = ", ".join(_EMAIL_SCHEMES)
+        raise ConfigError(f"{name}: unsupported e-mail URL scheme {scheme!r} (use one of: {known})")
+    backend, use_ssl, use_tls, default_port = _EMAIL_SCHEMES[scheme]
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"{name}: the port is not a number between 0 and 65535") from exc
+    query = parse_qs(parts.query)
+    unknown = set(query) - {"timeout", "from"}
+    if unknown:
+        raise ConfigError(f"{name}: unknown option(s) {', '.join(sorted(unknown))} (known: timeout, from)")
+    timeout_raw = query.get("timeout", ["10"])[-1]
+    try:
+        timeout = int(timeout_raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name}: timeout={timeout_raw!r} is not a whole number of seconds") from exc
+    if timeout < 1:
+        raise ConfigError(f"{name}: timeout must be at least 1 second")
+    config: dict[str, Any] = {"EMAIL_BACKEND": backend, "EMAIL_TIMEOUT": timeout}
+    if backend.endswith("smtp.EmailBackend"):
+        if not parts.hostname:
+            raise ConfigError(f"{name}: the URL names no mail server (e.g. smtp+tls://user:password@mail.example.org)")
+        config.update(
+            EMAIL_HOST=parts.hostname,
+            EMAIL_PORT=port or default_port,
+            EMAIL_HOST_USER=unquote(parts.username or ""),
+            EMAIL_HOST_PASSWORD=unquote(parts.password or ""),
+            EMAIL_USE_SSL=use_ssl,
+            EMAIL_USE_TLS=use_tls,
+        )
+    if query.get("from"):
+        config["DEFAULT_FROM_EMAIL"] = query["from"][-1]
     return config

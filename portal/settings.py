@@ -7,9 +7,10 @@ local Redis; production sets DEBUG=0 and must then give SECRET_KEY (or SECRET_KE
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
-from portal.env import ConfigError, env_bool, env_database, env_dict, env_int, env_list, env_str
+from portal.env import ConfigError, env_bool, env_database, env_dict, env_email, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
@@ -40,13 +41,17 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "django_htmx",
     "drf_spectacular_sidecar",
+    "axes",
     "jobs",
     "api",
     "telemetry",
+    "notifications",
 ]
 
 MIDDLEWARE = [
+    "portal.security.TrustedProxyMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "portal.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -55,6 +60,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a locked-out sign-in into a 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -117,8 +124,48 @@ STORAGES = {
 
 SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", default=not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# Addresses or networks of the reverse proxies in front of the portal (ingress controller, load balancer):
+# only their X-Forwarded-Proto/-For are believed (portal/security.py drops them from anyone else).
+TRUSTED_PROXIES = env_list("TRUSTED_PROXIES")
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("BEHIND_TLS_PROXY") else None
+# Scripts and styles are static files of this site; style attributes (bar widths) are the one inline use.
+CONTENT_SECURITY_POLICY = env_str(
+    "CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; "
+    "frame-ancestors 'none'",
+)
+
+# --- sign-in throttling (django-axes) ---
+# Failed sign-ins on /login/ and /admin/ are counted per username and, separately, per client address;
+# at the limit further attempts are refused (429) until the cool-off has passed.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = env_int("LOGIN_COOLOFF_MINUTES", 15, minimum=1) / 60  # hours
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "portal.security.axes_client_ip"
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False
 X_FRAME_OPTIONS = "DENY"
+
+# --- outgoing e-mail ---------------------------------------------------------------------------------
+# One URL says where mail goes: EMAIL_URL (or EMAIL_URL_FILE, a mounted Secret, since it may hold the
+# password), e.g. smtp+tls://user:password@mail.example.org:587?from=gpus@example.org. Unset, mail is
+# written to the log (console://), so a deployment that forgot it loses nothing silently.
+_EMAIL = env_email("EMAIL_URL", "console://")
+EMAIL_BACKEND = _EMAIL["EMAIL_BACKEND"]
+EMAIL_TIMEOUT = _EMAIL["EMAIL_TIMEOUT"]  # a slow mail server never holds a worker for long
+EMAIL_HOST = _EMAIL.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = _EMAIL.get("EMAIL_PORT", 25)
+EMAIL_HOST_USER = _EMAIL.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = _EMAIL.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = _EMAIL.get("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = _EMAIL.get("EMAIL_USE_SSL", False)
+DEFAULT_FROM_EMAIL = (
+    env_str("DEFAULT_FROM_EMAIL") or _EMAIL.get("DEFAULT_FROM_EMAIL") or "GPU Portal <noreply@localhost>"
+)
+SERVER_EMAIL = DEFAULT_FROM_EMAIL
 
 # --- Kubernetes ------------------------------------------------------------------------------------
 # In a pod, the in-cluster service account is used; otherwise KUBECONFIG (a path) is read.
@@ -156,6 +203,9 @@ PORTAL_INSTANCE = env_str("PORTAL_INSTANCE", "default")
 PORTAL_DEFAULT_TIME_LIMIT_BATCH = env_int("PORTAL_DEFAULT_TIME_LIMIT_BATCH", 24 * 3600, minimum=60)
 PORTAL_DEFAULT_TIME_LIMIT_SERVICE = env_int("PORTAL_DEFAULT_TIME_LIMIT_SERVICE", 8 * 3600, minimum=60)
 PORTAL_MIN_TIME_LIMIT = env_int("PORTAL_MIN_TIME_LIMIT", 60, minimum=1)
+# How many workloads may wait in the queue at once, per person and per team (the quota decides what runs).
+PORTAL_MAX_QUEUED_PER_USER = env_int("PORTAL_MAX_QUEUED_PER_USER", 200, minimum=1)
+PORTAL_MAX_QUEUED_PER_TEAM = env_int("PORTAL_MAX_QUEUED_PER_TEAM", 2000, minimum=1)
 PORTAL_MAX_TIME_LIMIT = env_int("PORTAL_MAX_TIME_LIMIT", 7 * 24 * 3600, minimum=60)
 # A pod that cannot pull its image fails after this long (it would otherwise hold quota forever).
 PORTAL_IMAGE_PULL_TIMEOUT = env_int("PORTAL_IMAGE_PULL_TIMEOUT", 300, minimum=1)
@@ -176,9 +226,33 @@ PORTAL_HISTORY_DAYS = env_int("PORTAL_HISTORY_DAYS", 14, minimum=1)
 TELEMETRY_RETENTION_DAYS = env_int("TELEMETRY_RETENTION_DAYS", 30, minimum=1)
 # The largest report body accepted (an 8-GPU report is about 5 KB).
 TELEMETRY_MAX_REPORT_BYTES = env_int("TELEMETRY_MAX_REPORT_BYTES", 1024 * 1024, minimum=1024)
+# The largest real nodes carry 8-16 GPUs; a report claiming hundreds is refused, not stored.
+TELEMETRY_MAX_GPUS_PER_REPORT = env_int("TELEMETRY_MAX_GPUS_PER_REPORT", 32, minimum=1)
+TELEMETRY_MAX_PROCESSES_PER_GPU = env_int("TELEMETRY_MAX_PROCESSES_PER_GPU", 128, minimum=1)
 # Reports stamped further than this ahead of the portal's clock are refused (a node with a wrong clock).
 TELEMETRY_MAX_CLOCK_SKEW_SECONDS = env_int("TELEMETRY_MAX_CLOCK_SKEW_SECONDS", 300, minimum=1)
 TELEMETRY_IDLE_CHECK_SECONDS = env_int("TELEMETRY_IDLE_CHECK_SECONDS", 300, minimum=10)
+
+# --- notifications (notifications/) -----------------------------------------------------------------
+# Webhooks may reach only public addresses, except networks listed here (CIDRs, comma-separated), e.g. a
+# site's internal chat server; tests and `make run` list 127.0.0.0/8.
+NOTIFY_WEBHOOK_ALLOWED_NETWORKS = env_list("NOTIFY_WEBHOOK_ALLOWED_NETWORKS")
+for _network in NOTIFY_WEBHOOK_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError as _exc:
+        raise ConfigError(f"NOTIFY_WEBHOOK_ALLOWED_NETWORKS: {_network!r} is not a network (e.g. 10.0.0.0/8)") from _exc
+NOTIFY_WEBHOOK_TIMEOUT_SECONDS = env_int("NOTIFY_WEBHOOK_TIMEOUT_SECONDS", 5, minimum=1, maximum=60)
+NOTIFY_MAX_ATTEMPTS = env_int("NOTIFY_MAX_ATTEMPTS", 6, minimum=1, maximum=50)
+NOTIFY_RETRY_BASE_SECONDS = env_int("NOTIFY_RETRY_BASE_SECONDS", 30, minimum=1)
+NOTIFY_RETRY_MAX_SECONDS = env_int("NOTIFY_RETRY_MAX_SECONDS", 3600, minimum=1)
+# A claimed delivery whose sender died is sent again after this long; it must exceed the longest send
+# (the webhook and SMTP timeouts), or a slow send could be claimed twice.
+NOTIFY_LEASE_SECONDS = env_int("NOTIFY_LEASE_SECONDS", 120, minimum=2)
+NOTIFY_SWEEP_SECONDS = env_int("NOTIFY_SWEEP_SECONDS", 15, minimum=1)
+# "Your workload started" only after it waited at least this long in the queue.
+NOTIFY_QUEUED_MIN_SECONDS = env_int("NOTIFY_QUEUED_MIN_SECONDS", 300, minimum=0)
+NOTIFY_TIME_LIMIT_WARNING_SECONDS = env_int("NOTIFY_TIME_LIMIT_WARNING_SECONDS", 900, minimum=60)
 
 # --- Redis and Celery ----------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -219,6 +293,9 @@ CELERY_BEAT_SCHEDULE = {
     "usage-rollup": {"task": "jobs.tasks.rollup_usage", "schedule": 3600.0},
     "idle-services": {"task": "telemetry.tasks.check_idle_services", "schedule": float(TELEMETRY_IDLE_CHECK_SECONDS)},
     "telemetry-prune": {"task": "telemetry.tasks.prune", "schedule": 3600.0},
+    "idempotency-prune": {"task": "api.tasks.prune_idempotency_records", "schedule": 3600.0},
+    "notifications-sweep": {"task": "notifications.tasks.sweep", "schedule": float(NOTIFY_SWEEP_SECONDS)},
+    "time-limit-warnings": {"task": "notifications.tasks.time_limit_warnings", "schedule": 60.0},
 }
 
 # --- logging -----------------------------------------------------------------------------------------
@@ -243,8 +320,12 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_THROTTLE_CLASSES": ["api.throttling.TokenRateThrottle"],
-    "DEFAULT_THROTTLE_RATES": {"token": env_str("API_THROTTLE_RATE", "600/min")},
+    "DEFAULT_THROTTLE_CLASSES": ["api.throttling.TokenRateThrottle", "api.throttling.UserRateThrottle"],
+    # Per token, and per person over all their tokens and their browser session together.
+    "DEFAULT_THROTTLE_RATES": {
+        "token": env_str("API_THROTTLE_RATE", "600/min"),
+        "user": env_str("API_USER_THROTTLE_RATE", "1200/min"),
+    },
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "api.schema.PortalAutoSchema",
@@ -282,9 +363,40 @@ CACHES = {
         "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
     },
 }
+# Personal API tokens: how many a person may hold, and when a new one expires unless they choose.
+API_MAX_TOKENS_PER_USER = env_int("API_MAX_TOKENS_PER_USER", 20, minimum=1)
+API_TOKEN_DEFAULT_DAYS = env_int("API_TOKEN_DEFAULT_DAYS", 90, minimum=1)
+# --- the service proxy (/w/<uid>/, proxy/) ---------------------------------------------------------
+PROXY_PREFIX = "/w/"
+PROXY_CONNECT_TIMEOUT = env_int("PROXY_CONNECT_TIMEOUT", 5, minimum=1)  # seconds to reach the pod
+# Seconds a backend may take to start answering (headers) before the browser gets the timeout page; once
+# it answers, a streaming response (event streams, long polls) may go on as long as it likes.
+PROXY_RESPONSE_TIMEOUT = env_int("PROXY_RESPONSE_TIMEOUT", 60, minimum=1)
+PROXY_ACCESS_CACHE_SECONDS = env_int("PROXY_ACCESS_CACHE_SECONDS", 2, minimum=0)
+PROXY_ENDPOINT_CACHE_SECONDS = env_int("PROXY_ENDPOINT_CACHE_SECONDS", 5, minimum=0)
+PROXY_ACTIVITY_WRITE_SECONDS = env_int("PROXY_ACTIVITY_WRITE_SECONDS", 60, minimum=1)
+PROXY_STARTING_REFRESH_SECONDS = env_int("PROXY_STARTING_REFRESH_SECONDS", 3, minimum=1)
+PROXY_WS_MAX_MESSAGE_BYTES = env_int("PROXY_WS_MAX_MESSAGE_BYTES", 64 * 1024 * 1024, minimum=1024)
+# Development only (`make run`): where the proxy sends every request outside /w/ (the Django server), so
+# one origin serves the portal and its services. Empty in production, where the ingress routes /w/.
+PROXY_PORTAL_UPSTREAM = env_str("PROXY_PORTAL_UPSTREAM", "")
+# The cookies the proxied app may never read or set, beside the session and CSRF cookies.
+PROXY_BLOCKED_COOKIES = env_list("PROXY_BLOCKED_COOKIES", ["messages"])
+
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 API_CURSOR_MAX_AGE_SECONDS = env_int("API_CURSOR_MAX_AGE_SECONDS", 24 * 3600, minimum=60)
 API_IDEMPOTENCY_TTL_SECONDS = env_int("API_IDEMPOTENCY_TTL_SECONDS", 24 * 3600, minimum=60)
 API_LOG_FOLLOW_SECONDS = env_int("API_LOG_FOLLOW_SECONDS", 3600, minimum=10)
+# --- container logs ---
+# A followed log holds a web thread: per user and site-wide (counted in Redis), and per web process (so
+# each keeps threads for pages; keep it below gunicorn's --threads).
+LOG_FOLLOW_MAX_PER_USER = env_int("LOG_FOLLOW_MAX_PER_USER", 4, minimum=1)
+LOG_FOLLOW_MAX_TOTAL = env_int("LOG_FOLLOW_MAX_TOTAL", 64, minimum=1)
+LOG_FOLLOW_MAX_PER_PROCESS = env_int("LOG_FOLLOW_MAX_PER_PROCESS", 4, minimum=1)
+# The page's live log stream ends after this long in all (the browser can start it again).
+LOG_FOLLOW_PAGE_SECONDS = env_int("LOG_FOLLOW_PAGE_SECONDS", 600, minimum=10)
+LOG_MAX_LINE_CHARS = env_int("LOG_MAX_LINE_CHARS", 4096, minimum=80)
+LOG_MAX_BYTES = env_int("LOG_MAX_BYTES", 2 * 1024 * 1024, minimum=1024)
+LOG_MAX_FOLLOW_BYTES = env_int("LOG_MAX_FOLLOW_BYTES", 64 * 1024 * 1024, minimum=1024)
 API_QUEUE_LIMIT = 500
 API_USAGE_MAX_DAYS = 366

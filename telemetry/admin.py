@@ -9,13 +9,19 @@ from telemetry.services.tokens import TOKEN_PREFIX, token_digest
 
 @admin.register(AgentToken)
 class AgentTokenAdmin(admin.ModelAdmin):
-    list_display = ["name", "prefix", "created_at", "created_by", "last_used_at", "revoked_at"]
+    list_display = ["name", "node_name", "prefix", "created_at", "created_by", "last_used_at", "revoked_at"]
     list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
     readonly_fields = ["prefix", "created_at", "created_by", "last_used_at"]
     actions = ["revoke"]
 
     def get_fields(self, request, obj=None):
-        return ["name"] if obj is None else ["name", "prefix", "created_at", "created_by", "last_used_at", "revoked_at"]
+        if obj is None:
+            return ["name", "node_name"]
+        return ["name", "node_name", "prefix", "created_at", "created_by", "last_used_at", "revoked_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # A token's node is fixed once issued: re-pointing it would let one token speak for another node.
+        return [*self.readonly_fields, "node_name"] if obj is not None else self.readonly_fields
 
     def save_model(self, request, obj, form, change):
         if not change:
@@ -23,6 +29,10 @@ class AgentTokenAdmin(admin.ModelAdmin):
 
             token = TOKEN_PREFIX + secrets.token_urlsafe(32)
             obj.prefix, obj.token_hash, obj.created_by = token[:12], token_digest(token), request.user
+            if obj.node_name:  # one node, one live token: the node's earlier token stops working now
+                AgentToken.objects.filter(node_name=obj.node_name, revoked_at__isnull=True).update(
+                    revoked_at=timezone.now()
+                )
             super().save_model(request, obj, form, change)
             messages.warning(
                 request,

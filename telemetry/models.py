@@ -22,6 +22,12 @@ class AgentToken(models.Model):
     shown once, when it is issued."""
 
     name = models.CharField(max_length=100, help_text="What the token is for, e.g. 'GPU nodes of cluster A'.")
+    node_name = models.CharField(
+        max_length=253,
+        blank=True,
+        help_text="The one node whose reports this token may send (its Kubernetes node name). A token issued "
+        "without one is bound to the first node that reports with it.",
+    )
     prefix = models.CharField(max_length=12, editable=False, help_text="The token's first characters.")
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
@@ -34,6 +40,14 @@ class AgentToken(models.Model):
     class Meta:
         ordering = ["-created_at"]
         verbose_name = "agent token"
+        constraints = [
+            # One node, one live token: a stolen token speaks for one node only, and is revoked alone.
+            models.UniqueConstraint(
+                fields=["node_name"],
+                condition=models.Q(revoked_at__isnull=True) & ~models.Q(node_name=""),
+                name="one_active_token_per_node",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"

@@ -19,13 +19,19 @@ from jobs.models import Workload
 from telemetry.chart import workload_gpu_chart
 from telemetry.selectors import nodes_overview, workload_gpu_series, workload_gpu_summary
 from telemetry.services.ingest import ReportRejected, report_ingest
-from telemetry.services.tokens import agent_token_check
+from telemetry.services.tokens import agent_token_check, agent_token_may_report
 
 log = logging.getLogger(__name__)
 
 
 def _error(status: int, message: str, **extra: object) -> JsonResponse:
     return JsonResponse({"error": message, **extra}, status=status)
+
+
+def _unauthorized(message: str) -> JsonResponse:
+    response = _error(401, message)
+    response["WWW-Authenticate"] = 'Bearer realm="gpuportal-agent"'
+    return response
 
 
 @csrf_exempt
@@ -41,10 +47,9 @@ def agent_report(request: HttpRequest) -> HttpResponse:
         response["Allow"] = "POST"
         return response
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or agent_token_check(token.strip()) is None:
-        response = _error(401, "a valid agent token is required (Authorization: Bearer <token>)")
-        response["WWW-Authenticate"] = 'Bearer realm="gpuportal-agent"'
-        return response
+    row = agent_token_check(token.strip()) if scheme.lower() == "bearer" else None
+    if row is None:
+        return _unauthorized("a valid agent token is required (Authorization: Bearer <token>)")
     limit = settings.TELEMETRY_MAX_REPORT_BYTES
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -64,6 +69,9 @@ def agent_report(request: HttpRequest) -> HttpResponse:
     except ReportError as exc:
         message = str(exc)
         return _error(400, message, field=message.partition(":")[0])
+    if not agent_token_may_report(row, report.node):
+        log.warning("agent token %s refused: it may not report for node %s", row.prefix, report.node[:253])
+        return _unauthorized("this agent token may not report for this node")
     try:
         result = report_ingest(report=report, received_at=timezone.now())
     except ReportRejected as exc:

@@ -106,10 +106,11 @@ true
 {{/*
 Does the chart's own Secret hold anything? It holds SECRET_KEY unless an existing Secret gives it,
 DATABASE_URL (and the bundled database's password) unless an existing Secret gives it, REDIS_URL and
-REDIS_PASSWORD with the bundled Redis, and REDIS_URL when an external Redis URL is given in values.
+REDIS_PASSWORD with the bundled Redis, REDIS_URL when an external Redis URL is given in values, and
+EMAIL_URL when given in values.
 */}}
 {{- define "gpuportal.ownSecretNeeded" -}}
-{{- if or (not .Values.secret.existingSecret) (not .Values.externalDatabase.existingSecret) .Values.redis.enabled (and (not .Values.redis.enabled) .Values.externalRedis.url) -}}
+{{- if or (not .Values.secret.existingSecret) (not .Values.externalDatabase.existingSecret) .Values.redis.enabled (and (not .Values.redis.enabled) .Values.externalRedis.url) (and .Values.email.url (not .Values.email.existingSecret)) -}}
 true
 {{- end -}}
 {{- end -}}
@@ -140,6 +141,9 @@ TEAM_INGRESS_PORTAL_NAMESPACE_LABELS: {{ printf "kubernetes.io/metadata.name=%s"
 PORTAL_INSTANCE: {{ include "gpuportal.instance" . | quote }}
 PORTAL_VAR_DIR: "/tmp/gpuportal"
 HOME: "/tmp"
+{{- with .Values.email.from }}
+DEFAULT_FROM_EMAIL: {{ . | quote }}
+{{- end }}
 {{- range $name, $value := .Values.extraEnv }}
 {{ $name }}: {{ $value | toString | quote }}
 {{- end }}
@@ -201,6 +205,13 @@ HOME: "/tmp"
       name: {{ default (include "gpuportal.secretName" .) .Values.externalRedis.existingSecret }}
       key: {{ ternary .Values.externalRedis.existingSecretKey "REDIS_URL" (ne .Values.externalRedis.existingSecret "") }}
 {{- end }}
+{{- if or .Values.email.url .Values.email.existingSecret }}
+- name: EMAIL_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ default (include "gpuportal.secretName" .) .Values.email.existingSecret }}
+      key: {{ ternary .Values.email.existingSecretKey "EMAIL_URL" (ne .Values.email.existingSecret "") }}
+{{- end }}
 {{- end -}}
 
 {{- define "gpuportal.envFrom" -}}
@@ -215,7 +226,7 @@ HOME: "/tmp"
 {{- define "gpuportal.checksums" -}}
 checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
 {{- /* The Secret may hold generated values, so hash what feeds it, not a fresh render of it. */}}
-checksum/secret: {{ list .Values.secret .Values.externalDatabase .Values.externalRedis .Values.postgresql.auth .Values.redis.password | toJson | sha256sum }}
+checksum/secret: {{ list .Values.secret .Values.externalDatabase .Values.externalRedis .Values.postgresql.auth .Values.redis.password .Values.email | toJson | sha256sum }}
 {{- end -}}
 
 {{/* Volumes every portal pod gets: a writable /tmp on a read-only root filesystem. */}}

@@ -62,6 +62,8 @@ class WorkloadSpec:
     instance: str = "default"
     extra_labels: dict[str, str] = field(default_factory=dict)
     attempt: int = 0
+    # SIGTERM, then this long before the kill, whenever its pod is deleted (cancel, preemption).
+    termination_grace_seconds: int = 30
 
     @property
     def object_name(self) -> str:
@@ -126,7 +128,7 @@ def make_pod_template(spec: WorkloadSpec) -> k8s.V1PodTemplateSpec:
             automount_service_account_token=False,
             enable_service_links=False,
             security_context=k8s.V1PodSecurityContext(seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault")),
-            termination_grace_period_seconds=30,
+            termination_grace_period_seconds=spec.termination_grace_seconds,
             volumes=[
                 k8s.V1Volume(
                     name=SHM_VOLUME,

@@ -175,6 +175,25 @@ def usage_report_days(*, first_day: date, last_day: date, **kwargs) -> list[Usag
     return usage_report(start=day_start(first_day, tz), end=day_start(last_day + timedelta(days=1), tz), **kwargs)
 
 
+def borrowed_usage_days(
+    *, first_day: date, last_day: date, team_ids: list[int], user_ids: list[int] | None = None
+) -> list[UsageRow]:
+    """The part of the usage that ran on GPUs borrowed from the cohort (workloads admitted beyond their
+    team's quota), counted apart from the team's own, from the workloads table (clipped to the days)."""
+    tz = local_tz()
+    weight = weights_by_day()
+    filters = Q(borrowed=True, team_id__in=team_ids)
+    if user_ids is not None:
+        filters &= Q(owner_id__in=user_ids)
+    usage = live_usage(
+        day_start(first_day, tz), day_start(last_day + timedelta(days=1), tz), now=timezone.now(), filters=filters
+    )
+    return [
+        UsageRow(day, team_id, user_id, type_id, seconds, seconds / 3600 * weight(type_id, day))
+        for (day, team_id, user_id, type_id), seconds in sorted(usage.items())
+    ]
+
+
 def totals(rows: Iterable[UsageRow], by: str) -> dict:
     """Sum GPU-hours and weighted GPU-hours by one of: day, team_id, user_id, gpu_type_id."""
     result: dict = defaultdict(lambda: [0.0, 0.0])

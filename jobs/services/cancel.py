@@ -51,6 +51,7 @@ def workload_cancel(*, workload: Workload, by) -> Workload:
             State.CANCELLED,
             reason="Cancelled",
             message=f"Cancelled by {by.get_username()}.",
+            actor=by,
             # A running workload stops counting GPU time when it is cancelled.
             started_at=started,
             finished_at=now if started else None,

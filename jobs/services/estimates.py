@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from jobs.models import Quota, State, Workload
 from jobs.selectors import cluster_capacity
-from jobs.services.admission import cohort_team_ids, gather_cohort_facts
+from jobs.services.admission import CohortFacts, cohort_team_ids, gather_cohort_facts
 from jobs.services.forecast import Estimate, expected_run, forecast, remaining
 
 log = logging.getLogger(__name__)
@@ -42,15 +42,15 @@ def run_history(owner_ids: set[int], gpu_type_id: int) -> dict[int, list[float]]
     return history
 
 
-def estimate(*, team_id: int, gpu_type_id: int) -> dict[int, Estimate]:
-    """Forecast the queue of the team's cohort for one GPU type and store each estimate."""
+def forecast_cohort(*, team_id: int, gpu_type_id: int) -> tuple[CohortFacts | None, dict[int, Estimate]]:
+    """The facts of the team's cohort for one GPU type, and the forecast of its queue (nothing stored)."""
     team_ids = cohort_team_ids(team_id)
     quotas = list(Quota.objects.filter(team_id__in=team_ids, gpu_type_id=gpu_type_id).select_related("team"))
     if not quotas:
-        return {}
+        return None, {}
     facts = gather_cohort_facts(quotas, gpu_type_id)
     if not facts.queued:
-        return {}
+        return facts, {}
     ids = [h.id for h in facts.held] + [w.id for w in facts.queued]
     info = {
         w_id: (owner_id, limit, began)
@@ -64,7 +64,8 @@ def estimate(*, team_id: int, gpu_type_id: int) -> dict[int, Estimate]:
     for h in facts.held:
         owner, limit, began = info[h.id]
         elapsed = (now - began).total_seconds() if began else 0.0
-        running.append((h, remaining(expected_run(limit, history.get(owner, ())), elapsed, limit)))
+        past = history.get(owner, ())
+        running.append((h, remaining(expected_run(limit, past), elapsed, limit, past)))
     durations = {
         w.id: expected_run(info[w.id][1], history.get(info[w.id][0], ())) for w in facts.queued if w.id in info
     }
@@ -83,6 +84,15 @@ def estimate(*, team_id: int, gpu_type_id: int) -> dict[int, Estimate]:
         durations,
         capacity=max(0, capacity.total - outside) if capacity and capacity.total else None,
     )
+    return facts, estimates
+
+
+def estimate(*, team_id: int, gpu_type_id: int) -> dict[int, Estimate]:
+    """Forecast the queue of the team's cohort for one GPU type and store each estimate."""
+    _facts, estimates = forecast_cohort(team_id=team_id, gpu_type_id=gpu_type_id)
+    if not estimates:
+        return {}
+    now = timezone.now()
     rows = Workload.objects.filter(id__in=list(estimates), state=State.QUEUED).only("id")
     changed = []
     for row in rows:

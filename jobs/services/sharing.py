@@ -32,3 +32,23 @@ def _sync_namespaces(team_ids: list[int]) -> None:
             namespace_ensure(team, force=True)
         except Exception as exc:  # Kubernetes unreachable: the next submission syncs it again
             log.warning("ResourceQuota of %s not updated after a sharing change: %s", team.namespace, exc)
+
+
+def team_sharing_update(
+    *,
+    team: Team,
+    by,
+    fair_share: bool,
+    half_life_hours: int,
+    user_max_queued: int | None,
+    user_max_gpus: dict[int, int | None],
+) -> None:
+    """A manager's rules inside the team; admission runs again at once (a raised cap may admit work)."""
+    with transaction.atomic():
+        Team.objects.filter(id=team.id).update(
+            fair_share=fair_share, fair_share_half_life_hours=half_life_hours, user_max_queued=user_max_queued
+        )
+        for gpu_type_id, cap in user_max_gpus.items():
+            Quota.objects.filter(team=team, gpu_type_id=gpu_type_id).update(user_max_gpus=cap)
+        log.info("team %s sharing rules changed by %s", team.slug, by.get_username())
+        sharing_changed([team.id])

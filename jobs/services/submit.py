@@ -24,6 +24,7 @@ from jobs.models import (
 from jobs.models import workloads as workloads_model
 from jobs.selectors import cluster_capacity
 from jobs.services.dispatch import enqueue_admission
+from jobs.services.limits import queue_limits_check
 from jobs.services.validation import CatalogFacts, Facts, GpuTypeFacts, SubmissionInvalid, validate_submission
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,16 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
     """
     if not Membership.objects.filter(user=owner, team=team).exists():
         raise SubmissionInvalid({"team": ["You are not a member of this team."]})
+    queue_limits_check(team=team, owner=owner)
+    spec = dict(spec)
+    shared = spec.pop("shared_with_team", False)
+    if not isinstance(shared, bool):
+        raise SubmissionInvalid({"shared_with_team": ["Must be true or false."]})
     clean = validate_submission(spec, gather_facts(team=team, user=owner))
+    if shared and clean.kind != "service":
+        raise SubmissionInvalid(
+            {"shared_with_team": ["Only a service can be shared: a batch job has nothing to open."]}
+        )
     gpu_type = GpuType.objects.get(slug=clean.gpu_type)
     with transaction.atomic():
         if team.user_max_queued is not None:
@@ -130,6 +140,7 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
             args=list(clean.args),
             env=[{"name": n, "value": v} for n, v in clean.env],
             port=clean.port,
+            shared_with_team=shared,
             time_limit_seconds=clean.time_limit_seconds,
             priority=clean.priority,
             restartable=clean.restartable,

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from jobs.models import State, Workload, WorkloadEvent
 from jobs.models.workloads import TRANSITIONS
+from notifications.events import workload_transitioned
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +33,13 @@ def transition(
     message: str = "",
     at: datetime | None = None,
     source: str = WorkloadEvent.Source.PORTAL,
+    actor: Any = None,
     **fields: Any,
 ) -> bool:
     """Move `workload` to `to_state` if it is still in the state we last saw. Returns whether it moved.
 
     On success the in-memory object is updated too; on failure it is refreshed from the database.
+    `actor` is the person who asked for the move, if one did (a cancel): nobody is told of their own act.
     """
     from_state = workload.state
     if not can_move(from_state, to_state):
@@ -80,6 +83,8 @@ def transition(
             from jobs.services.accounting import note_interval_changed
 
             note_interval_changed(workload)
+        # The one place workload news is recorded: in this transaction, sent by Celery after commit.
+        workload_transitioned(workload, from_state=from_state, actor=actor)
     return True
 
 

@@ -40,8 +40,10 @@ MAX_ITEM_CHARS = 4096
 MAX_COMMAND_TOTAL = 32 * 1024
 MAX_ENV_VARS = 100
 MAX_ENV_NAME = 128
-MAX_ENV_VALUE = 32 * 1024
-MAX_ENV_TOTAL = 256 * 1024
+# A real workload's environment is a few settings and paths, well under a kilobyte; these caps leave
+# ample room and keep pod specs (stored in etcd, each object at most 1.5 MB) small.
+MAX_ENV_VALUE = 4 * 1024
+MAX_ENV_TOTAL = 16 * 1024
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
 
 

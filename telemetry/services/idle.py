@@ -1,5 +1,5 @@
 """Idle services: warn the owner of a service whose GPUs sit unused, then (if the team's policy says so)
-stop it. Every step is a timeline entry on the workload.
+stop it. Every step is a timeline entry on the workload; the owner is told through notifications.
 
 A minute counts as busy when its average GPU utilization reached the policy's threshold. A service is
 idle since the end of its last busy minute (or since it started). Missing telemetry is not idleness: a
@@ -13,7 +13,6 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import F, Max, Min, Q
 from django.utils import timezone
@@ -21,6 +20,7 @@ from django.utils import timezone
 from jobs.models import Kind, State, Workload, WorkloadEvent
 from jobs.services.dispatch import enqueue_delete
 from jobs.services.transitions import note, transition
+from notifications.events import IDLE_WARNING, notify
 from telemetry.models import IdlePolicy, IdleWarning, WorkloadGpuMinute
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,10 @@ class IdleFacts:
 def idle_facts(workload: Workload, *, threshold_percent: int, window: timedelta, now: datetime) -> IdleFacts:
     """Since when the workload's GPUs have been below the threshold, judged over the last `window`."""
     since = max(workload.started_at, now - window) if workload.started_at else now - window
-    rows = WorkloadGpuMinute.objects.filter(workload_id=workload.id, minute__gte=since - timedelta(minutes=1))
+    # Only readings from the node the service runs on: never stop it on another node's say-so.
+    rows = WorkloadGpuMinute.objects.filter(
+        workload_id=workload.id, node_name=workload.node_name, minute__gte=since - timedelta(minutes=1)
+    )
     busy = Q(utilization_sum__gte=F("gpu_readings") * threshold_percent)
     facts = rows.aggregate(last_busy=Max("minute", filter=busy), first=Min("minute"))
     if facts["first"] is None:
@@ -118,7 +121,14 @@ def _check_one(workload: Workload, policy: IdlePolicy, warning: IdleWarning | No
             stop_at=stop_at,
         )
         note(workload, reason=WARNED, message=message, source=WorkloadEvent.Source.PORTAL)
-    _email(workload, f"Idle GPU service: {workload.name}", message)
+        # Keyed by the warning's moment: a service may be warned again after a later idle spell.
+        notify(
+            kind=IDLE_WARNING,
+            workload=workload,
+            key=f"{IDLE_WARNING}:{workload.uid}:{now:%Y%m%dT%H%M%S}",
+            summary=f"{workload.name} is idle: {message}",
+            stops_at=stop_at.isoformat() if stop_at else None,
+        )
     return "warned"
 
 
@@ -133,20 +143,8 @@ def _stop(workload: Workload, policy: IdlePolicy, facts: IdleFacts, now: datetim
         return False  # it changed state meanwhile (ended, cancelled): nothing to stop
     enqueue_delete(workload.id)
     IdleWarning.objects.filter(workload=workload).delete()
-    _email(workload, f"Idle GPU service stopped: {workload.name}", message)
+    # The owner hears of the stop through the transition's notification (a cancel not by them).
     return True
-
-
-def _email(workload: Workload, subject: str, message: str) -> None:
-    owner = workload.owner
-    if not owner.email:
-        return
-    body = f"{message}\n\nWorkload: {workload.name} ({workload.uid}), team {workload.team.name}.\n"
-    try:
-        send_mail(subject, body, None, [owner.email])
-    except Exception:
-        # The timeline entry is the record; a mail server that is down must not stop the policy.
-        log.exception("could not email %s about workload %s", owner.get_username(), workload.uid)
 
 
 def _hours(delta: timedelta) -> str:

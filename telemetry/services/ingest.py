@@ -55,6 +55,13 @@ class _WorkloadShare:
 
 def report_ingest(*, report: Report, received_at: datetime | None = None) -> IngestResult:
     received_at = received_at or timezone.now()
+    if len(report.gpus) > settings.TELEMETRY_MAX_GPUS_PER_REPORT:
+        raise ReportRejected(f"gpus: a node reports at most {settings.TELEMETRY_MAX_GPUS_PER_REPORT} GPUs")
+    for gpu in report.gpus:
+        if len(gpu.processes) > settings.TELEMETRY_MAX_PROCESSES_PER_GPU:
+            raise ReportRejected(
+                f"gpus[{gpu.index}].processes: at most {settings.TELEMETRY_MAX_PROCESSES_PER_GPU} per GPU"
+            )
     skew = timedelta(seconds=settings.TELEMETRY_MAX_CLOCK_SKEW_SECONDS)
     if report.timestamp > received_at + skew:
         raise ReportRejected(
@@ -145,8 +152,10 @@ def _store_workload_minutes(report: Report) -> list[str]:
             share.memory_used += process.used_memory_bytes or 0
     if not shares:
         return []
+    # A process counts for a workload only when the workload runs on the reporting node: a node's agent
+    # (or its token) must not be able to make another node's workload look busy or idle.
     workloads = list(
-        Workload.objects.filter(pod_uid__in=list(shares), state__in=ATTRIBUTABLE_STATES).only(
+        Workload.objects.filter(pod_uid__in=list(shares), state__in=ATTRIBUTABLE_STATES, node_name=report.node).only(
             "id", "team_id", "uid", "pod_uid"
         )
     )

@@ -7,12 +7,16 @@ would cost every report a few hundred milliseconds for no gain.
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from datetime import timedelta
 
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from telemetry.models import AgentToken
+
+log = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "gpa_"  # noqa: S105 - a marker, not a secret
 # last_used_at is informative; writing it on every report would be one UPDATE per node every 5 s.
@@ -23,13 +27,39 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def agent_token_issue(*, name: str, by=None) -> tuple[AgentToken, str]:
-    """Create a token; returns the row and the token itself, which is never stored or shown again."""
+def agent_token_issue(*, name: str, node: str = "", by=None) -> tuple[AgentToken, str]:
+    """Create a token for one node; returns the row and the token itself, which is never stored or shown
+    again. A node's earlier token is revoked: one node, one live token."""
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    row = AgentToken.objects.create(
-        name=name, prefix=token[:12], token_hash=token_digest(token), created_by=by if by and by.pk else None
-    )
+    with transaction.atomic():
+        if node:
+            AgentToken.objects.filter(node_name=node, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        row = AgentToken.objects.create(
+            name=name,
+            node_name=node,
+            prefix=token[:12],
+            token_hash=token_digest(token),
+            created_by=by if by and by.pk else None,
+        )
     return row, token
+
+
+def agent_token_may_report(row: AgentToken, node: str) -> bool:
+    """Whether the token may speak for `node`. A token issued without a node is bound to the first node
+    it reports for (unless that node already has its own token); after that, only to that node."""
+    if row.node_name:
+        return row.node_name == node
+    try:
+        with transaction.atomic():
+            bound = AgentToken.objects.filter(id=row.id, node_name="").update(node_name=node)
+    except IntegrityError:
+        return False  # the node has a token of its own
+    if bound:
+        log.info("agent token %s is now bound to node %s", row.prefix, node)
+        row.node_name = node
+        return True
+    row.refresh_from_db(fields=["node_name"])
+    return row.node_name == node
 
 
 def agent_token_revoke(*, token: AgentToken) -> None:

@@ -201,3 +201,25 @@ def test_api_server_restart_keeps_port_and_state(kube_cluster, kube_api, kube_na
         kube_namespace, pod_manifest("after", annotations={"sim.gpuportal.dev/run-seconds": "1"})
     )
     wait_for(lambda: _phase(core, kube_namespace, "after", "Succeeded"), timeout=30, what="Succeeded")
+
+
+@pytest.mark.parametrize(("term", "grace", "low", "high"), [("forever", 3, 2.5, 6), ("1", 30, 0.5, 4)])
+def test_sigterm_then_kill_at_the_grace_period(kube_api, kube_namespace, term, grace, low, high):
+    """A process that ignores SIGTERM lives until its grace period ends; one that exits on it goes sooner."""
+    core = client.CoreV1Api(kube_api)
+    name = f"term-{grace}"
+    annotations = {"sim.gpuportal.dev/run-seconds": "forever", "sim.gpuportal.dev/term-seconds": term}
+    core.create_namespaced_pod(kube_namespace, pod_manifest(name, gpus=1, annotations=annotations))
+    wait_for(lambda: _phase(core, kube_namespace, name, "Running"), what="Running")
+    started = time.monotonic()
+    core.delete_namespaced_pod(name, kube_namespace, grace_period_seconds=grace)
+
+    def gone():
+        try:
+            core.read_namespaced_pod(name, kube_namespace)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, timeout=high + 5, what="the pod to be removed")
+    assert low <= time.monotonic() - started <= high

@@ -435,9 +435,10 @@ def test_full_values_wire_ingress_hosts_extra_env_and_the_agent() -> None:
     assert agent_env["HOST_PROC"] == "/host/proc"
     assert agent_env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert agent_env["PORTAL_URL"] == "http://portal-web.portal.svc:8080"
-    assert agent_env["AGENT_TOKEN_FILE"] == "/etc/gpuportal/agent/token"
+    # One token per node by default: the whole Secret (keys are node names), read by the agent's node name.
+    assert agent_env["AGENT_TOKEN_FILE"] == "/etc/gpuportal/agent"
     token = next(v for v in agent["volumes"] if v["name"] == "token")
-    assert token["secret"] == {"secretName": "portal-agent-token", "items": [{"key": "token", "path": "token"}]}
+    assert token["secret"] == {"secretName": "portal-agent-token"}
     web = deployment(manifests, "web")["spec"]["template"]["spec"]
     assert web["imagePullSecrets"] == [{"name": "registry-pull"}]
     assert web["containers"][0]["image"] == "registry.example.org/research/gpuportal:2026.11.1"

@@ -118,6 +118,13 @@ def test_lender_reclaims_restartable_requeued_others_failed_services_preempted(c
     assert "SIGTERM" in timeline.message
     assert held(a) == 4
     assert held(b) == 2
+    # Their owner hears of it once each: preempted (requeued / ended), or failed like any failure.
+    from notifications.models import Event
+
+    kinds = dict(Event.objects.filter(recipient=bob).values_list("workload_id", "kind"))
+    assert kinds[restartable.id] == "workload.preempted"
+    assert kinds[service.id] == "workload.preempted"
+    assert kinds[plain.id] == "workload.failed"
     # The requeued job is at the front of B's queue, ahead of older work.
     later = submit(b, bob)
     assert later.state == State.QUEUED
@@ -206,3 +213,102 @@ def test_estimates_are_stored_with_the_reason(cohort):
     assert waiting.wait_reason == "team quota"
     wait = (waiting.estimated_start_at - timezone.now()).total_seconds()
     assert 3500 < wait <= 3600  # when the running job reaches its time limit (no history yet)
+
+
+def test_queue_page_and_api_explain_borrowed_lent_and_why_work_waits(cohort, client):
+    b, ann, bob = cohort["b"], cohort["ann"], cohort["bob"]
+    jobs = [submit(b, bob) for _ in range(6)]
+    assert jobs[5].state == State.QUEUED
+    client.force_login(bob)
+    page = client.get("/queue/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert '<dd class="borrowed">3 of up to 3</dd>' in html
+    assert "borrowing limit" in html
+    assert jobs[5].uid in html
+    client.force_login(ann)
+    assert '<dd class="lent">3</dd>' in client.get("/queue/").content.decode()
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.force_authenticate(bob)
+    body = api.get("/api/v1/teams/beta/queue/").json()
+    (p100,) = body["sharing"]
+    assert (p100["quota"], p100["held"], p100["borrowed"], p100["waiting_workloads"]) == (2, 5, 3, 1)
+    assert p100["first_waiting"][0]["uid"] == jobs[5].uid
+    assert p100["first_waiting"][0]["reason"] == "borrowing limit"
+    listed = api.get("/api/v1/workloads/").json()["results"]
+    assert sorted(w["borrowed"] for w in listed) == [False] * 3 + [True] * 3
+    # Another team's queue is not found, not forbidden.
+    assert api.get("/api/v1/teams/alpha/queue/").status_code == 404
+
+
+def test_managers_set_member_caps_and_fair_share_on_the_queue_page(cohort, client):
+    a, ann = cohort["a"], cohort["ann"]
+    Membership.objects.filter(user=ann, team=a).update(role="manager")
+    client.force_login(ann)
+    bad = client.post("/queue/", {"half_life_hours": "0", "user_max_queued": "-1"})
+    assert bad.status_code == 400
+    assert "half_life_hours" in bad.context["form"].errors
+    a.refresh_from_db()
+    assert a.user_max_queued is None
+    ok = client.post(
+        "/queue/", {"fair_share": "on", "half_life_hours": "12", "user_max_queued": "3", "user_max_gpus_p100": "2"}
+    )
+    assert ok.status_code == 302
+    a.refresh_from_db()
+    assert (a.fair_share, a.fair_share_half_life_hours, a.user_max_queued) == (True, 12, 3)
+    assert Quota.objects.get(team=a).user_max_gpus == 2
+    # A member may read the queue but not change its rules.
+    client.force_login(cohort["bob"])
+    Membership.objects.create(user=cohort["bob"], team=a)
+    assert client.post("/queue/", {"half_life_hours": "1"}).status_code == 403
+    a.refresh_from_db()
+    assert a.fair_share_half_life_hours == 12
+
+
+def test_fair_share_orders_the_queue_by_recent_usage(cohort):
+    a, ann = cohort["a"], cohort["ann"]
+    carl = get_user_model().objects.create_user("carl")
+    Membership.objects.create(user=carl, team=a)
+    Team.objects.filter(id=a.id).update(fair_share=True)
+    a.refresh_from_db()
+    # Ann used 10 GPU-hours yesterday; Carl nothing.
+    past = submit(a, ann, gpu_count=4)
+    Workload.objects.filter(id=past.id).update(
+        state=State.SUCCEEDED,
+        started_at=timezone.now() - timezone.timedelta(hours=30),
+        finished_at=timezone.now() - timezone.timedelta(hours=27.5),
+    )
+    blocker = submit(a, carl, gpu_count=4)
+    assert blocker.state == State.SUBMITTING
+    first = submit(a, ann, gpu_count=4)
+    second = submit(a, carl, gpu_count=4)
+    Workload.objects.filter(id=blocker.id).update(state=State.SUCCEEDED, finished_at=timezone.now())
+    admitted = quota_admit(team_id=a.id, gpu_type_id=cohort["p100"].id)
+    assert admitted == [second.id]  # Carl, with less recent usage, passes Ann's older request
+    first.refresh_from_db()
+    assert first.state == State.QUEUED
+
+
+def test_usage_reports_count_borrowed_gpu_hours_apart(cohort, client):
+    b, bob = cohort["b"], cohort["bob"]
+    jobs = [submit(b, bob, gpu_count=2) for _ in range(2)]
+    assert [w.borrowed for w in jobs] == [False, True]
+    end = timezone.now().replace(minute=0, second=0, microsecond=0)
+    if end.hour < 3:
+        end += timezone.timedelta(hours=3)
+    Workload.objects.filter(id__in=[w.id for w in jobs]).update(
+        state=State.SUCCEEDED, started_at=end - timezone.timedelta(hours=2), finished_at=end
+    )
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.force_authenticate(bob)
+    day = timezone.localdate(end).isoformat()
+    body = api.get(f"/api/v1/usage/?team=beta&start={day}&end={day}&group_by=user").json()
+    assert body["total_gpu_hours"] == 8.0
+    assert body["total_borrowed_gpu_hours"] == 4.0
+    client.force_login(bob)
+    page = client.get(f"/usage/?start={day}&end={day}").content.decode()
+    assert 'id="team-borrowed">4' in page

@@ -55,6 +55,8 @@ def running_workload(
     people: People, *, name: str = "train", kind: str = Kind.BATCH, gpus: int = 2, **fields
 ) -> Workload:
     started = fields.pop("started_at", timezone.now() - timedelta(minutes=10))
+    if fields.get("state") in State.final():
+        fields.setdefault("finished_at", timezone.now())  # a finished workload that started has an end
     return Workload.objects.create(
         team=people.team,
         owner=people.owner,

@@ -193,6 +193,27 @@ def test_list_is_paginated_newest_first(login, world):
     assert f">{newest_first[0].name}<" not in second
 
 
+def test_long_lists_are_not_counted_to_the_end(login, world, monkeypatch):
+    """A team with 100,000 workloads made every view of the list count them all; now the count stops
+    `cap` rows past the page, and the pager says "more than N" where it stopped."""
+    from jobs import views_workloads
+
+    monkeypatch.setattr(views_workloads, "LIST_COUNT_CAP", 10)
+    for _ in range(40):
+        make_workload(world)
+    client = login(world.owner)
+    with CaptureQueriesContext(connection) as queries:
+        first = client.get(reverse("workload_list")).content.decode()
+    counts = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT COUNT(")]
+    assert counts
+    assert all("LIMIT 36" in sql for sql in counts), counts
+    assert "Page 1 of 2+ · more than 35 workloads" in first
+    assert 'rel="next"' in first
+    last = client.get(reverse("workload_list"), {"page": 2}).content.decode()
+    assert "Page 2 of 2 · 40 workloads" in last
+    assert 'rel="next"' not in last
+
+
 def test_list_empty_states(login, world):
     client = login(world.owner)
     assert "You have not launched anything yet" in client.get(reverse("workload_list")).content.decode()

@@ -15,6 +15,11 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="action", required=True)
         issue = sub.add_parser("issue", help="issue a token and print it (only the token, on stdout)")
         issue.add_argument("name", help="what the token is for, e.g. 'GPU nodes of cluster A'")
+        issue.add_argument(
+            "--node",
+            default="",
+            help="the node whose reports it may send (recommended; without it the first node to report binds it)",
+        )
         sub.add_parser("list", help="list tokens (never the tokens themselves)")
         revoke = sub.add_parser("revoke", help="revoke a token by its id or prefix")
         revoke.add_argument("token", help="the id or the prefix shown by `list`")
@@ -22,14 +27,16 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         action = options["action"]
         if action == "issue":
-            _row, token = agent_token_issue(name=options["name"])
+            _row, token = agent_token_issue(name=options["name"], node=options["node"])
             self.stderr.write("Copy this token now; it is not stored and will not be shown again.")
             self.stdout.write(token)
         elif action == "list":
             for row in AgentToken.objects.all():
                 state = f"revoked {row.revoked_at:%Y-%m-%d %H:%M}" if row.revoked_at else "active"
                 used = f"{row.last_used_at:%Y-%m-%d %H:%M}" if row.last_used_at else "never"
-                self.stdout.write(f"{row.id}\t{row.prefix}…\t{state}\tlast used {used}\t{row.name}")
+                self.stdout.write(
+                    f"{row.id}\t{row.prefix}…\t{state}\tlast used {used}\t{row.node_name or '(unbound)'}\t{row.name}"
+                )
         else:
             key = options["token"]
             rows = AgentToken.objects.filter(id=int(key)) if key.isdigit() else AgentToken.objects.filter(prefix=key)

@@ -1,0 +1,149 @@
+"""What the engine benchmarks share: the engine running against the local cluster, ready before any timing."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from benchmarks.context import BenchContext
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def p95(values: list[float]) -> float:
+    return percentile(values, 95)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(interval)
+
+
+class Engine:
+    """Cluster + the portal's identity + worker/beat/tracker processes on the bench database."""
+
+    def __init__(self, ctx: BenchContext) -> None:
+        from django.conf import settings
+        from django.db import connection
+        from kubernetes import config
+
+        from devtools.engine import FAST_INTERVALS, EngineProcesses, install_identity
+        from jobs.kube import client as kube
+        from jobs.services.submission import forget_namespaces
+
+        self.ctx = ctx
+        cluster = ctx.cluster()
+        self.admin = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+        self.identity = install_identity(
+            admin_api=self.admin,
+            server=cluster.server,
+            admin_kubeconfig=Path(cluster.kubeconfig),
+            directory=ctx.work_dir,
+        )
+        for key, value in {**self.identity.settings(), **{k: int(v) for k, v in FAST_INTERVALS.items()}}.items():
+            setattr(settings, key, value)
+        kube.reset()
+        forget_namespaces()
+        s = connection.settings_dict
+        env = {
+            **os.environ,
+            **self.identity.env(),
+            **FAST_INTERVALS,
+            "DATABASE_URL": f"postgres://{s['USER'] or 'postgres'}:{s['PASSWORD'] or ''}@{s['HOST']}:{s['PORT']}/{s['NAME']}",
+            "DEBUG": "0",
+            "SECRET_KEY": "bench-secret-key",
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.log_dir = ctx.work_dir / "engine-logs"
+        self.log_dir.mkdir(exist_ok=True)
+        self.processes = EngineProcesses(env, self.log_dir)
+        self.processes.start_all()
+        self.seeded = False
+        self.ready()
+
+    def seed(self) -> None:
+        """The demo GPU types, with every type's nodes in the portal's inventory (ready, schedulable).
+
+        Submissions are validated against the inventory: timing before it lists every pool's nodes would
+        measure refusals ("No ready ... node"), which is how `make bench` used to fail.
+        """
+        from jobs.models import GpuType
+        from jobs.selectors import cluster_capacity
+        from jobs.services.inventory import inventory_sync
+        from jobs.services.seeding import DEMO, apply_seed
+
+        if self.seeded:
+            return
+        apply_seed({"gpu_types": DEMO["gpu_types"], "allowed_registries": ["docker.io"]})
+        slugs = [t["slug"] for t in DEMO["gpu_types"]]
+        deadline = time.monotonic() + 120
+        while True:
+            inventory_sync()
+            types = list(GpuType.objects.filter(slug__in=slugs))
+            capacity = cluster_capacity(types)
+            missing = [t.slug for t in types if capacity[t.id].largest_node == 0]
+            if not missing:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the inventory lists no ready node of GPU type(s) {', '.join(missing)}")
+            time.sleep(0.5)
+        self.seeded = True
+
+    def ready(self) -> None:
+        """Before any timing: one workload end to end (worker created its Job, tracker saw it Running)."""
+        from jobs.models import State, Workload
+        from jobs.services.submit import workload_submit
+
+        self.seed()
+        team, user = self.team()
+        workload = workload_submit(
+            team=team, owner=user, spec={"image": "ubuntu", "gpu_type": "k2", "env": {"SIM_RUN_SECONDS": "1"}}
+        )
+        wait_until(
+            lambda: Workload.objects.filter(id=workload.id, state=State.SUCCEEDED).exists(),
+            180,
+            "the engine did not take a warm-up workload to SUCCEEDED (worker or tracker not running?)",
+            interval=0.2,
+        )
+
+    def team(self, quota: int = 100_000, *, budget: Any = None):
+        from django.contrib.auth import get_user_model
+
+        from jobs.models import GpuType, Membership, Quota, Team
+
+        self.seed()
+        suffix = uuid.uuid4().hex[:8]
+        team = Team.objects.create(slug=f"bench-{suffix}", name=f"Bench {suffix}", monthly_gpu_hour_budget=budget)
+        user = get_user_model().objects.create(username=f"bench-{suffix}")
+        Membership.objects.create(team=team, user=user)
+        Quota.objects.bulk_create(Quota(team=team, gpu_type=t, max_gpus=quota) for t in GpuType.objects.all())
+        return team, user
+
+    def delete_namespace(self, namespace: str) -> None:
+        from kubernetes import client as k8s
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            k8s.CoreV1Api(self.admin).delete_namespace(namespace, propagation_policy="Background")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def close(self) -> None:
+        self.processes.stop_all()

@@ -1,0 +1,38 @@
+"""The team's queue explained: per GPU type its own quota, what it borrows and lends, what waits and why;
+managers set the team's sharing rules inside the team here (per-member caps, fair share)."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from jobs import policy
+from jobs.forms import TeamSharingForm
+from jobs.models import Quota
+from jobs.selectors_sharing import team_queue_explained
+from jobs.services.sharing import team_sharing_update
+from jobs.views_common import team_page
+
+
+@team_page
+def queue(request: HttpRequest) -> HttpResponse:
+    team = request.acting.team
+    is_manager = policy.may_set_priority(request.user, team)
+    quotas = list(Quota.objects.filter(team=team).select_related("gpu_type").order_by("gpu_type__slug"))
+    form = None
+    status = 200
+    if is_manager:
+        if request.method == "POST":
+            form = TeamSharingForm(request.POST, team=team, quotas=quotas)
+            if form.is_valid():
+                team_sharing_update(team=team, by=request.user, **form.settings())
+                messages.success(request, "The team's sharing rules are saved; admission ran again.")
+                return redirect("queue")
+            status = 400
+        else:
+            form = TeamSharingForm(team=team, quotas=quotas)
+    elif request.method == "POST":
+        return render(request, "403.html", status=403)
+    context = {"types": team_queue_explained(team), "team": team, "form": form, "is_manager": is_manager}
+    return render(request, "jobs/queue.html", context, status=status)
