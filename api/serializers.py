@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from api.errors import Invalid
 from jobs.models import CatalogImage, Kind, State, Team, Workload, WorkloadEvent
+from jobs.policy import visible_env
 from jobs.services import opening
 from jobs.services.validation import FIELDS as SPEC_FIELDS
 
@@ -34,13 +35,39 @@ class EnvVarSerializer(serializers.Serializer):
     value = serializers.CharField(allow_blank=True)
 
 
+class EnvVarShownSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    value = serializers.CharField(
+        allow_blank=True, allow_null=True, help_text="null unless you own the workload (teammates see names only)."
+    )
+
+
+class SecretRefSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="A stored secret's name (see /api/v1/secrets/).")
+    env = serializers.CharField(
+        required=False, allow_blank=True, help_text="Also set this environment variable to its value."
+    )
+
+
+class MountSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["home", "team"], help_text="home: the owner's; team: shared.")
+    mount_path = serializers.CharField(help_text="Where the container sees it.")
+    claim = serializers.CharField(help_text="The PersistentVolumeClaim in the team namespace.")
+    read_only = serializers.BooleanField()
+    size_gib = serializers.IntegerField(min_value=1)
+
+
 class WorkloadSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
     gpu_type = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     command = serializers.ListField(child=serializers.CharField(), read_only=True)
     args = serializers.ListField(child=serializers.CharField(), read_only=True)
-    env = EnvVarSerializer(many=True, read_only=True)
+    env = serializers.SerializerMethodField(help_text="Plain variables; values only for the workload's owner.")
+    secrets = SecretRefSerializer(
+        many=True, read_only=True, help_text="Secrets it uses, by name; each is a file in /var/run/secrets/gpuportal/."
+    )
+    mounts = MountSerializer(many=True, read_only=True, help_text="Persistent volumes mounted into it.")
     queue_position = serializers.SerializerMethodField(help_text="1 = next to be admitted; null unless queued.")
     gpu_hours = serializers.SerializerMethodField(help_text="GPU-hours so far (live while running).")
     open_url = serializers.SerializerMethodField(
@@ -51,12 +78,17 @@ class WorkloadSerializer(serializers.ModelSerializer):
         model = Workload
         fields = [
             "uid", "name", "team", "owner", "kind", "image", "catalog_image", "gpu_type", "gpu_count",
-            "command", "args", "env", "port", "time_limit_seconds", "priority", "restartable", "borrowed",
-            "attempt", "estimated_start_at", "wait_reason", "state", "reason", "message", "exit_code", "queue_position", "gpu_hours",
+            "command", "args", "env", "secrets", "port", "mounts", "time_limit_seconds", "priority", "restartable",
+            "borrowed", "attempt", "estimated_start_at", "wait_reason", "state", "reason", "message", "exit_code",
+            "queue_position", "gpu_hours",
             "namespace", "k8s_name", "node_name", "pod_name", "open_url", "shared_with_team", "last_activity_at",
             "created_at", "admitted_at", "submitted_at", "started_at", "finished_at", "state_changed_at",
         ]  # fmt: skip
         read_only_fields = fields
+
+    @extend_schema_field(EnvVarShownSerializer(many=True))
+    def get_env(self, workload: Workload) -> list[dict[str, str | None]]:
+        return visible_env(getattr(self.context.get("request"), "user", None), workload)
 
     @extend_schema_field(serializers.IntegerField(allow_null=True, min_value=1))
     def get_queue_position(self, workload: Workload) -> int | None:
@@ -81,7 +113,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "uid": w.uid, "name": w.name, "team": w.team.slug, "owner": w.owner.get_username(), "kind": w.kind,
             "image": w.image, "catalog_image": w.catalog_image_id, "gpu_type": w.gpu_type.slug,
             "gpu_count": w.gpu_count, "command": list(w.command or []), "args": list(w.args or []),
-            "env": [{"name": e["name"], "value": e["value"]} for e in w.env or []], "port": w.port,
+            "env": self.get_env(w),
+            "secrets": [{"name": s["name"], "env": s.get("env", "")} for s in w.secrets or []], "port": w.port,
+            "mounts": [{k: m[k] for k in _MOUNT_KEYS} for m in w.mounts or []],
             "time_limit_seconds": w.time_limit_seconds, "priority": w.priority, "restartable": w.restartable,
             "borrowed": w.borrowed, "attempt": w.attempt,
             "estimated_start_at": _when(w.estimated_start_at) if w.state == State.QUEUED else None,
@@ -98,6 +132,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
 
 _DATETIME = serializers.DateTimeField()
+_MOUNT_KEYS = ("kind", "mount_path", "claim", "read_only", "size_gib")
 
 
 def _when(value: datetime | None) -> str | None:
@@ -117,6 +152,7 @@ class WorkloadCreateSerializer(serializers.Serializer):
     command = serializers.ListField(child=serializers.CharField(allow_blank=True), required=False)
     args = serializers.ListField(child=serializers.CharField(allow_blank=True), required=False)
     env = EnvVarSerializer(many=True, required=False)
+    secrets = SecretRefSerializer(many=True, required=False)
     port = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=65535)
     time_limit_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1)
     priority = serializers.IntegerField(required=False, default=0, min_value=-100, max_value=100)

@@ -378,7 +378,7 @@ class TeamViewSet(ApiViewMixin, viewsets.GenericViewSet):
         body = {
             "team": team.slug,
             "quotas": QuotaUseSerializer(team_quota_use(team), many=True).data,
-            "queued": WorkloadSerializer(queued, many=True, context={"now": timezone.now()}).data,
+            "queued": WorkloadSerializer(queued, many=True, context={"now": timezone.now(), "request": request}).data,
             "sharing": TypeQueueSerializer(team_queue_explained(team), many=True).data,
         }
         return Response(body)

@@ -147,6 +147,8 @@ def main() -> int:
         try:
             if not env.get("KUBECONFIG"):
                 env["KUBECONFIG"] = start_cluster(env, stack)
+                # The local cluster's node simulator provisions this class from directories in var/.
+                env.setdefault("WORKSPACE_STORAGE_CLASS", "gpuportal-local")
             else:
                 say(f"using KUBECONFIG={env['KUBECONFIG']}")
             if not env.get("REDIS_URL") and not env.get("CELERY_BROKER_URL"):

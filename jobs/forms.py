@@ -172,8 +172,9 @@ class LaunchForm(forms.Form):
                     self.add_error(None, message if spec_field == "team" else f"{spec_field}: {message}")
 
 
-def initial_from_workload(workload: Workload) -> dict[str, Any]:
-    """The launch form filled in as `workload` was asked for (Clone)."""
+def initial_from_workload(workload: Workload, *, show_env_values: bool = True) -> dict[str, Any]:
+    """The launch form filled in as `workload` was asked for (Clone); a teammate's clone gets the
+    environment's names with empty values (only the owner sees them)."""
     limit, unit = workload.time_limit_seconds, "minutes"
     for name in ("days", "hours", "minutes"):
         if limit % TIME_UNITS[name] == 0:
@@ -190,7 +191,10 @@ def initial_from_workload(workload: Workload) -> dict[str, Any]:
         "gpu_count": workload.gpu_count,
         "command": join_args(workload.command),
         "args": join_args(workload.args),
-        "env": [{"name": e.get("name", ""), "value": e.get("value", "")} for e in workload.env or []],
+        "env": [
+            {"name": e.get("name", ""), "value": e.get("value", "") if show_env_values else ""}
+            for e in workload.env or []
+        ],
         "port": workload.port,
         "time_limit": limit,
         "time_limit_unit": unit,

@@ -17,6 +17,7 @@ from jobs.selectors import (
 )
 from jobs.services.submit import gather_facts, workload_submit
 from jobs.services.validation import SubmissionInvalid, cuda_tuple
+from jobs.services.workspaces import workspace_mounts
 from jobs.views_common import team_page
 
 
@@ -80,7 +81,7 @@ def launch(request: HttpRequest) -> HttpResponse:
         clone_of = request.GET.get("clone")
         if clone_of:
             source = policy.workload_or_404(request.user, clone_of, Workload.objects.select_related("gpu_type"))
-            initial = initial_from_workload(source)
+            initial = initial_from_workload(source, show_env_values=policy.may_see_env_values(request.user, source))
         elif catalog:
             first = catalog[0]
             cuda_needed = first.cuda_version
@@ -109,6 +110,7 @@ def launch(request: HttpRequest) -> HttpResponse:
             "outlook": outlook,
             # Custom images are offered only where a registry is allowed for them.
             "registries": list(AllowedRegistry.objects.values_list("host", flat=True)),
+            "mounts": workspace_mounts(team=acting.team, username=request.user.get_username()),
         },
         status=400 if form.is_bound else 200,
     )

@@ -93,6 +93,7 @@ def _detail_context(request: HttpRequest, workload: Workload) -> dict:
         "quota": quota,
         "timeline": list(workload.events.all()),
         "gpu_seconds": workload.gpu_seconds(timezone.now()),
+        "env_shown": policy.visible_env(request.user, workload),
         "service_address": (
             f"{workload.k8s_name}.{workload.namespace}.svc:{workload.port}"
             if workload.kind == Kind.SERVICE and workload.k8s_name and workload.namespace and workload.port

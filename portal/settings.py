@@ -196,6 +196,16 @@ TEAM_INGRESS_PORTAL_NAMESPACE_LABELS = env_dict("TEAM_INGRESS_PORTAL_NAMESPACE_L
 # Ephemeral storage every user container may write (its /tmp, home and logs), per pod.
 TEAM_EPHEMERAL_STORAGE_DEFAULT = env_str("TEAM_EPHEMERAL_STORAGE_DEFAULT", "20Gi")
 
+# --- workspaces ------------------------------------------------------------------------------------
+# Persistent volumes every workload mounts: the owner's home at /home/<username> and the team's shared
+# space at /team, PersistentVolumeClaims in the team namespace from this StorageClass, created on first
+# use and never deleted by the portal (only by an admin's explicit action). Empty: no workspaces.
+# The local cluster's class is `gpuportal-local` (`make run` sets it). Sizes per team in Django admin;
+# these are the defaults.
+WORKSPACE_STORAGE_CLASS = env_str("WORKSPACE_STORAGE_CLASS")
+WORKSPACE_HOME_GIB = env_int("WORKSPACE_HOME_GIB", 10, minimum=1)
+WORKSPACE_TEAM_GIB = env_int("WORKSPACE_TEAM_GIB", 50, minimum=1)
+
 # --- the workload engine ---------------------------------------------------------------------------
 # Objects this installation manages carry this label value, so two portals (or test runs) can share a
 # cluster without touching each other's workloads.

@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from jobs.kube import client as kube
 from jobs.kube import names, objects
 from jobs.models import State, Team, Workload
-from jobs.services import opening
+from jobs.services import opening, workspaces
 from jobs.services.transitions import transition
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,8 @@ def spec_for(workload: Workload) -> objects.WorkloadSpec:
         args=tuple(workload.args or ()) + base_url_args(workload),
         env=tuple((e["name"], e["value"]) for e in workload.env or ()) + base_url_env(workload),
         port=workload.port,
+        volumes=workspaces.volume_specs(workload.mounts or []),
+        secrets=tuple(objects.SecretRef(s["name"], s["k8s_name"], s.get("env", "")) for s in workload.secrets or ()),
         instance=settings.PORTAL_INSTANCE,
         attempt=workload.attempt,
         termination_grace_seconds=settings.PORTAL_PREEMPT_GRACE_SECONDS,
@@ -198,6 +200,7 @@ def workload_create_objects(workload_id: int) -> None:
     spec = spec_for(workload)
     try:
         namespace_wait_ready(workload.team, spec.kind)
+        workspaces.workspaces_ensure(workload)
         for obj in objects.make_objects(spec):
             _create_or_adopt(obj, spec, workload.team)
     except ApiException as exc:

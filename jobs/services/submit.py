@@ -25,7 +25,9 @@ from jobs.models import workloads as workloads_model
 from jobs.selectors import cluster_capacity
 from jobs.services.dispatch import enqueue_admission
 from jobs.services.limits import queue_limits_check
+from jobs.services.secrets import secrets_available
 from jobs.services.validation import CatalogFacts, Facts, GpuTypeFacts, SubmissionInvalid, validate_submission
+from jobs.services.workspaces import workspace_mounts
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +105,7 @@ def gather_facts(*, team: Team, user) -> Facts:
         },
         min_time_limit=settings.PORTAL_MIN_TIME_LIMIT,
         max_time_limit=settings.PORTAL_MAX_TIME_LIMIT,
+        secrets=secrets_available(team=team, user=user),
     )
 
 
@@ -140,6 +143,8 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
             args=list(clean.args),
             env=[{"name": n, "value": v} for n, v in clean.env],
             port=clean.port,
+            secrets=[{"name": n, "k8s_name": k, "env": e} for n, k, e in clean.secrets],
+            mounts=workspace_mounts(team=team, username=owner.get_username()),
             shared_with_team=shared,
             time_limit_seconds=clean.time_limit_seconds,
             priority=clean.priority,

@@ -244,8 +244,9 @@ def test_rbac_is_exactly_the_rules_file_split_by_exposure() -> None:
             "resourceNames": [workloads_role, reader_role],
         }
     ]
-    # The web's role reads only.
-    assert {v for r in rules["reader"] for v in r["verbs"]} <= {"get", "list", "watch"}
+    # The web's role reads only, but for writing users' secrets into Secrets (never reading them).
+    writes = [r for r in rules["reader"] if set(r["verbs"]) - {"get", "list", "watch"}]
+    assert writes == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "update", "delete"]}]
     assert {v for r in rules["engine"] for v in r["verbs"]} <= {"get", "list", "watch"}
 
 

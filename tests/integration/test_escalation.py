@@ -158,7 +158,7 @@ def test_the_engine_writes_only_workloads_inside_its_team_namespaces(escalation_
     assert not can_i(kube_api, who, "patch", "namespaces", name=team)
 
 
-def test_the_web_identity_writes_nothing_anywhere(escalation_scene, portal_account, kube_api):
+def test_the_web_identity_writes_nothing_but_team_secrets(escalation_scene, portal_account, kube_api):
     who = user(portal_account, "web")
     team = escalation_scene["team"]
     allowed = []
@@ -166,7 +166,10 @@ def test_the_web_identity_writes_nothing_anywhere(escalation_scene, portal_accou
         for verb in sorted(set(WRITE_VERBS) & verbs):
             where = [team, "kube-system", "default"] if namespaced else [""]
             allowed += [(verb, group, resource, ns) for ns in where if can_i(kube_api, who, verb, resource, ns, group)]
-    assert allowed == []
+    # The single exception: users' stored secrets go from the request straight into a Secret of their own
+    # team's namespace (write-only: the web cannot read one back).
+    assert allowed == [(verb, "", "secrets", team) for verb in ("create", "delete", "update")]
+    assert not can_i(kube_api, who, "get", "secrets", team)
     # What it may do: read its team's pods, logs and events.
     assert can_i(kube_api, who, "get", "pods", team, name="x")
     assert can_i(kube_api, who, "get", "pods/log", team)
