@@ -30,7 +30,7 @@ _ensured_lock = threading.Lock()
 _ensured: dict[str, tuple[tuple, float]] = {}  # namespace -> ((), when its provisioning was last asked for)
 PROVISION_REQUEST_TTL_SECONDS = 2.0
 PROVISION_WAIT_SECONDS = 15.0
-_ready: set[str] = set()  # team namespaces this process has been allowed to create workloads in
+_ready: set[tuple[str, str]] = set()  # (team namespace, resource) this process was seen allowed to create
 
 
 class SubmitRejected(Exception):
@@ -117,14 +117,13 @@ def forget_namespaces() -> None:
         _ready.clear()
 
 
-def namespace_wait_ready(team: Team, kind: str, *, timeout: float = PROVISION_WAIT_SECONDS) -> bool:
-    """Before a team's first workload in this process: ask for its namespace and wait (briefly) until our
-    credentials may create `kind` there, so the objects are created together instead of by retries."""
+def namespace_wait_ready(team: Team, *, group: str, resource: str, timeout: float = PROVISION_WAIT_SECONDS) -> bool:
+    """Before this process first writes into a team's namespace: ask for the namespace and wait (briefly)
+    until our credentials may create `resource` there, so objects are made at once instead of by retries."""
     namespace = team.namespace
-    if namespace in _ready:
+    if (namespace, resource) in _ready:
         return True
     namespace_ensure(team)
-    group, resource = ("batch", "jobs") if kind == "batch" else ("apps", "deployments")
     review = k8s.V1SelfSubjectAccessReview(
         spec=k8s.V1SelfSubjectAccessReviewSpec(
             resource_attributes=k8s.V1ResourceAttributes(
@@ -138,7 +137,7 @@ def namespace_wait_ready(team: Team, kind: str, *, timeout: float = PROVISION_WA
         answer = authorization.create_self_subject_access_review(review, _request_timeout=kube.timeout())
         if answer.status.allowed:
             with _ensured_lock:
-                _ready.add(namespace)
+                _ready.add((namespace, resource))
             return True
         if time.monotonic() > deadline:
             return False
@@ -169,7 +168,7 @@ def _create_or_adopt(obj, spec: objects.WorkloadSpec, team: Team) -> None:
         if exc.status in (403, 404):
             # The namespace is not there or not bound for us yet: ask the provisioner, then retry.
             with _ensured_lock:
-                _ready.discard(team.namespace)
+                _ready.difference_update({r for r in _ready if r[0] == team.namespace})
             namespace_ensure(team)
             raise
         failure = kube.classify(exc)
@@ -199,7 +198,8 @@ def workload_create_objects(workload_id: int) -> None:
         return
     spec = spec_for(workload)
     try:
-        namespace_wait_ready(workload.team, spec.kind)
+        group, resource = ("batch", "jobs") if spec.kind == "batch" else ("apps", "deployments")
+        namespace_wait_ready(workload.team, group=group, resource=resource)
         workspaces.workspaces_ensure(workload)
         for obj in objects.make_objects(spec):
             _create_or_adopt(obj, spec, workload.team)

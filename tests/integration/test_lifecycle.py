@@ -50,7 +50,7 @@ def test_a_service_runs_until_cancelled(engine, kube_api):
     engine.wait_for(workload, State.RUNNING)
     # The tracker may see the Deployment's pod run before the worker has made the Service and recorded
     # the names (a Service create can take seconds on a loaded API server).
-    engine.wait_until(workload, lambda w: bool(w.k8s_name), "its object names recorded")
+    engine.wait_until(workload, lambda w: bool(w.k8s_name), "its object names recorded", timeout=60)
     apps = k8s.AppsV1Api(kube_api)
     assert apps.read_namespaced_deployment(workload.k8s_name, workload.namespace).spec.strategy.type == "Recreate"
     service = k8s.CoreV1Api(kube_api).read_namespaced_service(workload.k8s_name, workload.namespace)
