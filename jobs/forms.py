@@ -4,6 +4,7 @@ about what may be submitted live in jobs.services.validation, whose errors are s
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from datetime import date, timedelta
 from typing import Any
 
@@ -83,11 +84,18 @@ class LaunchForm(forms.Form):
         catalog: list[CatalogImage],
         gpu_types: list[GpuType],
         may_set_priority: bool = False,
+        default_time_limit: Mapping[str, int] | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
         self.catalog = catalog
+        if default_time_limit:
+            # The one default (settings, used by the API and the CLI too) applies when this is left empty.
+            self.fields["time_limit"].help_text = (
+                f"Leave empty for the default: {_in_words(default_time_limit['batch'])} for a batch job, "
+                f"{_in_words(default_time_limit['service'])} for a service."
+            )
         self.fields["catalog_image"].choices = [(str(c.id), c.title) for c in catalog] + [
             (CUSTOM_IMAGE, "Custom image…")
         ]
@@ -295,3 +303,10 @@ class TeamSharingForm(forms.Form):
             "user_max_queued": data.get("user_max_queued"),
             "user_max_gpus": {q.gpu_type_id: data.get(f"user_max_gpus_{q.gpu_type.slug}") for q in self.quotas},
         }
+
+
+def _in_words(seconds: int) -> str:
+    """86400 -> "24 hours", 5400 -> "90 minutes": a default time limit as the form's help text says it."""
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600} hour{'s' if seconds != 3600 else ''}"
+    return f"{seconds // 60} minutes"

@@ -88,7 +88,7 @@ def workload_facts(workload: Workload) -> dict[str, Any]:
         "message": workload.message,
         "gpu_type": workload.gpu_type.display_name,
         "gpu_count": workload.gpu_count,
-        "gpu_hours": round(workload.gpu_seconds() / 3600, 2),
+        "gpu_hours": round(workload.gpu_seconds() / 3600, 4),
         "started_at": _iso(workload.started_at),
         "finished_at": _iso(workload.finished_at),
         "url": settings.SITE_URL.rstrip("/") + reverse("workload_detail", args=[workload.uid]),

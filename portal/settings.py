@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "api",
     "telemetry",
     "notifications",
+    "identity",
 ]
 
 MIDDLEWARE = [
@@ -77,6 +78,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "jobs.context_processors.acting",
+                "identity.context.sign_in",
             ],
         },
     },
@@ -167,6 +170,27 @@ DEFAULT_FROM_EMAIL = (
 )
 SERVER_EMAIL = DEFAULT_FROM_EMAIL
 
+# --- sign-in through the institution's identity provider (identity/) ----------------------------------
+# OpenID Connect, configured by the issuer URL (discovery) and a confidential client. Unset: password
+# sign-in only (as `make run` does).
+OIDC_ISSUER = env_str("OIDC_ISSUER")
+OIDC_CLIENT_ID = env_str("OIDC_CLIENT_ID")
+OIDC_CLIENT_SECRET = env_str("OIDC_CLIENT_SECRET")  # or OIDC_CLIENT_SECRET_FILE (a mounted Secret)
+OIDC_PROVIDER_NAME = env_str("OIDC_PROVIDER_NAME", "your institution")
+OIDC_SCOPES = env_list("OIDC_SCOPES", ["openid", "email", "profile"])
+OIDC_USERNAME_CLAIM = env_str("OIDC_USERNAME_CLAIM", "preferred_username")
+OIDC_EMAIL_CLAIM = env_str("OIDC_EMAIL_CLAIM", "email")
+# Also ask the userinfo endpoint for claims (groups are often only there).
+OIDC_USERINFO = env_bool("OIDC_USERINFO", default=True)
+# Show the password form beside the provider's button. Off: the button only (administrators can still
+# reach the form at /login/?password=1 and /admin/).
+OIDC_PASSWORD_LOGIN = env_bool("OIDC_PASSWORD_LOGIN", default=True)
+OIDC_END_PROVIDER_SESSION = env_bool("OIDC_END_PROVIDER_SESSION", default=True)
+if OIDC_ISSUER and not OIDC_ISSUER.startswith(("https://", "http://")):
+    raise ConfigError(f"OIDC_ISSUER={OIDC_ISSUER!r} is not an http(s) URL")
+if OIDC_ISSUER and not OIDC_CLIENT_ID:
+    raise ConfigError("OIDC_ISSUER is set but OIDC_CLIENT_ID is not")
+
 # --- Kubernetes ------------------------------------------------------------------------------------
 # In a pod, the in-cluster service account is used; otherwise KUBECONFIG (a path) is read.
 KUBECONFIG = env_str("KUBECONFIG")
@@ -228,6 +252,8 @@ PORTAL_SWEEP_SECONDS = env_int("PORTAL_SWEEP_SECONDS", 15, minimum=1)
 PORTAL_LIMITS_SECONDS = env_int("PORTAL_LIMITS_SECONDS", 10, minimum=1)
 # Preempting a borrowed workload: SIGTERM, then this many seconds before the kill.
 PORTAL_PREEMPT_GRACE_SECONDS = env_int("PORTAL_PREEMPT_GRACE_SECONDS", 20, minimum=0)
+# Every queued workload's estimated start is refreshed at least this often (and after each admission).
+PORTAL_ESTIMATE_SECONDS = env_int("PORTAL_ESTIMATE_SECONDS", 30, minimum=1)
 # Fair-share and estimates look this far back into each user's history.
 PORTAL_HISTORY_DAYS = env_int("PORTAL_HISTORY_DAYS", 14, minimum=1)
 
@@ -298,6 +324,7 @@ CELERY_BEAT_SCHEDULE = {
     # a worker killed, a watch that dropped).
     "admission-sweep": {"task": "jobs.tasks.sweep", "schedule": float(PORTAL_SWEEP_SECONDS)},
     "enforce-limits": {"task": "jobs.tasks.enforce_limits", "schedule": float(PORTAL_LIMITS_SECONDS)},
+    "start-estimates": {"task": "jobs.tasks.estimate_all", "schedule": float(PORTAL_ESTIMATE_SECONDS)},
     "cleanup": {"task": "jobs.tasks.cleanup", "schedule": 300.0},
     "inventory": {"task": "jobs.tasks.sync_inventory", "schedule": 60.0},
     "usage-rollup": {"task": "jobs.tasks.rollup_usage", "schedule": 3600.0},
@@ -387,8 +414,8 @@ PROXY_ENDPOINT_CACHE_SECONDS = env_int("PROXY_ENDPOINT_CACHE_SECONDS", 5, minimu
 PROXY_ACTIVITY_WRITE_SECONDS = env_int("PROXY_ACTIVITY_WRITE_SECONDS", 60, minimum=1)
 PROXY_STARTING_REFRESH_SECONDS = env_int("PROXY_STARTING_REFRESH_SECONDS", 3, minimum=1)
 PROXY_WS_MAX_MESSAGE_BYTES = env_int("PROXY_WS_MAX_MESSAGE_BYTES", 64 * 1024 * 1024, minimum=1024)
-# Development only (`make run`): where the proxy sends every request outside /w/ (the Django server), so
-# one origin serves the portal and its services. Empty in production, where the ingress routes /w/.
+# Where no ingress routes /w/ (`make run`, docker compose on one box): where the proxy sends every request
+# outside /w/ (the web), so one origin serves the portal and its services. Empty behind an ingress.
 PROXY_PORTAL_UPSTREAM = env_str("PROXY_PORTAL_UPSTREAM", "")
 # The cookies the proxied app may never read or set, beside the session and CSRF cookies.
 PROXY_BLOCKED_COOKIES = env_list("PROXY_BLOCKED_COOKIES", ["messages"])

