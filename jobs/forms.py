@@ -67,6 +67,11 @@ class LaunchForm(forms.Form):
         choices=[(unit, unit) for unit in TIME_UNITS], initial="hours", label="Time limit unit"
     )
     priority = forms.IntegerField(required=False, min_value=-100, max_value=100, help_text="Managers only.")
+    datasets = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Mounted read-only at /datasets/<name>.",
+    )
     restartable = forms.BooleanField(
         required=False,
         label="Restartable",
@@ -84,6 +89,7 @@ class LaunchForm(forms.Form):
         catalog: list[CatalogImage],
         gpu_types: list[GpuType],
         may_set_priority: bool = False,
+        datasets: list[str] | tuple[str, ...] = (),
         default_time_limit: Mapping[str, int] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -102,6 +108,9 @@ class LaunchForm(forms.Form):
         self.fields["gpu_type"].choices = [(t.slug, t.display_name) for t in gpu_types]
         if not may_set_priority:
             del self.fields["priority"]
+        self.fields["datasets"].choices = [(name, name) for name in datasets]
+        if not datasets:
+            del self.fields["datasets"]
         # Environment variables come as parallel env_name/env_value lists, one pair per row on the page.
         source = self.data if self.is_bound else {}
         if self.is_bound:
@@ -158,6 +167,8 @@ class LaunchForm(forms.Form):
         }
         if "priority" in self.fields and data.get("priority") is not None:
             spec["priority"] = data["priority"]
+        if data.get("datasets"):
+            spec["datasets"] = list(data["datasets"])
         if data.get("restartable") and data["kind"] == Kind.BATCH:
             spec["restartable"] = True
         if data["kind"] == Kind.SERVICE:

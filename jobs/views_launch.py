@@ -18,7 +18,7 @@ from jobs.selectors import (
 from jobs.services.accounting import budget_use
 from jobs.services.submit import gather_facts, workload_submit
 from jobs.services.validation import SubmissionInvalid, cuda_tuple
-from jobs.services.workspaces import workspace_mounts
+from jobs.services.workspaces import datasets_allowed, workspace_mounts
 from jobs.views_common import team_page
 
 
@@ -52,6 +52,7 @@ def launch(request: HttpRequest) -> HttpResponse:
         "catalog": catalog,
         "gpu_types": gpu_types,
         "may_set_priority": policy.may_set_priority(request.user, acting.team),
+        "datasets": sorted(name for name, allowed in datasets_allowed(acting.team).items() if allowed),
     }
     # What submission judges against (quotas, node sizes, driver CUDA versions): the picker shows it.
     facts = gather_facts(team=acting.team, user=request.user)
