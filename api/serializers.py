@@ -50,11 +50,14 @@ class SecretRefSerializer(serializers.Serializer):
 
 
 class MountSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=["home", "team"], help_text="home: the owner's; team: shared.")
+    kind = serializers.ChoiceField(
+        choices=["home", "team", "dataset"], help_text="home: the owner's; team: shared; dataset: read-only data."
+    )
+    name = serializers.CharField(required=False, help_text="A dataset's name.")
     mount_path = serializers.CharField(help_text="Where the container sees it.")
     claim = serializers.CharField(help_text="The PersistentVolumeClaim in the team namespace.")
     read_only = serializers.BooleanField()
-    size_gib = serializers.IntegerField(min_value=1)
+    size_gib = serializers.IntegerField(min_value=1, allow_null=True, help_text="null for datasets.")
 
 
 class WorkloadSerializer(serializers.ModelSerializer):
@@ -78,7 +81,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
         model = Workload
         fields = [
             "uid", "name", "team", "owner", "kind", "image", "catalog_image", "gpu_type", "gpu_count",
-            "command", "args", "env", "secrets", "port", "mounts", "time_limit_seconds", "priority", "restartable",
+            "command", "args", "env", "secrets", "port", "mounts", "cpu_millicores", "memory_mib", "time_limit_seconds", "priority", "restartable",
             "borrowed", "attempt", "estimated_start_at", "wait_reason", "state", "reason", "message", "exit_code",
             "queue_position", "gpu_hours",
             "namespace", "k8s_name", "node_name", "pod_name", "open_url", "shared_with_team", "last_activity_at",
@@ -115,7 +118,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "gpu_count": w.gpu_count, "command": list(w.command or []), "args": list(w.args or []),
             "env": self.get_env(w),
             "secrets": [{"name": s["name"], "env": s.get("env", "")} for s in w.secrets or []], "port": w.port,
-            "mounts": [{k: m[k] for k in _MOUNT_KEYS} for m in w.mounts or []],
+            "mounts": [{k: m.get(k) for k in _MOUNT_KEYS if k in m} for m in w.mounts or []],
             "time_limit_seconds": w.time_limit_seconds, "priority": w.priority, "restartable": w.restartable,
             "borrowed": w.borrowed, "attempt": w.attempt,
             "estimated_start_at": _when(w.estimated_start_at) if w.state == State.QUEUED else None,
@@ -124,6 +127,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "queue_position": self.get_queue_position(w), "gpu_hours": self.get_gpu_hours(w),
             "namespace": w.namespace, "k8s_name": w.k8s_name, "node_name": w.node_name, "pod_name": w.pod_name,
             "open_url": opening.open_url(w), "shared_with_team": w.shared_with_team,
+            "cpu_millicores": w.cpu_millicores, "memory_mib": w.memory_mib,
             "last_activity_at": _when(w.last_activity_at),
             "created_at": _when(w.created_at), "admitted_at": _when(w.admitted_at),
             "submitted_at": _when(w.submitted_at), "started_at": _when(w.started_at),
@@ -132,7 +136,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
 
 _DATETIME = serializers.DateTimeField()
-_MOUNT_KEYS = ("kind", "mount_path", "claim", "read_only", "size_gib")
+_MOUNT_KEYS = ("kind", "name", "mount_path", "claim", "read_only", "size_gib")
 
 
 def _when(value: datetime | None) -> str | None:
@@ -153,6 +157,15 @@ class WorkloadCreateSerializer(serializers.Serializer):
     args = serializers.ListField(child=serializers.CharField(allow_blank=True), required=False)
     env = EnvVarSerializer(many=True, required=False)
     secrets = SecretRefSerializer(many=True, required=False)
+    cpu_millicores = serializers.IntegerField(
+        required=False, allow_null=True, help_text="CPU for the pod, above the type's default up to its limit."
+    )
+    memory_mib = serializers.IntegerField(
+        required=False, allow_null=True, help_text="Memory (MiB) for the pod, above the default up to the limit."
+    )
+    datasets = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="Datasets to mount read-only at /datasets/<name>."
+    )
     port = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=65535)
     time_limit_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1)
     priority = serializers.IntegerField(required=False, default=0, min_value=-100, max_value=100)
@@ -168,8 +181,8 @@ class WorkloadCreateSerializer(serializers.Serializer):
 
 _STRING_FIELDS = {"team", "name", "kind", "image", "gpu_type"}
 _INT_FIELDS = {"gpu_count", "priority"}
-_NULLABLE_INT_FIELDS = {"catalog_image", "port", "time_limit_seconds"}
-_LIST_FIELDS = {"command", "args"}
+_NULLABLE_INT_FIELDS = {"catalog_image", "port", "time_limit_seconds", "cpu_millicores", "memory_mib"}
+_LIST_FIELDS = {"command", "args", "datasets"}
 
 
 def parse_submission(payload: Any) -> tuple[str | None, dict[str, Any]]:

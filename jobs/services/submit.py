@@ -27,7 +27,7 @@ from jobs.services.dispatch import enqueue_admission
 from jobs.services.limits import queue_limits_check
 from jobs.services.secrets import secrets_available
 from jobs.services.validation import CatalogFacts, Facts, GpuTypeFacts, SubmissionInvalid, validate_submission
-from jobs.services.workspaces import workspace_mounts
+from jobs.services.workspaces import dataset_mounts, datasets_allowed, workspace_mounts
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,10 @@ def gather_facts(*, team: Team, user) -> Facts:
             quota=quotas.get(t.id),
             largest_node=capacity[t.id].largest_node,
             max_cuda=gpu_type_max_cuda(t, node_cuda),
+            cpu_per_gpu=t.cpu_per_gpu_millicores,
+            max_cpu_per_gpu=t.max_cpu_per_gpu_millicores,
+            memory_per_gpu=t.memory_per_gpu_mib,
+            max_memory_per_gpu=t.max_memory_per_gpu_mib,
         )
         for t in types
     }
@@ -106,6 +110,7 @@ def gather_facts(*, team: Team, user) -> Facts:
         min_time_limit=settings.PORTAL_MIN_TIME_LIMIT,
         max_time_limit=settings.PORTAL_MAX_TIME_LIMIT,
         secrets=secrets_available(team=team, user=user),
+        datasets=datasets_allowed(team),
     )
 
 
@@ -144,7 +149,9 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
             env=[{"name": n, "value": v} for n, v in clean.env],
             port=clean.port,
             secrets=[{"name": n, "k8s_name": k, "env": e} for n, k, e in clean.secrets],
-            mounts=workspace_mounts(team=team, username=owner.get_username()),
+            cpu_millicores=clean.cpu_millicores,
+            memory_mib=clean.memory_mib,
+            mounts=workspace_mounts(team=team, username=owner.get_username()) + dataset_mounts(clean.datasets),
             shared_with_team=shared,
             time_limit_seconds=clean.time_limit_seconds,
             priority=clean.priority,

@@ -91,6 +91,10 @@ class GpuTypeFacts:
     quota: int | None  # the team's max GPUs of this type; None: no quota row, not usable
     largest_node: int  # most allocatable GPUs on one ready node of this type; 0: none known
     max_cuda: str | None  # highest CUDA the drivers on these nodes run; None: unknown
+    cpu_per_gpu: int = 4000  # millicores per GPU by default, and at most (sized pods)
+    max_cpu_per_gpu: int | None = None
+    memory_per_gpu: int = 16384  # MiB
+    max_memory_per_gpu: int | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,7 @@ class Facts:
     min_time_limit: int = 60
     max_time_limit: int = 7 * 86400
     secrets: Mapping[str, str] = field(default_factory=dict)  # secret names the user may use -> k8s name
+    datasets: Mapping[str, bool] = field(default_factory=dict)  # every enabled dataset -> may the team use it
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,9 @@ class CleanSubmission:
     time_limit_seconds: int
     priority: int
     secrets: tuple[tuple[str, str, str], ...] = ()  # (name, k8s name, env var or "")
+    datasets: tuple[str, ...] = ()
+    cpu_millicores: int | None = None  # None: the type's default
+    memory_mib: int | None = None
     restartable: bool = False
 
 
@@ -146,7 +154,7 @@ class SubmissionInvalid(Exception):
 
 
 FIELDS = ("name", "kind", "image", "catalog_image", "gpu_type", "gpu_count", "command", "args", "env",
-          "port", "time_limit_seconds", "priority", "restartable", "secrets")  # fmt: skip
+          "port", "time_limit_seconds", "priority", "restartable", "secrets", "datasets", "cpu_millicores", "memory_mib")  # fmt: skip
 
 
 def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission:
@@ -263,6 +271,8 @@ def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission
 
     env = _env(raw.get("env"), fail)
     secrets = validate_secret_refs(raw.get("secrets"), facts.secrets, {n for n, _ in env}, fail)
+    datasets = validate_datasets(raw.get("datasets"), facts.datasets, fail)
+    cpu, memory = validate_pod_size(raw, gpu_facts if gpu_facts and gpu_facts.enabled else None, gpu_count, fail)
 
     # port
     port = raw.get("port")
@@ -335,8 +345,65 @@ def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission
         time_limit_seconds=limit,
         priority=priority,
         secrets=secrets,
+        datasets=datasets,
+        cpu_millicores=cpu,
+        memory_mib=memory,
         restartable=bool(restartable),
     )
+
+
+MAX_DATASETS = 16
+
+
+def validate_pod_size(
+    raw: Mapping[str, Any], gpu: GpuTypeFacts | None, gpu_count: int, fail
+) -> tuple[int | None, int | None]:
+    """`cpu_millicores` / `memory_mib` for the whole pod: from the type's default per GPU up to its limit per
+    GPU (times the GPUs asked for). Empty: the default."""
+    sizes: list[int | None] = []
+    for name, default, limit, unit in (
+        ("cpu_millicores", gpu.cpu_per_gpu if gpu else 0, gpu.max_cpu_per_gpu if gpu else None, "millicores"),
+        ("memory_mib", gpu.memory_per_gpu if gpu else 0, gpu.max_memory_per_gpu if gpu else None, "MiB"),
+    ):
+        value = raw.get(name)
+        if value in (None, ""):
+            sizes.append(None)
+            continue
+        if not _is_int(value):
+            fail(name, "Must be a whole number.")
+            sizes.append(None)
+            continue
+        value = int(value)
+        sizes.append(value)
+        if gpu is None or gpu_count < 1:
+            continue  # the GPU type or count is already wrong; its limit cannot be judged
+        low, high = default * gpu_count, (limit or default) * gpu_count
+        if not low <= value <= high:
+            fail(name, f"Between {low} and {high} {unit} for {gpu_count} {gpu.display_name} GPU(s).")
+    return sizes[0], sizes[1]
+
+
+def validate_datasets(value: Any, allowed: Mapping[str, bool], fail) -> tuple[str, ...]:
+    """`datasets`: names of datasets the team may use (each mounted read-only at /datasets/<name>)."""
+    if value in (None, "", []):
+        return ()
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        fail("datasets", "A list of dataset names.")
+        return ()
+    if len(value) > MAX_DATASETS:
+        fail("datasets", f"At most {MAX_DATASETS} datasets.")
+        return ()
+    clean: list[str] = []
+    for name in value:
+        if name not in allowed:
+            fail("datasets", f"No dataset named {name[:40]!r}.")
+        elif not allowed[name]:
+            fail("datasets", f"Your team may not use the dataset {name}; ask an admin.")
+        elif name in clean:
+            fail("datasets", f"{name} is given twice.")
+        else:
+            clean.append(name)
+    return tuple(clean)
 
 
 MAX_SECRET_REFS = 32
