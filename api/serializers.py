@@ -50,11 +50,14 @@ class SecretRefSerializer(serializers.Serializer):
 
 
 class MountSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=["home", "team"], help_text="home: the owner's; team: shared.")
+    kind = serializers.ChoiceField(
+        choices=["home", "team", "dataset"], help_text="home: the owner's; team: shared; dataset: read-only data."
+    )
+    name = serializers.CharField(required=False, help_text="A dataset's name.")
     mount_path = serializers.CharField(help_text="Where the container sees it.")
     claim = serializers.CharField(help_text="The PersistentVolumeClaim in the team namespace.")
     read_only = serializers.BooleanField()
-    size_gib = serializers.IntegerField(min_value=1)
+    size_gib = serializers.IntegerField(min_value=1, allow_null=True, help_text="null for datasets.")
 
 
 class WorkloadSerializer(serializers.ModelSerializer):
@@ -115,7 +118,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "gpu_count": w.gpu_count, "command": list(w.command or []), "args": list(w.args or []),
             "env": self.get_env(w),
             "secrets": [{"name": s["name"], "env": s.get("env", "")} for s in w.secrets or []], "port": w.port,
-            "mounts": [{k: m[k] for k in _MOUNT_KEYS} for m in w.mounts or []],
+            "mounts": [{k: m.get(k) for k in _MOUNT_KEYS if k in m} for m in w.mounts or []],
             "time_limit_seconds": w.time_limit_seconds, "priority": w.priority, "restartable": w.restartable,
             "borrowed": w.borrowed, "attempt": w.attempt,
             "estimated_start_at": _when(w.estimated_start_at) if w.state == State.QUEUED else None,
@@ -132,7 +135,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
 
 _DATETIME = serializers.DateTimeField()
-_MOUNT_KEYS = ("kind", "mount_path", "claim", "read_only", "size_gib")
+_MOUNT_KEYS = ("kind", "name", "mount_path", "claim", "read_only", "size_gib")
 
 
 def _when(value: datetime | None) -> str | None:
@@ -153,6 +156,9 @@ class WorkloadCreateSerializer(serializers.Serializer):
     args = serializers.ListField(child=serializers.CharField(allow_blank=True), required=False)
     env = EnvVarSerializer(many=True, required=False)
     secrets = SecretRefSerializer(many=True, required=False)
+    datasets = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="Datasets to mount read-only at /datasets/<name>."
+    )
     port = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=65535)
     time_limit_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1)
     priority = serializers.IntegerField(required=False, default=0, min_value=-100, max_value=100)
@@ -169,7 +175,7 @@ class WorkloadCreateSerializer(serializers.Serializer):
 _STRING_FIELDS = {"team", "name", "kind", "image", "gpu_type"}
 _INT_FIELDS = {"gpu_count", "priority"}
 _NULLABLE_INT_FIELDS = {"catalog_image", "port", "time_limit_seconds"}
-_LIST_FIELDS = {"command", "args"}
+_LIST_FIELDS = {"command", "args", "datasets"}
 
 
 def parse_submission(payload: Any) -> tuple[str | None, dict[str, Any]]:

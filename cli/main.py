@@ -55,6 +55,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="if preempted by a lender reclaiming its GPUs, requeue it at the front instead of failing (batch)",
     )
     submit.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="repeatable")
+    submit.add_argument(
+        "--dataset", action="append", default=[], metavar="NAME", help="mount /datasets/NAME read-only (repeatable)"
+    )
+    submit.add_argument(
+        "--secret",
+        action="append",
+        default=[],
+        metavar="NAME[=VAR]",
+        help="a stored secret as /var/run/secrets/gpuportal/NAME, and $VAR if given (repeatable)",
+    )
     submit.add_argument("--args", action="store_true", help="what follows `--` are arguments, not the command")
     submit.add_argument("--shared", action="store_true", help="a service: teammates may open it too")
     submit.add_argument("--wait", action="store_true", help="wait until it finishes; exit 0 only if it succeeded")
@@ -139,6 +149,10 @@ def cmd_submit(client: PortalClient, args: argparse.Namespace) -> int:
                 return EXIT_USAGE
             env.append({"name": name, "value": value})
         spec["env"] = env
+    if args.dataset:
+        spec["datasets"] = list(args.dataset)
+    if args.secret:
+        spec["secrets"] = [{"name": name, "env": var} for name, _, var in (item.partition("=") for item in args.secret)]
     workload = client.submit(spec)
     _show(args, workload, f"{workload['uid']}  {_state(workload)}")
     if args.wait:

@@ -129,6 +129,23 @@ def start_cluster(env: dict[str, str], stack: contextlib.ExitStack) -> str:
     return str(cluster.kubeconfig)
 
 
+def connect_telemetry(env: dict[str, str], stack: contextlib.ExitStack, python: str) -> None:
+    """The local cluster's simulated node agents report to this portal, so the GPU charts fill (a real
+    deployment runs the agent DaemonSet instead). Only for a local cluster: it has a simulator."""
+    state_dir = Path(env.get("LOCALCLUSTER_STATE_DIR") or VAR / "cluster")
+    if not (state_dir / "simulator.json").exists() or not management_command_exists("telemetry_local_cluster"):
+        return
+    command = [python, "manage.py", "telemetry_local_cluster", "--state-dir", str(state_dir)]
+    run_once("telemetry", [*command, "--portal-url", f"http://127.0.0.1:{PORT}"], env)
+    stack.callback(_quietly, lambda: run_once("telemetry", [*command, "--disconnect"], env))
+
+
+def _quietly(step) -> None:
+    # Shutting down: a step that fails has said why in its output; the rest of the shutdown goes on.
+    with contextlib.suppress(ServiceError):
+        step()
+
+
 def main() -> int:
     env = dict(os.environ)
     env.setdefault("DEBUG", "1")
@@ -191,6 +208,7 @@ def main() -> int:
                  "--portal-upstream", f"http://127.0.0.1:{web_port}"],
                 env,
             )  # fmt: skip
+            connect_telemetry(env, stack, python)
             _announce(seeded, env)
             while True:
                 time.sleep(0.5)

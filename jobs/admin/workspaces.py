@@ -9,7 +9,7 @@ from django.contrib import admin, messages
 from kubernetes.client.exceptions import ApiException
 
 from jobs.kube import client as kube
-from jobs.models import Workspace, WorkspaceDeletion
+from jobs.models import Dataset, Workspace, WorkspaceDeletion
 from jobs.services.workspaces import workspace_delete_data
 
 log = logging.getLogger(__name__)
@@ -83,6 +83,14 @@ class WorkspaceAdmin(admin.ModelAdmin):
                 self.message_user(request, f"{workspace}: Kubernetes refused: {exc.reason}", messages.ERROR)
                 continue
             self.message_user(request, f"Deleted the workspace {workspace} and recorded it.", messages.SUCCESS)
+
+
+@admin.register(Dataset)
+class DatasetAdmin(admin.ModelAdmin):
+    list_display = ["name", "description", "claim_name", "nfs_server", "nfs_path", "enabled"]
+    list_filter = ["enabled"]
+    search_fields = ["name", "description"]
+    filter_horizontal = ["teams"]
 
 
 @admin.register(WorkspaceDeletion)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from jobs.models.audit import QuotaChange
 from jobs.models.catalog import AllowedRegistry, CatalogImage, GpuNode, GpuType
+from jobs.models.datasets import Dataset
 from jobs.models.secrets import TeamSecret
 from jobs.models.sharing import Cohort
 from jobs.models.teams import Membership, Quota, Role, Team
@@ -16,6 +17,7 @@ __all__ = [
     "BillingWeight",
     "CatalogImage",
     "Cohort",
+    "Dataset",
     "GpuNode",
     "GpuType",
     "Kind",

@@ -272,6 +272,29 @@ def month_to_date_hours(team: Team, *, now: datetime | None = None) -> float:
     return sum(row.weighted_gpu_hours for row in rows)
 
 
+@dataclass(frozen=True)
+class BudgetUse:
+    """A team's monthly GPU-hour budget as the pages show it: weighted hours used this month, and left."""
+
+    budget: float
+    used: float
+
+    @property
+    def left(self) -> float:
+        return max(0.0, self.budget - self.used)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.used >= self.budget
+
+
+def budget_use(team: Team, *, now: datetime | None = None) -> BudgetUse | None:
+    """None when the team has no budget (only quotas limit it)."""
+    if team.monthly_gpu_hour_budget is None:
+        return None
+    return BudgetUse(budget=float(team.monthly_gpu_hour_budget), used=month_to_date_hours(team, now=now))
+
+
 def budget_exhausted(team: Team, *, now: datetime | None = None) -> bool:
     if team.monthly_gpu_hour_budget is None:
         return False

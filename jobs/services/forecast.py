@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from jobs.services.sharing_plan import Held, Plan, TeamQuota, Waiting, plan
 
 HORIZON_SECONDS = 7 * 24 * 3600.0
+MAX_QUEUED = 200  # workloads forecast per cohort and type; those further back get no estimate (cost bound)
 MIN_REMAINING_SECONDS = 30.0  # something past its expected end still needs a moment to be seen ending
 
 
@@ -64,7 +65,7 @@ def forecast(
     """Estimated start of each queued workload. `running`: (held, seconds until it ends); `durations`:
     expected run of each queued workload, by id."""
     active: dict[int, tuple[Held, float]] = {h.id: (h, end) for h, end in running}
-    queue = list(queued)
+    queue = list(queued[:MAX_QUEUED])
     starts: dict[int, float] = {}
     first: Plan | None = None
     now = 0.0

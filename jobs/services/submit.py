@@ -27,7 +27,7 @@ from jobs.services.dispatch import enqueue_admission
 from jobs.services.limits import queue_limits_check
 from jobs.services.secrets import secrets_available
 from jobs.services.validation import CatalogFacts, Facts, GpuTypeFacts, SubmissionInvalid, validate_submission
-from jobs.services.workspaces import workspace_mounts
+from jobs.services.workspaces import dataset_mounts, datasets_allowed, workspace_mounts
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,7 @@ def gather_facts(*, team: Team, user) -> Facts:
         min_time_limit=settings.PORTAL_MIN_TIME_LIMIT,
         max_time_limit=settings.PORTAL_MAX_TIME_LIMIT,
         secrets=secrets_available(team=team, user=user),
+        datasets=datasets_allowed(team),
     )
 
 
@@ -144,7 +145,7 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
             env=[{"name": n, "value": v} for n, v in clean.env],
             port=clean.port,
             secrets=[{"name": n, "k8s_name": k, "env": e} for n, k, e in clean.secrets],
-            mounts=workspace_mounts(team=team, username=owner.get_username()),
+            mounts=workspace_mounts(team=team, username=owner.get_username()) + dataset_mounts(clean.datasets),
             shared_with_team=shared,
             time_limit_seconds=clean.time_limit_seconds,
             priority=clean.priority,

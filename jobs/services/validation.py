@@ -117,6 +117,7 @@ class Facts:
     min_time_limit: int = 60
     max_time_limit: int = 7 * 86400
     secrets: Mapping[str, str] = field(default_factory=dict)  # secret names the user may use -> k8s name
+    datasets: Mapping[str, bool] = field(default_factory=dict)  # every enabled dataset -> may the team use it
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,7 @@ class CleanSubmission:
     time_limit_seconds: int
     priority: int
     secrets: tuple[tuple[str, str, str], ...] = ()  # (name, k8s name, env var or "")
+    datasets: tuple[str, ...] = ()
     restartable: bool = False
 
 
@@ -146,7 +148,7 @@ class SubmissionInvalid(Exception):
 
 
 FIELDS = ("name", "kind", "image", "catalog_image", "gpu_type", "gpu_count", "command", "args", "env",
-          "port", "time_limit_seconds", "priority", "restartable", "secrets")  # fmt: skip
+          "port", "time_limit_seconds", "priority", "restartable", "secrets", "datasets")  # fmt: skip
 
 
 def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission:
@@ -263,6 +265,7 @@ def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission
 
     env = _env(raw.get("env"), fail)
     secrets = validate_secret_refs(raw.get("secrets"), facts.secrets, {n for n, _ in env}, fail)
+    datasets = validate_datasets(raw.get("datasets"), facts.datasets, fail)
 
     # port
     port = raw.get("port")
@@ -335,8 +338,35 @@ def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission
         time_limit_seconds=limit,
         priority=priority,
         secrets=secrets,
+        datasets=datasets,
         restartable=bool(restartable),
     )
+
+
+MAX_DATASETS = 16
+
+
+def validate_datasets(value: Any, allowed: Mapping[str, bool], fail) -> tuple[str, ...]:
+    """`datasets`: names of datasets the team may use (each mounted read-only at /datasets/<name>)."""
+    if value in (None, "", []):
+        return ()
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        fail("datasets", "A list of dataset names.")
+        return ()
+    if len(value) > MAX_DATASETS:
+        fail("datasets", f"At most {MAX_DATASETS} datasets.")
+        return ()
+    clean: list[str] = []
+    for name in value:
+        if name not in allowed:
+            fail("datasets", f"No dataset named {name[:40]!r}.")
+        elif not allowed[name]:
+            fail("datasets", f"Your team may not use the dataset {name}; ask an admin.")
+        elif name in clean:
+            fail("datasets", f"{name} is given twice.")
+        else:
+            clean.append(name)
+    return tuple(clean)
 
 
 MAX_SECRET_REFS = 32

@@ -17,11 +17,12 @@ from kubernetes.client.exceptions import ApiException
 
 from jobs.kube import client as kube
 from jobs.kube import names, objects
-from jobs.models import Team, Workload, Workspace
+from jobs.models import Dataset, Team, Workload, Workspace
 
 log = logging.getLogger(__name__)
 HOME_ROOT = "/home"
 TEAM_PATH = "/team"
+DATASETS_ROOT = "/datasets"
 
 
 def home_size_gib(team: Team) -> int:
@@ -57,13 +58,37 @@ def workspace_mounts(*, team: Team, username: str) -> list[dict[str, Any]]:
     ]
 
 
+def datasets_allowed(team: Team) -> dict[str, bool]:
+    """Every enabled dataset's name -> whether this team may use it (validation names the difference)."""
+    allowed = set(team.datasets.filter(enabled=True).values_list("name", flat=True))
+    return {name: name in allowed for name in Dataset.objects.filter(enabled=True).values_list("name", flat=True)}
+
+
+def dataset_mounts(names_: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Read-only mounts for the chosen datasets, as stored on the workload (source copied at submit)."""
+    by_name = {d.name: d for d in Dataset.objects.filter(name__in=names_)}
+    return [
+        {
+            "kind": "dataset",
+            "name": name,
+            "mount_path": f"{DATASETS_ROOT}/{name}",
+            "claim": by_name[name].claim_name,
+            "nfs_server": by_name[name].nfs_server,
+            "nfs_path": by_name[name].nfs_path,
+            "read_only": True,
+            "size_gib": None,
+        }
+        for name in names_
+    ]
+
+
 def volume_specs(mounts: list[dict[str, Any]]) -> tuple[objects.VolumeSpec, ...]:
     """The pod volumes for a workload's stored mounts."""
     return tuple(
         objects.VolumeSpec(
-            name=f"ws-{m['kind']}" if m["kind"] in ("home", "team") else names.dns_label(f"v-{m['kind']}-{i}"),
+            name=f"ws-{m['kind']}" if m["kind"] in ("home", "team") else f"ds-{i}",
             mount_path=m["mount_path"],
-            read_only=bool(m.get("read_only")),
+            read_only=bool(m.get("read_only")) or m["kind"] == "dataset",
             claim_name=m.get("claim", ""),
             nfs_server=m.get("nfs_server", ""),
             nfs_path=m.get("nfs_path", ""),

@@ -105,3 +105,31 @@ def test_plain_env_values_are_the_owners_teammates_see_names():
     assert visible_env(_U(1), _W(1)) == [{"name": "TOKEN", "value": "abc"}]
     assert visible_env(_U(2), _W(1)) == [{"name": "TOKEN", "value": None}]
     assert visible_env(None, _W(1)) == [{"name": "TOKEN", "value": None}]
+
+
+def test_datasets_must_exist_and_be_allowed_for_the_team():
+    allowed = {"imagenet": True, "private": False}
+    raw = {"image": "nvidia/cuda:12.2.0-base", "gpu_type": "p100", "datasets": ["imagenet"]}
+    assert validate_submission(raw, facts(datasets=allowed)).datasets == ("imagenet",)
+    for value, fragment in ((["private"], "may not use"), (["nope"], "No dataset"), ("imagenet", "A list")):
+        with pytest.raises(SubmissionInvalid) as refused:
+            validate_submission({**raw, "datasets": value}, facts(datasets=allowed))
+        assert list(refused.value.errors) == ["datasets"]
+        assert fragment in refused.value.errors["datasets"][0]
+
+
+def test_a_dataset_mount_renders_read_only():
+    from jobs.services.workspaces import volume_specs
+
+    mounts = [{"kind": "dataset", "name": "imagenet", "mount_path": "/datasets/imagenet", "claim": "imagenet-pvc",
+               "nfs_server": "", "nfs_path": "", "read_only": True, "size_gib": None}]  # fmt: skip
+    pod = ApiClient().sanitize_for_serialization(objects.make_pod_template(spec(volumes=volume_specs(mounts))))["spec"]
+    assert pod["volumes"][1] == {
+        "name": "ds-0",
+        "persistentVolumeClaim": {"claimName": "imagenet-pvc", "readOnly": True},
+    }
+    assert pod["containers"][0]["volumeMounts"][1] == {
+        "name": "ds-0",
+        "mountPath": "/datasets/imagenet",
+        "readOnly": True,
+    }

@@ -200,7 +200,7 @@ def test_per_user_caps_hold_under_50_concurrent_submissions(cohort):
     assert waiting.wait_reason == "user cap"
 
 
-def test_estimates_are_stored_with_the_reason(cohort):
+def test_estimates_are_stored_with_the_reason_and_shown_everywhere(cohort, client):
     a, ann = cohort["a"], cohort["ann"]
     Team.objects.filter(id=cohort["b"].id).update(cohort=None)
     running = submit(a, ann, gpu_count=4, time_limit_seconds=3600)
@@ -213,6 +213,22 @@ def test_estimates_are_stored_with_the_reason(cohort):
     assert waiting.wait_reason == "team quota"
     wait = (waiting.estimated_start_at - timezone.now()).total_seconds()
     assert 3500 < wait <= 3600  # when the running job reaches its time limit (no history yet)
+    # Shown as "about 60 min" with the reason on the list, the page, the API and the CLI.
+    client.force_login(ann)
+    listing = client.get("/workloads/").content.decode()
+    assert "starts about 60 min · waits for team quota" in listing
+    page = client.get(f"/workloads/{waiting.uid}/").content.decode()
+    assert "Estimated start: <strong>about 60 min</strong>" in page
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.force_authenticate(ann)
+    body = api.get(f"/api/v1/workloads/{waiting.uid}/").json()
+    assert body["wait_reason"] == "team quota"
+    assert body["estimated_start_at"]
+    from cli.main import _state
+
+    assert _state(body) == "QUEUED #1, starts about 60 min (waits for team quota)"
 
 
 def test_queue_page_and_api_explain_borrowed_lent_and_why_work_waits(cohort, client):

@@ -86,3 +86,31 @@ def test_home_outlives_a_service_and_teammates_share_only_team(engine, kube_api,
     assert "no such file" in other_home.text
     assert Workspace.objects.filter(team=engine.team).count() == 3
     workload_cancel(workload=theirs, by=engine.teammate)
+
+
+def test_a_dataset_is_mounted_read_only_and_only_for_allowed_teams(engine, kube_api, tmp_path):
+    from jobs.models import Dataset
+    from jobs.services.validation import SubmissionInvalid
+
+    # An NFS export on this machine: the simulated kubelet mounts 127.0.0.1:<path> as that directory.
+    (tmp_path / "labels.csv").write_text("cat,dog\n")
+    dataset = Dataset.objects.create(name="pets", nfs_server="127.0.0.1", nfs_path=str(tmp_path))
+    with pytest.raises(SubmissionInvalid) as refused:
+        engine.submit(kind="service", port=8888, gpu_type="k2", gpu_count=1, datasets=["pets"])
+    assert list(refused.value.errors) == ["datasets"]
+    assert engine.team.workloads.count() == 0  # refused before anything was stored or created
+
+    dataset.teams.add(engine.team)
+    service = engine.submit(kind="service", port=8888, gpu_type="k2", gpu_count=1, datasets=["pets"])
+    assert [(m["kind"], m["mount_path"], m["read_only"]) for m in service.mounts] == [
+        ("dataset", "/datasets/pets", True)
+    ]
+    engine.wait_for(service, State.RUNNING, timeout=90)
+    ip = wait_for(lambda: _pod_ip(kube_api, service), what="the service pod's IP")
+    read = requests.get(f"http://{ip}:8888/_files/datasets/pets/labels.csv", timeout=10)
+    assert (read.status_code, read.text) == (200, "cat,dog\n")
+    write = requests.put(f"http://{ip}:8888/_files/datasets/pets/new.csv", data=b"x", timeout=10)
+    assert write.status_code == 403
+    assert "Read-only file system" in write.text
+    assert not (tmp_path / "new.csv").exists()
+    workload_cancel(workload=service, by=engine.owner)
