@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,7 @@ from typing import Any
 
 import aiohttp
 from django.conf import settings
+from django.db import connections
 from django.http.cookie import parse_cookie
 
 from proxy import access, headers
@@ -39,6 +41,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 SERVICE_PATH = re.compile(r"^/w/(?P<uid>[0-9a-f]{1,16})(?P<rest>/.*)?$")
 CHUNK = 256 * 1024
+WORKERS = 8  # threads for Django work (sessions, policy, EndpointSlices, activity)
 # Close codes an endpoint may not send (RFC 6455 7.4.1): "no status", "abnormal", "TLS failure".
 UNSENDABLE_CLOSE = {1005, 1006, 1015}
 
@@ -92,7 +95,7 @@ class ServiceProxy:
         self._doors: dict[tuple[str | None, str], tuple[float, Door]] = {}
         self._targets: dict[tuple[str, str], tuple[float, tuple[str, int] | None]] = {}
         # Django work (sessions, policy, Endpoints, activity) runs here, off the event loop.
-        self._django = ThreadPoolExecutor(max_workers=8, thread_name_prefix="proxy-django")
+        self._django = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="proxy-django")
 
     # --- plumbing -------------------------------------------------------------------------------------
     async def _sync(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -142,6 +145,16 @@ class ServiceProxy:
     async def close(self) -> None:
         if self._client is not None:
             await self._client.close()
+        # Each worker thread holds its own database connection: close every one (a barrier makes each of
+        # the pool's threads take exactly one of these jobs), so none is left open on the server.
+        barrier = threading.Barrier(WORKERS)
+
+        def close_connections() -> None:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.wait(timeout=5)
+            connections.close_all()
+
+        await asyncio.gather(*(self._sync(close_connections) for _ in range(WORKERS)), return_exceptions=True)
         self._django.shutdown(wait=False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
