@@ -95,6 +95,7 @@ def engine_broker() -> Iterator[RedisServer]:
     if app._pool is not None:  # connections made before now point at the suite's other Redis
         app._pool.force_close_all()
         app._pool = None
+    app.amqp._producer_pool = None  # it holds the closed pool: sends would fail "Acquire on closed pool"
     try:
         yield server
     finally:
@@ -103,6 +104,7 @@ def engine_broker() -> Iterator[RedisServer]:
         if app._pool is not None:
             app._pool.force_close_all()
             app._pool = None
+        app.amqp._producer_pool = None
         server.stop()
 
 

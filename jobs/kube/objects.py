@@ -72,6 +72,8 @@ class WorkloadSpec:
     port: int | None = None
     volumes: tuple[VolumeSpec, ...] = ()
     secrets: tuple[SecretRef, ...] = ()
+    cpu_millicores: int | None = None  # sized pods: None is the type's default per GPU
+    memory_mib: int | None = None
     instance: str = "default"
     extra_labels: dict[str, str] = field(default_factory=dict)
     attempt: int = 0
@@ -102,8 +104,8 @@ def selector(spec: WorkloadSpec) -> dict[str, str]:
 
 def make_container(spec: WorkloadSpec) -> k8s.V1Container:
     gpus = str(spec.gpu_count)
-    cpu = f"{spec.gpu_type.cpu_per_gpu_millicores * spec.gpu_count}m"
-    memory = f"{spec.gpu_type.memory_per_gpu_mib * spec.gpu_count}Mi"
+    cpu = f"{pod_cpu_millicores(spec)}m"
+    memory = f"{pod_memory_mib(spec)}Mi"
     env = [k8s.V1EnvVar(name=name, value=value) for name, value in spec.env]
     # Secret values never enter the spec: the kubelet reads them from the Secret when the pod starts.
     env += [
@@ -147,7 +149,7 @@ def make_container(spec: WorkloadSpec) -> k8s.V1Container:
 
 def make_pod_template(spec: WorkloadSpec) -> k8s.V1PodTemplateSpec:
     # Data loaders share batches through /dev/shm; the runtime default of 64 MiB is far too small.
-    shm_limit = f"{max(64, spec.gpu_type.memory_per_gpu_mib * spec.gpu_count // 2)}Mi"
+    shm_limit = f"{max(64, pod_memory_mib(spec) // 2)}Mi"
     return k8s.V1PodTemplateSpec(
         metadata=k8s.V1ObjectMeta(labels=labels(spec)),
         spec=k8s.V1PodSpec(
@@ -169,6 +171,14 @@ def make_pod_template(spec: WorkloadSpec) -> k8s.V1PodTemplateSpec:
             ],
         ),
     )
+
+
+def pod_cpu_millicores(spec: WorkloadSpec) -> int:
+    return spec.cpu_millicores or spec.gpu_type.cpu_per_gpu_millicores * spec.gpu_count
+
+
+def pod_memory_mib(spec: WorkloadSpec) -> int:
+    return spec.memory_mib or spec.gpu_type.memory_per_gpu_mib * spec.gpu_count
 
 
 def make_volume(volume: VolumeSpec) -> k8s.V1Volume:

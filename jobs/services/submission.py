@@ -56,6 +56,8 @@ def spec_for(workload: Workload) -> objects.WorkloadSpec:
         env=tuple((e["name"], e["value"]) for e in workload.env or ()) + base_url_env(workload),
         port=workload.port,
         volumes=workspaces.volume_specs(workload.mounts or []),
+        cpu_millicores=workload.cpu_millicores,
+        memory_mib=workload.memory_mib,
         secrets=tuple(objects.SecretRef(s["name"], s["k8s_name"], s.get("env", "")) for s in workload.secrets or ()),
         instance=settings.PORTAL_INSTANCE,
         attempt=workload.attempt,

@@ -236,6 +236,7 @@ def test_queue_page_and_api_explain_borrowed_lent_and_why_work_waits(cohort, cli
     jobs = [submit(b, bob) for _ in range(6)]
     assert jobs[5].state == State.QUEUED
     client.force_login(bob)
+    assert 'name="restartable"' in client.get("/launch/").content.decode()  # the launch form's checkbox
     page = client.get("/queue/")
     assert page.status_code == 200
     html = page.content.decode()
