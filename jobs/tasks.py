@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from jobs.models import Workload
-from jobs.services import accounting, admission, estimates, inventory, lifecycle, preemption, submission
+from jobs.services import accounting, admission, dispatch, estimates, inventory, lifecycle, preemption, submission
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,7 @@ RETRY = {
 
 @shared_task(name="jobs.tasks.admit")
 def admit(team_id: int, gpu_type_id: int) -> list[int]:
+    dispatch.admission_starting(team_id=team_id, gpu_type_id=gpu_type_id)
     return admission.quota_admit(team_id=team_id, gpu_type_id=gpu_type_id)
 
 

@@ -26,6 +26,43 @@ def enqueue_admission(*, team_id: int, gpu_type_id: int) -> None:
     transaction.on_commit(lambda: _send("jobs.tasks.admit", team_id, gpu_type_id))
 
 
+ADMISSION_REQUEST_TTL = 30  # seconds; a request older than this is sent again (a backlog, a lost task)
+
+
+def _admission_key(team_id: int, gpu_type_id: int) -> str:
+    return f"admission-requested:{team_id}:{gpu_type_id}"
+
+
+def request_admission(*, team_id: int, gpu_type_id: int) -> None:
+    """Ask a worker for an admission pass, once while one is waiting to start.
+
+    A pass admits everything queued for the team and GPU type, and the waiting one starts after the
+    caller's workload was committed (callers commit first), so it will see it: a second request would
+    only queue a pass with nothing left to do. Without Redis, the request is simply sent.
+    """
+    from django.core.cache import caches
+
+    def send() -> None:
+        try:
+            if not caches["api"].add(_admission_key(team_id, gpu_type_id), 1, timeout=ADMISSION_REQUEST_TTL):
+                return
+        except Exception as exc:  # the cache is Redis: down means "send it anyway"
+            log.info("admission request not coalesced (%s)", exc)
+        _send("jobs.tasks.admit", team_id, gpu_type_id)
+
+    transaction.on_commit(send)
+
+
+def admission_starting(*, team_id: int, gpu_type_id: int) -> None:
+    """A worker's pass is starting: requests from now on need a pass of their own (it may not see them)."""
+    from django.core.cache import caches
+
+    try:
+        caches["api"].delete(_admission_key(team_id, gpu_type_id))
+    except Exception as exc:
+        log.info("could not clear the admission request (%s)", exc)
+
+
 def enqueue_estimate(*, team_id: int, gpu_type_id: int) -> None:
     transaction.on_commit(lambda: _send("jobs.tasks.estimate", team_id, gpu_type_id))
 
