@@ -71,6 +71,25 @@ def enqueue_submit(workload_id: int) -> None:
     transaction.on_commit(lambda: _send("jobs.tasks.submit", workload_id))
 
 
+def enqueue_submits(workload_ids: list[int]) -> None:
+    """enqueue_submit for many, on one broker connection (an admission pass admits many at once)."""
+    ids = list(workload_ids)
+    if not ids:
+        return
+
+    def send() -> None:
+        from portal.celery import app
+
+        try:
+            with app.producer_or_acquire() as producer:
+                for workload_id in ids:
+                    app.send_task("jobs.tasks.submit", args=[workload_id], producer=producer)
+        except Exception as exc:  # kombu raises several types; any of them means "not now"
+            log.warning("could not enqueue %d submit task(s) (%s); the periodic sweep will pick them up", len(ids), exc)
+
+    transaction.on_commit(send)
+
+
 def enqueue_delete(workload_id: int) -> None:
     transaction.on_commit(lambda: _send("jobs.tasks.delete_objects", workload_id))
 
