@@ -26,7 +26,7 @@ def enqueue_admission(*, team_id: int, gpu_type_id: int) -> None:
     transaction.on_commit(lambda: _send("jobs.tasks.admit", team_id, gpu_type_id))
 
 
-ADMISSION_REQUEST_TTL = 30  # seconds; a request older than this is sent again (a backlog, a lost task)
+ADMISSION_REQUEST_TTL = 10  # seconds; then a request is sent again (a backlog; a pass lost with a killed worker)
 
 
 def _admission_key(team_id: int, gpu_type_id: int) -> str:
