@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         "SIMULATED" if sampler.simulated else "NVML",
         config.sample_interval_seconds,
         port,
-        f"pushing to {pusher.url_for_logs}" if pusher else "not pushing (PORTAL_URL unset)",
+        # `is not None`: a Pusher is falsy while its buffer is empty (it has a length), and it starts empty.
+        f"pushing to {pusher.url_for_logs}" if pusher is not None else "not pushing (PORTAL_URL unset)",
     )
     loop = AgentLoop(
         node_name=config.node_name,

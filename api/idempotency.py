@@ -65,3 +65,10 @@ def create_once(*, user, key: str, fingerprint: str, perform: Callable[[], tuple
     if existing.request_hash != fingerprint:
         raise KeyReused
     return Outcome(existing.status_code, existing.response_body, replayed=True)
+
+
+def idempotency_prune(*, now=None) -> int:
+    """Delete every expired record (beat, hourly): people who never create again leave theirs behind."""
+    cutoff = (now or timezone.now()) - retention()
+    deleted, _ = IdempotencyRecord.objects.filter(created_at__lt=cutoff).delete()
+    return deleted

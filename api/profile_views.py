@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from api.models import ApiToken
-from api.tokens import token_create, token_revoke
+from api.tokens import TooManyTokens, token_create, token_revoke
 
 
+@never_cache  # the page may show a new token in clear: no browser or proxy may keep a copy
 @login_required
 def tokens(request: HttpRequest) -> HttpResponse:
     issued = None
@@ -23,12 +26,16 @@ def tokens(request: HttpRequest) -> HttpResponse:
         elif len(name) > 100:
             error = "At most 100 characters."
         else:
-            issued = token_create(user=request.user, name=name)
+            try:
+                issued = token_create(user=request.user, name=name)
+            except TooManyTokens as exc:
+                error = str(exc)
     return render(
         request,
         "api/tokens.html",
         {
             "tokens": ApiToken.objects.filter(user=request.user, revoked_at=None),
+            "default_days": settings.API_TOKEN_DEFAULT_DAYS,
             "issued": issued,
             "error": error,
             "site_url": request.build_absolute_uri("/").rstrip("/"),

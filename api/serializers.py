@@ -12,6 +12,8 @@ from rest_framework import serializers
 
 from api.errors import Invalid
 from jobs.models import CatalogImage, Kind, State, Team, Workload, WorkloadEvent
+from jobs.policy import visible_env
+from jobs.services import opening
 from jobs.services.validation import FIELDS as SPEC_FIELDS
 
 
@@ -33,26 +35,63 @@ class EnvVarSerializer(serializers.Serializer):
     value = serializers.CharField(allow_blank=True)
 
 
+class EnvVarShownSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    value = serializers.CharField(
+        allow_blank=True, allow_null=True, help_text="null unless you own the workload (teammates see names only)."
+    )
+
+
+class SecretRefSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="A stored secret's name (see /api/v1/secrets/).")
+    env = serializers.CharField(
+        required=False, allow_blank=True, help_text="Also set this environment variable to its value."
+    )
+
+
+class MountSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(
+        choices=["home", "team", "dataset"], help_text="home: the owner's; team: shared; dataset: read-only data."
+    )
+    name = serializers.CharField(required=False, help_text="A dataset's name.")
+    mount_path = serializers.CharField(help_text="Where the container sees it.")
+    claim = serializers.CharField(help_text="The PersistentVolumeClaim in the team namespace.")
+    read_only = serializers.BooleanField()
+    size_gib = serializers.IntegerField(min_value=1, allow_null=True, help_text="null for datasets.")
+
+
 class WorkloadSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
     gpu_type = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     command = serializers.ListField(child=serializers.CharField(), read_only=True)
     args = serializers.ListField(child=serializers.CharField(), read_only=True)
-    env = EnvVarSerializer(many=True, read_only=True)
+    env = serializers.SerializerMethodField(help_text="Plain variables; values only for the workload's owner.")
+    secrets = SecretRefSerializer(
+        many=True, read_only=True, help_text="Secrets it uses, by name; each is a file in /var/run/secrets/gpuportal/."
+    )
+    mounts = MountSerializer(many=True, read_only=True, help_text="Persistent volumes mounted into it.")
     queue_position = serializers.SerializerMethodField(help_text="1 = next to be admitted; null unless queued.")
     gpu_hours = serializers.SerializerMethodField(help_text="GPU-hours so far (live while running).")
+    open_url = serializers.SerializerMethodField(
+        help_text="A service: where to open it in a browser (the portal's proxy, signed in). Empty for batch jobs."
+    )
 
     class Meta:
         model = Workload
         fields = [
             "uid", "name", "team", "owner", "kind", "image", "catalog_image", "gpu_type", "gpu_count",
-            "command", "args", "env", "port", "time_limit_seconds", "priority", "restartable", "borrowed",
-            "attempt", "estimated_start_at", "wait_reason", "state", "reason", "message", "exit_code", "queue_position", "gpu_hours",
-            "namespace", "k8s_name", "node_name", "pod_name",
+            "command", "args", "env", "secrets", "port", "mounts", "time_limit_seconds", "priority", "restartable",
+            "borrowed", "attempt", "estimated_start_at", "wait_reason", "state", "reason", "message", "exit_code",
+            "queue_position", "gpu_hours",
+            "namespace", "k8s_name", "node_name", "pod_name", "open_url", "shared_with_team", "last_activity_at",
             "created_at", "admitted_at", "submitted_at", "started_at", "finished_at", "state_changed_at",
         ]  # fmt: skip
         read_only_fields = fields
+
+    @extend_schema_field(EnvVarShownSerializer(many=True))
+    def get_env(self, workload: Workload) -> list[dict[str, str | None]]:
+        return visible_env(getattr(self.context.get("request"), "user", None), workload)
 
     @extend_schema_field(serializers.IntegerField(allow_null=True, min_value=1))
     def get_queue_position(self, workload: Workload) -> int | None:
@@ -65,6 +104,10 @@ class WorkloadSerializer(serializers.ModelSerializer):
         now = self.context.get("now") or timezone.now()
         return round(workload.gpu_seconds(now) / 3600, 6)
 
+    @extend_schema_field(serializers.CharField(allow_blank=True))
+    def get_open_url(self, workload: Workload) -> str:
+        return opening.open_url(workload)
+
     def to_representation(self, workload: Workload) -> dict[str, Any]:
         # The declared fields above are the contract (and the schema); this writes the same output
         # directly, since the generic per-field path was a third of a 50-row page's time.
@@ -73,7 +116,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "uid": w.uid, "name": w.name, "team": w.team.slug, "owner": w.owner.get_username(), "kind": w.kind,
             "image": w.image, "catalog_image": w.catalog_image_id, "gpu_type": w.gpu_type.slug,
             "gpu_count": w.gpu_count, "command": list(w.command or []), "args": list(w.args or []),
-            "env": [{"name": e["name"], "value": e["value"]} for e in w.env or []], "port": w.port,
+            "env": self.get_env(w),
+            "secrets": [{"name": s["name"], "env": s.get("env", "")} for s in w.secrets or []], "port": w.port,
+            "mounts": [{k: m.get(k) for k in _MOUNT_KEYS if k in m} for m in w.mounts or []],
             "time_limit_seconds": w.time_limit_seconds, "priority": w.priority, "restartable": w.restartable,
             "borrowed": w.borrowed, "attempt": w.attempt,
             "estimated_start_at": _when(w.estimated_start_at) if w.state == State.QUEUED else None,
@@ -81,6 +126,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "reason": w.reason, "message": w.message, "exit_code": w.exit_code,
             "queue_position": self.get_queue_position(w), "gpu_hours": self.get_gpu_hours(w),
             "namespace": w.namespace, "k8s_name": w.k8s_name, "node_name": w.node_name, "pod_name": w.pod_name,
+            "open_url": opening.open_url(w), "shared_with_team": w.shared_with_team,
+            "last_activity_at": _when(w.last_activity_at),
             "created_at": _when(w.created_at), "admitted_at": _when(w.admitted_at),
             "submitted_at": _when(w.submitted_at), "started_at": _when(w.started_at),
             "finished_at": _when(w.finished_at), "state_changed_at": _when(w.state_changed_at),
@@ -88,6 +135,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
 
 _DATETIME = serializers.DateTimeField()
+_MOUNT_KEYS = ("kind", "name", "mount_path", "claim", "read_only", "size_gib")
 
 
 def _when(value: datetime | None) -> str | None:
@@ -107,6 +155,10 @@ class WorkloadCreateSerializer(serializers.Serializer):
     command = serializers.ListField(child=serializers.CharField(allow_blank=True), required=False)
     args = serializers.ListField(child=serializers.CharField(allow_blank=True), required=False)
     env = EnvVarSerializer(many=True, required=False)
+    secrets = SecretRefSerializer(many=True, required=False)
+    datasets = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="Datasets to mount read-only at /datasets/<name>."
+    )
     port = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=65535)
     time_limit_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1)
     priority = serializers.IntegerField(required=False, default=0, min_value=-100, max_value=100)
@@ -115,12 +167,15 @@ class WorkloadCreateSerializer(serializers.Serializer):
         default=False,
         help_text="Batch jobs: if preempted by a lender reclaiming its GPUs, requeue at the front instead of failing.",
     )
+    shared_with_team = serializers.BooleanField(
+        required=False, default=False, help_text="A service: teammates may open it too (its owner always can)."
+    )
 
 
 _STRING_FIELDS = {"team", "name", "kind", "image", "gpu_type"}
 _INT_FIELDS = {"gpu_count", "priority"}
 _NULLABLE_INT_FIELDS = {"catalog_image", "port", "time_limit_seconds"}
-_LIST_FIELDS = {"command", "args"}
+_LIST_FIELDS = {"command", "args", "datasets"}
 
 
 def parse_submission(payload: Any) -> tuple[str | None, dict[str, Any]]:
@@ -129,8 +184,10 @@ def parse_submission(payload: Any) -> tuple[str | None, dict[str, Any]]:
         raise Invalid({"non_field_errors": ["Send a JSON object."]}, "Send a JSON object.")
     errors: dict[str, list[str]] = {}
     for name, value in payload.items():
-        if name != "team" and name not in SPEC_FIELDS:
+        if name != "team" and name != "shared_with_team" and name not in SPEC_FIELDS:
             errors[name] = ["Unknown field."]
+        elif name == "shared_with_team" and not isinstance(value, bool):
+            errors[name] = ["Must be true or false."]
         elif name in _STRING_FIELDS and not isinstance(value, str):
             errors[name] = ["Must be a string."]
         elif name in _INT_FIELDS and (isinstance(value, bool) or not isinstance(value, int)):
@@ -275,6 +332,9 @@ class UsageEntrySerializer(serializers.Serializer):
     key = serializers.CharField(help_text="The day (YYYY-MM-DD), username or GPU type slug.")
     gpu_hours = serializers.FloatField(min_value=0)
     weighted_gpu_hours = serializers.FloatField(min_value=0, help_text="GPU-hours times the billing weight.")
+    borrowed_gpu_hours = serializers.FloatField(
+        min_value=0, help_text="Of gpu_hours, those on GPUs borrowed from the team's cohort."
+    )
 
 
 class UsageSerializer(serializers.Serializer):
@@ -285,3 +345,4 @@ class UsageSerializer(serializers.Serializer):
     rows = UsageEntrySerializer(many=True)
     total_gpu_hours = serializers.FloatField(min_value=0)
     total_weighted_gpu_hours = serializers.FloatField(min_value=0)
+    total_borrowed_gpu_hours = serializers.FloatField(min_value=0)

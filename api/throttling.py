@@ -42,3 +42,15 @@ class TokenRateThrottle(SimpleRateThrottle):
         except Exception as exc:  # redis-py and the cache backends raise several types
             log.warning("API throttle cache unavailable (%s); request allowed", exc)
             return True
+
+
+class UserRateThrottle(TokenRateThrottle):
+    """Requests per person, whichever of their tokens (or their browser session) they come with: making
+    more tokens does not buy more requests. Anonymous callers are left to the per-address throttle."""
+
+    scope = "user"
+
+    def get_cache_key(self, request, view):
+        if not (request.user and request.user.is_authenticated):
+            return None
+        return self.cache_format % {"scope": self.scope, "ident": f"u{request.user.pk}"}

@@ -7,6 +7,8 @@ import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
@@ -29,14 +31,33 @@ class IssuedToken:
     raw: str  # the only time the secret exists in clear
 
 
+class TooManyTokens(ValueError):
+    """The person holds the most active tokens allowed; the message says so."""
+
+
 def token_create(*, user, name: str, expires_at=None) -> IssuedToken:
+    """Issue a token; it expires after API_TOKEN_DEFAULT_DAYS unless `expires_at` says otherwise (a
+    forgotten token on an old laptop should not work forever)."""
     name = name.strip()
     if not name:
         raise ValueError("A token needs a name.")
-    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = ApiToken.objects.create(
-        user=user, name=name[:100], prefix=raw[:SHOWN_PREFIX_CHARS], digest=digest(raw), expires_at=expires_at
-    )
+    now = timezone.now()
+    with transaction.atomic():
+        # Locking the person's row serializes their concurrent creates, so the cap holds exactly.
+        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+        active = ApiToken.objects.filter(user=user, revoked_at=None).exclude(expires_at__lte=now).count()
+        if active >= settings.API_MAX_TOKENS_PER_USER:
+            raise TooManyTokens(
+                f"You have {active} active tokens, the most allowed; revoke one you no longer use first."
+            )
+        raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token = ApiToken.objects.create(
+            user=user,
+            name=name[:100],
+            prefix=raw[:SHOWN_PREFIX_CHARS],
+            digest=digest(raw),
+            expires_at=expires_at or now + timedelta(days=settings.API_TOKEN_DEFAULT_DAYS),
+        )
     return IssuedToken(token=token, raw=raw)
 
 

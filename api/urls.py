@@ -4,7 +4,8 @@ from django.urls import include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.routers import DefaultRouter
 
-from api import views
+from api import views, views_secrets
+from notifications.api import NotificationPreferenceView
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
@@ -16,6 +17,9 @@ urlpatterns = [
     path("gpu-types/", views.GpuTypeListView.as_view(), name="gpu-types"),
     path("images/", views.CatalogImageListView.as_view(), name="images"),
     path("usage/", views.UsageView.as_view(), name="usage"),
+    path("me/notifications/", NotificationPreferenceView.as_view(), name="notification-preferences"),
+    path("secrets/", views_secrets.SecretListView.as_view(), name="secrets"),
+    path("secrets/<str:name>/", views_secrets.SecretDetailView.as_view(), name="secret"),
 ]
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import itertools
 from collections.abc import Iterator
 from datetime import date, timedelta
 
@@ -13,11 +12,18 @@ from django.http import StreamingHttpResponse
 from django.utils import timezone
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
 from kubernetes.client.exceptions import ApiException
 from rest_framework import mixins, status, viewsets
+from rest_framework import serializers as drf_serializers
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import PermissionDenied, Throttled
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -47,12 +53,14 @@ from api.serializers import (
 )
 from jobs import policy
 from jobs.kube.client import KubeConfigError, classify
-from jobs.models import CatalogImage, GpuType, Membership, State, Workload
+from jobs.models import CatalogImage, GpuType, Kind, Membership, State, Workload
 from jobs.selectors import cluster_capacity, team_quota_use, with_queue_position
 from jobs.selectors_sharing import team_queue_explained
 from jobs.services import accounting
 from jobs.services.cancel import workload_cancel
+from jobs.services.log_streams import HeldStream, TooManyStreams
 from jobs.services.logs import MAX_TAIL, LogsUnavailable, follow_logs, workload_events, workload_logs
+from jobs.services.opening import workload_share
 from jobs.services.submit import workload_submit
 
 User = Membership._meta.get_field("user").related_model
@@ -101,6 +109,22 @@ class IgnoreAcceptNegotiation(DefaultContentNegotiation):
 
     def select_renderer(self, request, renderers, format_suffix=None):
         return renderers[0], renderers[0].media_type
+
+
+class _Lines:
+    """A followed log as text lines, passing `close` through so the stream slot is always given back."""
+
+    def __init__(self, held: HeldStream, first: str | None) -> None:
+        self.held, self.first = held, first
+
+    def __iter__(self) -> Iterator[str]:
+        if self.first is not None:
+            yield f"{self.first}\n"
+        for line in self.held:
+            yield f"{line}\n"
+
+    def close(self) -> None:
+        self.held.close()
 
 
 @contextlib.contextmanager
@@ -240,6 +264,26 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         return Response(self._render(workload))
 
     @extend_schema(
+        summary="Share a service with your team (or stop sharing it)",
+        description='Body `{"shared_with_team": true}`. Only the owner may; teammates can then open it at '
+        "`open_url` with their own portal sign-in.",
+        request=inline_serializer("ShareRequest", {"shared_with_team": drf_serializers.BooleanField()}),
+        responses={200: WorkloadSerializer, 403: E, 409: E, 422: E},
+    )
+    @action(detail=True, methods=["post"], filter_backends=[])
+    def share(self, request: Request, uid: str) -> Response:
+        workload = self.get_object()
+        shared = request.data.get("shared_with_team") if isinstance(request.data, dict) else None
+        if not isinstance(shared, bool):
+            raise Invalid({"shared_with_team": ["Must be true or false."]})
+        if workload.kind != Kind.SERVICE:
+            raise Conflict("Only services can be opened, so only services can be shared.", code="not_a_service")
+        if not policy.may_share(request.user, workload):
+            raise PermissionDenied("Only the owner of a service decides who else may open it.")
+        workload_share(workload=workload, by=request.user, shared=shared)
+        return Response(self._render(workload))
+
+    @extend_schema(
         summary="Container logs, as text",
         description="The last `tail` lines (or those of the last `since` seconds). With `follow=true` the "
         "response streams lines as the container writes them. 409 when there is no container to read from.",
@@ -267,10 +311,20 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         if not follow:
             with cluster_call():
                 return Response(workload_logs(workload, tail=tail, since_seconds=since))
-        lines = follow_logs(workload, tail=tail, timeout_seconds=settings.API_LOG_FOLLOW_SECONDS)
-        with cluster_call():
-            first = next(lines, None)
-        stream = (f"{line}\n" for line in itertools.chain([] if first is None else [first], lines))
+        seconds = settings.API_LOG_FOLLOW_SECONDS
+        try:
+            held = HeldStream(
+                follow_logs(workload, tail=tail, timeout_seconds=seconds), user_id=request.user.id, seconds=seconds
+            )
+        except TooManyStreams as exc:
+            raise Throttled(detail=str(exc), wait=30) from exc
+        try:
+            with cluster_call():
+                first = next(held, None)
+        except BaseException:
+            held.close()
+            raise
+        stream = _Lines(held, first)
         return StreamingHttpResponse(stream, content_type="text/plain; charset=utf-8")
 
     @extend_schema(
@@ -324,7 +378,7 @@ class TeamViewSet(ApiViewMixin, viewsets.GenericViewSet):
         body = {
             "team": team.slug,
             "quotas": QuotaUseSerializer(team_quota_use(team), many=True).data,
-            "queued": WorkloadSerializer(queued, many=True, context={"now": timezone.now()}).data,
+            "queued": WorkloadSerializer(queued, many=True, context={"now": timezone.now(), "request": request}).data,
             "sharing": TypeQueueSerializer(team_queue_explained(team), many=True).data,
         }
         return Response(body)
@@ -416,8 +470,17 @@ class UsageView(ApiViewMixin, APIView):
         rows = accounting.usage_report_days(first_day=start, last_day=end, team_ids=[team.id], user_ids=user_ids)
         grouped = accounting.totals(rows, by=GROUPS[group_by])
         names = self._key_names(group_by, grouped)
+        borrowed = accounting.totals(
+            accounting.borrowed_usage_days(first_day=start, last_day=end, team_ids=[team.id], user_ids=user_ids),
+            by=GROUPS[group_by],
+        )
         entries = [
-            {"key": names[key], "gpu_hours": hours, "weighted_gpu_hours": weighted}
+            {
+                "key": names[key],
+                "gpu_hours": hours,
+                "weighted_gpu_hours": weighted,
+                "borrowed_gpu_hours": borrowed.get(key, (0.0, 0.0))[0],
+            }
             for key, (hours, weighted) in grouped.items()
         ]
         body = {
@@ -428,6 +491,7 @@ class UsageView(ApiViewMixin, APIView):
             "rows": entries,
             "total_gpu_hours": round(sum(e["gpu_hours"] for e in entries), 6),
             "total_weighted_gpu_hours": round(sum(e["weighted_gpu_hours"] for e in entries), 6),
+            "total_borrowed_gpu_hours": round(sum(e["borrowed_gpu_hours"] for e in entries), 6),
         }
         response = Response(body)
         if request.accepted_renderer.format == "csv":

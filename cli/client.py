@@ -30,7 +30,8 @@ class Unreachable(Exception):
 
 class PortalClient:
     def __init__(self, url: str, token: str, *, timeout: float = 30.0, retries: int = 3) -> None:
-        self.base = f"{url.rstrip('/')}/api/v1"
+        self.base_url = url.rstrip("/")  # the portal's address, as configured (services open under it)
+        self.base = f"{self.base_url}/api/v1"
         self.timeout = timeout
         self.retries = retries
         self.session = requests.Session()

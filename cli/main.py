@@ -10,8 +10,10 @@ import argparse
 import json
 import sys
 import time
+import webbrowser
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from cli import config
 from cli.client import ApiError, PortalClient, Unreachable
@@ -53,7 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="if preempted by a lender reclaiming its GPUs, requeue it at the front instead of failing (batch)",
     )
     submit.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="repeatable")
+    submit.add_argument(
+        "--dataset", action="append", default=[], metavar="NAME", help="mount /datasets/NAME read-only (repeatable)"
+    )
+    submit.add_argument(
+        "--secret",
+        action="append",
+        default=[],
+        metavar="NAME[=VAR]",
+        help="a stored secret as /var/run/secrets/gpuportal/NAME, and $VAR if given (repeatable)",
+    )
     submit.add_argument("--args", action="store_true", help="what follows `--` are arguments, not the command")
+    submit.add_argument("--shared", action="store_true", help="a service: teammates may open it too")
     submit.add_argument("--wait", action="store_true", help="wait until it finishes; exit 0 only if it succeeded")
     submit.add_argument("command_line", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
 
@@ -78,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     wait.add_argument("uid")
     wait.add_argument("--timeout", type=float, default=0, metavar="SECONDS", help="0: wait forever")
     wait.add_argument("--interval", type=float, default=2.0, metavar="SECONDS")
+    opening = commands.add_parser("open", help="print the address a service opens at (in a signed-in browser)")
+    opening.add_argument("uid")
+    opening.add_argument("--browser", action="store_true", help="open it in your web browser too")
     return parser
 
 
@@ -119,6 +135,8 @@ def cmd_submit(client: PortalClient, args: argparse.Namespace) -> int:
         "restartable": args.restartable,
     }
     spec.update({k: v for k, v in optional.items() if v is not None})
+    if args.shared:
+        spec["shared_with_team"] = True
     words = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
     if words:
         spec["args" if args.args else "command"] = words
@@ -131,6 +149,10 @@ def cmd_submit(client: PortalClient, args: argparse.Namespace) -> int:
                 return EXIT_USAGE
             env.append({"name": name, "value": value})
         spec["env"] = env
+    if args.dataset:
+        spec["datasets"] = list(args.dataset)
+    if args.secret:
+        spec["secrets"] = [{"name": name, "env": var} for name, _, var in (item.partition("=") for item in args.secret)]
     workload = client.submit(spec)
     _show(args, workload, f"{workload['uid']}  {_state(workload)}")
     if args.wait:
@@ -195,7 +217,31 @@ def cmd_wait(client: PortalClient, args: argparse.Namespace) -> int:
     return _wait(client, args.uid, timeout=args.timeout, interval=args.interval, quiet=args.json)
 
 
-COMMANDS = {"submit": cmd_submit, "list": cmd_list, "logs": cmd_logs, "cancel": cmd_cancel, "wait": cmd_wait}
+def cmd_open(client: PortalClient, args: argparse.Namespace) -> int:
+    workload = client.workload(args.uid)
+    if not workload.get("open_url"):
+        print(f"gpuportal: {args.uid} is a batch job; only services can be opened", file=sys.stderr)
+        return EXIT_FAILED
+    # The path on the portal this CLI talks to (the server's own idea of its address may be an internal one).
+    url = client.base_url + urlsplit(workload["open_url"]).path
+    _show(args, workload, url)
+    if workload["state"] in FINAL:
+        print(f"gpuportal: {args.uid} has ended ({_state(workload)}); the page will say so", file=sys.stderr)
+    elif workload["state"] != "RUNNING":
+        print(f"gpuportal: {args.uid} is {_state(workload)}; the page opens it once it runs", file=sys.stderr)
+    if args.browser and not webbrowser.open(url):
+        print("gpuportal: no web browser could be started here; open the address above", file=sys.stderr)
+    return EXIT_OK
+
+
+COMMANDS = {
+    "submit": cmd_submit,
+    "list": cmd_list,
+    "logs": cmd_logs,
+    "cancel": cmd_cancel,
+    "wait": cmd_wait,
+    "open": cmd_open,
+}
 
 
 # --- helpers ----------------------------------------------------------------------------------------

@@ -25,6 +25,13 @@ FAST_INTERVALS = {
     "PORTAL_RESYNC_SECONDS": "10",
     "PORTAL_IMAGE_PULL_TIMEOUT": "4",
     "PORTAL_RETENTION_SECONDS": "3600",
+    # Notifications: a dead sender's claim expires quickly, the sweep and retries come soon.
+    "NOTIFY_SWEEP_SECONDS": "1",
+    "NOTIFY_LEASE_SECONDS": "8",
+    "NOTIFY_RETRY_BASE_SECONDS": "1",
+    "NOTIFY_WEBHOOK_TIMEOUT_SECONDS": "3",
+    # Preemption: SIGTERM, then the kill this long after (the sharing tests time reclaims against it).
+    "PORTAL_PREEMPT_GRACE_SECONDS": "6",
 }
 
 

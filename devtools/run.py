@@ -4,7 +4,10 @@
    progress), then a cluster owned by this process in var/cluster (or the one `make cluster-up` runs).
 2. A throwaway Redis, unless REDIS_URL or CELERY_BROKER_URL is set.
 3. `manage.py migrate`, then `manage.py seed_demo` when that command exists (demo admin, team, GPU types).
-4. Celery worker and beat, `manage.py track` when it exists, and `manage.py runserver 127.0.0.1:8000`.
+4. Celery worker and beat, `manage.py track` when it exists, `manage.py runserver` on a private port, and
+   in front of it the service proxy (`python -m proxy`) on 127.0.0.1:8000: it serves /w/<uid>/ (the
+   services researchers open) and passes every other path to the development server, so one origin
+   serves both, as the ingress does in production.
 Every child's output is prefixed with its name. SIGINT/SIGTERM stop the children in reverse order.
 Environment: PORT (default 8000), LOCALCLUSTER_STATE_DIR (default var/cluster).
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +25,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from devtools.services import RedisServer, ServiceError
+from devtools.services import RedisServer, ServiceError, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 VAR = REPO / "var"
@@ -125,6 +129,23 @@ def start_cluster(env: dict[str, str], stack: contextlib.ExitStack) -> str:
     return str(cluster.kubeconfig)
 
 
+def connect_telemetry(env: dict[str, str], stack: contextlib.ExitStack, python: str) -> None:
+    """The local cluster's simulated node agents report to this portal, so the GPU charts fill (a real
+    deployment runs the agent DaemonSet instead). Only for a local cluster: it has a simulator."""
+    state_dir = Path(env.get("LOCALCLUSTER_STATE_DIR") or VAR / "cluster")
+    if not (state_dir / "simulator.json").exists() or not management_command_exists("telemetry_local_cluster"):
+        return
+    command = [python, "manage.py", "telemetry_local_cluster", "--state-dir", str(state_dir)]
+    run_once("telemetry", [*command, "--portal-url", f"http://127.0.0.1:{PORT}"], env)
+    stack.callback(_quietly, lambda: run_once("telemetry", [*command, "--disconnect"], env))
+
+
+def _quietly(step) -> None:
+    # Shutting down: a step that fails has said why in its output; the rest of the shutdown goes on.
+    with contextlib.suppress(ServiceError):
+        step()
+
+
 def main() -> int:
     env = dict(os.environ)
     env.setdefault("DEBUG", "1")
@@ -142,6 +163,8 @@ def main() -> int:
         try:
             if not env.get("KUBECONFIG"):
                 env["KUBECONFIG"] = start_cluster(env, stack)
+                # The local cluster's node simulator provisions this class from directories in var/.
+                env.setdefault("WORKSPACE_STORAGE_CLASS", "gpuportal-local")
             else:
                 say(f"using KUBECONFIG={env['KUBECONFIG']}")
             if not env.get("REDIS_URL") and not env.get("CELERY_BROKER_URL"):
@@ -173,7 +196,19 @@ def main() -> int:
             )
             if management_command_exists("track"):
                 children.start("track", [python, "manage.py", "track"], env)
-            children.start("web", [python, "manage.py", "runserver", f"127.0.0.1:{PORT}", "--noreload"], env)
+            # One origin for the portal and its services, as in production behind the ingress: the service
+            # proxy listens on PORT, serves /w/<uid>/ itself and passes every other path to the Django
+            # development server on a private port.
+            web_port = free_port()
+            children.start("web", [python, "manage.py", "runserver", f"127.0.0.1:{web_port}", "--noreload"], env)
+            _wait_for_port(web_port, children)
+            children.start(
+                "proxy",
+                [python, "-m", "proxy", "--host", "127.0.0.1", "--port", str(PORT),
+                 "--portal-upstream", f"http://127.0.0.1:{web_port}"],
+                env,
+            )  # fmt: skip
+            connect_telemetry(env, stack, python)
             _announce(seeded, env)
             while True:
                 time.sleep(0.5)
@@ -192,6 +227,19 @@ def main() -> int:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return 0
+
+
+def _wait_for_port(port: int, children: Children, timeout: float = 120.0) -> None:
+    """Until the development server listens (so the first page through the proxy is the portal's)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        dead = children.dead()
+        if dead:
+            raise ServiceError(f"{dead[0]} exited with code {dead[1]}")
+        time.sleep(0.2)
+    raise ServiceError(f"the development server did not listen on port {port} within {timeout:.0f} s")
 
 
 def _announce(seeded: list[str], env: dict[str, str]) -> None:

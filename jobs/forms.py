@@ -4,6 +4,7 @@ about what may be submitted live in jobs.services.validation, whose errors are s
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from datetime import date, timedelta
 from typing import Any
 
@@ -66,10 +67,20 @@ class LaunchForm(forms.Form):
         choices=[(unit, unit) for unit in TIME_UNITS], initial="hours", label="Time limit unit"
     )
     priority = forms.IntegerField(required=False, min_value=-100, max_value=100, help_text="Managers only.")
+    datasets = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Mounted read-only at /datasets/<name>.",
+    )
     restartable = forms.BooleanField(
         required=False,
         label="Restartable",
         help_text="Batch jobs on borrowed GPUs: if the lender reclaims them, requeue at the front instead of failing.",
+    )
+    shared_with_team = forms.BooleanField(
+        required=False,
+        label="Shared with my team",
+        help_text="Teammates may open this service too, signed in as themselves. You can change it later.",
     )
 
     def __init__(
@@ -78,17 +89,28 @@ class LaunchForm(forms.Form):
         catalog: list[CatalogImage],
         gpu_types: list[GpuType],
         may_set_priority: bool = False,
+        datasets: list[str] | tuple[str, ...] = (),
+        default_time_limit: Mapping[str, int] | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
         self.catalog = catalog
+        if default_time_limit:
+            # The one default (settings, used by the API and the CLI too) applies when this is left empty.
+            self.fields["time_limit"].help_text = (
+                f"Leave empty for the default: {_in_words(default_time_limit['batch'])} for a batch job, "
+                f"{_in_words(default_time_limit['service'])} for a service."
+            )
         self.fields["catalog_image"].choices = [(str(c.id), c.title) for c in catalog] + [
             (CUSTOM_IMAGE, "Custom image…")
         ]
         self.fields["gpu_type"].choices = [(t.slug, t.display_name) for t in gpu_types]
         if not may_set_priority:
             del self.fields["priority"]
+        self.fields["datasets"].choices = [(name, name) for name in datasets]
+        if not datasets:
+            del self.fields["datasets"]
         # Environment variables come as parallel env_name/env_value lists, one pair per row on the page.
         source = self.data if self.is_bound else {}
         if self.is_bound:
@@ -145,8 +167,12 @@ class LaunchForm(forms.Form):
         }
         if "priority" in self.fields and data.get("priority") is not None:
             spec["priority"] = data["priority"]
+        if data.get("datasets"):
+            spec["datasets"] = list(data["datasets"])
         if data.get("restartable") and data["kind"] == Kind.BATCH:
             spec["restartable"] = True
+        if data["kind"] == Kind.SERVICE:
+            spec["shared_with_team"] = bool(data.get("shared_with_team"))
         return spec
 
     def add_submission_errors(self, errors: dict[str, list[str]]) -> None:
@@ -165,8 +191,9 @@ class LaunchForm(forms.Form):
                     self.add_error(None, message if spec_field == "team" else f"{spec_field}: {message}")
 
 
-def initial_from_workload(workload: Workload) -> dict[str, Any]:
-    """The launch form filled in as `workload` was asked for (Clone)."""
+def initial_from_workload(workload: Workload, *, show_env_values: bool = True) -> dict[str, Any]:
+    """The launch form filled in as `workload` was asked for (Clone); a teammate's clone gets the
+    environment's names with empty values (only the owner sees them)."""
     limit, unit = workload.time_limit_seconds, "minutes"
     for name in ("days", "hours", "minutes"):
         if limit % TIME_UNITS[name] == 0:
@@ -183,7 +210,10 @@ def initial_from_workload(workload: Workload) -> dict[str, Any]:
         "gpu_count": workload.gpu_count,
         "command": join_args(workload.command),
         "args": join_args(workload.args),
-        "env": [{"name": e.get("name", ""), "value": e.get("value", "")} for e in workload.env or []],
+        "env": [
+            {"name": e.get("name", ""), "value": e.get("value", "") if show_env_values else ""}
+            for e in workload.env or []
+        ],
         "port": workload.port,
         "time_limit": limit,
         "time_limit_unit": unit,
@@ -284,3 +314,10 @@ class TeamSharingForm(forms.Form):
             "user_max_queued": data.get("user_max_queued"),
             "user_max_gpus": {q.gpu_type_id: data.get(f"user_max_gpus_{q.gpu_type.slug}") for q in self.quotas},
         }
+
+
+def _in_words(seconds: int) -> str:
+    """86400 -> "24 hours", 5400 -> "90 minutes": a default time limit as the form's help text says it."""
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600} hour{'s' if seconds != 3600 else ''}"
+    return f"{seconds // 60} minutes"

@@ -20,6 +20,9 @@ Roles, relative to a workload's team: its **owner**, a **teammate** (member), a 
 - **Open a service** (the `/w/<uid>/` proxy) — the owner; teammates only when the owner marked it
   "shared with my team". Not managers, not superusers: an open notebook is a shell running as its owner
   with the owner's files, so nobody else walks in unless the owner says so. Outsiders get a 404.
+- **See plain environment values** — the owner (and superusers). Teammates see the variables' names only:
+  people paste tokens into environment variables; stored secrets (names only, everywhere) are the right
+  place for them, but a value typed into the environment is still the owner's.
 """
 
 from __future__ import annotations
@@ -128,12 +131,32 @@ def may_open(user, workload: Workload) -> bool:
     """May pass the service proxy into this workload (see the module docstring: owner, or shared teammates)."""
     if workload.kind != Kind.SERVICE or not _signed_in(user):
         return False
-    role = _role(user, workload.team_id)
-    if role is None:
+    if _role(user, workload.team_id) is None:
         return False  # a former member keeps nothing, not even their own notebook's door
-    return workload.owner_id == user.id or workload.shared_with_team
+    return may_open_as_member(user, workload)
+
+
+def may_open_as_member(user, workload: Workload) -> bool:
+    """`may_open` for a user already known to be in the workload's team (list pages of the acting team):
+    no query."""
+    return (
+        workload.kind == Kind.SERVICE
+        and _signed_in(user)
+        and (workload.owner_id == user.id or workload.shared_with_team)
+    )
 
 
 def may_share(user, workload: Workload) -> bool:
     """Only the owner decides who else walks into their service."""
     return workload.kind == Kind.SERVICE and _signed_in(user) and workload.owner_id == user.id
+
+
+# --- environment -----------------------------------------------------------------------------------
+def may_see_env_values(user, workload: Workload) -> bool:
+    return _signed_in(user) and (user.is_superuser or workload.owner_id == user.id)
+
+
+def visible_env(user, workload: Workload) -> list[dict[str, str | None]]:
+    """The workload's plain environment as `user` may see it: values, or None in place of each value."""
+    show = may_see_env_values(user, workload)
+    return [{"name": e["name"], "value": e["value"] if show else None} for e in workload.env or []]

@@ -56,6 +56,11 @@ def estimate(team_id: int, gpu_type_id: int) -> int:
     return len(estimates.estimate(team_id=team_id, gpu_type_id=gpu_type_id))
 
 
+@shared_task(name="jobs.tasks.estimate_all")
+def estimate_all() -> int:
+    return estimates.estimate_all()
+
+
 @shared_task(name="jobs.tasks.sweep")
 def sweep() -> dict[str, int]:
     return lifecycle.sweep()

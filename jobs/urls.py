@@ -23,6 +23,7 @@ urlpatterns = [
     path("workloads/<str:uid>/events/", views_workloads.workload_events_partial, name="workload_events"),
     path("workloads/<str:uid>/cancel/", views_workloads.workload_cancel_confirm, name="workload_cancel_confirm"),
     path("workloads/<str:uid>/cancel/do/", views_workloads.workload_cancel_view, name="workload_cancel"),
+    path("workloads/<str:uid>/share/", views_workloads.workload_share_view, name="workload_share"),
     path("usage/", views_usage.usage, name="usage"),
     path("queue/", views_queue.queue, name="queue"),
 ]

@@ -7,6 +7,7 @@ from django.shortcuts import render
 
 from jobs.models import GpuType, State
 from jobs.selectors import cluster_capacity, team_quota_use, with_queue_position, workloads_visible_to
+from jobs.services.accounting import budget_use
 from jobs.views_common import team_page
 
 DASHBOARD_ROWS = 8
@@ -22,5 +23,11 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "jobs/dashboard.html",
-        {"active": active, "recent": recent, "quota_use": team_quota_use(team), "capacity": capacity},
+        {
+            "active": active,
+            "recent": recent,
+            "quota_use": team_quota_use(team),
+            "capacity": capacity,
+            "budget": budget_use(team),
+        },
     )

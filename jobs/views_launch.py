@@ -15,8 +15,10 @@ from jobs.selectors import (
     queue_position,
     team_quota_use,
 )
+from jobs.services.accounting import budget_use
 from jobs.services.submit import gather_facts, workload_submit
 from jobs.services.validation import SubmissionInvalid, cuda_tuple
+from jobs.services.workspaces import datasets_allowed, workspace_mounts
 from jobs.views_common import team_page
 
 
@@ -50,9 +52,11 @@ def launch(request: HttpRequest) -> HttpResponse:
         "catalog": catalog,
         "gpu_types": gpu_types,
         "may_set_priority": policy.may_set_priority(request.user, acting.team),
+        "datasets": sorted(name for name, allowed in datasets_allowed(acting.team).items() if allowed),
     }
     # What submission judges against (quotas, node sizes, driver CUDA versions): the picker shows it.
     facts = gather_facts(team=acting.team, user=request.user)
+    options["default_time_limit"] = facts.default_time_limit
     if request.method == "POST":
         form = LaunchForm(request.POST, **options)
         if form.is_valid():
@@ -80,7 +84,7 @@ def launch(request: HttpRequest) -> HttpResponse:
         clone_of = request.GET.get("clone")
         if clone_of:
             source = policy.workload_or_404(request.user, clone_of, Workload.objects.select_related("gpu_type"))
-            initial = initial_from_workload(source)
+            initial = initial_from_workload(source, show_env_values=policy.may_see_env_values(request.user, source))
         elif catalog:
             first = catalog[0]
             cuda_needed = first.cuda_version
@@ -93,7 +97,7 @@ def launch(request: HttpRequest) -> HttpResponse:
             }
         if gpu_types and "gpu_type" not in initial:
             initial["gpu_type"] = _default_gpu_type(gpu_types, facts, cuda_needed)
-        initial.setdefault("time_limit", 1)
+        # No time limit filled in: left empty, the submission gets the same default as the API and the CLI.
         initial.setdefault("time_limit_unit", "hours")
         form = LaunchForm(initial=initial, **options)
     outlook = _outlook_for(acting.team, gpu_types, form)
@@ -109,6 +113,8 @@ def launch(request: HttpRequest) -> HttpResponse:
             "outlook": outlook,
             # Custom images are offered only where a registry is allowed for them.
             "registries": list(AllowedRegistry.objects.values_list("host", flat=True)),
+            "budget": budget_use(acting.team),
+            "mounts": workspace_mounts(team=acting.team, username=request.user.get_username()),
         },
         status=400 if form.is_bound else 200,
     )

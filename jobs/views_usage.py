@@ -13,7 +13,7 @@ from django.shortcuts import render
 from jobs import policy
 from jobs.forms import UsageRangeForm
 from jobs.models import GpuType
-from jobs.services.accounting import UsageRow, totals, usage_report_days
+from jobs.services.accounting import UsageRow, borrowed_usage_days, totals, usage_report_days
 from jobs.views_common import team_page
 
 # Colours for the chart's GPU types, in order; chosen to stay distinct for colour-blind readers.
@@ -38,6 +38,8 @@ def usage(request: HttpRequest) -> HttpResponse:
         return _csv(rows, acting.team.slug, gpu_types, users, first_day, last_day)
 
     team_total = totals(team_rows, by="team_id").get(acting.team.id, (0.0, 0.0))
+    borrowed_rows = borrowed_usage_days(first_day=first_day, last_day=last_day, team_ids=[acting.team.id])
+    team_borrowed = totals(borrowed_rows, by="team_id").get(acting.team.id, (0.0, 0.0))
     by_type = totals(rows, by="gpu_type_id")
     by_user = totals(rows, by="user_id")
     days = [first_day + timedelta(days=n) for n in range((last_day - first_day).days + 1)]
@@ -66,6 +68,7 @@ def usage(request: HttpRequest) -> HttpResponse:
             "has_usage": bool(rows),
             "whole_team": whose is None,
             "team_total": team_total,
+            "team_borrowed": team_borrowed,
             "own_total": (sum(v[0] for v in by_user.values()), sum(v[1] for v in by_user.values())),
             "by_type": [(gpu_types[k], hours, weighted) for k, (hours, weighted) in by_type.items()],
             "by_user": sorted(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
@@ -20,9 +21,12 @@ from jobs.forms import WorkloadFilterForm
 from jobs.models import GpuType, Kind, State, Workload
 from jobs.paging import CappedPaginator
 from jobs.selectors import queue_position, team_quota_use, with_queue_position, workloads_visible_to
+from jobs.services import opening
 from jobs.services.cancel import workload_cancel
 from jobs.services.errors import WorkloadStateError
+from jobs.services.log_streams import HeldStream, TooManyStreams
 from jobs.services.logs import LogsUnavailable, follow_logs, workload_events, workload_logs
+from jobs.services.opening import workload_share
 from jobs.views_common import team_page
 
 log = logging.getLogger(__name__)
@@ -82,10 +86,14 @@ def _detail_context(request: HttpRequest, workload: Workload) -> dict:
     return {
         "workload": workload,
         "may_cancel": not workload.is_final and policy.may_cancel(request.user, workload),
+        "may_open": policy.may_open(request.user, workload),
+        "may_share": policy.may_share(request.user, workload),
+        "open_path": opening.open_path(workload),
         "position": position,
         "quota": quota,
         "timeline": list(workload.events.all()),
         "gpu_seconds": workload.gpu_seconds(timezone.now()),
+        "env_shown": policy.visible_env(request.user, workload),
         "service_address": (
             f"{workload.k8s_name}.{workload.namespace}.svc:{workload.port}"
             if workload.kind == Kind.SERVICE and workload.k8s_name and workload.namespace and workload.port
@@ -128,10 +136,11 @@ def _sse(event: str, data: str) -> str:
 def workload_logs_stream(request: HttpRequest, uid: str) -> HttpResponse:
     """Server-sent events: each log line as the container writes it, then `end` (or `unavailable`)."""
     workload = _workload(request, uid)
+    seconds = settings.LOG_FOLLOW_PAGE_SECONDS
 
     def events() -> Iterator[str]:
         try:
-            for line in follow_logs(workload, tail=0, timeout_seconds=600):
+            for line in follow_logs(workload, tail=0, timeout_seconds=seconds):
                 yield _sse("line", line)
             yield _sse("end", "The log stream ended.")
         except LogsUnavailable as exc:
@@ -140,7 +149,14 @@ def workload_logs_stream(request: HttpRequest, uid: str) -> HttpResponse:
             log.warning("following logs of %s failed", workload.uid, exc_info=True)
             yield _sse("unavailable", CLUSTER_UNREACHABLE)
 
-    response = StreamingHttpResponse(events(), content_type="text/event-stream")
+    try:
+        stream = HeldStream(events(), user_id=request.user.id, seconds=seconds)
+    except TooManyStreams as exc:
+        # The page's script shows the message and does not reconnect.
+        response = StreamingHttpResponse(iter([_sse("unavailable", str(exc))]), content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        return response
+    response = StreamingHttpResponse(stream, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx and friends: pass lines through as they come
     return response
@@ -180,4 +196,20 @@ def workload_cancel_view(request: HttpRequest, uid: str) -> HttpResponse:
         messages.info(request, str(exc))
     else:
         messages.success(request, f"{workload.name} was cancelled; its GPUs are free again.")
+    return redirect("workload_detail", uid=workload.uid)
+
+
+@team_page
+@require_POST
+def workload_share_view(request: HttpRequest, uid: str) -> HttpResponse:
+    """The owner's "Shared with my team" checkbox."""
+    workload = _workload(request, uid)
+    shared = request.POST.get("shared_with_team") in ("1", "on", "true")
+    try:
+        changed = workload_share(workload=workload, by=request.user, shared=shared)
+    except WorkloadStateError as exc:
+        messages.error(request, str(exc))
+    else:
+        if changed:
+            messages.success(request, "Your teammates can open it now." if shared else "Only you can open it now.")
     return redirect("workload_detail", uid=workload.uid)

@@ -6,7 +6,8 @@
     cluster.stop()                  # stops everything, leaves no process
 
 Layout of the state directory: pki/ (CA, certs, tokens), etcd/ (data), logs/<component>.log,
-run/<component>.pid, ports.json (reused on the next start when still free), kubeconfig, simulator.json.
+run/<component>.pid, ports.json (reused on the next start when still free), network.json (the pod subnet, a
+loopback /24 of its own), kubeconfig, simulator.json.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import contextlib
 import fcntl
 import hashlib
 import http.client
+import ipaddress
 import json
 import os
+import secrets
 import shutil
 import ssl
 import sys
@@ -44,6 +47,7 @@ KUBE_VERSION = "1.20.2"
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "node-simulator")
 SERVICE_CIDR = "10.96.0.0/16"
+LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_HINT = "run `bash localcluster/build.sh` (or `make cluster-build`); it rebuilds the cache"
 
@@ -317,6 +321,7 @@ class LocalCluster:
             "kubelet_port": self.ports["kubelet"],
             "kubelet_cert": str(self.pki.kubelet_serving_cert),
             "kubelet_key": str(self.pki.kubelet_serving_key),
+            "pod_subnet": self._pod_subnet(),
             "pools": self.pools.to_dict(),
         }
         (self.state_dir / "simulator.json").write_text(json.dumps(sim, indent=2) + "\n")
@@ -327,6 +332,20 @@ class LocalCluster:
             ca_file=self.pki.ca_cert,
             state_dir=self.state_dir,
         )
+
+    def _pod_subnet(self) -> str:
+        """This cluster's pod network: a loopback /24 picked at random once and kept in network.json, so
+        that clusters running side by side (tests, `make run`, other checkouts) never hand out the same
+        pod IP, and a restarted cluster keeps its pods' addresses."""
+        network_file = self.state_dir / "network.json"
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            subnet = str(json.loads(network_file.read_text())["pod_subnet"])
+            if ipaddress.ip_network(subnet).subnet_of(LOOPBACK):
+                return subnet
+        # 127.0.x.x and 127.1.x.x are left alone: 127.0.0.1 is everyone's, Debian names the host 127.0.1.1.
+        subnet = f"127.{secrets.randbelow(254) + 2}.{secrets.randbelow(256)}.0/24"
+        network_file.write_text(json.dumps({"pod_subnet": subnet}, indent=2) + "\n")
+        return subnet
 
     def _define_components(self, etcd: str) -> None:
         sd, p, pki, b = self.state_dir, self.ports, self.pki, self.bin_dir

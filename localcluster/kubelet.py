@@ -197,6 +197,7 @@ class ContainerLog:
             self.started = rec.started_at or 0.0
             self.finished = rec.finished_at if rec.state in ("terminated", "crashloop") else None
             self.code, self.reason = rec.exit_code, rec.reason
+        self.extra = list(rec.file_log)  # what the container did with its files, right after starting
         planned = rec.plan.run_seconds
         self.planned = f"{planned:g}s" if not math.isinf(planned) else "until deleted"
 
@@ -209,7 +210,7 @@ class ContainerLog:
         progress = max(0, int(end - self.started))
         if self.finished is not None and progress and self.started + progress >= self.finished:
             progress -= 1  # no progress line at the exit instant
-        return 1 + progress + (1 if self.finished is not None else 0)
+        return 1 + len(self.extra) + progress + (1 if self.finished is not None else 0)
 
     def line(self, i: int) -> tuple[float, str]:
         rec = self.rec
@@ -219,7 +220,10 @@ class ContainerLog:
                 f"({self.pool.gpu_product}, CUDA driver {self.pool.cuda_driver}); image {self.image}; "
                 f"planned run: {self.planned}"
             )
-        progress = self.count(time.time()) - (2 if self.finished is not None else 1)
+        if i <= len(self.extra):
+            return self.started, self.extra[i - 1]
+        i -= len(self.extra)
+        progress = self.count(time.time()) - len(self.extra) - (2 if self.finished is not None else 1)
         if i <= progress:
             return self.started + i, f"[simulated] running: {i}s elapsed"
         assert self.finished is not None

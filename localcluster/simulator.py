@@ -8,6 +8,10 @@ Everything above the kubelet is real Kubernetes; this process is the honest stan
 - honours deletion: a pod with a deletionTimestamp gets SIGTERM; it is removed once its process exits
   (rule term-seconds, default at once) or its grace period (deletionGracePeriodSeconds) ends (SIGKILL);
 - serves the kubelet's /containerLogs endpoint so `kubectl logs` works through the API server;
+- plays the storage provisioner for the local StorageClass and mounts volumes for real (localcluster/storage.py);
+- gives pods loopback IPs from the cluster's own 127.x.y.0/24 (`pod_subnet` in simulator.json) and, while a
+  pod whose containers declare ports runs, a real HTTP + WebSocket backend on that IP and those ports
+  (localcluster/backend.py); the pod is Ready only once it listens, so its Service's EndpointSlice lists it;
 - publishes simulated GPU readings, clearly labelled as such, as the node agent's reports (agent.simulated)
   to every portal named by a file in <state dir>/telemetry-targets/ (see TelemetryPublisher).
 
@@ -18,8 +22,11 @@ an intermediate state (ContainerCreating) may be skipped, never a final one.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
+import dataclasses
 import heapq
+import ipaddress
 import itertools
 import json
 import logging
@@ -35,8 +42,10 @@ from typing import Any
 
 from localcluster import kubelet
 from localcluster.apiclient import Api, ApiError, ApiUnavailable, parse_rfc3339, rfc3339
+from localcluster.backend import BackendSpec, Mount, ServiceBackends
 from localcluster.pools import parse_pools
 from localcluster.rules import PodPlan, resolve_plan, restart_backoff
+from localcluster.storage import Storage, VolumeMountPlan, file_rules, mount_plans, run_file_rules
 
 log = logging.getLogger("node-simulator")
 WORKERS = 12
@@ -73,6 +82,12 @@ class PodRecord:
     active_deadline: float | None = None  # spec.activeDeadlineSeconds, enforced by the kubelet
     pod_reason: str = ""  # status.reason of the pod (DeadlineExceeded)
     gpu_utilization: float | None = None  # pinned simulated GPU utilization %; None: training-like
+    backend: BackendSpec | None = None  # set for service pods (containers with ports): what to serve
+    backend_error: str = ""  # the backend could not listen: the pod runs but is not Ready
+    mount_plans: tuple[VolumeMountPlan, ...] = ()  # what its containers mount
+    file_rules: tuple[str | None, str | None, str] = (None, None, "")  # SIM_READ_FILE, SIM_WRITE_FILE/TEXT
+    mounts: tuple[Mount, ...] = ()  # resolved at start: container path -> host directory
+    file_log: list[str] = field(default_factory=list)  # what the file rules did (shown in its log)
     stopping: bool = False  # SIGTERM sent, waiting for the process to exit or the grace period to end
 
     @property
@@ -98,7 +113,12 @@ class Simulator:
         self.seq = itertools.count()
         self.sync_queue: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.pending: set[str] = set()
+        # Loopback pod IPs from this cluster's own /24 (any 127.0.0.0/8 address is local on Linux).
+        self.pod_network = ipaddress.ip_network(config.get("pod_subnet") or "127.244.0.0/24")
         self.ip_counter = itertools.count()
+        self.ip_users: collections.Counter[str] = collections.Counter()
+        self.backends = ServiceBackends()
+        self.storage = Storage(self.api, config.get("state_dir") or ".")
         self.stats = {"patches": 0, "deletes": 0, "errors": 0}
         self.events: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=EVENT_BACKLOG)
         # Benchmarks measure tracking lag from the instant a status write succeeded, by our own clock:
@@ -133,12 +153,58 @@ class Simulator:
                         return
                 rec.state = "deleting"
                 rec.version += 1
+                self._sync_backend(rec)
                 self._enqueue(uid)
 
     def _forget(self, uid: str) -> None:
         rec = self.records.pop(uid, None)
         if rec is not None:
             self.by_name.pop((rec.namespace, rec.name), None)
+            self.ip_users[rec.ip] -= 1
+            if self.ip_users[rec.ip] <= 0:
+                del self.ip_users[rec.ip]
+        self.backends.stop(uid)
+        self.storage.forget(uid)
+
+    def _next_ip(self) -> str:
+        """The next pod IP of the cluster's subnet that no live pod holds (cycling; with every address
+        taken, batch pods may share one: only service pods listen on theirs)."""
+        hosts = self.pod_network.num_addresses - 2
+        candidate = ""
+        for _ in range(hosts):
+            candidate = str(self.pod_network.network_address + 1 + next(self.ip_counter) % hosts)
+            if candidate not in self.ip_users:
+                break
+        return candidate
+
+    def _mount_volumes(self, rec: PodRecord) -> bool:
+        """Resolve the pod's mounts and run its file rules once; False while a claim is not bound yet."""
+        if rec.started_at is not None or rec.plan.pull_failure_image:
+            return True
+        mounts = self.storage.resolve(rec.namespace, rec.mount_plans, rec.uid) if rec.mount_plans else ()
+        if mounts is None:
+            return False
+        rec.mounts = mounts
+        if rec.backend is not None:
+            rec.backend = dataclasses.replace(rec.backend, mounts=mounts)
+        rec.file_log, ok = run_file_rules(mounts, rec.file_rules)
+        if not ok:
+            # The simulated program failed on its file: it exits with 1 (at once, if it would run forever).
+            run = 1.0 if rec.plan.runs_forever else rec.plan.run_seconds
+            rec.plan = dataclasses.replace(rec.plan, exit_code=1, reason="Error", run_seconds=run)
+        return True
+
+    def _sync_backend(self, rec: PodRecord) -> None:
+        """Serve a service pod's ports exactly while it runs."""
+        if rec.backend is None:
+            return
+        if rec.state == "running":
+            error = self.backends.start(rec.uid, rec.backend)
+            if error and error != rec.backend_error:
+                self.event(rec, "Warning", "Unhealthy", f"[simulated] the service backend cannot listen: {error}")
+            rec.backend_error = error or ""
+        else:
+            self.backends.stop(rec.uid)
 
     def _adopt(self, pod: dict[str, Any]) -> PodRecord:
         """Start tracking a pod: new ones from the beginning, ones from an earlier simulator run where
@@ -150,7 +216,6 @@ class Simulator:
             requests = (c.get("resources") or {}).get("requests") or {}
             with contextlib.suppress(ValueError):
                 gpus += int(limits.get("nvidia.com/gpu") or requests.get("nvidia.com/gpu") or 0)
-        n = next(self.ip_counter)
         now = time.time()
         rec = PodRecord(
             uid=meta["uid"],
@@ -162,14 +227,17 @@ class Simulator:
             init_containers=[(c["name"], c.get("image", "")) for c in spec.get("initContainers") or []],
             gpus=gpus,
             accepted_at=now,
-            ip=status.get("podIP") or f"10.244.{(n // 250) % 256}.{n % 250 + 2}",
+            ip=status.get("podIP") or self._next_ip(),
             gpu_utilization=_gpu_utilization(pod),
         )
+        rec.backend = backend_spec(pod, rec.ip)
+        rec.mount_plans, rec.file_rules = mount_plans(pod), file_rules(pod)
         if spec.get("activeDeadlineSeconds") is not None:
             with contextlib.suppress(TypeError, ValueError):
                 rec.active_deadline = float(spec["activeDeadlineSeconds"])
         self.records[rec.uid] = rec
         self.by_name[(rec.namespace, rec.name)] = rec.uid
+        self.ip_users[rec.ip] += 1
         phase = status.get("phase", "Pending")
         first = next(iter(status.get("containerStatuses") or []), {})
         state = first.get("state") or {}
@@ -194,6 +262,7 @@ class Simulator:
             self._at(now + rec.plan.start_seconds, rec, "start")
         if rec.active_deadline is not None and rec.state != "terminated":
             self._at(rec.accepted_at + rec.active_deadline, rec, "deadline")
+        self._sync_backend(rec)
         return rec
 
     def _at(self, due: float, rec: PodRecord, action: str) -> None:
@@ -216,6 +285,7 @@ class Simulator:
             if rec.state != "deleting":
                 rec.state = "deleting"
                 rec.version += 1
+                self._sync_backend(rec)
                 self._enqueue(uid)
             return
         if rec is None or rec.state in ("deleting", "terminated"):
@@ -224,6 +294,9 @@ class Simulator:
         if rec.version != version and action != "deadline":
             return
         now = time.time()
+        if action == "start" and not self._mount_volumes(rec):
+            self._at(now + 0.5, rec, "start")  # like the kubelet: ContainerCreating until volumes mount
+            return
         rec.version += 1
         if action == "start":
             if rec.plan.pull_failure_image:
@@ -268,6 +341,7 @@ class Simulator:
             rec.state, rec.started_at, rec.finished_at = "running", now, None
             if not rec.plan.runs_forever:
                 self._at(now + rec.plan.run_seconds, rec, "finish")
+        self._sync_backend(rec)
         self._enqueue(uid)
 
     def run_timers(self) -> None:
@@ -363,7 +437,7 @@ class Simulator:
 
     def _status(self, rec: PodRecord) -> dict[str, Any]:
         """The full pod status for the record's current state (a strategic merge patch body)."""
-        ready = rec.state == "running"
+        ready = rec.state == "running" and not rec.backend_error
         if rec.state == "terminated":
             phase = "Succeeded" if rec.exit_code == 0 and not rec.pod_reason else "Failed"
         elif rec.state in ("running", "crashloop"):
@@ -547,6 +621,29 @@ class Simulator:
                 resp.close()
 
 
+def backend_spec(pod: dict[str, Any], ip: str) -> BackendSpec | None:
+    """What a pod's backend serves: every declared TCP containerPort; None for a pod without ports."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    ports: list[int] = []
+    base_url = ""
+    for container in spec.get("containers") or []:
+        for port in container.get("ports") or []:
+            if (port.get("protocol") or "TCP") == "TCP" and isinstance(port.get("containerPort"), int):
+                ports.append(port["containerPort"])
+        for env in container.get("env") or []:
+            if env.get("name") == "GPUPORTAL_BASE_URL" and not base_url:
+                base_url = str(env.get("value") or "")
+    if not ports:
+        return None
+    return BackendSpec(
+        namespace=meta.get("namespace", ""),
+        pod=meta.get("name", ""),
+        ip=ip,
+        ports=tuple(dict.fromkeys(ports)),
+        base_url=base_url,
+    )
+
+
 GPU_UTILIZATION_ANNOTATION = "sim.gpuportal.dev/gpu-utilization"
 GPU_UTILIZATION_ENV = "SIM_GPU_UTILIZATION"
 
@@ -688,6 +785,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     with open(args.config) as fh:
         config = json.load(fh)
+    config.setdefault("state_dir", os.path.dirname(os.path.abspath(args.config)))
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     sim = Simulator(config)
     kubelet.serve_logs(sim, config["kubelet_cert"], config["kubelet_key"], config["ca_file"])
@@ -696,7 +794,9 @@ def main(argv: list[str] | None = None) -> int:
     publisher = TelemetryPublisher(
         sim, os.path.join(os.path.dirname(os.path.abspath(args.config)), "telemetry-targets")
     )
-    threads: list[Callable[[], None]] = [sim.run_timers, keeper.run_heartbeats, sim.run_events, publisher.run]
+    threads: list[Callable[[], None]] = [
+        sim.run_timers, keeper.run_heartbeats, sim.run_events, publisher.run, sim.storage.run,
+    ]  # fmt: skip
     threads += [sim.run_worker] * WORKERS
     for target in threads:
         threading.Thread(target=target, daemon=True).start()

@@ -26,6 +26,7 @@ CANCELLED = "workload.cancelled"
 STARTED = "workload.started"
 IDLE_WARNING = "workload.idle_warning"
 TIME_LIMIT_WARNING = "workload.time_limit_warning"
+PREEMPTED = "workload.preempted"  # a lender reclaimed its GPUs (requeued or ended; see jobs.services.preemption)
 
 # Every kind of event and the preference topic it belongs to. A new kind is one line here.
 KINDS: dict[str, Topic] = {
@@ -35,6 +36,7 @@ KINDS: dict[str, Topic] = {
     STARTED: Topic.STARTED,
     IDLE_WARNING: Topic.WARNINGS,
     TIME_LIMIT_WARNING: Topic.WARNINGS,
+    PREEMPTED: Topic.PROBLEMS,
 }
 
 
@@ -86,7 +88,7 @@ def workload_facts(workload: Workload) -> dict[str, Any]:
         "message": workload.message,
         "gpu_type": workload.gpu_type.display_name,
         "gpu_count": workload.gpu_count,
-        "gpu_hours": round(workload.gpu_seconds() / 3600, 2),
+        "gpu_hours": round(workload.gpu_seconds() / 3600, 4),
         "started_at": _iso(workload.started_at),
         "finished_at": _iso(workload.finished_at),
         "url": settings.SITE_URL.rstrip("/") + reverse("workload_detail", args=[workload.uid]),

@@ -12,10 +12,10 @@ from django.utils import timezone
 class Topic(models.TextChoices):
     """What a person can switch on or off; every event kind belongs to one topic (events.KINDS)."""
 
-    FINISHED = "finished", "My workload succeeded"
-    PROBLEMS = "problems", "My workload failed, or was stopped or cancelled by someone else"
-    STARTED = "started", "My queued workload started after waiting"
-    WARNINGS = "warnings", "My service is about to be stopped (idle, time limit)"
+    FINISHED = "finished", "a workload succeeded"
+    PROBLEMS = "problems", "a workload failed, or was stopped or cancelled by someone else"
+    STARTED = "started", "a queued workload started after waiting"
+    WARNINGS = "warnings", "a service is about to be stopped (idle, time limit)"
 
 
 class WebhookFormat(models.TextChoices):

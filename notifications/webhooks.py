@@ -39,7 +39,7 @@ def check_webhook_url(url: str) -> None:
         raise WebhookUrlError("A webhook cannot point at the portal itself.")
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
+    except (OSError, UnicodeError, ValueError) as exc:  # gaierror, an IDNA error, an embedded NUL
         raise WebhookUrlError(f"The host {host} cannot be resolved.") from exc
     allowed = [ipaddress.ip_network(net, strict=False) for net in settings.NOTIFY_WEBHOOK_ALLOWED_NETWORKS]
     for info in infos:

@@ -41,14 +41,18 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "django_htmx",
     "drf_spectacular_sidecar",
+    "axes",
     "jobs",
     "api",
     "telemetry",
     "notifications",
+    "identity",
 ]
 
 MIDDLEWARE = [
+    "portal.security.TrustedProxyMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "portal.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -57,6 +61,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a locked-out sign-in into a 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -72,6 +78,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "jobs.context_processors.acting",
+                "identity.context.sign_in",
             ],
         },
     },
@@ -119,7 +127,29 @@ STORAGES = {
 
 SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", default=not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# Addresses or networks of the reverse proxies in front of the portal (ingress controller, load balancer):
+# only their X-Forwarded-Proto/-For are believed (portal/security.py drops them from anyone else).
+TRUSTED_PROXIES = env_list("TRUSTED_PROXIES")
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("BEHIND_TLS_PROXY") else None
+# Scripts and styles are static files of this site; style attributes (bar widths) are the one inline use.
+CONTENT_SECURITY_POLICY = env_str(
+    "CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; "
+    "frame-ancestors 'none'",
+)
+
+# --- sign-in throttling (django-axes) ---
+# Failed sign-ins on /login/ and /admin/ are counted per username and, separately, per client address;
+# at the limit further attempts are refused (429) until the cool-off has passed.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = env_int("LOGIN_COOLOFF_MINUTES", 15, minimum=1) / 60  # hours
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "portal.security.axes_client_ip"
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False
 X_FRAME_OPTIONS = "DENY"
 
 # --- outgoing e-mail ---------------------------------------------------------------------------------
@@ -140,6 +170,27 @@ DEFAULT_FROM_EMAIL = (
 )
 SERVER_EMAIL = DEFAULT_FROM_EMAIL
 
+# --- sign-in through the institution's identity provider (identity/) ----------------------------------
+# OpenID Connect, configured by the issuer URL (discovery) and a confidential client. Unset: password
+# sign-in only (as `make run` does).
+OIDC_ISSUER = env_str("OIDC_ISSUER")
+OIDC_CLIENT_ID = env_str("OIDC_CLIENT_ID")
+OIDC_CLIENT_SECRET = env_str("OIDC_CLIENT_SECRET")  # or OIDC_CLIENT_SECRET_FILE (a mounted Secret)
+OIDC_PROVIDER_NAME = env_str("OIDC_PROVIDER_NAME", "your institution")
+OIDC_SCOPES = env_list("OIDC_SCOPES", ["openid", "email", "profile"])
+OIDC_USERNAME_CLAIM = env_str("OIDC_USERNAME_CLAIM", "preferred_username")
+OIDC_EMAIL_CLAIM = env_str("OIDC_EMAIL_CLAIM", "email")
+# Also ask the userinfo endpoint for claims (groups are often only there).
+OIDC_USERINFO = env_bool("OIDC_USERINFO", default=True)
+# Show the password form beside the provider's button. Off: the button only (administrators can still
+# reach the form at /login/?password=1 and /admin/).
+OIDC_PASSWORD_LOGIN = env_bool("OIDC_PASSWORD_LOGIN", default=True)
+OIDC_END_PROVIDER_SESSION = env_bool("OIDC_END_PROVIDER_SESSION", default=True)
+if OIDC_ISSUER and not OIDC_ISSUER.startswith(("https://", "http://")):
+    raise ConfigError(f"OIDC_ISSUER={OIDC_ISSUER!r} is not an http(s) URL")
+if OIDC_ISSUER and not OIDC_CLIENT_ID:
+    raise ConfigError("OIDC_ISSUER is set but OIDC_CLIENT_ID is not")
+
 # --- Kubernetes ------------------------------------------------------------------------------------
 # In a pod, the in-cluster service account is used; otherwise KUBECONFIG (a path) is read.
 KUBECONFIG = env_str("KUBECONFIG")
@@ -152,6 +203,16 @@ KUBE_NAMESPACE_PREFIX = env_str("KUBE_NAMESPACE_PREFIX", "gpuportal-")
 KUBE_WORKLOADS_CLUSTERROLE = env_str("KUBE_WORKLOADS_CLUSTERROLE", "gpuportal-workloads")
 KUBE_SERVICE_ACCOUNT = env_str("KUBE_SERVICE_ACCOUNT")
 
+# --- workspaces ------------------------------------------------------------------------------------
+# Persistent volumes every workload mounts: the owner's home at /home/<username> and the team's shared
+# space at /team, PersistentVolumeClaims in the team namespace from this StorageClass, created on first
+# use and never deleted by the portal (only by an admin's explicit action). Empty: no workspaces.
+# The local cluster's class is `gpuportal-local` (`make run` sets it). Sizes per team in Django admin;
+# these are the defaults.
+WORKSPACE_STORAGE_CLASS = env_str("WORKSPACE_STORAGE_CLASS")
+WORKSPACE_HOME_GIB = env_int("WORKSPACE_HOME_GIB", 10, minimum=1)
+WORKSPACE_TEAM_GIB = env_int("WORKSPACE_TEAM_GIB", 50, minimum=1)
+
 # --- the workload engine ---------------------------------------------------------------------------
 # Objects this installation manages carry this label value, so two portals (or test runs) can share a
 # cluster without touching each other's workloads.
@@ -159,6 +220,9 @@ PORTAL_INSTANCE = env_str("PORTAL_INSTANCE", "default")
 PORTAL_DEFAULT_TIME_LIMIT_BATCH = env_int("PORTAL_DEFAULT_TIME_LIMIT_BATCH", 24 * 3600, minimum=60)
 PORTAL_DEFAULT_TIME_LIMIT_SERVICE = env_int("PORTAL_DEFAULT_TIME_LIMIT_SERVICE", 8 * 3600, minimum=60)
 PORTAL_MIN_TIME_LIMIT = env_int("PORTAL_MIN_TIME_LIMIT", 60, minimum=1)
+# How many workloads may wait in the queue at once, per person and per team (the quota decides what runs).
+PORTAL_MAX_QUEUED_PER_USER = env_int("PORTAL_MAX_QUEUED_PER_USER", 200, minimum=1)
+PORTAL_MAX_QUEUED_PER_TEAM = env_int("PORTAL_MAX_QUEUED_PER_TEAM", 2000, minimum=1)
 PORTAL_MAX_TIME_LIMIT = env_int("PORTAL_MAX_TIME_LIMIT", 7 * 24 * 3600, minimum=60)
 # A pod that cannot pull its image fails after this long (it would otherwise hold quota forever).
 PORTAL_IMAGE_PULL_TIMEOUT = env_int("PORTAL_IMAGE_PULL_TIMEOUT", 300, minimum=1)
@@ -171,6 +235,8 @@ PORTAL_SWEEP_SECONDS = env_int("PORTAL_SWEEP_SECONDS", 15, minimum=1)
 PORTAL_LIMITS_SECONDS = env_int("PORTAL_LIMITS_SECONDS", 10, minimum=1)
 # Preempting a borrowed workload: SIGTERM, then this many seconds before the kill.
 PORTAL_PREEMPT_GRACE_SECONDS = env_int("PORTAL_PREEMPT_GRACE_SECONDS", 20, minimum=0)
+# Every queued workload's estimated start is refreshed at least this often (and after each admission).
+PORTAL_ESTIMATE_SECONDS = env_int("PORTAL_ESTIMATE_SECONDS", 30, minimum=1)
 # Fair-share and estimates look this far back into each user's history.
 PORTAL_HISTORY_DAYS = env_int("PORTAL_HISTORY_DAYS", 14, minimum=1)
 
@@ -231,11 +297,13 @@ CELERY_BEAT_SCHEDULE = {
     # a worker killed, a watch that dropped).
     "admission-sweep": {"task": "jobs.tasks.sweep", "schedule": float(PORTAL_SWEEP_SECONDS)},
     "enforce-limits": {"task": "jobs.tasks.enforce_limits", "schedule": float(PORTAL_LIMITS_SECONDS)},
+    "start-estimates": {"task": "jobs.tasks.estimate_all", "schedule": float(PORTAL_ESTIMATE_SECONDS)},
     "cleanup": {"task": "jobs.tasks.cleanup", "schedule": 300.0},
     "inventory": {"task": "jobs.tasks.sync_inventory", "schedule": 60.0},
     "usage-rollup": {"task": "jobs.tasks.rollup_usage", "schedule": 3600.0},
     "idle-services": {"task": "telemetry.tasks.check_idle_services", "schedule": float(TELEMETRY_IDLE_CHECK_SECONDS)},
     "telemetry-prune": {"task": "telemetry.tasks.prune", "schedule": 3600.0},
+    "idempotency-prune": {"task": "api.tasks.prune_idempotency_records", "schedule": 3600.0},
     "notifications-sweep": {"task": "notifications.tasks.sweep", "schedule": float(NOTIFY_SWEEP_SECONDS)},
     "time-limit-warnings": {"task": "notifications.tasks.time_limit_warnings", "schedule": 60.0},
 }
@@ -262,8 +330,12 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_THROTTLE_CLASSES": ["api.throttling.TokenRateThrottle"],
-    "DEFAULT_THROTTLE_RATES": {"token": env_str("API_THROTTLE_RATE", "600/min")},
+    "DEFAULT_THROTTLE_CLASSES": ["api.throttling.TokenRateThrottle", "api.throttling.UserRateThrottle"],
+    # Per token, and per person over all their tokens and their browser session together.
+    "DEFAULT_THROTTLE_RATES": {
+        "token": env_str("API_THROTTLE_RATE", "600/min"),
+        "user": env_str("API_USER_THROTTLE_RATE", "1200/min"),
+    },
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "api.schema.PortalAutoSchema",
@@ -300,9 +372,40 @@ CACHES = {
         "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
     },
 }
+# Personal API tokens: how many a person may hold, and when a new one expires unless they choose.
+API_MAX_TOKENS_PER_USER = env_int("API_MAX_TOKENS_PER_USER", 20, minimum=1)
+API_TOKEN_DEFAULT_DAYS = env_int("API_TOKEN_DEFAULT_DAYS", 90, minimum=1)
+# --- the service proxy (/w/<uid>/, proxy/) ---------------------------------------------------------
+PROXY_PREFIX = "/w/"
+PROXY_CONNECT_TIMEOUT = env_int("PROXY_CONNECT_TIMEOUT", 5, minimum=1)  # seconds to reach the pod
+# Seconds a backend may take to start answering (headers) before the browser gets the timeout page; once
+# it answers, a streaming response (event streams, long polls) may go on as long as it likes.
+PROXY_RESPONSE_TIMEOUT = env_int("PROXY_RESPONSE_TIMEOUT", 60, minimum=1)
+PROXY_ACCESS_CACHE_SECONDS = env_int("PROXY_ACCESS_CACHE_SECONDS", 2, minimum=0)
+PROXY_ENDPOINT_CACHE_SECONDS = env_int("PROXY_ENDPOINT_CACHE_SECONDS", 5, minimum=0)
+PROXY_ACTIVITY_WRITE_SECONDS = env_int("PROXY_ACTIVITY_WRITE_SECONDS", 60, minimum=1)
+PROXY_STARTING_REFRESH_SECONDS = env_int("PROXY_STARTING_REFRESH_SECONDS", 3, minimum=1)
+PROXY_WS_MAX_MESSAGE_BYTES = env_int("PROXY_WS_MAX_MESSAGE_BYTES", 64 * 1024 * 1024, minimum=1024)
+# Where no ingress routes /w/ (`make run`, docker compose on one box): where the proxy sends every request
+# outside /w/ (the web), so one origin serves the portal and its services. Empty behind an ingress.
+PROXY_PORTAL_UPSTREAM = env_str("PROXY_PORTAL_UPSTREAM", "")
+# The cookies the proxied app may never read or set, beside the session and CSRF cookies.
+PROXY_BLOCKED_COOKIES = env_list("PROXY_BLOCKED_COOKIES", ["messages"])
+
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 API_CURSOR_MAX_AGE_SECONDS = env_int("API_CURSOR_MAX_AGE_SECONDS", 24 * 3600, minimum=60)
 API_IDEMPOTENCY_TTL_SECONDS = env_int("API_IDEMPOTENCY_TTL_SECONDS", 24 * 3600, minimum=60)
 API_LOG_FOLLOW_SECONDS = env_int("API_LOG_FOLLOW_SECONDS", 3600, minimum=10)
+# --- container logs ---
+# A followed log holds a web thread: per user and site-wide (counted in Redis), and per web process (so
+# each keeps threads for pages; keep it below gunicorn's --threads).
+LOG_FOLLOW_MAX_PER_USER = env_int("LOG_FOLLOW_MAX_PER_USER", 4, minimum=1)
+LOG_FOLLOW_MAX_TOTAL = env_int("LOG_FOLLOW_MAX_TOTAL", 64, minimum=1)
+LOG_FOLLOW_MAX_PER_PROCESS = env_int("LOG_FOLLOW_MAX_PER_PROCESS", 4, minimum=1)
+# The page's live log stream ends after this long in all (the browser can start it again).
+LOG_FOLLOW_PAGE_SECONDS = env_int("LOG_FOLLOW_PAGE_SECONDS", 600, minimum=10)
+LOG_MAX_LINE_CHARS = env_int("LOG_MAX_LINE_CHARS", 4096, minimum=80)
+LOG_MAX_BYTES = env_int("LOG_MAX_BYTES", 2 * 1024 * 1024, minimum=1024)
+LOG_MAX_FOLLOW_BYTES = env_int("LOG_MAX_FOLLOW_BYTES", 64 * 1024 * 1024, minimum=1024)
 API_QUEUE_LIMIT = 500
 API_USAGE_MAX_DAYS = 366

@@ -74,7 +74,10 @@ class TelemetryNodeAdmin(admin.ModelAdmin):
 
 @admin.register(IdlePolicy)
 class IdlePolicyAdmin(admin.ModelAdmin):
-    list_display = ["team", "enabled", "threshold_percent", "warn_after_hours", "stop_after_hours", "updated_at"]
+    list_display = [
+        "team", "enabled", "threshold_percent", "warn_after_hours", "stop_after_hours", "browser_activity_counts",
+        "updated_at",
+    ]  # fmt: skip
     list_filter = ["enabled"]
     autocomplete_fields = ["team"]
 

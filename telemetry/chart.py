@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.models import Workload
+from django.utils import timezone
+
+from jobs.models import State, Workload
 from telemetry.selectors import workload_gpu_series
 
 WIDTH, HEIGHT = 600, 120
@@ -19,6 +21,8 @@ class GpuChart:
     utilization_points: str  # SVG polyline "x,y x,y ..."
     memory_points: str
     last: dict[str, Any] | None
+    ran_seconds: float | None  # how long the workload has run (or ran): its real span, not the samples'
+    state: str
 
     @property
     def empty(self) -> bool:
@@ -36,6 +40,17 @@ class GpuChart:
     @property
     def simulated(self) -> bool:
         return bool(self.series["simulated"])
+
+    @property
+    def no_samples_reason(self) -> str:
+        """Why the chart is empty, true for the workload's state."""
+        if self.ran_seconds is None:
+            if self.state in State.final():
+                return "It ended before it started, so it never used a GPU."
+            return "It has not started yet; its GPU use shows here once it runs."
+        if self.state in State.final():
+            return "No GPU samples were recorded while it ran: its node's agent did not report."
+        return "No GPU samples yet: they appear within a minute or two once its node's agent reports."
 
 
 def _polyline(values: list[float | None]) -> str:
@@ -63,4 +78,13 @@ def workload_gpu_chart(workload: Workload) -> GpuChart:
         utilization_points=_polyline([p["utilization"] for p in points]),
         memory_points=_polyline([p["memory_percent"] for p in points]),
         last=points[-1] if points else None,
+        ran_seconds=_ran_seconds(workload),
+        state=workload.state,
     )
+
+
+def _ran_seconds(workload: Workload) -> float | None:
+    if workload.started_at is None:
+        return None
+    end = workload.finished_at or timezone.now()
+    return max(0.0, (end - workload.started_at).total_seconds())

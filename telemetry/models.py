@@ -196,6 +196,11 @@ class IdlePolicy(models.Model):
         validators=[MinValueValidator(Decimal("0.25"))],
         help_text="M: stop the service this many hours after the warning if still idle. Empty: never stop.",
     )
+    browser_activity_counts = models.BooleanField(
+        default=True,
+        help_text="Traffic through the portal's proxy (an open, active browser tab) counts as use: a service is "
+        "idle only since the later of its last busy GPU minute and its last browser activity. Off: GPU use only.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -96,6 +96,8 @@ def nodes(request: HttpRequest) -> HttpResponse:
         "telemetry/nodes.html",
         {
             "nodes": rows,
+            # Nodes no agent ever reported for: one card that says what an agent is, not one card each.
+            "without_agent": [r for r in rows if not r.telemetry and not r.gpus],
             "any_simulated": any(r.telemetry and r.telemetry.simulated for r in rows),
             "now": timezone.now(),
         },

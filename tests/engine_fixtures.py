@@ -23,6 +23,7 @@ import pytest
 
 from devtools.engine import FAST_INTERVALS, EngineProcesses, PortalIdentity, install_identity
 from devtools.services import RedisServer
+from tests.sinks import SmtpSink, WebhookReceiver
 
 
 @pytest.fixture(scope="session")
@@ -105,10 +106,28 @@ def engine_broker() -> Iterator[RedisServer]:
         server.stop()
 
 
+@dataclass
+class NotificationSinks:
+    smtp: SmtpSink
+    webhooks: WebhookReceiver
+
+
+@pytest.fixture(scope="session")
+def notification_sinks() -> Iterator[NotificationSinks]:
+    """A real SMTP server and webhook receiver that the engine's worker sends notifications to."""
+    sinks = NotificationSinks(smtp=SmtpSink().start(), webhooks=WebhookReceiver().start())
+    try:
+        yield sinks
+    finally:
+        sinks.smtp.stop()
+        sinks.webhooks.stop()
+
+
 @pytest.fixture(scope="session")
 def engine_processes(
     portal_identity: PortalIdentity,
     engine_broker: RedisServer,
+    notification_sinks: NotificationSinks,
     django_db_setup: Any,
     django_db_blocker: Any,
     tmp_path_factory: pytest.TempPathFactory,
@@ -125,6 +144,8 @@ def engine_processes(
         "DEBUG": "0",
         "SECRET_KEY": "engine-test-secret-key",
         "PYTHONUNBUFFERED": "1",
+        "EMAIL_URL": notification_sinks.smtp.url() + "?from=gpus@example.org&timeout=3",
+        "NOTIFY_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
     }
     engine = EngineProcesses(env, tmp_path_factory.mktemp("engine-logs"))
     engine.start_all()

@@ -34,16 +34,19 @@ class _Hold:
 
     def __init__(self) -> None:
         self.armed = False
+        self.match = ""
         self.reached = threading.Event()
         self.release = threading.Event()
 
-    def arm(self) -> None:
+    def arm(self, match: str = "") -> None:
+        """Hold the next delivery whose recipient (address, or path) contains `match`."""
         self.reached.clear()
         self.release.clear()
+        self.match = match
         self.armed = True
 
-    def wait_if_armed(self) -> bool:
-        if not self.armed:
+    def wait_if_armed(self, recipient: str) -> bool:
+        if not self.armed or self.match not in recipient:
             return False
         self.armed = False
         self.reached.set()
@@ -81,7 +84,7 @@ class SmtpSink:
         # The gate sits before the message is accepted: a sender killed here delivered nothing, as with
         # any real mail server (a message counts only once the server has answered the final dot).
         if self.hold.armed:
-            await asyncio.get_running_loop().run_in_executor(None, self.hold.wait_if_armed)
+            await asyncio.get_running_loop().run_in_executor(None, self.hold.wait_if_armed, address)
         envelope.rcpt_tos.append(address)
         return "250 OK"
 
@@ -137,7 +140,7 @@ class WebhookReceiver:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
-                held = receiver.hold.wait_if_armed()
+                held = receiver.hold.wait_if_armed(self.path)
                 if held:
                     # The sender was killed while we held its request: it never learnt the outcome.
                     receiver.cut_off.append(Delivery(self.path, dict(self.headers), json.loads(raw or b"null")))

@@ -81,6 +81,48 @@ def rbac() -> client.RbacAuthorizationV1Api:
     return client.RbacAuthorizationV1Api(api_client())
 
 
+# EndpointSlices: discovery.k8s.io/v1 since Kubernetes 1.21, v1beta1 before (the local cluster runs 1.20).
+_DISCOVERY_VERSIONS = ("v1", "v1beta1")
+_discovery_version: list[str] = []
+
+
+def ready_endpoint(namespace: str, service: str, *, port_name: str = "http") -> tuple[str, int] | None:
+    """A ready pod's (IP, port) behind a Service, from its EndpointSlices; None when none is ready.
+
+    The portal's proxy dials this address directly, so it works with or without kube-proxy and cluster DNS.
+    """
+    params = {"labelSelector": f"kubernetes.io/service-name={service}"}
+    versions = _discovery_version or list(_DISCOVERY_VERSIONS)
+    for version in versions:
+        path = f"/apis/discovery.k8s.io/{version}/namespaces/{namespace}/endpointslices"
+        try:
+            body = api_client().call_api(
+                path, "GET", query_params=list(params.items()), response_type="object",
+                auth_settings=["BearerToken"], _return_http_data_only=True, _request_timeout=timeout(),
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status == 404 and not _discovery_version:
+                continue  # this API version is not served here: try the older one
+            raise
+        if not _discovery_version:
+            _discovery_version.append(version)
+        return _first_ready(body.get("items") or [], port_name)
+    return None
+
+
+def _first_ready(slices: list[dict], port_name: str) -> tuple[str, int] | None:
+    for item in slices:
+        ports = item.get("ports") or []
+        port = next((p.get("port") for p in ports if p.get("name") == port_name), None)
+        port = port or (ports[0].get("port") if ports else None)
+        for endpoint in item.get("endpoints") or []:
+            ready = (endpoint.get("conditions") or {}).get("ready")
+            addresses = endpoint.get("addresses") or []
+            if port and addresses and ready is not False:  # unset means ready (the API's own rule)
+                return addresses[0], int(port)
+    return None
+
+
 def stream_get(path: str, params: dict[str, str], *, read_timeout: float):
     """A streaming GET (watches, followed logs) through the same connection pool and credentials.
 

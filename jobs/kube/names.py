@@ -14,6 +14,7 @@ LABEL_TEAM = f"{LABEL_PREFIX}/team"
 LABEL_USER = f"{LABEL_PREFIX}/user"
 LABEL_GPU_TYPE = f"{LABEL_PREFIX}/gpu-type"
 LABEL_KIND = f"{LABEL_PREFIX}/kind"
+LABEL_WORKSPACE = f"{LABEL_PREFIX}/workspace"
 
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _NOT_LABEL = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -51,3 +52,19 @@ def label_value(text: str) -> str:
         return value
     digest = hashlib.sha256(text.encode()).hexdigest()[:8]
     return f"{value[:54].rstrip('_.-')}-{digest}".lstrip("_.-")
+
+
+def home_claim_name(username: str) -> str:
+    """The claim of a user's home workspace: readable, and distinct for distinct usernames (hash)."""
+    digest = hashlib.sha256(username.encode()).hexdigest()[:8]
+    return f"home-{dns_label(username, max_length=63 - 14, fallback='u')}-{digest}"
+
+
+TEAM_CLAIM_NAME = "team-shared"
+
+
+def secret_object_name(name: str, *, username: str, shared: bool) -> str:
+    """The Kubernetes Secret behind a stored secret: per user (a hash of the username) or team-wide."""
+    if shared:
+        return f"secret-team-{name}"
+    return f"secret-u{hashlib.sha256(username.encode()).hexdigest()[:8]}-{name}"

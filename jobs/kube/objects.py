@@ -16,6 +16,9 @@ CONTAINER_NAME = "main"
 QUOTA_NAME = "gpuportal-gpus"
 ROLE_BINDING_NAME = "gpuportal-workloads"
 SHM_VOLUME = "dshm"
+SECRETS_VOLUME = "portal-secrets"
+SECRETS_DIR = "/var/run/secrets/gpuportal"
+SECRET_KEY = "value"  # noqa: S105  (the key inside each Secret, not a password)
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,27 @@ class GpuTypeSpec:
     resource_name: str
     cpu_per_gpu_millicores: int
     memory_per_gpu_mib: int
+
+
+@dataclass(frozen=True)
+class VolumeSpec:
+    """A volume mounted into the workload's container: a claim (workspace, dataset) or an NFS export."""
+
+    name: str  # the pod's volume name (a DNS label, unique in the pod)
+    mount_path: str
+    read_only: bool = False
+    claim_name: str = ""
+    nfs_server: str = ""
+    nfs_path: str = ""
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """A stored secret a workload uses: always a file SECRETS_DIR/<name>, and `env` if one is named."""
+
+    name: str
+    k8s_name: str
+    env: str = ""
 
 
 @dataclass(frozen=True)
@@ -46,6 +70,8 @@ class WorkloadSpec:
     args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     port: int | None = None
+    volumes: tuple[VolumeSpec, ...] = ()
+    secrets: tuple[SecretRef, ...] = ()
     instance: str = "default"
     extra_labels: dict[str, str] = field(default_factory=dict)
     attempt: int = 0
@@ -79,7 +105,19 @@ def make_container(spec: WorkloadSpec) -> k8s.V1Container:
     cpu = f"{spec.gpu_type.cpu_per_gpu_millicores * spec.gpu_count}m"
     memory = f"{spec.gpu_type.memory_per_gpu_mib * spec.gpu_count}Mi"
     env = [k8s.V1EnvVar(name=name, value=value) for name, value in spec.env]
+    # Secret values never enter the spec: the kubelet reads them from the Secret when the pod starts.
+    env += [
+        k8s.V1EnvVar(
+            name=ref.env,
+            value_from=k8s.V1EnvVarSource(secret_key_ref=k8s.V1SecretKeySelector(name=ref.k8s_name, key=SECRET_KEY)),
+        )
+        for ref in spec.secrets
+        if ref.env
+    ]
     env.append(k8s.V1EnvVar(name="GPUPORTAL_WORKLOAD", value=spec.uid))
+    secret_mounts = (
+        [k8s.V1VolumeMount(name=SECRETS_VOLUME, mount_path=SECRETS_DIR, read_only=True)] if spec.secrets else []
+    )
     return k8s.V1Container(
         name=CONTAINER_NAME,
         image=spec.image,
@@ -97,7 +135,12 @@ def make_container(spec: WorkloadSpec) -> k8s.V1Container:
             privileged=False,
             capabilities=k8s.V1Capabilities(drop=["ALL"]),
         ),
-        volume_mounts=[k8s.V1VolumeMount(name=SHM_VOLUME, mount_path="/dev/shm")],  # noqa: S108
+        volume_mounts=[k8s.V1VolumeMount(name=SHM_VOLUME, mount_path="/dev/shm")]  # noqa: S108
+        + [
+            k8s.V1VolumeMount(name=v.name, mount_path=v.mount_path, read_only=True if v.read_only else None)
+            for v in spec.volumes
+        ]
+        + secret_mounts,
         termination_message_policy="FallbackToLogsOnError",
     )
 
@@ -120,8 +163,90 @@ def make_pod_template(spec: WorkloadSpec) -> k8s.V1PodTemplateSpec:
                 k8s.V1Volume(
                     name=SHM_VOLUME,
                     empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit=shm_limit),
-                )
+                ),
+                *(make_volume(v) for v in spec.volumes),
+                *([make_secrets_volume(spec.secrets)] if spec.secrets else []),
             ],
+        ),
+    )
+
+
+def make_volume(volume: VolumeSpec) -> k8s.V1Volume:
+    if volume.claim_name:
+        return k8s.V1Volume(
+            name=volume.name,
+            persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
+                claim_name=volume.claim_name, read_only=True if volume.read_only else None
+            ),
+        )
+    return k8s.V1Volume(
+        name=volume.name,
+        nfs=k8s.V1NFSVolumeSource(
+            server=volume.nfs_server, path=volume.nfs_path, read_only=True if volume.read_only else None
+        ),
+    )
+
+
+def make_secrets_volume(refs: tuple[SecretRef, ...]) -> k8s.V1Volume:
+    """One read-only directory with a file per secret, named as the user named the secret."""
+    return k8s.V1Volume(
+        name=SECRETS_VOLUME,
+        projected=k8s.V1ProjectedVolumeSource(
+            sources=[
+                k8s.V1VolumeProjection(
+                    secret=k8s.V1SecretProjection(
+                        name=ref.k8s_name, items=[k8s.V1KeyToPath(key=SECRET_KEY, path=ref.name)]
+                    )
+                )
+                for ref in refs
+            ]
+        ),
+    )
+
+
+def make_secret(*, namespace: str, name: str, value: str, team_slug: str, instance: str) -> k8s.V1Secret:
+    """The Kubernetes Secret behind a stored secret (the only place its value is kept)."""
+    return k8s.V1Secret(
+        api_version="v1",
+        kind="Secret",
+        type="Opaque",
+        metadata=k8s.V1ObjectMeta(
+            name=name,
+            namespace=namespace,
+            labels={
+                names.LABEL_MANAGED_BY: names.MANAGED_BY,
+                names.LABEL_INSTANCE: names.label_value(instance),
+                names.LABEL_TEAM: names.label_value(team_slug),
+            },
+        ),
+        string_data={SECRET_KEY: value},
+    )
+
+
+def make_workspace_claim(
+    *, namespace: str, name: str, size_gib: int, storage_class: str, team_slug: str, username: str, instance: str
+) -> k8s.V1PersistentVolumeClaim:
+    """A workspace: a claim that outlives every workload (nothing owns it; only an admin deletes it).
+
+    ReadWriteMany so a user's notebook and jobs, or a team's pods, can mount it at once wherever they
+    land; `username` is empty for the team's shared workspace.
+    """
+    labels = {
+        names.LABEL_MANAGED_BY: names.MANAGED_BY,
+        names.LABEL_INSTANCE: names.label_value(instance),
+        names.LABEL_TEAM: names.label_value(team_slug),
+        names.LABEL_WORKSPACE: "home" if username else "team",
+    }
+    if username:
+        labels[names.LABEL_USER] = names.label_value(username)
+    return k8s.V1PersistentVolumeClaim(
+        api_version="v1",
+        kind="PersistentVolumeClaim",
+        metadata=k8s.V1ObjectMeta(name=name, namespace=namespace, labels=labels),
+        spec=k8s.V1PersistentVolumeClaimSpec(
+            access_modes=["ReadWriteMany"],
+            storage_class_name=storage_class,
+            resources=k8s.V1VolumeResourceRequirements(requests={"storage": f"{size_gib}Gi"}),
         ),
     )
 

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from jobs.models.audit import QuotaChange
 from jobs.models.catalog import AllowedRegistry, CatalogImage, GpuNode, GpuType
+from jobs.models.datasets import Dataset
+from jobs.models.secrets import TeamSecret
 from jobs.models.sharing import Cohort
 from jobs.models.teams import Membership, Quota, Role, Team
 from jobs.models.usage import BillingWeight, RolledUpDay, UsageDaily
 from jobs.models.workloads import Kind, State, Workload, WorkloadEvent
+from jobs.models.workspaces import Workspace, WorkspaceDeletion
 
 __all__ = [
     "AllowedRegistry",
     "BillingWeight",
     "CatalogImage",
     "Cohort",
+    "Dataset",
     "GpuNode",
     "GpuType",
     "Kind",
@@ -24,7 +28,10 @@ __all__ = [
     "RolledUpDay",
     "State",
     "Team",
+    "TeamSecret",
     "UsageDaily",
     "Workload",
     "WorkloadEvent",
+    "Workspace",
+    "WorkspaceDeletion",
 ]

@@ -96,6 +96,14 @@ class CatalogImage(models.Model):
     default_port = models.PositiveIntegerField(null=True, blank=True)
     cuda_version = models.CharField(max_length=8, blank=True, validators=[CUDA_VERSION])
     enabled = models.BooleanField(default=True)
+    # How a service learns the path the portal serves it under (/w/<uid>/): arguments appended to its
+    # own, and environment variables, where "{base_url}" becomes "/w/<uid>/" and "{base_path}" the same
+    # without the trailing slash (TensorBoard and DIGITS want that form). Every service also gets
+    # GPUPORTAL_BASE_URL.
+    base_url_args = models.JSONField(
+        default=list, blank=True, help_text='e.g. ["--ServerApp.base_url={base_url}"] or ["--path_prefix={base_path}"]'
+    )
+    base_url_env = models.JSONField(default=dict, blank=True, help_text='e.g. {"DIGITS_URL_PREFIX": "{base_path}"}')
 
     class Meta:
         ordering = ["title"]

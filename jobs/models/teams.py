@@ -25,6 +25,18 @@ class Team(models.Model):
         validators=[MinValueValidator(Decimal(0))],
         help_text="GPU-hours the team may use per calendar month (billing weights applied). Empty: no budget.",
     )
+    home_size_gib = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Size of each member's home workspace (/home/<user>) in GiB. Empty: the site default.",
+    )
+    shared_size_gib = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Size of the team's shared workspace (/team) in GiB. Empty: the site default.",
+    )
     cohort = models.ForeignKey(
         "jobs.Cohort",
         null=True,

@@ -89,6 +89,17 @@ class Workload(models.Model):
     port = models.PositiveIntegerField(null=True, blank=True)
     time_limit_seconds = models.PositiveIntegerField()
     priority = models.IntegerField(default=0)
+    secrets = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Secrets it uses, by name (never values): [{"name": ..., "env": "VAR" or ""}]',
+    )
+    mounts = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='What is mounted where: [{"kind": "home"|"team", "mount_path": ..., "claim": ..., '
+        '"read_only": false, "size_gib": ...}]',
+    )
     restartable = models.BooleanField(
         default=False, help_text="A batch job preempted by a lender goes back to the front of the queue."
     )

@@ -175,6 +175,25 @@ def usage_report_days(*, first_day: date, last_day: date, **kwargs) -> list[Usag
     return usage_report(start=day_start(first_day, tz), end=day_start(last_day + timedelta(days=1), tz), **kwargs)
 
 
+def borrowed_usage_days(
+    *, first_day: date, last_day: date, team_ids: list[int], user_ids: list[int] | None = None
+) -> list[UsageRow]:
+    """The part of the usage that ran on GPUs borrowed from the cohort (workloads admitted beyond their
+    team's quota), counted apart from the team's own, from the workloads table (clipped to the days)."""
+    tz = local_tz()
+    weight = weights_by_day()
+    filters = Q(borrowed=True, team_id__in=team_ids)
+    if user_ids is not None:
+        filters &= Q(owner_id__in=user_ids)
+    usage = live_usage(
+        day_start(first_day, tz), day_start(last_day + timedelta(days=1), tz), now=timezone.now(), filters=filters
+    )
+    return [
+        UsageRow(day, team_id, user_id, type_id, seconds, seconds / 3600 * weight(type_id, day))
+        for (day, team_id, user_id, type_id), seconds in sorted(usage.items())
+    ]
+
+
 def totals(rows: Iterable[UsageRow], by: str) -> dict:
     """Sum GPU-hours and weighted GPU-hours by one of: day, team_id, user_id, gpu_type_id."""
     result: dict = defaultdict(lambda: [0.0, 0.0])
@@ -251,6 +270,29 @@ def month_to_date_hours(team: Team, *, now: datetime | None = None) -> float:
     month_start = day_start(now.astimezone(tz).date().replace(day=1), tz)
     rows = usage_report(start=month_start, end=now, team_ids=[team.id], now=now)
     return sum(row.weighted_gpu_hours for row in rows)
+
+
+@dataclass(frozen=True)
+class BudgetUse:
+    """A team's monthly GPU-hour budget as the pages show it: weighted hours used this month, and left."""
+
+    budget: float
+    used: float
+
+    @property
+    def left(self) -> float:
+        return max(0.0, self.budget - self.used)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.used >= self.budget
+
+
+def budget_use(team: Team, *, now: datetime | None = None) -> BudgetUse | None:
+    """None when the team has no budget (only quotas limit it)."""
+    if team.monthly_gpu_hour_budget is None:
+        return None
+    return BudgetUse(budget=float(team.monthly_gpu_hour_budget), used=month_to_date_hours(team, now=now))
 
 
 def budget_exhausted(team: Team, *, now: datetime | None = None) -> bool:

@@ -26,6 +26,7 @@ def enqueue_admission(*, team_id: int, gpu_type_id: int) -> None:
     transaction.on_commit(lambda: _send("jobs.tasks.admit", team_id, gpu_type_id))
 
 
+<<<<<<< HEAD
 ADMISSION_REQUEST_TTL = 10  # seconds; then a request is sent again (a backlog; a pass lost with a killed worker)
 
 
@@ -61,10 +62,27 @@ def admission_starting(*, team_id: int, gpu_type_id: int) -> None:
         caches["api"].delete(_admission_key(team_id, gpu_type_id))
     except Exception as exc:
         log.info("could not clear the admission request (%s)", exc)
+=======
+ESTIMATE_DEBOUNCE_SECONDS = 2
+>>>>>>> main
 
 
 def enqueue_estimate(*, team_id: int, gpu_type_id: int) -> None:
-    transaction.on_commit(lambda: _send("jobs.tasks.estimate", team_id, gpu_type_id))
+    """Refresh the queue's start estimates soon: at most one request per team and type every couple of
+    seconds (a burst of submissions asks once; the periodic refresh catches anything skipped)."""
+
+    def send() -> None:
+        from django.core.cache import caches
+
+        try:
+            if not caches["api"].add(f"estimate:{team_id}:{gpu_type_id}", 1, timeout=ESTIMATE_DEBOUNCE_SECONDS):
+                return
+        except Exception as exc:  # Redis down: the periodic refresh will do
+            log.warning("could not debounce the estimate request (%s)", exc)
+            return
+        _send("jobs.tasks.estimate", team_id, gpu_type_id)
+
+    transaction.on_commit(send)
 
 
 def enqueue_submit(workload_id: int) -> None:

@@ -64,7 +64,8 @@ def forecast_cohort(*, team_id: int, gpu_type_id: int) -> tuple[CohortFacts | No
     for h in facts.held:
         owner, limit, began = info[h.id]
         elapsed = (now - began).total_seconds() if began else 0.0
-        running.append((h, remaining(expected_run(limit, history.get(owner, ())), elapsed, limit)))
+        past = history.get(owner, ())
+        running.append((h, remaining(expected_run(limit, past), elapsed, limit, past)))
     durations = {
         w.id: expected_run(info[w.id][1], history.get(info[w.id][0], ())) for w in facts.queued if w.id in info
     }

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from jobs.services.sharing_plan import Held, Plan, TeamQuota, Waiting, plan
 
 HORIZON_SECONDS = 7 * 24 * 3600.0
+MAX_QUEUED = 200  # workloads forecast per cohort and type; those further back get no estimate (cost bound)
 MIN_REMAINING_SECONDS = 30.0  # something past its expected end still needs a moment to be seen ending
 
 
@@ -35,9 +36,17 @@ def expected_run(time_limit: float, history: Sequence[float] = ()) -> float:
     return min(float(time_limit), float(statistics.median(history)))
 
 
-def remaining(expected: float, elapsed: float, time_limit: float) -> float:
-    """Seconds a running workload should still hold its GPUs: its expected run, or up to its time limit
-    once it has outlived the expectation."""
+def remaining(expected: float, elapsed: float, time_limit: float, history: Sequence[float] = ()) -> float:
+    """Seconds a running workload should still hold its GPUs.
+
+    With history: the typical (median) length of the owner's past runs that lasted longer than this one
+    has so far, less what it ran (a run that outlived most of its owner's runs is usually near its end);
+    without: its expected run, or its time limit once it outlived that."""
+    cap = max(MIN_REMAINING_SECONDS, time_limit - elapsed)
+    if history:
+        longer = [h for h in history if h > elapsed]
+        left = statistics.median(longer) - elapsed if longer else MIN_REMAINING_SECONDS
+        return min(cap, max(MIN_REMAINING_SECONDS, left))
     left = expected - elapsed
     if left <= 0:
         left = time_limit - elapsed
@@ -56,7 +65,7 @@ def forecast(
     """Estimated start of each queued workload. `running`: (held, seconds until it ends); `durations`:
     expected run of each queued workload, by id."""
     active: dict[int, tuple[Held, float]] = {h.id: (h, end) for h, end in running}
-    queue = list(queued)
+    queue = list(queued[:MAX_QUEUED])
     starts: dict[int, float] = {}
     first: Plan | None = None
     now = 0.0
@@ -81,11 +90,6 @@ def forecast(
         active = {i: (h, end) for i, (h, end) in active.items() if end > now}
     reasons = first.waiting if first is not None else {}
     return {w.id: Estimate(starts.get(w.id), reasons.get(w.id, "")) for w in queued}
-
-
-def without_borrowing(teams: Mapping[int, TeamQuota]) -> dict[int, TeamQuota]:
-    """The same teams as if no cohort joined them (for comparisons)."""
-    return {t: replace(q, borrowing_limit=0) for t, q in teams.items()}
 
 
 def about(seconds: float | None) -> str:

@@ -16,7 +16,6 @@ from jobs.kube import names
 from jobs.models import Kind, State, Workload
 from jobs.services.admission import admit_all
 from jobs.services.dispatch import enqueue_delete, enqueue_submit
-from jobs.services.estimates import estimate_all
 from jobs.services.tracking import IMAGE_PULL_REASONS
 from jobs.services.transitions import transition
 
@@ -33,7 +32,7 @@ def sweep() -> dict[str, int]:
     )
     for workload_id in stuck:
         enqueue_submit(workload_id)
-    return {"admitted": admitted, "resubmitted": len(stuck), "estimated": estimate_all()}
+    return {"admitted": admitted, "resubmitted": len(stuck)}
 
 
 def enforce_limits() -> dict[str, int]:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from django.conf import settings
 from django.utils.dateparse import parse_datetime
 from kubernetes.client.exceptions import ApiException
 
@@ -42,27 +44,76 @@ def _pod_name(workload: Workload) -> str:
     return max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))["metadata"]["name"]
 
 
+CUT_MARK = " … [line cut at {n} characters]"
+
+
+def shown_line(raw: str, *, max_chars: int | None = None) -> str:
+    """A log line as a terminal would have left it: a carriage return (progress bars) moves back to the
+    start, so only the text after the last one shows; a line longer than the cap is cut, and says so."""
+    max_chars = max_chars or settings.LOG_MAX_LINE_CHARS
+    line = raw.rstrip("\r").rsplit("\r", 1)[-1]
+    if len(line) > max_chars:
+        return line[:max_chars] + CUT_MARK.format(n=max_chars)
+    return line
+
+
+def shown_text(text: str) -> str:
+    return "\n".join(shown_line(line) for line in text.split("\n"))
+
+
 def workload_logs(workload: Workload, *, tail: int = 200, since_seconds: int | None = None) -> str:
-    """The last `tail` lines of the workload's container log."""
+    """The last `tail` lines of the workload's container log (at most LOG_MAX_BYTES of them)."""
     pod = _pod_name(workload)
     try:
-        return kube.core().read_namespaced_pod_log(
+        text = kube.core().read_namespaced_pod_log(
             pod,
             workload.namespace,
             container=CONTAINER_NAME,
             tail_lines=max(1, min(tail, MAX_TAIL)),
             since_seconds=since_seconds,
+            # The API server stops reading at this many bytes: a log of one endless line (or huge lines)
+            # never has to be held whole in the web process.
+            limit_bytes=settings.LOG_MAX_BYTES,
             _request_timeout=kube.timeout(),
         )
+        return shown_text(text)
     except ApiException as exc:
         if exc.status in (400, 404):
             raise LogsUnavailable(_unavailable_message(exc)) from exc
         raise
 
 
+def split_stream(chunks: Iterable[bytes], *, max_chars: int, deadline: float | None = None) -> Iterator[str]:
+    """Lines out of a byte stream, holding at most about `max_chars` bytes however the stream is shaped:
+    a carriage return drops what it overwrites, and an endless line is cut and the rest of it skipped.
+    Stops at `deadline` (time.monotonic()) when a chunk arrives after it."""
+    pending = b""
+    skipping = False  # inside a line already cut
+    for chunk in chunks:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if skipping:
+                skipping = False
+                continue
+            yield shown_line(line.decode("utf-8", "replace"), max_chars=max_chars)
+        if b"\r" in pending:
+            pending = pending.rsplit(b"\r", 1)[-1]
+        if len(pending) > max_chars * 4:  # bytes: up to 4 per character
+            if not skipping:
+                yield shown_line(pending.decode("utf-8", "replace"), max_chars=max_chars)
+            skipping, pending = True, b""
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+    if pending and not skipping:
+        yield shown_line(pending.decode("utf-8", "replace"), max_chars=max_chars)
+
+
 def follow_logs(workload: Workload, *, tail: int = 50, timeout_seconds: int = 3600) -> Iterator[str]:
-    """Stream log lines as the container writes them, until it ends or the timeout passes."""
+    """Stream log lines as the container writes them, until it ends or `timeout_seconds` have passed in
+    all (a deadline for the whole stream, not only between reads), and at most LOG_MAX_FOLLOW_BYTES."""
     pod = _pod_name(workload)
+    deadline = time.monotonic() + timeout_seconds
     try:
         response = kube.core().read_namespaced_pod_log(
             pod,
@@ -70,6 +121,7 @@ def follow_logs(workload: Workload, *, tail: int = 50, timeout_seconds: int = 36
             container=CONTAINER_NAME,
             follow=True,
             tail_lines=max(0, min(tail, MAX_TAIL)),
+            limit_bytes=settings.LOG_MAX_FOLLOW_BYTES,
             _preload_content=False,
             _request_timeout=(kube.timeout(), timeout_seconds),
         )
@@ -78,14 +130,9 @@ def follow_logs(workload: Workload, *, tail: int = 50, timeout_seconds: int = 36
             raise LogsUnavailable(_unavailable_message(exc)) from exc
         raise
     try:
-        pending = b""
-        for chunk in response.stream(amt=4096, decode_content=False):
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                yield line.decode("utf-8", "replace")
-        if pending:
-            yield pending.decode("utf-8", "replace")
+        yield from split_stream(
+            response.stream(amt=4096, decode_content=False), max_chars=settings.LOG_MAX_LINE_CHARS, deadline=deadline
+        )
     finally:
         response.release_conn()
 

@@ -23,6 +23,7 @@ from jobs.kube import names
 from jobs.models import Kind, State, Workload, WorkloadEvent
 from jobs.services.dispatch import enqueue_preempt_delete
 from jobs.services.transitions import note, transition
+from notifications.events import PREEMPTED, notify
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +77,21 @@ def preempt(victim_id: int, *, for_workload_id: int, at: datetime) -> bool:
 
 
 def notify_preempted(workload: Workload) -> None:
-    """The one place that tells the owner their workload was preempted.
-
-    Notifications (e-mail, webhooks: issue 15) have not landed yet; when they do, send the event from
-    here (on commit, exactly once per preemption). Until then the timeline entry is the notice.
-    """
-    log.info("workload %s of %s preempted (%s)", workload.uid, workload.owner_id, workload.state)
+    """The one place that tells the owner their workload was preempted (once per preemption, sent on
+    commit). A batch job that ends FAILED is already told by the transition hook, as every failure is."""
+    if workload.state == State.FAILED:
+        return
+    if workload.state == State.QUEUED:
+        summary = f"{workload.name} was preempted (its GPUs were borrowed) and requeued at the front of the queue."
+    else:
+        summary = f"{workload.name} was preempted: the team that lent its GPUs reclaimed them."
+    notify(
+        kind=PREEMPTED,
+        workload=workload,
+        summary=summary,
+        key=f"{PREEMPTED}:{workload.uid}:{workload.attempt}:{workload.state}",
+        requeued=workload.state == State.QUEUED,
+    )
 
 
 def delete_preempted_objects(workload_id: int, name: str) -> None:

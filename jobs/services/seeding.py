@@ -1,7 +1,9 @@
 """Loading GPU types, teams' quotas, the image catalog and allowed registries from a document.
 
 The same format feeds `manage.py seed --file` (the Helm chart's seed hook renders it from values) and
-`manage.py seed_demo`. Seeding is idempotent: running it twice changes nothing the second time.
+`manage.py seed_demo`. Seeding only creates what is missing: the hook runs on every chart upgrade, and
+what an admin changed since (a quota, a team's budget, a billing weight, a disabled GPU type) stays as
+the admin left it. Every quota the seed creates is written to the quota audit, as a manual change is.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from typing import Any
 from django.db import transaction
 from django.utils.text import slugify
 
-from jobs.models import AllowedRegistry, CatalogImage, GpuType, Quota, Team
+from jobs.models import AllowedRegistry, CatalogImage, GpuType, Quota, QuotaChange, Team
+
+SEED_NOTE = "Created by the seed (manage.py seed: the chart's seed hook or seed_demo)."
 
 
 class SeedError(ValueError):
@@ -26,6 +30,7 @@ def _require(entry: dict[str, Any], key: str, where: str) -> Any:
 
 
 def apply_seed(document: dict[str, Any]) -> dict[str, int]:
+    """Create what the document names and the database lacks; returns how many of each were created."""
     if not isinstance(document, dict):
         raise SeedError("the seed document must be a mapping")
     counts = {"gpu_types": 0, "teams": 0, "quotas": 0, "images": 0, "allowed_registries": 0}
@@ -53,15 +58,15 @@ def apply_seed(document: dict[str, Any]) -> dict[str, int]:
                 defaults["cpu_per_gpu_millicores"] = int(cpu)
             if entry.get("memory_per_gpu_mib") is not None:
                 defaults["memory_per_gpu_mib"] = int(entry["memory_per_gpu_mib"])
-            GpuType.objects.update_or_create(slug=slug, defaults=defaults)
-            counts["gpu_types"] += 1
+            _, created = GpuType.objects.get_or_create(slug=slug, defaults=defaults)
+            counts["gpu_types"] += created
         for i, entry in enumerate(document.get("teams") or []):
             name = _require(entry, "name", f"teams[{i}]")
-            Team.objects.update_or_create(
+            _, created = Team.objects.get_or_create(
                 slug=entry.get("slug") or slugify(name),
                 defaults={"name": name, "monthly_gpu_hour_budget": entry.get("monthly_gpu_hour_budget")},
             )
-            counts["teams"] += 1
+            counts["teams"] += created
         for i, entry in enumerate(document.get("default_quotas") or document.get("quotas") or []):
             where = f"default_quotas[{i}]"
             team_slug = _require(entry, "team", where)
@@ -71,11 +76,15 @@ def apply_seed(document: dict[str, Any]) -> dict[str, int]:
             if gpu_type is None:
                 raise SeedError(f"{where}: unknown gpu_type {type_slug!r}")
             team, _ = Team.objects.get_or_create(slug=team_slug, defaults={"name": team_slug})
-            Quota.objects.update_or_create(team=team, gpu_type=gpu_type, defaults={"max_gpus": max_gpus})
-            counts["quotas"] += 1
+            _, created = Quota.objects.get_or_create(team=team, gpu_type=gpu_type, defaults={"max_gpus": max_gpus})
+            if created:
+                QuotaChange.objects.create(
+                    team=team, gpu_type=gpu_type, old_max_gpus=None, new_max_gpus=max_gpus, note=SEED_NOTE
+                )
+            counts["quotas"] += created
         for i, entry in enumerate(document.get("images") or []):
             where = f"images[{i}]"
-            CatalogImage.objects.update_or_create(
+            _, created = CatalogImage.objects.get_or_create(
                 reference=_require(entry, "reference", where),
                 defaults={
                     "title": _require(entry, "title", where),
@@ -86,12 +95,14 @@ def apply_seed(document: dict[str, Any]) -> dict[str, int]:
                     "default_port": entry.get("default_port"),
                     "cuda_version": entry.get("cuda_version") or "",
                     "enabled": bool(entry.get("enabled", True)),
+                    "base_url_args": [str(a) for a in entry.get("base_url_args") or []],
+                    "base_url_env": {str(k): str(v) for k, v in (entry.get("base_url_env") or {}).items()},
                 },
             )
-            counts["images"] += 1
+            counts["images"] += created
         for host in document.get("allowed_registries") or []:
-            AllowedRegistry.objects.get_or_create(host=str(host).strip().lower())
-            counts["allowed_registries"] += 1
+            _, created = AllowedRegistry.objects.get_or_create(host=str(host).strip().lower())
+            counts["allowed_registries"] += created
     return counts
 
 
@@ -118,14 +129,17 @@ DEMO = {
          "suits": "batch", "description": "PyTorch with CUDA 11.8 and cuDNN 8 for training scripts.",
          "default_command": ["python", "train.py"], "cuda_version": "11.8"},
         {"reference": "jupyter/tensorflow-notebook:2023-10-20", "title": "Jupyter notebook (TensorFlow)",
-         "suits": "service", "description": "JupyterLab with TensorFlow; open it on port 8888.",
-         "default_port": 8888, "cuda_version": "11.8"},
+         "suits": "service", "description": "JupyterLab with TensorFlow; press Open on its page once it runs.",
+         "default_port": 8888, "cuda_version": "11.8",
+         # The portal signs people in, so the notebook's own token and password are off.
+         "base_url_args": ["--ServerApp.base_url={base_url}", "--IdentityProvider.token=", "--ServerApp.password="]},
         {"reference": "tensorflow/tensorflow:2.15.0-gpu", "title": "TensorBoard", "suits": "service",
          "description": "TensorBoard serving the logs under /logs.", "default_command": ["tensorboard"],
-         "default_args": ["--logdir", "/logs", "--bind_all"], "default_port": 6006, "cuda_version": "12.2"},
+         "default_args": ["--logdir", "/logs", "--bind_all"], "default_port": 6006, "cuda_version": "12.2",
+         "base_url_args": ["--path_prefix={base_path}"]},
         {"reference": "nvcr.io/nvidia/digits:20.12-tensorflow-py3", "title": "NVIDIA DIGITS", "suits": "service",
          "description": "The DIGITS web app for training image models interactively.", "default_port": 5000,
-         "cuda_version": "11.1"},
+         "cuda_version": "11.1", "base_url_env": {"DIGITS_URL_PREFIX": "{base_path}"}},
     ],
     "allowed_registries": ["docker.io", "nvcr.io", "ghcr.io"],
 }  # fmt: skip

@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from jobs.kube import client as kube
 from jobs.kube import names, objects
 from jobs.models import GpuType, Quota, State, Team, Workload
+from jobs.services import opening, workspaces
 from jobs.services.transitions import transition
 
 log = logging.getLogger(__name__)
@@ -51,13 +52,39 @@ def spec_for(workload: Workload) -> objects.WorkloadSpec:
         gpu_count=workload.gpu_count,
         time_limit_seconds=workload.time_limit_seconds,
         command=tuple(workload.command or ()),
-        args=tuple(workload.args or ()),
-        env=tuple((e["name"], e["value"]) for e in workload.env or ()),
+        args=tuple(workload.args or ()) + base_url_args(workload),
+        env=tuple((e["name"], e["value"]) for e in workload.env or ()) + base_url_env(workload),
         port=workload.port,
+        volumes=workspaces.volume_specs(workload.mounts or []),
+        secrets=tuple(objects.SecretRef(s["name"], s["k8s_name"], s.get("env", "")) for s in workload.secrets or ()),
         instance=settings.PORTAL_INSTANCE,
         attempt=workload.attempt,
         termination_grace_seconds=settings.PORTAL_PREEMPT_GRACE_SECONDS,
     )
+
+
+def _fill(template: str, base_url: str) -> str:
+    # str.replace, not str.format: a template may hold other braces (JSON, shell) that are not ours.
+    return template.replace("{base_url}", base_url).replace("{base_path}", base_url.rstrip("/"))
+
+
+def base_url_args(workload: Workload) -> tuple[str, ...]:
+    """The catalog image's arguments that tell its app the path the portal serves it under."""
+    base_url = opening.open_path(workload)
+    if not base_url or workload.catalog_image is None:
+        return ()
+    return tuple(_fill(str(a), base_url) for a in workload.catalog_image.base_url_args or [])
+
+
+def base_url_env(workload: Workload) -> tuple[tuple[str, str], ...]:
+    """GPUPORTAL_BASE_URL for every service, and the catalog image's own variables for its base path."""
+    base_url = opening.open_path(workload)
+    if not base_url:
+        return ()
+    own = {name for name, _ in ((e["name"], e["value"]) for e in workload.env or ())}
+    catalog = workload.catalog_image.base_url_env if workload.catalog_image is not None else {}
+    extra = [("GPUPORTAL_BASE_URL", base_url), *((k, _fill(str(v), base_url)) for k, v in (catalog or {}).items())]
+    return tuple((name, value) for name, value in extra if name not in own)  # the researcher's own value wins
 
 
 def team_gpu_limits(team: Team) -> dict[str, int]:
@@ -173,6 +200,7 @@ def workload_create_objects(workload_id: int) -> None:
     spec = spec_for(workload)
     try:
         namespace_ensure(workload.team)
+        workspaces.workspaces_ensure(workload)
         for obj in objects.make_objects(spec):
             _create_or_adopt(obj, spec)
     except ApiException as exc:

@@ -25,7 +25,10 @@ from jobs.models import (
 from jobs.models import workloads as workloads_model
 from jobs.selectors import cluster_capacity
 from jobs.services.dispatch import enqueue_admission, request_admission
+from jobs.services.limits import queue_limits_check
+from jobs.services.secrets import secrets_available
 from jobs.services.validation import CatalogFacts, Facts, GpuTypeFacts, SubmissionInvalid, validate_submission
+from jobs.services.workspaces import dataset_mounts, datasets_allowed, workspace_mounts
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +106,8 @@ def gather_facts(*, team: Team, user) -> Facts:
         },
         min_time_limit=settings.PORTAL_MIN_TIME_LIMIT,
         max_time_limit=settings.PORTAL_MAX_TIME_LIMIT,
+        secrets=secrets_available(team=team, user=user),
+        datasets=datasets_allowed(team),
     )
 
 
@@ -113,7 +118,16 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
     """
     if not Membership.objects.filter(user=owner, team=team).exists():
         raise SubmissionInvalid({"team": ["You are not a member of this team."]})
+    queue_limits_check(team=team, owner=owner)
+    spec = dict(spec)
+    shared = spec.pop("shared_with_team", False)
+    if not isinstance(shared, bool):
+        raise SubmissionInvalid({"shared_with_team": ["Must be true or false."]})
     clean = validate_submission(spec, gather_facts(team=team, user=owner))
+    if shared and clean.kind != "service":
+        raise SubmissionInvalid(
+            {"shared_with_team": ["Only a service can be shared: a batch job has nothing to open."]}
+        )
     gpu_type = GpuType.objects.get(slug=clean.gpu_type)
     with transaction.atomic():
         if team.user_max_queued is not None:
@@ -131,6 +145,9 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
             args=list(clean.args),
             env=[{"name": n, "value": v} for n, v in clean.env],
             port=clean.port,
+            secrets=[{"name": n, "k8s_name": k, "env": e} for n, k, e in clean.secrets],
+            mounts=workspace_mounts(team=team, username=owner.get_username()) + dataset_mounts(clean.datasets),
+            shared_with_team=shared,
             time_limit_seconds=clean.time_limit_seconds,
             priority=clean.priority,
             restartable=clean.restartable,

@@ -40,8 +40,10 @@ MAX_ITEM_CHARS = 4096
 MAX_COMMAND_TOTAL = 32 * 1024
 MAX_ENV_VARS = 100
 MAX_ENV_NAME = 128
-MAX_ENV_VALUE = 32 * 1024
-MAX_ENV_TOTAL = 256 * 1024
+# A real workload's environment is a few settings and paths, well under a kilobyte; these caps leave
+# ample room and keep pod specs (stored in etcd, each object at most 1.5 MB) small.
+MAX_ENV_VALUE = 4 * 1024
+MAX_ENV_TOTAL = 16 * 1024
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
 
 
@@ -114,6 +116,8 @@ class Facts:
     default_time_limit: Mapping[str, int] = field(default_factory=lambda: {"batch": 86400, "service": 28800})
     min_time_limit: int = 60
     max_time_limit: int = 7 * 86400
+    secrets: Mapping[str, str] = field(default_factory=dict)  # secret names the user may use -> k8s name
+    datasets: Mapping[str, bool] = field(default_factory=dict)  # every enabled dataset -> may the team use it
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,8 @@ class CleanSubmission:
     port: int | None
     time_limit_seconds: int
     priority: int
+    secrets: tuple[tuple[str, str, str], ...] = ()  # (name, k8s name, env var or "")
+    datasets: tuple[str, ...] = ()
     restartable: bool = False
 
 
@@ -142,7 +148,7 @@ class SubmissionInvalid(Exception):
 
 
 FIELDS = ("name", "kind", "image", "catalog_image", "gpu_type", "gpu_count", "command", "args", "env",
-          "port", "time_limit_seconds", "priority", "restartable")  # fmt: skip
+          "port", "time_limit_seconds", "priority", "restartable", "secrets", "datasets")  # fmt: skip
 
 
 def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission:
@@ -258,6 +264,8 @@ def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission
         fail("args", f"Command and arguments together may be at most {MAX_COMMAND_TOTAL // 1024} KiB.")
 
     env = _env(raw.get("env"), fail)
+    secrets = validate_secret_refs(raw.get("secrets"), facts.secrets, {n for n, _ in env}, fail)
+    datasets = validate_datasets(raw.get("datasets"), facts.datasets, fail)
 
     # port
     port = raw.get("port")
@@ -329,8 +337,85 @@ def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission
         port=port,
         time_limit_seconds=limit,
         priority=priority,
+        secrets=secrets,
+        datasets=datasets,
         restartable=bool(restartable),
     )
+
+
+MAX_DATASETS = 16
+
+
+def validate_datasets(value: Any, allowed: Mapping[str, bool], fail) -> tuple[str, ...]:
+    """`datasets`: names of datasets the team may use (each mounted read-only at /datasets/<name>)."""
+    if value in (None, "", []):
+        return ()
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        fail("datasets", "A list of dataset names.")
+        return ()
+    if len(value) > MAX_DATASETS:
+        fail("datasets", f"At most {MAX_DATASETS} datasets.")
+        return ()
+    clean: list[str] = []
+    for name in value:
+        if name not in allowed:
+            fail("datasets", f"No dataset named {name[:40]!r}.")
+        elif not allowed[name]:
+            fail("datasets", f"Your team may not use the dataset {name}; ask an admin.")
+        elif name in clean:
+            fail("datasets", f"{name} is given twice.")
+        else:
+            clean.append(name)
+    return tuple(clean)
+
+
+MAX_SECRET_REFS = 32
+
+
+def validate_secret_refs(
+    value: Any, available: Mapping[str, str], env_names: set[str], fail
+) -> tuple[tuple[str, str, str], ...]:
+    """`secrets`: [{"name": <stored secret>, "env": <variable, optional>}] or a list of names.
+
+    Each must be a secret the user may use; no secret twice; an env variable neither reserved nor
+    clashing with a plain variable or another secret's."""
+    if value in (None, "", []):
+        return ()
+    if not isinstance(value, list | tuple):
+        fail("secrets", 'A list of {"name": <secret>, "env": <VARIABLE>} (env optional).')
+        return ()
+    if len(value) > MAX_SECRET_REFS:
+        fail("secrets", f"At most {MAX_SECRET_REFS} secrets.")
+        return ()
+    clean: list[tuple[str, str, str]] = []
+    seen: set[str] = set()
+    used_env = set(env_names)
+    for item in value:
+        ref = {"name": item} if isinstance(item, str) else item
+        if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str) or set(ref) - {"name", "env"}:
+            fail("secrets", 'Each item is a secret name or {"name": <secret>, "env": <VARIABLE>}.')
+            continue
+        name, env_name = ref["name"], ref.get("env") or ""
+        if name not in available:
+            fail("secrets", f"No secret named {name[:40]!r} is available to you (store it first).")
+            continue
+        if name in seen:
+            fail("secrets", f"{name} is given twice.")
+            continue
+        if env_name:
+            if not isinstance(env_name, str) or not ENV_NAME_RE.match(env_name) or len(env_name) > MAX_ENV_NAME:
+                fail("secrets", f"{str(env_name)[:40]!r} is not a valid variable name.")
+                continue
+            if env_name in RESERVED_ENV or env_name.startswith(RESERVED_ENV_PREFIXES):
+                fail("secrets", f"{env_name} is set by the portal and cannot be overridden.")
+                continue
+            if env_name in used_env:
+                fail("secrets", f"{env_name} clashes with another variable of the same name.")
+                continue
+            used_env.add(env_name)
+        seen.add(name)
+        clean.append((name, available[name], env_name))
+    return tuple(clean)
 
 
 def _is_int(value: Any) -> bool:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from django import template
 from django.utils.html import format_html
 
+from jobs import policy
 from jobs.forms import join_args
 from jobs.models import State
+from jobs.services import opening
 
 register = template.Library()
 
@@ -101,3 +103,14 @@ def duration(seconds: int | float | None) -> str:
 def shell_join(words: list[str] | None) -> str:
     """A list of arguments as the launch form shows it: split again the same way (shlex)."""
     return join_args(words)
+
+
+@register.filter
+def openable(workload, user) -> bool:
+    """An Open button for this row: a live service the viewer may enter (rows are of the viewer's team)."""
+    return not workload.is_final and policy.may_open_as_member(user, workload)
+
+
+@register.filter
+def open_path(workload) -> str:
+    return opening.open_path(workload)

@@ -47,6 +47,14 @@
     }
 
     var gpuType = form.querySelector("select[name=gpu_type]");
+    // The chosen type's free GPUs, quota and CUDA, in full under the select (a phone cuts the option short).
+    var gpuDetail = document.getElementById("gpu-type-detail");
+    if (gpuType && gpuDetail) {
+      gpuType.addEventListener("change", function () {
+        var chosen = gpuType.options[gpuType.selectedIndex];
+        gpuDetail.textContent = chosen ? chosen.textContent.replace(/\s+/g, " ").trim() : "";
+      });
+    }
 
     function cudaTuple(version) {
       var parts = (version || "0").split(".");

@@ -2,7 +2,9 @@
 stop it. Every step is a timeline entry on the workload; the owner is told through notifications.
 
 A minute counts as busy when its average GPU utilization reached the policy's threshold. A service is
-idle since the end of its last busy minute (or since it started). Missing telemetry is not idleness: a
+idle since the end of its last busy minute (or since it started) and, when the team's policy counts
+browser activity (the default), not before its last request through the portal's proxy: a notebook with
+an open, active tab and an idle GPU is in use; one nobody has touched for hours is not. Missing telemetry is not idleness: a
 warning needs samples for at least half of the idle period, so an agent that is down never gets a
 service stopped.
 """
@@ -56,6 +58,13 @@ def idle_facts(workload: Workload, *, threshold_percent: int, window: timedelta,
     return IdleFacts(idle_since=idle_since, minutes_sampled=sampled)
 
 
+def with_browser_activity(facts: IdleFacts, last_activity_at: datetime | None) -> IdleFacts:
+    """Idle only since the later of the GPUs' last busy minute and the last request through the proxy."""
+    if facts.idle_since is None or last_activity_at is None or last_activity_at <= facts.idle_since:
+        return facts
+    return IdleFacts(idle_since=last_activity_at, minutes_sampled=facts.minutes_sampled)
+
+
 def idle_check(*, now: datetime | None = None) -> dict[str, int]:
     """One pass over running services of teams with an enabled policy; returns what it did."""
     now = now or timezone.now()
@@ -86,13 +95,16 @@ def _check_one(workload: Workload, policy: IdlePolicy, warning: IdleWarning | No
         # Judge an open warning over its whole idle period, however long the owner has let it run.
         window = max(window, now - warning.idle_since + timedelta(minutes=1))
     facts = idle_facts(workload, threshold_percent=policy.threshold_percent, window=window, now=now)
+    if policy.browser_activity_counts:
+        facts = with_browser_activity(facts, workload.last_activity_at)
     if warning is not None:
         if facts.idle_since is None or facts.idle_since > warning.warned_at:
             # Used again since the warning (or telemetry stopped): withdraw it.
             note(
                 workload,
                 reason=CLEARED,
-                message=f"GPU utilization is at or above {warning.threshold_percent} % again; the idle warning is withdrawn.",
+                message=f"In use again (GPU utilization at or above {warning.threshold_percent} %, or opened in a "
+                "browser through the portal); the idle warning is withdrawn.",
                 source=WorkloadEvent.Source.PORTAL,
             )
             warning.delete()
@@ -106,7 +118,8 @@ def _check_one(workload: Workload, policy: IdlePolicy, warning: IdleWarning | No
     hours = _hours(now - facts.idle_since)
     message = (
         f"The GPUs of this service have been below {policy.threshold_percent} % utilization for {hours}"
-        f" (since {facts.idle_since:%Y-%m-%d %H:%M} UTC)."
+        f" (since {facts.idle_since:%Y-%m-%d %H:%M} UTC)"
+        + (", and nobody has opened it through the portal since." if policy.browser_activity_counts else ".")
     )
     if stop_at is not None:
         message += f" It will be stopped at {stop_at:%Y-%m-%d %H:%M} UTC unless it uses them again."

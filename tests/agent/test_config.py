@@ -110,3 +110,29 @@ def test_a_directory_of_tokens_gives_each_node_its_own(tmp_path: Path):
     assert AgentConfig.from_env({**env, "NODE_NAME": "gpu-b"}).token() == "token-of-b"
     with pytest.raises(ConfigError, match="AGENT_TOKEN_FILE"):
         AgentConfig.from_env({**env, "NODE_NAME": "gpu-c"})
+
+
+def test_start_up_line_says_it_pushes_when_portal_url_is_set(tmp_path: Path):
+    # The Pusher starts with an empty buffer, and an empty buffer made it falsy: the line said
+    # "not pushing" on a node that pushed. Nothing listens at the URL; only the start-up line matters.
+    repo = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(repo),
+        "NODE_NAME": "n1",
+        "SIMULATE": "1",
+        "METRICS_PORT": "0",
+        "PORTAL_URL": "http://127.0.0.1:9",
+        "AGENT_TOKEN": "t0ken",
+    }
+    agent = subprocess.Popen([sys.executable, "-m", "agent"], env=env, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        line = ""
+        while "gpuportal-agent" not in line:
+            line = agent.stderr.readline()
+            assert line, "the agent exited before its start-up line"
+    finally:
+        agent.terminate()
+        agent.wait(timeout=30)
+    assert "pushing to http://127.0.0.1:9" in line
+    assert "not pushing" not in line

@@ -134,3 +134,29 @@ def test_unreachable_portal(run_cli):
     result = run_cli("list", env={"GPUPORTAL_URL": "http://127.0.0.1:9"}, timeout=60)
     assert result.returncode == 3
     assert "cannot reach the portal" in result.stderr
+
+
+def test_open_prints_the_address_and_can_start_a_browser(run_cli, world, live_server, tmp_path):
+    service = Workload.objects.create(
+        team=world.team, owner=world.owner, name="nb", kind="service", image="docker.io/x:1", gpu_type=world.p100,
+        gpu_count=1, port=8888, time_limit_seconds=3600, state=State.RUNNING,
+    )  # fmt: skip
+    opened = run_cli("open", service.uid)
+    assert opened.returncode == 0, opened.stderr
+    assert opened.stdout.strip() == f"{live_server.url}/w/{service.uid}/"
+
+    seen = tmp_path / "browser-was-asked-for"
+    browser = tmp_path / "browser"
+    browser.write_text(f'#!/bin/sh\necho "$1" > {seen}\n')
+    browser.chmod(0o755)
+    run_cli("open", service.uid, "--browser", env={"BROWSER": str(browser)})
+    assert seen.read_text().strip() == f"{live_server.url}/w/{service.uid}/"
+
+    batch = Workload.objects.create(
+        team=world.team, owner=world.owner, name="job", kind="batch", image="docker.io/x:1", gpu_type=world.p100,
+        gpu_count=1, time_limit_seconds=3600, state=State.RUNNING,
+    )  # fmt: skip
+    refused = run_cli("open", batch.uid)
+    assert refused.returncode == 1
+    assert "only services can be opened" in refused.stderr
+    assert run_cli("open", service.uid, token="outsider").returncode == 1

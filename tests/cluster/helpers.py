@@ -58,3 +58,22 @@ def job_manifest(name: str, pod: dict[str, Any], *, backoff_limit: int = 0) -> d
             "template": {"metadata": {"annotations": pod["metadata"]["annotations"]}, "spec": pod["spec"]},
         },
     }
+
+
+def slice_addresses(kube_api: Any, ns: str, service: str) -> list[tuple[str, int]]:
+    """Ready (address, port) pairs of the Service's EndpointSlices (discovery.k8s.io/v1beta1 on 1.20).
+
+    EndpointSlices, not Endpoints: simulated pods have loopback IPs, which the API server refuses in an
+    Endpoints object ("may not be in the loopback range") but accepts in an EndpointSlice."""
+    from kubernetes.client import CustomObjectsApi
+
+    data = CustomObjectsApi(kube_api).list_namespaced_custom_object(
+        "discovery.k8s.io", "v1beta1", ns, "endpointslices", label_selector=f"kubernetes.io/service-name={service}"
+    )
+    found = []
+    for item in data.get("items") or []:
+        ports = [p["port"] for p in item.get("ports") or []]
+        for endpoint in item.get("endpoints") or []:
+            if (endpoint.get("conditions") or {}).get("ready"):
+                found += [(address, port) for address in endpoint["addresses"] for port in ports]
+    return found

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.cluster.helpers import pod_manifest, wait_for
+from tests.cluster.helpers import pod_manifest, slice_addresses, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -119,10 +119,9 @@ def test_service_pod_runs_until_deleted_and_is_removed_promptly(kube_api, kube_n
     pod = wait_for(lambda: _phase(core, kube_namespace, "web", "Running"), what="Running")
 
     def endpoints():
-        subsets = core.read_namespaced_endpoints("web", kube_namespace).subsets or []
-        return [a.ip for s in subsets for a in s.addresses or []]
+        return [ip for ip, _ in slice_addresses(kube_api, kube_namespace, "web")]
 
-    assert wait_for(endpoints, what="service endpoints") == [pod.status.pod_ip]
+    assert wait_for(endpoints, what="the service's EndpointSlice") == [pod.status.pod_ip]
     time.sleep(2)
     assert _phase(core, kube_namespace, "web", "Running")
 

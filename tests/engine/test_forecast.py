@@ -67,3 +67,20 @@ def test_about():
     assert about(30) == "within a minute"
     assert about(5 * 3600) == "about 5 h"
     assert about(None) == "not within a week"
+
+
+def test_a_run_that_outlived_most_of_its_owners_runs_is_expected_to_end_soon():
+    history = [600.0, 700.0, 800.0, 2000.0, 2400.0]
+    assert remaining(800.0, 100.0, 7200.0, history) == 700.0  # median of all (800) - 100
+    assert remaining(800.0, 1000.0, 7200.0, history) == 1200.0  # median of the longer ones (2200) - 1000
+    assert remaining(800.0, 3000.0, 7200.0, history) == 30.0  # longer than any: about to end
+    assert remaining(800.0, 100.0, 400.0, history) == 300.0  # never beyond its time limit
+
+
+def test_only_the_head_of_a_long_queue_is_forecast():
+    queued = [Waiting(i, A, 1) for i in range(1, 301)]
+    estimates = forecast(TEAM, [], queued, dict.fromkeys(range(1, 301), 60.0))
+    assert estimates[4].start_in == 0.0
+    assert estimates[200].start_in == 49 * 60.0
+    assert estimates[201].start_in is None
+    assert estimates[201].reason == ""

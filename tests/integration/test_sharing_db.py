@@ -118,6 +118,13 @@ def test_lender_reclaims_restartable_requeued_others_failed_services_preempted(c
     assert "SIGTERM" in timeline.message
     assert held(a) == 4
     assert held(b) == 2
+    # Their owner hears of it once each: preempted (requeued / ended), or failed like any failure.
+    from notifications.models import Event
+
+    kinds = dict(Event.objects.filter(recipient=bob).values_list("workload_id", "kind"))
+    assert kinds[restartable.id] == "workload.preempted"
+    assert kinds[service.id] == "workload.preempted"
+    assert kinds[plain.id] == "workload.failed"
     # The requeued job is at the front of B's queue, ahead of older work.
     later = submit(b, bob)
     assert later.state == State.QUEUED
@@ -193,7 +200,7 @@ def test_per_user_caps_hold_under_50_concurrent_submissions(cohort):
     assert waiting.wait_reason == "user cap"
 
 
-def test_estimates_are_stored_with_the_reason(cohort):
+def test_estimates_are_stored_with_the_reason_and_shown_everywhere(cohort, client):
     a, ann = cohort["a"], cohort["ann"]
     Team.objects.filter(id=cohort["b"].id).update(cohort=None)
     running = submit(a, ann, gpu_count=4, time_limit_seconds=3600)
@@ -206,6 +213,22 @@ def test_estimates_are_stored_with_the_reason(cohort):
     assert waiting.wait_reason == "team quota"
     wait = (waiting.estimated_start_at - timezone.now()).total_seconds()
     assert 3500 < wait <= 3600  # when the running job reaches its time limit (no history yet)
+    # Shown as "about 60 min" with the reason on the list, the page, the API and the CLI.
+    client.force_login(ann)
+    listing = client.get("/workloads/").content.decode()
+    assert "starts about 60 min · waits for team quota" in listing
+    page = client.get(f"/workloads/{waiting.uid}/").content.decode()
+    assert "Estimated start: <strong>about 60 min</strong>" in page
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.force_authenticate(ann)
+    body = api.get(f"/api/v1/workloads/{waiting.uid}/").json()
+    assert body["wait_reason"] == "team quota"
+    assert body["estimated_start_at"]
+    from cli.main import _state
+
+    assert _state(body) == "QUEUED #1, starts about 60 min (waits for team quota)"
 
 
 def test_queue_page_and_api_explain_borrowed_lent_and_why_work_waits(cohort, client):
@@ -282,3 +305,26 @@ def test_fair_share_orders_the_queue_by_recent_usage(cohort):
     assert admitted == [second.id]  # Carl, with less recent usage, passes Ann's older request
     first.refresh_from_db()
     assert first.state == State.QUEUED
+
+
+def test_usage_reports_count_borrowed_gpu_hours_apart(cohort, client):
+    b, bob = cohort["b"], cohort["bob"]
+    jobs = [submit(b, bob, gpu_count=2) for _ in range(2)]
+    assert [w.borrowed for w in jobs] == [False, True]
+    end = timezone.now().replace(minute=0, second=0, microsecond=0)
+    if end.hour < 3:
+        end += timezone.timedelta(hours=3)
+    Workload.objects.filter(id__in=[w.id for w in jobs]).update(
+        state=State.SUCCEEDED, started_at=end - timezone.timedelta(hours=2), finished_at=end
+    )
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.force_authenticate(bob)
+    day = timezone.localdate(end).isoformat()
+    body = api.get(f"/api/v1/usage/?team=beta&start={day}&end={day}&group_by=user").json()
+    assert body["total_gpu_hours"] == 8.0
+    assert body["total_borrowed_gpu_hours"] == 4.0
+    client.force_login(bob)
+    page = client.get(f"/usage/?start={day}&end={day}").content.decode()
+    assert 'id="team-borrowed">4' in page

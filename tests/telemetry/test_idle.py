@@ -136,3 +136,35 @@ def test_batch_jobs_busy_services_and_teams_without_a_policy_are_left_alone(peop
     result = check_at(T0 + timedelta(hours=2, minutes=30))
     # The notebook (no samples) and the busy service are checked; neither is warned; the batch job is not a service.
     assert result == {"checked": 2, "warned": 0, "cleared": 0, "stopped": 0}
+
+
+# --- browser activity through the portal's proxy: the second signal ----------------------------------
+def _opened_at(workload, moment: datetime) -> None:
+    type(workload).objects.filter(id=workload.id).update(last_activity_at=moment)
+
+
+def test_an_active_browser_tab_keeps_an_idle_gpu_service_from_being_warned(people, notebook):
+    feed(notebook, T0, T0 + timedelta(hours=4, minutes=30), utilization=1)
+    _opened_at(notebook, T0 + timedelta(hours=1, minutes=50))
+    assert check_at(T0 + timedelta(hours=2, minutes=5))["warned"] == 0  # GPU idle 2 h, but used 15 min ago
+    assert check_at(T0 + timedelta(hours=3, minutes=45))["warned"] == 0
+    result = check_at(T0 + timedelta(hours=3, minutes=52))  # 2 h after the last request: idle by both signals
+    assert result["warned"] == 1
+    warning = notebook.events.get(reason="IdleWarning")
+    assert "nobody has opened it through the portal since" in warning.message
+    assert "since 2026-03-02 09:50 UTC" in warning.message
+
+
+def test_a_policy_on_gpu_use_only_ignores_the_browser(people, notebook):
+    IdlePolicy.objects.filter(team=people.team).update(browser_activity_counts=False)
+    feed(notebook, T0, T0 + timedelta(hours=2, minutes=10), utilization=1)
+    _opened_at(notebook, T0 + timedelta(hours=2))
+    assert check_at(T0 + timedelta(hours=2, minutes=5))["warned"] == 1
+
+
+def test_opening_the_service_withdraws_the_warning(people, notebook):
+    feed(notebook, T0, T0 + timedelta(hours=3), utilization=1)
+    assert check_at(T0 + timedelta(hours=2, minutes=5))["warned"] == 1
+    _opened_at(notebook, T0 + timedelta(hours=2, minutes=20))
+    assert check_at(T0 + timedelta(hours=2, minutes=30))["cleared"] == 1
+    assert [r for _, _, r in timeline(notebook)][-2:] == ["IdleWarning", "IdleCleared"]

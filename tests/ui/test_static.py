@@ -30,3 +30,13 @@ def test_collectstatic_with_the_manifest_storage(tmp_path):
     manifest = (tmp_path / "staticfiles.json").read_text()
     for name in ("vendor/htmx.min.js", "vendor/chart.umd.min.js", "css/portal.css", "js/launch.js"):
         assert f'"{name}"' in manifest
+
+
+def test_every_page_names_an_icon_and_favicon_ico_is_not_a_404(client, db):
+    # Browsers asked for /favicon.ico on every page and logged its 404 as a console error.
+    page = client.get("/login/")
+    assert b'rel="icon"' in page.content
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301
+    assert response["Location"].endswith("favicon.svg")
+    assert (ROOT / "static" / "favicon.svg").is_file()

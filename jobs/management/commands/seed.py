@@ -22,4 +22,4 @@ class Command(BaseCommand):
             raise CommandError(f"cannot read {file}: {exc.strerror}") from exc
         except (yaml.YAMLError, SeedError) as exc:
             raise CommandError(f"{file}: {exc}") from exc
-        self.stdout.write(", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items()))
+        self.stdout.write("created: " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items()))

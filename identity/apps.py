@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class IdentityConfig(AppConfig):
+    name = "identity"
+    verbose_name = "Identity provider"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,79 @@
+"""Accounts at the identity provider, the claim-to-team rules, and the record of membership changes."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from jobs.models import Role
+
+
+class ProviderAccount(models.Model):
+    """The provider's stable id of a person (issuer + subject), linked to a portal user."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="provider_account")
+    issuer = models.CharField(max_length=300)
+    subject = models.CharField(max_length=255)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_sign_in_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="one_user_per_provider_subject")]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"
+
+
+class TeamSource(models.Model):
+    """Who keeps a team's membership: the identity provider (rebuilt from claims at every sign-in; the
+    portal's forms never change it) or the portal (rules may only add people)."""
+
+    class ManagedBy(models.TextChoices):
+        PROVIDER = "provider", "Managed by the identity provider"
+        PORTAL = "portal", "Managed in the portal"
+
+    team = models.OneToOneField("jobs.Team", on_delete=models.CASCADE, related_name="source")
+    managed_by = models.CharField(max_length=10, choices=ManagedBy.choices, default=ManagedBy.PROVIDER)
+
+    def __str__(self) -> str:
+        return f"{self.team}: {self.get_managed_by_display().lower()}"
+
+
+class ClaimRule(models.Model):
+    """People whose claim `claim` holds `value` (or contains it, for a list such as groups) are in `team`
+    with `role`. Several rules may name one team; the strongest role wins."""
+
+    team = models.ForeignKey("jobs.Team", on_delete=models.CASCADE, related_name="claim_rules")
+    claim = models.CharField(max_length=100, default="groups", help_text="Name of the claim, e.g. groups.")
+    value = models.CharField(max_length=300, help_text="e.g. /vision-lab or vision-lab-admins.")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "claim", "value"], name="one_rule_per_team_claim_value")]
+        ordering = ["team__name", "claim", "value"]
+
+    def __str__(self) -> str:
+        return f"{self.claim} ∋ {self.value} → {self.team} ({self.role})"
+
+
+class MembershipChange(models.Model):
+    """One change to who is in a team, and why. Never edited."""
+
+    class Source(models.TextChoices):
+        PROVIDER = "provider", "Identity provider sign-in"
+        PORTAL = "portal", "Portal"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey("jobs.Team", on_delete=models.CASCADE, related_name="+")
+    old_role = models.CharField(max_length=10, blank=True, help_text="Empty: was not a member.")
+    new_role = models.CharField(max_length=10, blank=True, help_text="Empty: no longer a member.")
+    source = models.CharField(max_length=10, choices=Source.choices)
+    at = models.DateTimeField(default=timezone.now)
+    note = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team}: {self.old_role or '-'} → {self.new_role or '-'}"

@@ -1,0 +1,59 @@
+"""Workspaces: the persistent volumes (claims in a team namespace) that outlive every workload."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class Workspace(models.Model):
+    """One claim the portal created: a user's home (owner set) or the team's shared space (no owner).
+
+    The team is protected: a team with workspaces cannot be deleted until an admin deletes each one's
+    data explicitly (admin action "Delete the data of the selected workspaces", recorded in the admin log
+    and in `WorkspaceDeletion`)."""
+
+    team = models.ForeignKey("jobs.Team", on_delete=models.PROTECT, related_name="workspaces")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="workspaces"
+    )
+    namespace = models.CharField(max_length=63)
+    claim_name = models.CharField(max_length=63)
+    mount_path = models.CharField(max_length=255)
+    size_gib = models.PositiveIntegerField()
+    storage_class = models.CharField(max_length=253)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["team__name", "claim_name"]
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "claim_name"], name="one_workspace_per_claim"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.claim_name}"
+
+    @property
+    def kind(self) -> str:
+        return "home" if self.owner_id else "team"
+
+
+class WorkspaceDeletion(models.Model):
+    """The record of an admin deleting a workspace's data (the claim and, by its class, the volume)."""
+
+    team_name = models.CharField(max_length=100)
+    namespace = models.CharField(max_length=63)
+    claim_name = models.CharField(max_length=63)
+    owner_username = models.CharField(max_length=150, blank=True)
+    size_gib = models.PositiveIntegerField()
+    deleted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    deleted_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-deleted_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.claim_name} deleted {self.deleted_at:%Y-%m-%d %H:%M}"

@@ -1,0 +1,76 @@
+"""Request-level security: which proxies' forwarding headers are believed, the client address sign-in
+throttling counts by, and the Content-Security-Policy every response carries.
+
+X-Forwarded-Proto and X-Forwarded-For are only as true as whoever set them: from a client connecting
+directly they are whatever it wants (claiming https to get secure-only behaviour, or another address to
+dodge a lockout). They are believed only from the addresses in TRUSTED_PROXIES and dropped otherwise.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from functools import lru_cache
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+
+FORWARDED_HEADERS = ("HTTP_X_FORWARDED_PROTO", "HTTP_X_FORWARDED_FOR", "HTTP_X_FORWARDED_HOST", "HTTP_FORWARDED")
+
+
+@lru_cache(maxsize=16)
+def _networks(entries: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    return tuple(ipaddress.ip_network(entry, strict=False) for entry in entries)
+
+
+def is_trusted_proxy(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in network for network in _networks(tuple(settings.TRUSTED_PROXIES)))
+
+
+def client_address(request: HttpRequest) -> str:
+    """The client's address: the peer, or, behind trusted proxies, the nearest hop they did not add."""
+    peer = request.META.get("REMOTE_ADDR", "")
+    if not is_trusted_proxy(peer):
+        return peer
+    hops = [h.strip() for h in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if h.strip()]
+    for hop in reversed(hops):
+        if not is_trusted_proxy(hop):
+            return hop
+    return hops[0] if hops else peer
+
+
+def axes_client_ip(request: HttpRequest) -> str:
+    """AXES_CLIENT_IP_CALLABLE: failed sign-ins are counted per this address."""
+    return client_address(request)
+
+
+class TrustedProxyMiddleware:
+    """First in the chain: forwarding headers from anyone but a trusted proxy are removed, so that
+    SECURE_PROXY_SSL_HEADER and everything after it see only what a trusted proxy said."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not is_trusted_proxy(request.META.get("REMOTE_ADDR", "")):
+            for header in FORWARDED_HEADERS:
+                request.META.pop(header, None)
+        return self.get_response(request)
+
+
+class ContentSecurityPolicyMiddleware:
+    """Every page's scripts are static files of this site, so no inline or foreign script may run: an
+    injected <script> or event handler is refused by the browser even if an escaping bug let it in."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if settings.CONTENT_SECURITY_POLICY and "Content-Security-Policy" not in response:
+            response["Content-Security-Policy"] = settings.CONTENT_SECURITY_POLICY
+        return response

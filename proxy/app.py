@@ -1,0 +1,421 @@
+"""The service proxy: an ASGI app that passes /w/<uid>/... to the service's pod, HTTP and WebSocket.
+
+Why these parts: **uvicorn** serves it (the reference ASGI server, maintained by the Encode team; HTTP/1.1
+through httptools and WebSockets through the `websockets` library, flow control both ways), and
+**aiohttp**'s client talks to the pods (one maintained library for streamed HTTP bodies in both
+directions *and* WebSocket client connections, with a connection pool; it was already in the lock file
+through the Kubernetes client). The app itself is plain ASGI, no framework: it is one routing rule.
+
+Per request: the portal session decides (proxy.access.door, in a worker thread: Django is synchronous),
+then the Endpoints give the pod's address, then bytes flow. The path is forwarded unchanged, prefix
+included: the apps are told their base path (`/w/<uid>/`) when they start (catalog templates,
+GPUPORTAL_BASE_URL), which is how Jupyter, TensorBoard and DIGITS expect to sit behind a proxy.
+Whatever goes wrong ends in a portal page (starting, ended, timeout, unreachable, 404), never a bare 502.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import aiohttp
+from django.conf import settings
+from django.http.cookie import parse_cookie
+
+from proxy import access, headers
+from proxy.access import Door, Outcome
+
+log = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+SERVICE_PATH = re.compile(r"^/w/(?P<uid>[0-9a-f]{1,16})(?P<rest>/.*)?$")
+CHUNK = 256 * 1024
+# Close codes an endpoint may not send (RFC 6455 7.4.1): "no status", "abnormal", "TLS failure".
+UNSENDABLE_CLOSE = {1005, 1006, 1015}
+
+
+def _blocked_cookies() -> frozenset[str]:
+    return frozenset({settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME, *settings.PROXY_BLOCKED_COOKIES})
+
+
+def _str_headers(scope: Scope) -> list[headers.Header]:
+    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers", [])]
+
+
+def _bytes_headers(items: list[headers.Header]) -> list[tuple[bytes, bytes]]:
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in items]
+
+
+def _session_key(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name == b"cookie":
+            return parse_cookie(value.decode("latin-1")).get(settings.SESSION_COOKIE_NAME)
+    return None
+
+
+def _full_path(scope: Scope) -> str:
+    path = scope.get("raw_path") or scope["path"].encode()
+    query = scope.get("query_string") or b""
+    return path.decode("latin-1") + (f"?{query.decode('latin-1')}" if query else "")
+
+
+def _has_body(scope: Scope) -> bool:
+    for name, value in scope.get("headers", []):
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"", b"0")):
+            return True
+    return False
+
+
+class ServiceProxy:
+    """The ASGI application. `portal_upstream` (development only) receives everything outside /w/;
+    `endpoints` finds a service's pod (by default through Kubernetes EndpointSlices, briefly cached)."""
+
+    def __init__(
+        self,
+        *,
+        portal_upstream: str = "",
+        endpoints: Callable[[str, str], tuple[str, int] | None] = access.ready_endpoint,
+    ) -> None:
+        self.portal_upstream = portal_upstream.rstrip("/")
+        self._endpoints = endpoints  # (namespace, service) -> a ready pod's address; tests pin one
+        self._client: aiohttp.ClientSession | None = None
+        self._touched: dict[int | None, float] = {}
+        # Django work (sessions, policy, Endpoints, activity) runs here, off the event loop.
+        self._django = ThreadPoolExecutor(max_workers=8, thread_name_prefix="proxy-django")
+
+    # --- plumbing -------------------------------------------------------------------------------------
+    async def _sync(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._django, fn, *args)
+
+    @property
+    def client(self) -> aiohttp.ClientSession:
+        if self._client is None or self._client.closed:
+            self._client = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
+                cookie_jar=aiohttp.DummyCookieJar(),  # never carry one user's cookies into another's request
+                auto_decompress=False,  # bytes pass through as the app encoded them
+                read_bufsize=CHUNK,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=settings.PROXY_CONNECT_TIMEOUT),
+            )
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+        self._django.shutdown(wait=False)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        match = SERVICE_PATH.match(scope["path"])
+        if match is None:
+            if scope["path"].startswith(settings.PROXY_PREFIX) or not self.portal_upstream:
+                await self._refuse(scope, receive, send, None)
+            elif kind == "http":
+                await self._pass_to_portal(scope, receive, send)
+            else:
+                await send({"type": "websocket.close", "code": 1008})
+            return
+        uid, rest = match["uid"], match["rest"]
+        if rest is None:  # /w/<uid> -> /w/<uid>/: relative links in the app resolve under its prefix
+            if kind == "http":
+                query = scope.get("query_string") or b""
+                target = f"/w/{uid}/" + (f"?{query.decode('latin-1')}" if query else "")
+                await self._respond(send, 308, "", extra=[("Location", target)])
+            else:
+                await send({"type": "websocket.close", "code": 1008})
+            return
+        if kind == "websocket":
+            door = await self._sync(access.door, _session_key(scope), uid)
+            await self._websocket(scope, receive, send, door)
+            return
+        started = False
+
+        async def tracked(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            door = await self._sync(access.door, _session_key(scope), uid)
+            await self._http(scope, receive, tracked, door)
+        except Exception:  # the database is away, a template broke: a portal page, never a traceback
+            log.exception("proxying %s failed", scope["path"])
+            if not started:
+                html = await self._sync(access.render_error)
+                await self._respond(send, 500, html)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _respond(self, send: Send, status: int, html: str, *, extra: list[headers.Header] | None = None) -> None:
+        body = html.encode()
+        head = [
+            ("Content-Type", "text/html; charset=utf-8"),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", "no-store"),
+            *(extra or []),
+        ]
+        await send({"type": "http.response.start", "status": status, "headers": _bytes_headers(head)})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _page(self, send: Send, kind: str, door: Door | None, path: str = "") -> None:
+        status, html = await self._sync(access.page, kind, door, path)
+        extra = [("Retry-After", str(settings.PROXY_STARTING_REFRESH_SECONDS))] if kind == "starting" else []
+        await self._respond(send, status, html, extra=extra)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, door: Door | None) -> None:
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})  # before accept: the handshake fails (403)
+            return
+        if door is not None and door.outcome == Outcome.SIGN_IN:
+            location = await self._sync(access.sign_in_url, _full_path(scope))
+            await self._respond(send, 302, "", extra=[("Location", location)])
+            return
+        await self._page(send, "not_found", door)
+
+    # --- HTTP ----------------------------------------------------------------------------------------
+    async def _http(self, scope: Scope, receive: Receive, send: Send, door: Door) -> None:
+        if door.outcome in (Outcome.SIGN_IN, Outcome.NOT_FOUND):
+            await self._refuse(scope, receive, send, door)
+            return
+        if door.outcome == Outcome.ENDED:
+            await self._page(send, "ended", door)
+            return
+        target = None
+        if door.outcome == Outcome.OPEN:
+            target = await self._sync(self._endpoints, door.namespace, door.service)
+        if target is None:
+            await self._page(send, "starting", door)
+            return
+        origin = f"http://{target[0]}:{target[1]}"
+        forwarded = headers.request_headers(
+            _str_headers(scope),
+            blocked_cookies=_blocked_cookies(),
+            client_ip=(scope.get("client") or ("", 0))[0],
+            scheme=scope.get("scheme", "http"),
+            prefix=f"/w/{door.uid}/",
+        )
+        self._touch(door)
+        outcome = await self._forward(scope, receive, send, origin, forwarded, strip=True)
+        if outcome == "unreachable":
+            await self._sync(access.forget_endpoint, door.namespace, door.service)
+            await self._page(send, "unreachable", door)
+        elif outcome == "timeout":
+            await self._page(send, "timeout", door)
+
+    async def _pass_to_portal(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Development only: the portal's own pages, so one origin serves both (see devtools/run.py)."""
+        forwarded = [
+            (name, value)
+            for name, value in _str_headers(scope)
+            if name.lower() not in headers.HOP_BY_HOP | headers.connection_tokens(_str_headers(scope))
+        ]
+        outcome = await self._forward(scope, receive, send, self.portal_upstream, forwarded, strip=False)
+        if outcome is not None:
+            await self._respond(send, 502, "<h1>The portal's web server is not answering yet.</h1>")
+
+    async def _forward(
+        self, scope: Scope, receive: Receive, send: Send, origin: str, request_headers: list, *, strip: bool
+    ) -> str | None:
+        """Send the request to `origin` and stream the answer back. Returns None when an answer went out,
+        else "unreachable" or "timeout" (nothing was sent: the caller shows a page)."""
+        progress = [time.monotonic()]
+        body_done = asyncio.Event()
+
+        async def body() -> AsyncIterator[bytes]:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ConnectionResetError("the browser went away during the upload")
+                chunk = message.get("body", b"")
+                progress[0] = time.monotonic()
+                if chunk:
+                    yield chunk
+                if not message.get("more_body"):
+                    break
+            body_done.set()
+
+        has_body = _has_body(scope)
+        if not has_body:
+            body_done.set()
+        request = asyncio.ensure_future(
+            self.client.request(
+                scope["method"],
+                origin + _full_path(scope),
+                headers=request_headers,
+                data=body() if has_body else None,
+                allow_redirects=False,
+                skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+            )
+        )
+        # The backend gets PROXY_RESPONSE_TIMEOUT seconds of silence: counted from the last upload chunk,
+        # so a slow 10 GB upload is fine and a backend that never answers is not.
+        limit = settings.PROXY_RESPONSE_TIMEOUT if strip else None
+        try:
+            while not request.done():
+                wait = None if limit is None else max(0.05, progress[0] + limit - time.monotonic())
+                await asyncio.wait({request}, timeout=wait)
+                if not request.done() and limit is not None and time.monotonic() - progress[0] >= limit:
+                    request.cancel()
+                    with contextlib.suppress(BaseException):
+                        await request
+                    return "timeout"
+            response = request.result()
+        except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, ConnectionError):
+            return "unreachable"
+        except aiohttp.ClientError:
+            log.info("backend %s failed", origin, exc_info=True)
+            return "unreachable"
+        async with response:
+            raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
+            if strip:
+                raw = headers.response_headers(raw, blocked_cookies=_blocked_cookies(), backend_origin=origin)
+            else:
+                raw = [(k, v) for k, v in raw if k.lower() not in headers.HOP_BY_HOP | headers.connection_tokens(raw)]
+            await send({"type": "http.response.start", "status": response.status, "headers": _bytes_headers(raw)})
+            await self._stream_back(response, receive, send, body_done)
+        return None
+
+    async def _stream_back(
+        self, response: aiohttp.ClientResponse, receive: Receive, send: Send, body_done: asyncio.Event
+    ) -> None:
+        """Copy the response body as it comes; stop as soon as the browser goes away (uvicorn's send would
+        silently drop the rest, and an endless event stream would be read for nobody)."""
+
+        async def copy() -> None:
+            try:
+                async for chunk in response.content.iter_chunked(CHUNK):
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except (TimeoutError, aiohttp.ClientError):
+                log.info("backend stream broke off", exc_info=True)  # the browser sees a truncated body
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        async def gone() -> None:
+            await body_done.wait()  # until then the upload reads receive()
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        copying, watching = asyncio.ensure_future(copy()), asyncio.ensure_future(gone())
+        await asyncio.wait({copying, watching}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (copying, watching):
+            task.cancel()
+        for task in (copying, watching):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # --- WebSocket -----------------------------------------------------------------------------------
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send, door: Door) -> None:
+        connect = await receive()
+        if connect["type"] != "websocket.connect":
+            return
+        target = (
+            await self._sync(self._endpoints, door.namespace, door.service) if door.outcome == Outcome.OPEN else None
+        )
+        if target is None:
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        origin = f"http://{target[0]}:{target[1]}"
+        offered = headers.subprotocols(_str_headers(scope))
+        forwarded = headers.request_headers(
+            _str_headers(scope),
+            blocked_cookies=_blocked_cookies(),
+            client_ip=(scope.get("client") or ("", 0))[0],
+            scheme="https" if scope.get("scheme") == "wss" else "http",
+            prefix=f"/w/{door.uid}/",
+            websocket=True,
+        )
+        try:
+            backend = await self.client.ws_connect(
+                origin + _full_path(scope),
+                headers=forwarded,
+                protocols=offered,
+                autoclose=False,
+                autoping=True,
+                max_msg_size=settings.PROXY_WS_MAX_MESSAGE_BYTES,
+                timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=10),
+            )
+        except (TimeoutError, aiohttp.ClientError, ConnectionError):
+            await self._sync(access.forget_endpoint, door.namespace, door.service)
+            await send({"type": "websocket.close", "code": 1011})  # before accept: the handshake fails
+            return
+        self._touch(door)
+        await send({"type": "websocket.accept", "subprotocol": backend.protocol})
+        await self._pump(backend, receive, send, door)
+
+    async def _pump(self, backend: aiohttp.ClientWebSocketResponse, receive: Receive, send: Send, door: Door) -> None:
+        async def from_browser() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "websocket.receive":
+                    if message.get("bytes") is not None:
+                        await backend.send_bytes(message["bytes"])
+                    else:
+                        await backend.send_str(message.get("text") or "")
+                    self._touch(door)
+                elif message["type"] == "websocket.disconnect":
+                    code = message.get("code", 1000)
+                    await backend.close(code=1000 if code in UNSENDABLE_CLOSE else code)
+                    return
+
+        async def from_backend() -> None:
+            while True:  # not `async for`: it hides the CLOSE frame and with it the backend's close code
+                message = await backend.receive()
+                if message.type == aiohttp.WSMsgType.TEXT:
+                    await send({"type": "websocket.send", "text": message.data})
+                elif message.type == aiohttp.WSMsgType.BINARY:
+                    await send({"type": "websocket.send", "bytes": message.data})
+                elif message.type == aiohttp.WSMsgType.CLOSE:
+                    code = message.data if isinstance(message.data, int) else 1000
+                    await backend.close()
+                    await send(
+                        {
+                            "type": "websocket.close",
+                            "code": 1000 if code in UNSENDABLE_CLOSE else code,
+                            "reason": message.extra or "",
+                        }
+                    )
+                    return
+                elif message.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.ERROR):
+                    break
+            await send({"type": "websocket.close", "code": 1011, "reason": "The service closed the connection."})
+
+        tasks = {asyncio.ensure_future(from_browser()), asyncio.ensure_future(from_backend())}
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            if not backend.closed:
+                with contextlib.suppress(Exception):
+                    await backend.close()
+
+    def _touch(self, door: Door) -> None:
+        """Record activity (WebSocket messages count: a notebook's kernel channel carries all its work).
+        Checked here first so that a busy connection does not queue a thread job per message."""
+        now = time.monotonic()
+        if now - self._touched.get(door.workload_id, -1e9) < settings.PROXY_ACTIVITY_WRITE_SECONDS:
+            return
+        self._touched[door.workload_id] = now
+        asyncio.get_running_loop().run_in_executor(self._django, access.record_activity, door.workload_id)

@@ -1,0 +1,149 @@
+"""What crosses the proxy in headers, both ways: pure functions over (name, value) lists.
+
+- Hop-by-hop headers (RFC 9110 7.6.1): `Connection`, every header `Connection` names, and the fixed set
+  below, belong to one connection and are never forwarded. `TE: trailers` is the one exception a proxy may
+  pass on; we do not forward trailers, so TE goes too.
+- The portal's own cookies (session, CSRF, and anything named in settings) never reach the proxied app,
+  and the app can never set, overwrite or delete them: a notebook must not be able to read the researcher's
+  portal session or plant a CSRF token.
+- The backend sees where the request came from (`X-Forwarded-*`) and the prefix it is served under.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from http.cookies import CookieError, SimpleCookie
+from urllib.parse import urlsplit
+
+Header = tuple[str, str]
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",  # not standard, still sent by some clients
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+# Set by the proxy itself: a client must not forge them, and the backend's would be about its own hop.
+FORWARDED = frozenset({"forwarded", "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "x-forwarded-prefix"})
+
+
+def connection_tokens(headers: Iterable[Header]) -> set[str]:
+    """Header names listed in `Connection` (lower case): hop-by-hop for this message only."""
+    named: set[str] = set()
+    for name, value in headers:
+        if name.lower() == "connection":
+            named.update(token.strip().lower() for token in value.split(",") if token.strip())
+    return named
+
+
+def _end_to_end(headers: list[Header]) -> list[Header]:
+    drop = HOP_BY_HOP | connection_tokens(headers)
+    return [(name, value) for name, value in headers if name.lower() not in drop]
+
+
+def strip_cookies(cookie_header: str, blocked: frozenset[str]) -> str:
+    """The `Cookie` header without the named cookies (order and the rest kept byte for byte)."""
+    kept = []
+    for part in cookie_header.split(";"):
+        name = part.split("=", 1)[0].strip()
+        if part.strip() and name not in blocked:
+            kept.append(part.strip())
+    return "; ".join(kept)
+
+
+def sets_blocked_cookie(set_cookie: str, blocked: frozenset[str]) -> bool:
+    """Whether a `Set-Cookie` value would set (or delete) one of the portal's cookies. Unparseable ones
+    count as blocked: a browser may read them more leniently than we do."""
+    name = set_cookie.split("=", 1)[0].strip()
+    if not name or name in blocked:
+        return True
+    try:
+        SimpleCookie().load(set_cookie.split(";", 1)[0])
+    except CookieError:
+        return True
+    return False
+
+
+def request_headers(
+    headers: list[Header],
+    *,
+    blocked_cookies: frozenset[str],
+    client_ip: str,
+    scheme: str,
+    prefix: str,
+    websocket: bool = False,
+) -> list[Header]:
+    """Headers to send to the backend for a browser's request.
+
+    `Host` is kept as the browser sent it (apps such as Jupyter compare it with `Origin` for WebSockets);
+    for a WebSocket the handshake headers are the client library's to write.
+    """
+    out: list[Header] = []
+    host = ""
+    prior_for = ""
+    for name, value in _end_to_end(headers):
+        lower = name.lower()
+        if lower == "host":
+            host = value
+        if lower == "x-forwarded-for":
+            prior_for = value  # kept as the start of the chain, like any proxy in a row
+        if lower in FORWARDED:
+            continue
+        if lower == "cookie":
+            value = strip_cookies(value, blocked_cookies)
+            if not value:
+                continue
+        if websocket and lower.startswith("sec-websocket-") and lower != "sec-websocket-protocol":
+            continue
+        if websocket and lower == "sec-websocket-protocol":
+            continue  # passed to the client library as its protocol list
+        out.append((name, value))
+    out.append(("X-Forwarded-For", f"{prior_for}, {client_ip}" if prior_for else client_ip))
+    out.append(("X-Forwarded-Proto", scheme))
+    if host:
+        out.append(("X-Forwarded-Host", host))
+    out.append(("X-Forwarded-Prefix", prefix.rstrip("/")))
+    return out
+
+
+def response_headers(headers: list[Header], *, blocked_cookies: frozenset[str], backend_origin: str) -> list[Header]:
+    """Headers to send to the browser for the backend's response.
+
+    A `Location` pointing at the backend's own address (an app that does not know it is proxied) becomes
+    a path on the portal; `Set-Cookie` for the portal's cookies is dropped.
+    """
+    out: list[Header] = []
+    for name, value in _end_to_end(headers):
+        lower = name.lower()
+        if lower == "set-cookie" and sets_blocked_cookie(value, blocked_cookies):
+            continue
+        if lower == "location":
+            value = relative_location(value, backend_origin)
+        out.append((name, value))
+    return out
+
+
+def relative_location(location: str, backend_origin: str) -> str:
+    """`http://10.0.0.7:8888/w/x/tree` -> `/w/x/tree` when it names the backend; anything else unchanged."""
+    parts = urlsplit(location)
+    if parts.scheme and f"{parts.scheme}://{parts.netloc}".lower() == backend_origin.lower():
+        return (
+            parts.path + (f"?{parts.query}" if parts.query else "") + (f"#{parts.fragment}" if parts.fragment else "")
+        )
+    return location
+
+
+def subprotocols(headers: list[Header]) -> list[str]:
+    """The WebSocket subprotocols a browser offered, in its order."""
+    offered: list[str] = []
+    for name, value in headers:
+        if name.lower() == "sec-websocket-protocol":
+            offered.extend(p.strip() for p in value.split(",") if p.strip())
+    return offered

@@ -1,0 +1,55 @@
+"""The service proxy in the chart: its own component, routed under /w/, reading and never writing."""
+
+from __future__ import annotations
+
+import yaml
+
+from tests.deploy.helm import CHART_DIR, find, render
+
+
+def _by_component(manifests, kind: str, component: str) -> list[dict]:
+    return [
+        m.obj
+        for m in manifests
+        if m.kind == kind and m.obj["metadata"]["labels"].get("app.kubernetes.io/component") == component
+    ]
+
+
+def test_proxy_is_its_own_deployment_and_service_labelled_by_component() -> None:
+    manifests = render({})
+    [deployment] = _by_component(manifests, "Deployment", "proxy")
+    pod = deployment["spec"]["template"]
+    assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "proxy"  # what NetworkPolicies select
+    [container] = pod["spec"]["containers"]
+    assert container["command"] == ["python", "-m", "proxy", "--host", "0.0.0.0", "--port", "8080"]  # noqa: S104
+    assert pod["spec"]["serviceAccountName"] == "gp-gpuportal-proxy"
+    assert pod["spec"]["automountServiceAccountToken"] is True
+    [service] = _by_component(manifests, "Service", "proxy")
+    assert service["spec"]["selector"]["app.kubernetes.io/component"] == "proxy"
+
+
+def test_proxy_reads_endpoints_and_writes_nothing() -> None:
+    manifests = render({})
+    rules = yaml.safe_load((CHART_DIR / "files" / "rbac-rules.yaml").read_text())["proxy"]
+    role = find(manifests, "ClusterRole", "gp-gpuportal-proxy")
+    assert role["rules"] == rules
+    verbs = {verb for rule in role["rules"] for verb in rule["verbs"]}
+    assert verbs == {"get", "list", "watch"}
+    resources = {r for rule in role["rules"] for r in rule["resources"]}
+    assert resources == {"services", "endpoints", "endpointslices"}
+    binding = find(manifests, "ClusterRoleBinding", "gp-gpuportal-proxy")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gp-gpuportal-proxy", "namespace": "portal"}]
+
+
+def test_ingress_sends_w_to_the_proxy_and_the_rest_to_the_web() -> None:
+    manifests = render({"ingress": {"enabled": True, "hosts": [{"host": "gpus.example.org", "paths": ["/"]}]}})
+    [ingress] = [m.obj for m in manifests if m.kind == "Ingress"]
+    paths = {p["path"]: p["backend"]["service"]["name"] for p in ingress["spec"]["rules"][0]["http"]["paths"]}
+    assert paths == {"/": "gp-gpuportal-web", "/w/": "gp-gpuportal-proxy"}
+
+
+def test_proxy_can_be_left_out() -> None:
+    manifests = render({"proxy": {"enabled": False}, "ingress": {"enabled": True}})
+    assert not _by_component(manifests, "Deployment", "proxy")
+    [ingress] = [m.obj for m in manifests if m.kind == "Ingress"]
+    assert all(p["path"] != "/w/" for p in ingress["spec"]["rules"][0]["http"]["paths"])

@@ -1,0 +1,132 @@
+"""A real backend for the proxy's tests: aiohttp on loopback, in a thread, with the routes the tests need.
+
+Every route sits under /w/<uid>/, as an app told its base path would serve it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import threading
+
+from aiohttp import WSMsgType, web
+
+
+class Backend:
+    def __init__(self) -> None:
+        self.close_codes: list[int | None] = []  # codes the browser's side closed with, as the app saw them
+        self.loop = asyncio.new_event_loop()
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    # --- routes -------------------------------------------------------------------------------------
+    async def echo(self, request: web.Request) -> web.Response:
+        digest, size = hashlib.sha256(), 0
+        async for chunk in request.content.iter_any():
+            digest.update(chunk)
+            size += len(chunk)
+        body = {
+            "method": request.method,
+            "path": request.path,
+            "query": request.query_string,
+            "headers": {k.lower(): v for k, v in request.headers.items()},
+            "size": size,
+            "sha256": digest.hexdigest(),
+        }
+        return web.json_response(body)
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await response.prepare(request)
+        for n in range(3):
+            await response.write(f"part {n}\n".encode())
+            await asyncio.sleep(0.7)
+        await response.write_eof()
+        return response
+
+    async def download(self, request: web.Request) -> web.Response:
+        size = int(request.query.get("bytes", "1048576"))
+        return web.Response(body=b"x" * size, content_type="application/octet-stream")
+
+    async def cookies(self, request: web.Request) -> web.Response:
+        response = web.json_response({"cookie": request.headers.get("Cookie", "")})
+        response.headers.add("Set-Cookie", "sessionid=planted; Path=/")
+        response.headers.add("Set-Cookie", "csrftoken=planted; Path=/")
+        response.headers.add("Set-Cookie", "theme=dark; Path=/w/")
+        return response
+
+    async def hop(self, request: web.Request) -> web.Response:
+        return web.Response(
+            text="hop",
+            headers={
+                "Connection": "X-Backend-Secret",
+                "X-Backend-Secret": "1",
+                "Keep-Alive": "timeout=5",
+                "X-Kept": "1",
+            },
+        )
+
+    async def redirect(self, request: web.Request) -> web.Response:
+        uid = request.match_info["uid"]
+        raise web.HTTPFound(f"http://127.0.0.1:{self.port}/w/{uid}/tree?x=1")  # its own address, not the Host
+
+    async def hang(self, request: web.Request) -> web.Response:
+        await asyncio.sleep(60)
+        return web.Response(text="too late")
+
+    async def ws(self, request: web.Request) -> web.WebSocketResponse:
+        socket = web.WebSocketResponse(protocols=("jupyter", "other"))
+        await socket.prepare(request)
+        async for message in socket:
+            if message.type == WSMsgType.TEXT and message.data.startswith("close:"):
+                await socket.close(code=int(message.data.split(":")[1]), message=b"asked to")
+                break
+            if message.type == WSMsgType.TEXT:
+                await socket.send_str(f"echo: {message.data}")
+            elif message.type == WSMsgType.BINARY:
+                await socket.send_bytes(message.data[::-1])
+        self.close_codes.append(socket.close_code)
+        return socket
+
+    async def closes(self, request: web.Request) -> web.Response:
+        return web.Response(text=json.dumps(self.close_codes), content_type="application/json")
+
+    # --- life ---------------------------------------------------------------------------------------
+    def _app(self) -> web.Application:
+        app = web.Application(client_max_size=0)
+        app.router.add_get("/w/{uid}/stream", self.stream)
+        app.router.add_get("/w/{uid}/download", self.download)
+        app.router.add_get("/w/{uid}/cookies", self.cookies)
+        app.router.add_get("/w/{uid}/hop", self.hop)
+        app.router.add_get("/w/{uid}/redirect", self.redirect)
+        app.router.add_get("/w/{uid}/hang", self.hang)
+        app.router.add_get("/w/{uid}/ws", self.ws)
+        app.router.add_get("/w/{uid}/closes", self.closes)
+        app.router.add_route("*", "/w/{uid}/{tail:.*}", self.echo)
+        return app
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self._runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=0.5)
+        self.loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        self.loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]
+        self._started.set()
+        self.loop.run_forever()
+
+    def start(self) -> Backend:
+        self._thread.start()
+        self._started.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self.loop).result(5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)

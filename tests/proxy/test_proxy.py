@@ -1,0 +1,238 @@
+"""The service proxy against a real backend on loopback: who gets in, what crosses, and every failure page."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+
+import pytest
+import requests
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import connect
+
+from jobs.models import State, Workload
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def get(world, rest: str, who: str | None = "owner", **kwargs) -> requests.Response:
+    return requests.get(world.url(rest), cookies=world.cookies(who), allow_redirects=False, timeout=30, **kwargs)
+
+
+# --- who gets through ------------------------------------------------------------------------------
+def test_owner_reaches_the_app_under_its_prefix(proxy_world):
+    response = get(proxy_world, "lab/tree?x=1")
+    assert response.status_code == 200
+    seen = response.json()
+    assert seen["path"] == f"/w/{proxy_world.workload.uid}/lab/tree"
+    assert seen["query"] == "x=1"
+    assert seen["headers"]["x-forwarded-prefix"] == f"/w/{proxy_world.workload.uid}"
+    assert seen["headers"]["x-forwarded-for"] == "127.0.0.1"
+    assert seen["headers"]["host"] == proxy_world.base.removeprefix("http://")
+
+
+def test_anonymous_goes_to_sign_in_and_comes_back(proxy_world):
+    response = get(proxy_world, "lab?x=1", who=None)
+    assert response.status_code == 302
+    assert response.headers["Location"] == f"/login/?next=%2Fw%2F{proxy_world.workload.uid}%2Flab%3Fx%3D1"
+
+
+def test_outsider_gets_the_portals_404(proxy_world):
+    response = get(proxy_world, "", who="outsider")
+    assert response.status_code == 404
+    assert "Not found" in response.text
+    assert "not been shared" not in response.text  # outsiders learn nothing
+    assert get(proxy_world, "", who=None).status_code == 302
+    nowhere = f"{proxy_world.base}/w/ffffffffffffffff/"
+    assert requests.get(nowhere, allow_redirects=False, timeout=10).status_code == 302  # anonymous: sign in first
+    assert requests.get(nowhere, cookies=proxy_world.cookies("outsider"), timeout=10).status_code == 404
+
+
+def test_teammate_is_refused_until_the_owner_shares(proxy_world):
+    refused = get(proxy_world, "", who="teammate")
+    assert refused.status_code == 404
+    assert "not been shared with your team" in refused.text
+    Workload.objects.filter(id=proxy_world.workload.id).update(shared_with_team=True)
+    assert get(proxy_world, "", who="teammate").status_code == 200
+
+
+def test_no_trailing_slash_redirects_into_the_prefix(proxy_world):
+    response = requests.get(f"{proxy_world.base}/w/{proxy_world.workload.uid}?a=b", allow_redirects=False, timeout=10)
+    assert response.status_code == 308
+    assert response.headers["Location"] == f"/w/{proxy_world.workload.uid}/?a=b"
+
+
+# --- what crosses ----------------------------------------------------------------------------------
+def test_portal_cookies_are_stripped_both_ways(proxy_world):
+    cookies = {**proxy_world.cookies("owner"), "csrftoken": "secret-csrf", "messages": "m", "app": "kept"}
+    response = requests.get(proxy_world.url("cookies"), cookies=cookies, timeout=10)
+    assert response.json()["cookie"] == "app=kept"
+    set_cookies = response.raw.headers.getlist("Set-Cookie")
+    assert set_cookies == ["theme=dark; Path=/w/"]
+
+
+def test_hop_by_hop_headers_stay_on_their_hop(proxy_world):
+    sent = get(
+        proxy_world,
+        "echo",
+        headers={"Connection": "keep-alive, X-Client-Secret", "X-Client-Secret": "1", "X-Forwarded-For": "10.9.9.9",
+                 "TE": "trailers", "Proxy-Authorization": "Basic eA==", "X-End-To-End": "yes"},
+    ).json()["headers"]  # fmt: skip
+    for name in ("x-client-secret", "te", "proxy-authorization", "keep-alive"):
+        assert name not in sent
+    assert sent["x-end-to-end"] == "yes"
+    assert sent["x-forwarded-for"] == "10.9.9.9, 127.0.0.1"  # the chain goes on
+    back = get(proxy_world, "hop")
+    assert back.text == "hop"
+    assert "X-Backend-Secret" not in back.headers
+    assert "Keep-Alive" not in back.headers
+    assert back.headers["X-Kept"] == "1"
+
+
+def test_redirect_to_the_backends_own_address_stays_on_the_portal(proxy_world):
+    response = get(proxy_world, "redirect")
+    assert response.status_code == 302
+    assert response.headers["Location"] == f"/w/{proxy_world.workload.uid}/tree?x=1"
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
+def test_every_method_passes(proxy_world, method):
+    response = requests.request(
+        method, proxy_world.url("api/x"), data=b"abc", cookies=proxy_world.cookies("owner"), timeout=10
+    )
+    assert response.json()["method"] == method
+    assert response.json()["size"] == 3
+
+
+def test_response_streams_as_the_backend_writes(proxy_world):
+    started = time.monotonic()
+    with requests.get(
+        proxy_world.url("stream"), cookies=proxy_world.cookies("owner"), stream=True, timeout=10
+    ) as response:
+        lines = response.iter_lines()
+        first = next(lines)
+        first_at = time.monotonic() - started
+        rest = list(lines)
+    assert first == b"part 0"
+    assert rest == [b"part 1", b"part 2"]
+    assert first_at < 1.0  # the backend needs 1.4 s for all of it: the first part came before the end
+
+
+def test_upload_of_100_megabytes_streams_through(proxy_world):
+    block = os.urandom(1024 * 1024)
+    digest = hashlib.sha256()
+
+    def chunks():
+        for _ in range(100):
+            digest.update(block)
+            yield block
+
+    response = requests.post(
+        proxy_world.url("upload"), data=chunks(), cookies=proxy_world.cookies("owner"), timeout=120
+    )
+    seen = response.json()
+    assert seen["size"] == 100 * 1024 * 1024
+    assert seen["sha256"] == digest.hexdigest()
+    assert seen["headers"]["transfer-encoding"] == "chunked"  # streamed, never held whole
+
+
+def test_large_download_arrives_whole(proxy_world):
+    response = get(proxy_world, "download?bytes=20000000")
+    assert len(response.content) == 20_000_000
+
+
+# --- every failure is a portal page ----------------------------------------------------------------
+def test_a_hanging_backend_gets_the_timeout_page(proxy_world):
+    started = time.monotonic()
+    response = get(proxy_world, "hang")
+    assert response.status_code == 504
+    assert "did not answer in time" in response.text
+    assert time.monotonic() - started < 10
+
+
+def test_a_backend_that_is_down_gets_a_clear_page(proxy_world):
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = sock.getsockname()[1]
+    proxy_world.target["address"] = ("127.0.0.1", dead)
+    response = get(proxy_world, "")
+    assert response.status_code == 502
+    assert "cannot be reached" in response.text
+    assert f"/workloads/{proxy_world.workload.uid}/" in response.text
+
+
+def test_no_ready_pod_yet_is_the_starting_page(proxy_world):
+    proxy_world.target["address"] = None
+    response = get(proxy_world, "")
+    assert response.status_code == 503
+    assert '<meta http-equiv="refresh"' in response.text
+    assert "is starting" in response.text
+
+
+@pytest.mark.parametrize("state", [State.QUEUED, State.PENDING])
+def test_starting_states_refresh_themselves(proxy_world, state):
+    Workload.objects.filter(id=proxy_world.workload.id).update(state=state)
+    response = get(proxy_world, "")
+    assert response.status_code == 503
+    assert response.headers["Retry-After"]
+    assert '<meta http-equiv="refresh"' in response.text
+
+
+def test_ended_service_says_so_with_a_link(proxy_world):
+    Workload.objects.filter(id=proxy_world.workload.id).update(state=State.CANCELLED, finished_at=None, started_at=None)
+    response = get(proxy_world, "lab")
+    assert response.status_code == 410
+    assert "has ended" in response.text
+    assert "cancelled" in response.text
+    assert f'href="/workloads/{proxy_world.workload.uid}/"' in response.text
+
+
+def test_traffic_records_activity(proxy_world):
+    assert Workload.objects.get(id=proxy_world.workload.id).last_activity_at is None
+    get(proxy_world, "")
+    deadline = time.monotonic() + 5
+    while Workload.objects.get(id=proxy_world.workload.id).last_activity_at is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert Workload.objects.get(id=proxy_world.workload.id).last_activity_at is not None
+
+
+# --- WebSocket -------------------------------------------------------------------------------------
+def ws(world, who: str | None = "owner", rest: str = "ws", **kwargs):
+    headers = {"Cookie": f"sessionid={world.sessions[who]}; csrftoken=x"} if who else {}
+    return connect(world.url(rest).replace("http://", "ws://"), additional_headers=headers, open_timeout=10, **kwargs)
+
+
+def test_websocket_echoes_text_and_binary_with_the_subprotocol(proxy_world):
+    with ws(proxy_world, subprotocols=["jupyter"]) as socket:
+        assert socket.subprotocol == "jupyter"
+        socket.send("hello")
+        assert socket.recv(timeout=5) == "echo: hello"
+        socket.send(b"\x01\x02\x03")
+        assert socket.recv(timeout=5) == b"\x03\x02\x01"
+
+
+def test_websocket_close_codes_pass_both_ways(proxy_world):
+    with ws(proxy_world) as socket:
+        socket.send("close:4001")
+        with pytest.raises(ConnectionClosed) as closed:
+            socket.recv(timeout=5)
+    assert closed.value.rcvd.code == 4001
+    assert closed.value.rcvd.reason == "asked to"
+    with ws(proxy_world) as socket:
+        socket.send("hi")
+        socket.recv(timeout=5)
+        socket.close(code=4002, reason="bye")
+    deadline = time.monotonic() + 5
+    while 4002 not in proxy_world.backend.close_codes and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert 4002 in proxy_world.backend.close_codes
+
+
+@pytest.mark.parametrize("who", ["outsider", "teammate", None])
+def test_websocket_refused_to_others(proxy_world, who):
+    with pytest.raises(InvalidStatus) as refused:
+        ws(proxy_world, who=who)
+    assert refused.value.response.status_code == 403

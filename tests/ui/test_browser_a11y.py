@@ -1,0 +1,160 @@
+"""The accessibility and layout gate: every page a researcher or manager sees, at laptop and phone width.
+
+axe-core (pinned in package.json, injected by the test only, never served to users) must find no critical
+or serious violation, and no page may scroll sideways at 375 px. A page added later gets the same check
+by being listed in PAGES. One browser, one signed-in session, the pages visited in a loop: it stays fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from jobs.models import Kind, State
+from tests.ui.conftest import CHROMIUM, PASSWORD, SCREENSHOTS, World, make_workload
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+AXE = Path(__file__).resolve().parents[2] / "node_modules" / "axe-core" / "axe.min.js"
+WIDTHS = {"desktop": (1280, 800), "phone": (375, 812)}
+BLOCKING = ("critical", "serious")
+
+
+@dataclass(frozen=True)
+class Page:
+    name: str
+    path: Callable[[dict], str]  # from the workloads the test made (by name) to the page's URL
+    before: str = ""  # JavaScript run before the check (e.g. submit a form so its errors show)
+    signed_in: bool = True
+    status: int = 200  # what the page answers; another status in the console is an error
+
+
+def detail(name: str) -> Callable[[dict], str]:
+    return lambda made: f"/workloads/{made[name].uid}/"
+
+
+# Every page a researcher or a manager sees. Add new pages here.
+PAGES = [
+    Page("sign-in", lambda made: "/login/", signed_in=False),
+    Page("dashboard", lambda made: "/"),
+    Page("launch", lambda made: "/launch/"),
+    Page(
+        "launch-errors",
+        lambda made: "/launch/",
+        before="document.querySelector('#id_name').value = 'Bad_Name!';"
+        "document.querySelector('#launch-form').requestSubmit();",
+        status=400,
+    ),
+    Page("workloads-mine", lambda made: "/workloads/"),
+    Page("workloads-team", lambda made: "/workloads/?scope=team&state=&kind=&gpu_type="),
+    Page("batch-queued", detail("batch-queued")),
+    Page("batch-running", detail("batch-running")),
+    Page("batch-succeeded", detail("batch-succeeded")),
+    Page("batch-failed", detail("batch-failed")),
+    Page("batch-cancelled", detail("batch-cancelled")),
+    Page("service-running", detail("service-running")),
+    Page("service-cancelled", detail("service-cancelled")),
+    Page("cancel-confirm", lambda made: f"/workloads/{made['batch-running'].uid}/cancel/"),
+    Page("usage", lambda made: "/usage/"),
+    Page("queue", lambda made: "/queue/"),
+    Page("tokens", lambda made: "/profile/tokens/"),
+    Page("nodes", lambda made: "/nodes/"),
+    Page("notification-settings", lambda made: "/notifications/"),
+    Page("password", lambda made: "/password/"),
+    Page("not-found", lambda made: "/workloads/doesnotexist/", status=404),
+]
+
+
+def _workloads(world: World) -> dict:
+    """One workload in each state the pages can show without a cluster (the engine tests show the rest)."""
+    made = {}
+    for state in (State.QUEUED, State.RUNNING, State.SUCCEEDED, State.FAILED, State.CANCELLED):
+        made[f"batch-{state.lower()}"] = make_workload(
+            world,
+            owner=world.manager,
+            state=state,
+            name=f"batch-{state.lower()}",
+            exit_code=1 if state == State.FAILED else None,
+        )
+    for state in (State.RUNNING, State.CANCELLED):
+        made[f"service-{state.lower()}"] = make_workload(
+            world, owner=world.manager, state=state, name=f"service-{state.lower()}", kind=Kind.SERVICE, port=8888
+        )
+    make_workload(world, owner=world.teammate, state=State.RUNNING, name="a-teammates-rather-long-workload-name")
+    return made
+
+
+CHECK = """async () => {
+  const result = await axe.run(document, {resultTypes: ["violations"]});
+  return {
+    violations: result.violations
+      .filter((v) => ["critical", "serious"].includes(v.impact))
+      .map((v) => ({id: v.id, impact: v.impact, nodes: v.nodes.slice(0, 3).map((n) => n.target.join(" "))})),
+    overflow: document.documentElement.scrollWidth - document.documentElement.clientWidth,
+    wide: Array.from(document.querySelectorAll("body *"))
+      .filter((e) => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
+      .filter((e) => !e.closest(".table-wrap, pre"))
+      .slice(0, 5).map((e) => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") + (e.className ? "." + e.className : "")),
+  };
+}"""
+
+
+def test_every_page_passes_axe_and_fits_a_phone(chromium, live_server, world):
+    if not AXE.exists():
+        pytest.skip("axe-core is not installed (`npm ci` installs it)")
+    made = _workloads(world)
+    axe = AXE.read_text()
+    # The portal's Content-Security-Policy rightly refuses injected scripts; the checker is the test's.
+    context = chromium.new_context(base_url=live_server.url, bypass_csp=True)
+    context.set_default_timeout(15_000)
+    tab = context.new_page()
+    console: list[str] = []
+    tab.on("console", lambda message: message.type == "error" and console.append(message.text))
+    failures: list[str] = []
+    SCREENSHOTS.mkdir(exist_ok=True)
+    for signed_in in (False, True):
+        if signed_in:
+            tab.goto("/login/")
+            tab.get_by_label("Username").fill("maria")
+            tab.get_by_label("Password").fill(PASSWORD)
+            tab.get_by_role("button", name="Sign in").click()
+            tab.wait_for_url("**/")
+        for page in (p for p in PAGES if p.signed_in == signed_in):
+            for width_name, (width, height) in WIDTHS.items():
+                tab.set_viewport_size({"width": width, "height": height})
+                console.clear()
+                tab.goto(page.path(made))
+                if page.before:
+                    with tab.expect_navigation():
+                        tab.evaluate(page.before)
+                tab.wait_for_load_state("networkidle")
+                tab.evaluate(axe)
+                found = tab.evaluate(CHECK)
+                label = f"{page.name} at {width} px"
+                for v in found["violations"]:
+                    failures.append(f"{label}: axe {v['impact']} {v['id']} on {v['nodes']}")
+                if width_name == "phone" and found["overflow"] > 0:
+                    failures.append(f"{label}: scrolls sideways by {found['overflow']} px ({found['wide']})")
+                # Every page names its icon (no /favicon.ico 404) and loads without a console error.
+                expected = f"status of {page.status} "
+                failures += [f"{label}: console error {e}" for e in console if expected not in e]
+                tab.screenshot(path=str(SCREENSHOTS / f"a11y_{page.name}_{width_name}.png"), full_page=True)
+    context.close()
+    assert not failures, "\n".join(failures)
+
+
+def test_the_checker_is_real(chromium, live_server, world):
+    """The gate fails on a page that is wrong: an image without alt text and a box wider than a phone."""
+    if not AXE.exists() or not Path(CHROMIUM).exists():
+        pytest.skip("axe-core or chromium is not installed")
+    context = chromium.new_context(viewport={"width": 375, "height": 812})
+    tab = context.new_page()
+    tab.set_content('<html lang="en"><title>t</title><main><img src="x.png"><div style="width:600px">wide</div></main>')
+    tab.evaluate(AXE.read_text())
+    found = tab.evaluate(CHECK)
+    context.close()
+    assert [v["id"] for v in found["violations"]] == ["image-alt"]
+    assert found["overflow"] > 0

@@ -1,0 +1,93 @@
+"""Sign-in hardening: failed sign-ins are throttled per username and per address on /login/ and /admin/;
+every page carries a Content-Security-Policy; forwarding headers are believed only from trusted proxies."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.urls import reverse
+
+from tests.ui.conftest import PASSWORD
+
+pytestmark = pytest.mark.django_db
+
+ADMIN_LOGIN = "/admin/login/"
+
+
+@pytest.fixture
+def limits(settings):
+    settings.AXES_FAILURE_LIMIT = 3
+    return settings
+
+
+def sign_in(client, url: str, username: str, password: str, address: str = "198.51.100.7", **headers):
+    return client.post(url, {"username": username, "password": password}, REMOTE_ADDR=address, **headers)
+
+
+@pytest.mark.parametrize("url", [reverse("login"), ADMIN_LOGIN])
+def test_guessing_one_users_password_is_stopped(client, world, limits, url):
+    assert sign_in(client, url, "olivia", "guess").status_code == 200
+    assert sign_in(client, url, "olivia", "guess").status_code == 200
+    assert sign_in(client, url, "olivia", "guess").status_code == 429  # the third failure locks
+    # Even the right password is refused now, and from another address too: the username is locked.
+    for address in ("198.51.100.7", "203.0.113.50"):
+        locked = sign_in(client, url, "olivia", PASSWORD, address)
+        assert locked.status_code == 429
+        assert "Too many sign-in attempts" in locked.content.decode()
+    assert "_auth_user_id" not in client.session
+
+
+def test_spraying_many_usernames_from_one_address_is_stopped(client, world, limits):
+    for name in ("alice", "bob", "carol"):
+        sign_in(client, reverse("login"), name, "guess")
+    assert sign_in(client, reverse("login"), "olivia", PASSWORD).status_code == 429
+    # Someone else, elsewhere, signs in as usual.
+    assert sign_in(client, reverse("login"), "olivia", PASSWORD, "192.0.2.99").status_code == 302
+
+
+def test_a_forged_x_forwarded_for_does_not_dodge_the_address_lock(client, world, limits):
+    for i in range(3):
+        sign_in(client, reverse("login"), f"user{i}", "guess", HTTP_X_FORWARDED_FOR=f"10.9.9.{i}")
+    assert sign_in(client, reverse("login"), "olivia", PASSWORD, HTTP_X_FORWARDED_FOR="10.9.9.99").status_code == 429
+
+
+def test_behind_a_trusted_proxy_the_client_address_is_what_the_proxy_says(client, world, limits):
+    limits.TRUSTED_PROXIES = ["10.0.0.0/8"]
+    for i in range(3):
+        sign_in(client, reverse("login"), f"user{i}", "guess", "10.0.0.2", HTTP_X_FORWARDED_FOR="203.0.113.1")
+    # The proxy itself is not locked out: another client behind it signs in.
+    ok = sign_in(client, reverse("login"), "olivia", PASSWORD, "10.0.0.2", HTTP_X_FORWARDED_FOR="203.0.113.2")
+    assert ok.status_code == 302
+
+
+def test_a_success_before_the_limit_starts_the_count_again(client, world, limits):
+    sign_in(client, reverse("login"), "olivia", "guess")
+    sign_in(client, reverse("login"), "olivia", "guess")
+    assert sign_in(client, reverse("login"), "olivia", PASSWORD).status_code == 302
+    client.logout()
+    sign_in(client, reverse("login"), "olivia", "guess")
+    assert sign_in(client, reverse("login"), "olivia", PASSWORD).status_code == 302
+
+
+@pytest.mark.parametrize("path", ["/login/", "/", "/admin/login/", "/api/docs/"])
+def test_every_page_allows_only_this_sites_scripts(client, world, login, path):
+    login(world.owner)
+    if path == "/admin/login/":
+        get_user_model().objects.filter(pk=world.owner.pk).update(is_staff=True)
+    response = client.get(path)
+    policy = response["Content-Security-Policy"]
+    assert "script-src 'self';" in policy
+    assert "frame-ancestors 'none'" in policy
+    assert "unsafe-inline" not in policy.split("script-src", 1)[1].split(";")[0]
+    assert "<script>" not in response.content.decode()  # no inline script anywhere
+
+
+def test_x_forwarded_proto_is_believed_only_from_a_trusted_proxy(client, world, settings):
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    settings.SECURE_SSL_REDIRECT = True
+    settings.TRUSTED_PROXIES = ["10.0.0.0/8"]
+    forged = client.get(reverse("login"), REMOTE_ADDR="203.0.113.9", HTTP_X_FORWARDED_PROTO="https")
+    assert forged.status_code == 301  # it came over plain http, whatever it claims
+    assert forged["Location"].startswith("https://")
+    proxied = client.get(reverse("login"), REMOTE_ADDR="10.1.2.3", HTTP_X_FORWARDED_PROTO="https")
+    assert proxied.status_code == 200
