@@ -26,7 +26,6 @@ def enqueue_admission(*, team_id: int, gpu_type_id: int) -> None:
     transaction.on_commit(lambda: _send("jobs.tasks.admit", team_id, gpu_type_id))
 
 
-<<<<<<< HEAD
 ADMISSION_REQUEST_TTL = 10  # seconds; then a request is sent again (a backlog; a pass lost with a killed worker)
 
 
@@ -62,9 +61,9 @@ def admission_starting(*, team_id: int, gpu_type_id: int) -> None:
         caches["api"].delete(_admission_key(team_id, gpu_type_id))
     except Exception as exc:
         log.info("could not clear the admission request (%s)", exc)
-=======
+
+
 ESTIMATE_DEBOUNCE_SECONDS = 2
->>>>>>> main
 
 
 def enqueue_estimate(*, team_id: int, gpu_type_id: int) -> None:
