@@ -81,7 +81,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
         model = Workload
         fields = [
             "uid", "name", "team", "owner", "kind", "image", "catalog_image", "gpu_type", "gpu_count",
-            "command", "args", "env", "secrets", "port", "mounts", "time_limit_seconds", "priority", "restartable",
+            "command", "args", "env", "secrets", "port", "mounts", "cpu_millicores", "memory_mib", "time_limit_seconds", "priority", "restartable",
             "borrowed", "attempt", "estimated_start_at", "wait_reason", "state", "reason", "message", "exit_code",
             "queue_position", "gpu_hours",
             "namespace", "k8s_name", "node_name", "pod_name", "open_url", "shared_with_team", "last_activity_at",
@@ -127,6 +127,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "queue_position": self.get_queue_position(w), "gpu_hours": self.get_gpu_hours(w),
             "namespace": w.namespace, "k8s_name": w.k8s_name, "node_name": w.node_name, "pod_name": w.pod_name,
             "open_url": opening.open_url(w), "shared_with_team": w.shared_with_team,
+            "cpu_millicores": w.cpu_millicores, "memory_mib": w.memory_mib,
             "last_activity_at": _when(w.last_activity_at),
             "created_at": _when(w.created_at), "admitted_at": _when(w.admitted_at),
             "submitted_at": _when(w.submitted_at), "started_at": _when(w.started_at),
@@ -156,6 +157,12 @@ class WorkloadCreateSerializer(serializers.Serializer):
     args = serializers.ListField(child=serializers.CharField(allow_blank=True), required=False)
     env = EnvVarSerializer(many=True, required=False)
     secrets = SecretRefSerializer(many=True, required=False)
+    cpu_millicores = serializers.IntegerField(
+        required=False, allow_null=True, help_text="CPU for the pod, above the type's default up to its limit."
+    )
+    memory_mib = serializers.IntegerField(
+        required=False, allow_null=True, help_text="Memory (MiB) for the pod, above the default up to the limit."
+    )
     datasets = serializers.ListField(
         child=serializers.CharField(), required=False, help_text="Datasets to mount read-only at /datasets/<name>."
     )
@@ -174,7 +181,7 @@ class WorkloadCreateSerializer(serializers.Serializer):
 
 _STRING_FIELDS = {"team", "name", "kind", "image", "gpu_type"}
 _INT_FIELDS = {"gpu_count", "priority"}
-_NULLABLE_INT_FIELDS = {"catalog_image", "port", "time_limit_seconds"}
+_NULLABLE_INT_FIELDS = {"catalog_image", "port", "time_limit_seconds", "cpu_millicores", "memory_mib"}
 _LIST_FIELDS = {"command", "args", "datasets"}
 
 

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import IO
 
+from devtools.engine import provisioner_argv
 from devtools.services import RedisServer, ServiceError, free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -149,6 +150,9 @@ def _quietly(step) -> None:
 def main() -> int:
     env = dict(os.environ)
     env.setdefault("DEBUG", "1")
+    # Webhooks to a receiver on this machine (a local chat server, a test listener) are allowed here;
+    # a deployment allows only public addresses unless it says otherwise.
+    env.setdefault("NOTIFY_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128")
     env["PYTHONUNBUFFERED"] = "1"
     VAR.mkdir(exist_ok=True)
     python = sys.executable
@@ -178,6 +182,8 @@ def main() -> int:
                 seeded = run_once("seed", [python, "manage.py", "seed_demo"], env)
             stack.callback(children.stop)
             children.start("worker", [python, "-m", "celery", "-A", "portal", "worker", "-l", "info"], env)
+            # Team namespaces are made only by the provisioner, a worker on its own queue (as in the chart).
+            children.start("provisioner", provisioner_argv(python), env)
             children.start(
                 "beat",
                 [

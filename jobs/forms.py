@@ -63,6 +63,12 @@ class LaunchForm(forms.Form):
         required=False, min_value=1, max_value=65535, help_text="The port the service listens on."
     )
     time_limit = forms.IntegerField(required=False, min_value=1, label="Time limit")
+    cpu_millicores = forms.IntegerField(
+        required=False, min_value=1, label="CPU (millicores)", help_text="Empty: the GPU type's default."
+    )
+    memory_mib = forms.IntegerField(
+        required=False, min_value=1, label="Memory (MiB)", help_text="Empty: the GPU type's default."
+    )
     time_limit_unit = forms.ChoiceField(
         choices=[(unit, unit) for unit in TIME_UNITS], initial="hours", label="Time limit unit"
     )
@@ -167,6 +173,9 @@ class LaunchForm(forms.Form):
         }
         if "priority" in self.fields and data.get("priority") is not None:
             spec["priority"] = data["priority"]
+        for size in ("cpu_millicores", "memory_mib"):
+            if data.get(size):
+                spec[size] = data[size]
         if data.get("datasets"):
             spec["datasets"] = list(data["datasets"])
         if data.get("restartable") and data["kind"] == Kind.BATCH:

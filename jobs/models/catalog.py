@@ -27,6 +27,13 @@ class GpuType(models.Model):
     resource_name = models.CharField(max_length=253, default="nvidia.com/gpu", validators=[QUALIFIED_NAME])
     cpu_per_gpu_millicores = models.PositiveIntegerField(default=4000)
     memory_per_gpu_mib = models.PositiveIntegerField(default=16384)
+    max_cpu_per_gpu_millicores = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Most CPU (millicores per GPU) a workload may ask for. Empty: only the default.",
+    )  # fmt: skip
+    max_memory_per_gpu_mib = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Most memory (MiB per GPU) a workload may ask for. Empty: only the default."
+    )  # fmt: skip
     billing_weight = models.DecimalField(
         max_digits=6, decimal_places=3, default=Decimal(1), validators=[MinValueValidator(Decimal(0))]
     )

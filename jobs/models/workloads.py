@@ -89,6 +89,12 @@ class Workload(models.Model):
     port = models.PositiveIntegerField(null=True, blank=True)
     time_limit_seconds = models.PositiveIntegerField()
     priority = models.IntegerField(default=0)
+    cpu_millicores = models.PositiveIntegerField(
+        null=True, blank=True, help_text="CPU asked for (the whole pod). Empty: the GPU type's default per GPU."
+    )
+    memory_mib = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Memory asked for (the whole pod). Empty: the GPU type's default per GPU."
+    )
     secrets = models.JSONField(
         default=list,
         blank=True,

@@ -67,6 +67,10 @@ def gather_facts(*, team: Team, user) -> Facts:
             quota=quotas.get(t.id),
             largest_node=capacity[t.id].largest_node,
             max_cuda=gpu_type_max_cuda(t, node_cuda),
+            cpu_per_gpu=t.cpu_per_gpu_millicores,
+            max_cpu_per_gpu=t.max_cpu_per_gpu_millicores,
+            memory_per_gpu=t.memory_per_gpu_mib,
+            max_memory_per_gpu=t.max_memory_per_gpu_mib,
         )
         for t in types
     }
@@ -146,6 +150,8 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
             env=[{"name": n, "value": v} for n, v in clean.env],
             port=clean.port,
             secrets=[{"name": n, "k8s_name": k, "env": e} for n, k, e in clean.secrets],
+            cpu_millicores=clean.cpu_millicores,
+            memory_mib=clean.memory_mib,
             mounts=workspace_mounts(team=team, username=owner.get_username()) + dataset_mounts(clean.datasets),
             shared_with_team=shared,
             time_limit_seconds=clean.time_limit_seconds,

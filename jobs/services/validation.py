@@ -91,6 +91,10 @@ class GpuTypeFacts:
     quota: int | None  # the team's max GPUs of this type; None: no quota row, not usable
     largest_node: int  # most allocatable GPUs on one ready node of this type; 0: none known
     max_cuda: str | None  # highest CUDA the drivers on these nodes run; None: unknown
+    cpu_per_gpu: int = 4000  # millicores per GPU by default, and at most (sized pods)
+    max_cpu_per_gpu: int | None = None
+    memory_per_gpu: int = 16384  # MiB
+    max_memory_per_gpu: int | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,8 @@ class CleanSubmission:
     priority: int
     secrets: tuple[tuple[str, str, str], ...] = ()  # (name, k8s name, env var or "")
     datasets: tuple[str, ...] = ()
+    cpu_millicores: int | None = None  # None: the type's default
+    memory_mib: int | None = None
     restartable: bool = False
 
 
@@ -148,7 +154,7 @@ class SubmissionInvalid(Exception):
 
 
 FIELDS = ("name", "kind", "image", "catalog_image", "gpu_type", "gpu_count", "command", "args", "env",
-          "port", "time_limit_seconds", "priority", "restartable", "secrets", "datasets")  # fmt: skip
+          "port", "time_limit_seconds", "priority", "restartable", "secrets", "datasets", "cpu_millicores", "memory_mib")  # fmt: skip
 
 
 def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission:
@@ -266,6 +272,7 @@ def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission
     env = _env(raw.get("env"), fail)
     secrets = validate_secret_refs(raw.get("secrets"), facts.secrets, {n for n, _ in env}, fail)
     datasets = validate_datasets(raw.get("datasets"), facts.datasets, fail)
+    cpu, memory = validate_pod_size(raw, gpu_facts if gpu_facts and gpu_facts.enabled else None, gpu_count, fail)
 
     # port
     port = raw.get("port")
@@ -339,11 +346,41 @@ def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission
         priority=priority,
         secrets=secrets,
         datasets=datasets,
+        cpu_millicores=cpu,
+        memory_mib=memory,
         restartable=bool(restartable),
     )
 
 
 MAX_DATASETS = 16
+
+
+def validate_pod_size(
+    raw: Mapping[str, Any], gpu: GpuTypeFacts | None, gpu_count: int, fail
+) -> tuple[int | None, int | None]:
+    """`cpu_millicores` / `memory_mib` for the whole pod: from the type's default per GPU up to its limit per
+    GPU (times the GPUs asked for). Empty: the default."""
+    sizes: list[int | None] = []
+    for name, default, limit, unit in (
+        ("cpu_millicores", gpu.cpu_per_gpu if gpu else 0, gpu.max_cpu_per_gpu if gpu else None, "millicores"),
+        ("memory_mib", gpu.memory_per_gpu if gpu else 0, gpu.max_memory_per_gpu if gpu else None, "MiB"),
+    ):
+        value = raw.get(name)
+        if value in (None, ""):
+            sizes.append(None)
+            continue
+        if not _is_int(value):
+            fail(name, "Must be a whole number.")
+            sizes.append(None)
+            continue
+        value = int(value)
+        sizes.append(value)
+        if gpu is None or gpu_count < 1:
+            continue  # the GPU type or count is already wrong; its limit cannot be judged
+        low, high = default * gpu_count, (limit or default) * gpu_count
+        if not low <= value <= high:
+            fail(name, f"Between {low} and {high} {unit} for {gpu_count} {gpu.display_name} GPU(s).")
+    return sizes[0], sizes[1]
 
 
 def validate_datasets(value: Any, allowed: Mapping[str, bool], fail) -> tuple[str, ...]:

@@ -133,3 +133,33 @@ def test_a_dataset_mount_renders_read_only():
         "mountPath": "/datasets/imagenet",
         "readOnly": True,
     }
+
+
+def test_pod_size_from_the_default_up_to_the_types_limit():
+    from tests.engine.test_validation import GpuTypeFacts
+
+    types = {"p100": GpuTypeFacts("p100", "Tesla P100", True, quota=4, largest_node=4, max_cuda=None,
+                                  cpu_per_gpu=4000, max_cpu_per_gpu=8000, memory_per_gpu=16384,
+                                  max_memory_per_gpu=65536)}  # fmt: skip
+    raw = {"image": "nvidia/cuda:12.2.0-base", "gpu_type": "p100", "gpu_count": 2}
+    clean = validate_submission({**raw, "cpu_millicores": 16000, "memory_mib": 131072}, facts(gpu_types=types))
+    assert (clean.cpu_millicores, clean.memory_mib) == (16000, 131072)
+    for field_name, value in (
+        ("cpu_millicores", 16001),
+        ("memory_mib", 131073),
+        ("memory_mib", 100),
+        ("cpu_millicores", "x"),
+    ):
+        with pytest.raises(SubmissionInvalid) as refused:
+            validate_submission({**raw, field_name: value}, facts(gpu_types=types))
+        assert list(refused.value.errors) == [field_name]
+
+
+def test_a_sized_pod_requests_what_was_asked():
+    pod = ApiClient().sanitize_for_serialization(
+        objects.make_pod_template(spec(cpu_millicores=12000, memory_mib=65536))
+    )
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources["requests"]["cpu"] == "12000m"
+    assert resources["requests"]["memory"] == resources["limits"]["memory"] == "65536Mi"
+    assert pod["spec"]["volumes"][0]["emptyDir"]["sizeLimit"] == "32768Mi"

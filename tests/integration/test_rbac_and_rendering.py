@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from devtools.engine import provision_now
 from jobs.kube import client as kube
 from jobs.kube import objects
-from jobs.services.submission import namespace_ensure
 from jobs.services.validation import FIELDS, CatalogFacts, Facts, GpuTypeFacts, SubmissionInvalid, validate_submission
+from jobs.services.workspaces import volume_specs
 
 pytestmark = pytest.mark.cluster
 
@@ -32,8 +33,8 @@ def test_the_portal_account_writes_only_in_team_namespaces(portal_account, kube_
     from tests.engine.factories import TeamFactory
 
     team = TeamFactory(slug=f"rbac-{uuid.uuid4().hex[:6]}")
-    namespace = namespace_ensure(team)
-    # In its own team namespace it may create a Job (the RoleBinding it made grants that)...
+    namespace = provision_now(portal_account, team)
+    # In its own team namespace it may create a Job (the RoleBinding the provisioner made grants that)...
     kube.batch().create_namespaced_job(namespace, objects.make_job(_job(namespace)))
     # ...but not in a namespace it did not set up, nor read secrets anywhere.
     with pytest.raises(ApiException) as denied:
@@ -57,12 +58,34 @@ def test_the_portal_account_writes_only_in_team_namespaces(portal_account, kube_
 
 FACTS = Facts(
     gpu_types={
-        "p100": GpuTypeFacts("p100", "Tesla P100", True, quota=4, largest_node=4, max_cuda="12.2"),
-        "k2": GpuTypeFacts("k2", "GRID K2", True, quota=8, largest_node=8, max_cuda="11.4"),
+        "p100": GpuTypeFacts(
+            "p100",
+            "Tesla P100",
+            True,
+            quota=4,
+            largest_node=4,
+            max_cuda="12.2",
+            max_cpu_per_gpu=16000,
+            max_memory_per_gpu=65536,
+        ),
+        "k2": GpuTypeFacts(
+            "k2", "GRID K2", True, quota=8, largest_node=8, max_cuda="11.4", cpu_per_gpu=2000, memory_per_gpu=8192
+        ),
     },
     catalog={1: CatalogFacts(1, "jupyter/notebook:1", "service", True, None, (), (), 8888)},
     allowed_registries=frozenset({"docker.io", "nvcr.io"}),
+    secrets={"wandb": "secret-team-wandb", "hf-token": "secret-u1234abcd-hf-token"},
+    datasets={"pets": True, "imagenet": True, "private": False},
 )
+# What submit stores for workspaces and datasets (jobs.services.workspaces), for the rendering.
+WORKSPACES = [
+    {"kind": "home", "mount_path": "/home/hypothesis", "claim": "home-hypothesis-1234abcd", "read_only": False},
+    {"kind": "team", "mount_path": "/team", "claim": "team-shared", "read_only": False},
+]
+DATASET_SOURCES = {
+    "pets": {"claim": "", "nfs_server": "10.0.0.5", "nfs_path": "/export/pets"},
+    "imagenet": {"claim": "imagenet", "nfs_server": "", "nfs_path": ""},
+}
 GPU_TYPES = {
     "p100": objects.GpuTypeSpec("p100", "gputype", "p100", "nvidia.com/gpu", 4000, 16384),
     "k2": objects.GpuTypeSpec("k2", "gputype", "k2", "nvidia.com/gpu", 2000, 8192),
@@ -113,6 +136,15 @@ plausible_specs = st.fixed_dictionaries(
         "args": st.lists(no_nul, max_size=6),
         "env": st.dictionaries(valid_names, no_nul, max_size=5),
         "time_limit_seconds": st.integers(60, 7 * 86400),
+        "secrets": st.lists(
+            st.fixed_dictionaries(
+                {"name": st.sampled_from(["wandb", "hf-token", "nope"])}, optional={"env": valid_names}
+            ),
+            max_size=2,
+        ),
+        "datasets": st.lists(st.sampled_from(["pets", "imagenet", "private"]), max_size=2),
+        "cpu_millicores": st.integers(1000, 70000),
+        "memory_mib": st.integers(1000, 300000),
     },
 ).map(lambda spec: {**spec, "port": spec["port"] if spec["kind"] == "service" else None})
 
@@ -136,7 +168,12 @@ def test_accepted_specs_pass_the_api_servers_dry_run_and_refusals_name_a_field(r
         uid=uuid.uuid4().hex[:10], name=clean.name, kind=clean.kind, team_slug="prop", username="hypothesis",
         namespace=kube_namespace, image=clean.image, gpu_type=GPU_TYPES[clean.gpu_type], gpu_count=clean.gpu_count,
         time_limit_seconds=clean.time_limit_seconds, command=clean.command, args=clean.args, env=clean.env,
-        port=clean.port,
+        port=clean.port, cpu_millicores=clean.cpu_millicores, memory_mib=clean.memory_mib,
+        secrets=tuple(objects.SecretRef(name, k8s_name, env) for name, k8s_name, env in clean.secrets),
+        volumes=volume_specs(WORKSPACES + [
+            {"kind": "dataset", "name": d, "mount_path": f"/datasets/{d}", "read_only": True, **DATASET_SOURCES[d]}
+            for d in clean.datasets
+        ]),
     )  # fmt: skip
     batch, apps, core = k8s.BatchV1Api(kube_api), k8s.AppsV1Api(kube_api), k8s.CoreV1Api(kube_api)
     for obj in objects.make_objects(spec):
@@ -159,7 +196,7 @@ def test_the_tracker_watch_streams_changes_as_the_portal_account(portal_account,
     from tests.engine.factories import TeamFactory
 
     team = TeamFactory(slug=f"watch-{uuid.uuid4().hex[:6]}")
-    namespace = namespace_ensure(team)
+    namespace = provision_now(portal_account, team)
     response = kube.stream_get(
         "/apis/batch/v1/jobs",
         {"watch": "true", "labelSelector": "app.kubernetes.io/managed-by=gpuportal", "timeoutSeconds": "10"},
