@@ -16,9 +16,10 @@ from kubernetes.client.exceptions import ApiException
 
 from jobs.kube import client as kube
 from jobs.kube import names, objects
-from jobs.models import GpuType, Quota, State, Team, Workload
+from jobs.models import AllowedRegistry, GpuType, Quota, State, Team, Workload
 from jobs.services import opening, workspaces
 from jobs.services.transitions import transition
+from jobs.services.validation import parse_image_reference
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ def spec_for(workload: Workload) -> objects.WorkloadSpec:
         env=tuple((e["name"], e["value"]) for e in workload.env or ()) + base_url_env(workload),
         port=workload.port,
         volumes=workspaces.volume_specs(workload.mounts or []),
+        image_pull_secrets=image_pull_secrets(workload.image),
         cpu_millicores=workload.cpu_millicores,
         memory_mib=workload.memory_mib,
         secrets=tuple(objects.SecretRef(s["name"], s["k8s_name"], s.get("env", "")) for s in workload.secrets or ()),
@@ -139,9 +141,28 @@ def namespace_ensure(team: Team, *, force: bool = False) -> str:
         if exc.status != 409:
             raise
         core.replace_namespaced_resource_quota(objects.QUOTA_NAME, namespace, quota, _request_timeout=kube.timeout())
+    for registry in AllowedRegistry.objects.exclude(pull_username="").exclude(pull_password=""):
+        # Status only in logs: the body holds the password.
+        secret = objects.make_pull_secret(namespace=namespace, name=registry.pull_secret_name, registry=registry.host,
+                                          username=registry.pull_username, password=registry.pull_password)  # fmt: skip
+        try:
+            core.create_namespaced_secret(namespace, secret, _request_timeout=kube.timeout())
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            core.replace_namespaced_secret(secret.metadata.name, namespace, secret, _request_timeout=kube.timeout())
     with _ensured_lock:
         _ensured[namespace] = (key, time.monotonic())
     return namespace
+
+
+def image_pull_secrets(image: str) -> tuple[str, ...]:
+    """The pull Secret a workload's image needs: its registry's, when that registry has credentials."""
+    reference = parse_image_reference(image)
+    if reference is None:
+        return ()
+    registry = AllowedRegistry.objects.filter(host=reference.registry).first()
+    return (registry.pull_secret_name,) if registry is not None and registry.pull_secret_name else ()
 
 
 def forget_namespaces() -> None:
