@@ -149,6 +149,9 @@ def _quietly(step) -> None:
 def main() -> int:
     env = dict(os.environ)
     env.setdefault("DEBUG", "1")
+    # Webhooks to a receiver on this machine (a local chat server, a test listener) are allowed here;
+    # a deployment allows only public addresses unless it says otherwise.
+    env.setdefault("NOTIFY_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128")
     env["PYTHONUNBUFFERED"] = "1"
     VAR.mkdir(exist_ok=True)
     python = sys.executable

@@ -85,17 +85,18 @@ def sso_callback(request: HttpRequest) -> HttpResponse:
 
 
 def _why(exc: Exception) -> str:
+    """Which check failed, in words (Authlib and joserfc name the claim in their messages)."""
     text = f"{type(exc).__name__} {exc}".lower()
-    for word, reason in (
+    for marker, reason in (
         ("signature", "wrong signature"),
-        ("bad_signature", "wrong signature"),
-        ("iss", "wrong issuer"),
-        ("aud", "wrong audience"),
-        ("nonce", "wrong nonce"),
         ("expired", "expired"),
-        ("exp", "expired"),
+        ("'exp'", "expired"),
+        ("'nonce'", "wrong nonce"),
+        ("'aud'", "wrong audience"),
+        ("'azp'", "wrong audience"),
+        ("'iss'", "wrong issuer"),
     ):
-        if word in text:
+        if marker in text:
             return reason
     return "invalid token"
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable
 from functools import lru_cache
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -72,5 +73,15 @@ class ContentSecurityPolicyMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
         if settings.CONTENT_SECURITY_POLICY and "Content-Security-Policy" not in response:
-            response["Content-Security-Policy"] = settings.CONTENT_SECURITY_POLICY
+            response["Content-Security-Policy"] = with_sign_in_provider(settings.CONTENT_SECURITY_POLICY)
         return response
+
+
+def with_sign_in_provider(policy: str) -> str:
+    """Signing out is a form whose answer redirects to the identity provider's end-session page, and
+    browsers apply form-action to that redirect: allow the provider's origin there, nothing more."""
+    issuer = urlsplit(settings.OIDC_ISSUER) if settings.OIDC_ISSUER else None
+    if not issuer or not issuer.netloc or "form-action " not in policy:
+        return policy
+    origin = f"{issuer.scheme}://{issuer.netloc}"
+    return policy.replace("form-action ", f"form-action {origin} ", 1)

@@ -86,7 +86,7 @@ DATABASE_URL (and the bundled database's password) unless an existing Secret giv
 when an external Redis URL is given in values (it may carry a password), and EMAIL_URL when given in values.
 */}}
 {{- define "gpuportal.ownSecretNeeded" -}}
-{{- if or (not .Values.secret.existingSecret) (not .Values.externalDatabase.existingSecret) (and (not .Values.redis.enabled) .Values.externalRedis.url) (and .Values.email.url (not .Values.email.existingSecret)) -}}
+{{- if or (not .Values.secret.existingSecret) (not .Values.externalDatabase.existingSecret) (and (not .Values.redis.enabled) .Values.externalRedis.url) (and .Values.email.url (not .Values.email.existingSecret)) (and .Values.oidc.enabled .Values.oidc.clientSecret (not .Values.oidc.existingSecret)) -}}
 true
 {{- end -}}
 {{- end -}}
@@ -116,6 +116,16 @@ REDIS_URL: {{ printf "redis://%s:%d/0" (include "gpuportal.redisHost" .) (int .V
 {{- end }}
 {{- with .Values.email.from }}
 DEFAULT_FROM_EMAIL: {{ . | quote }}
+{{- end }}
+{{- if .Values.oidc.enabled }}
+OIDC_ISSUER: {{ .Values.oidc.issuer | quote }}
+OIDC_CLIENT_ID: {{ .Values.oidc.clientId | quote }}
+OIDC_PROVIDER_NAME: {{ .Values.oidc.providerName | quote }}
+OIDC_SCOPES: {{ join "," .Values.oidc.scopes | quote }}
+OIDC_USERNAME_CLAIM: {{ .Values.oidc.usernameClaim | quote }}
+OIDC_EMAIL_CLAIM: {{ .Values.oidc.emailClaim | quote }}
+OIDC_PASSWORD_LOGIN: {{ ternary "1" "0" .Values.oidc.passwordLogin | quote }}
+OIDC_END_PROVIDER_SESSION: {{ ternary "1" "0" .Values.oidc.endProviderSession | quote }}
 {{- end }}
 {{- range $name, $value := .Values.extraEnv }}
 {{ $name }}: {{ $value | toString | quote }}
@@ -182,6 +192,13 @@ DEFAULT_FROM_EMAIL: {{ . | quote }}
       name: {{ default (include "gpuportal.secretName" .) .Values.email.existingSecret }}
       key: {{ ternary .Values.email.existingSecretKey "EMAIL_URL" (ne .Values.email.existingSecret "") }}
 {{- end }}
+{{- if and .Values.oidc.enabled (or .Values.oidc.clientSecret .Values.oidc.existingSecret) }}
+- name: OIDC_CLIENT_SECRET
+  valueFrom:
+    secretKeyRef:
+      name: {{ default (include "gpuportal.secretName" .) .Values.oidc.existingSecret }}
+      key: {{ ternary .Values.oidc.existingSecretKey "OIDC_CLIENT_SECRET" (ne .Values.oidc.existingSecret "") }}
+{{- end }}
 {{- end -}}
 
 {{- define "gpuportal.envFrom" -}}
@@ -196,7 +213,7 @@ DEFAULT_FROM_EMAIL: {{ . | quote }}
 {{- define "gpuportal.checksums" -}}
 checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
 {{- /* The Secret may hold generated values, so hash what feeds it, not a fresh render of it. */}}
-checksum/secret: {{ list .Values.secret .Values.externalDatabase .Values.externalRedis .Values.postgresql.auth .Values.email | toJson | sha256sum }}
+checksum/secret: {{ list .Values.secret .Values.externalDatabase .Values.externalRedis .Values.postgresql.auth .Values.email .Values.oidc | toJson | sha256sum }}
 {{- end -}}
 
 {{/* Volumes every portal pod gets: a writable /tmp on a read-only root filesystem. */}}
@@ -231,6 +248,12 @@ rendered, so `helm install`, `helm upgrade` and `helm template` all stop here wi
 {{- end -}}
 {{- if and $v.agent.enabled $v.agent.push.enabled (not $v.agent.push.tokenSecret) -}}
 {{- fail "agent.push.enabled is true but agent.push.tokenSecret is empty: name the Secret that holds the agent's token" -}}
+{{- end -}}
+{{- if and $v.oidc.enabled (or (not $v.oidc.issuer) (not $v.oidc.clientId)) -}}
+{{- fail "oidc.enabled is true but oidc.issuer or oidc.clientId is empty: set both (and oidc.clientSecret or oidc.existingSecret)" -}}
+{{- end -}}
+{{- if and $v.oidc.enabled (not $v.oidc.clientSecret) (not $v.oidc.existingSecret) -}}
+{{- fail "oidc.enabled is true but the client has no secret: set oidc.clientSecret or oidc.existingSecret" -}}
 {{- end -}}
 {{- if and $v.ingress.enabled (not $v.ingress.hosts) -}}
 {{- fail "ingress.enabled is true but ingress.hosts is empty: name at least one host" -}}

@@ -37,3 +37,38 @@ def test_no_email_configured_means_no_email_url() -> None:
 
 def test_an_email_url_that_is_not_smtp_is_refused_naming_the_value() -> None:
     assert "email" in render_error({"email": {"url": "imap://mail.example.org"}})
+
+
+def test_oidc_values_reach_the_portal_with_the_client_secret_from_a_secret() -> None:
+    values = {
+        "oidc": {
+            "enabled": True,
+            "issuer": "https://login.uni.example/realms/research",
+            "clientId": "gpuportal",
+            "clientSecret": "s3cret-client",
+            "providerName": "Uni Login",
+            "scopes": ["openid", "email", "profile", "groups"],
+        }
+    }
+    manifests = render(values)
+    config = config_map(manifests)
+    assert config["OIDC_ISSUER"] == "https://login.uni.example/realms/research"
+    assert (config["OIDC_CLIENT_ID"], config["OIDC_SCOPES"], config["OIDC_PROVIDER_NAME"]) == (
+        "gpuportal",
+        "openid,email,profile,groups",
+        "Uni Login",
+    )
+    assert "s3cret-client" not in str(config)
+    assert find(manifests, "Secret", "gp-gpuportal")["stringData"]["OIDC_CLIENT_SECRET"] == "s3cret-client"
+    [container] = deployment(manifests, "web")["spec"]["template"]["spec"]["containers"]
+    assert env_of(container)["OIDC_CLIENT_SECRET"] == {
+        "secretKeyRef": {"name": "gp-gpuportal", "key": "OIDC_CLIENT_SECRET"}
+    }
+    assert "OIDC_ISSUER" not in config_map(render({}))
+
+
+def test_oidc_without_issuer_or_secret_is_refused_naming_the_value() -> None:
+    assert "oidc.issuer" in render_error({"oidc": {"enabled": True, "clientId": "x", "clientSecret": "y"}})
+    assert "oidc.clientSecret" in render_error(
+        {"oidc": {"enabled": True, "issuer": "https://id.example", "clientId": "x"}}
+    )

@@ -1,0 +1,45 @@
+"""Pages that follow what happens without a reload: the dashboard, the workload list, the logs panel."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import expect
+
+from jobs.models import State, Workload
+from tests.ui.conftest import make_workload, sign_in
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_dashboard_and_list_show_a_finished_job_without_a_reload(page, world):
+    workload = make_workload(world, state=State.RUNNING, name="finishes-soon")
+    sign_in(page, "olivia")
+    page.evaluate("window.__notReloaded = true")
+    active = page.locator("#active-h").locator("xpath=..")
+    expect(active).to_contain_text("finishes-soon")
+    Workload.objects.filter(pk=workload.pk).update(state=State.SUCCEEDED, finished_at=timezone.now())
+    expect(page.locator("#recent-h").locator("xpath=..")).to_contain_text("finishes-soon", timeout=12_000)
+    expect(active).to_contain_text("Nothing running.")
+    assert page.evaluate("window.__notReloaded") is True
+
+    page.goto("/workloads/")
+    page.evaluate("window.__notReloaded = true")
+    make_workload(world, state=State.QUEUED, name="arrives-later")
+    expect(page.locator("#workload-results")).to_contain_text("arrives-later", timeout=12_000)
+    assert page.evaluate("window.__notReloaded") is True
+
+
+def test_logs_panel_is_read_again_when_the_state_changes(page, world):
+    workload = make_workload(world, state=State.RUNNING, name="log-reader")
+    sign_in(page, "olivia")
+    log_reads: list[str] = []
+    page.on("request", lambda request: "/logs/" in request.url and log_reads.append(request.url))
+    page.goto(f"/workloads/{workload.uid}/")
+    expect(page.locator("#logs")).not_to_contain_text("Loading logs", timeout=20_000)
+    page.wait_for_timeout(2500)  # a poll of the live part that changes nothing reads nothing
+    assert len(log_reads) == 1
+    with page.expect_request(lambda request: "/logs/" in request.url, timeout=15_000):
+        Workload.objects.filter(pk=workload.pk).update(state=State.SUCCEEDED, finished_at=timezone.now())
+    expect(page.locator("#live")).to_have_attribute("data-state", "SUCCEEDED")
+    assert len(log_reads) == 2
