@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,7 @@ from typing import Any
 
 import aiohttp
 from django.conf import settings
+from django.db import connections
 from django.http.cookie import parse_cookie
 
 from proxy import access, headers
@@ -39,6 +41,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 SERVICE_PATH = re.compile(r"^/w/(?P<uid>[0-9a-f]{1,16})(?P<rest>/.*)?$")
 CHUNK = 256 * 1024
+WORKERS = 8  # threads for Django work (sessions, policy, EndpointSlices, activity)
 # Close codes an endpoint may not send (RFC 6455 7.4.1): "no status", "abnormal", "TLS failure".
 UNSENDABLE_CLOSE = {1005, 1006, 1015}
 
@@ -89,12 +92,43 @@ class ServiceProxy:
         self._endpoints = endpoints  # (namespace, service) -> a ready pod's address; tests pin one
         self._client: aiohttp.ClientSession | None = None
         self._touched: dict[int | None, float] = {}
+        self._doors: dict[tuple[str | None, str], tuple[float, Door]] = {}
+        self._targets: dict[tuple[str, str], tuple[float, tuple[str, int] | None]] = {}
         # Django work (sessions, policy, Endpoints, activity) runs here, off the event loop.
-        self._django = ThreadPoolExecutor(max_workers=8, thread_name_prefix="proxy-django")
+        self._django = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="proxy-django")
 
     # --- plumbing -------------------------------------------------------------------------------------
     async def _sync(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._django, fn, *args)
+
+    async def _door(self, session_key: str | None, uid: str) -> Door:
+        """access.door, answered on the event loop while fresh: most requests of a page load are assets."""
+        key = (session_key, uid)
+        hit = self._doors.get(key)
+        if hit is not None and hit[0] > time.monotonic():
+            return hit[1]
+        door = await self._sync(access.door, session_key, uid)
+        if door.outcome != Outcome.SIGN_IN and settings.PROXY_ACCESS_CACHE_SECONDS > 0:
+            if len(self._doors) > 10_000:
+                self._doors.clear()
+            self._doors[key] = (time.monotonic() + settings.PROXY_ACCESS_CACHE_SECONDS, door)
+        return door
+
+    async def _target(self, door: Door) -> tuple[str, int] | None:
+        """The pod's address, answered on the event loop while fresh (PROXY_ENDPOINT_CACHE_SECONDS)."""
+        key = (door.namespace, door.service)
+        hit = self._targets.get(key)
+        if hit is not None and hit[0] > time.monotonic():
+            return hit[1]
+        target = await self._sync(self._endpoints, door.namespace, door.service)
+        if target is not None and settings.PROXY_ENDPOINT_CACHE_SECONDS > 0:
+            if len(self._targets) > 10_000:
+                self._targets.clear()
+            self._targets[key] = (time.monotonic() + settings.PROXY_ENDPOINT_CACHE_SECONDS, target)
+        return target
+
+    def _forget_target(self, door: Door) -> None:
+        self._targets.pop((door.namespace, door.service), None)
 
     @property
     def client(self) -> aiohttp.ClientSession:
@@ -111,6 +145,16 @@ class ServiceProxy:
     async def close(self) -> None:
         if self._client is not None:
             await self._client.close()
+        # Each worker thread holds its own database connection: close every one (a barrier makes each of
+        # the pool's threads take exactly one of these jobs), so none is left open on the server.
+        barrier = threading.Barrier(WORKERS)
+
+        def close_connections() -> None:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.wait(timeout=5)
+            connections.close_all()
+
+        await asyncio.gather(*(self._sync(close_connections) for _ in range(WORKERS)), return_exceptions=True)
         self._django.shutdown(wait=False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -137,7 +181,7 @@ class ServiceProxy:
                 await send({"type": "websocket.close", "code": 1008})
             return
         if kind == "websocket":
-            door = await self._sync(access.door, _session_key(scope), uid)
+            door = await self._door(_session_key(scope), uid)
             await self._websocket(scope, receive, send, door)
             return
         started = False
@@ -148,7 +192,7 @@ class ServiceProxy:
             await send(message)
 
         try:
-            door = await self._sync(access.door, _session_key(scope), uid)
+            door = await self._door(_session_key(scope), uid)
             await self._http(scope, receive, tracked, door)
         except Exception:  # the database is away, a template broke: a portal page, never a traceback
             log.exception("proxying %s failed", scope["path"])
@@ -202,7 +246,7 @@ class ServiceProxy:
             return
         target = None
         if door.outcome == Outcome.OPEN:
-            target = await self._sync(self._endpoints, door.namespace, door.service)
+            target = await self._target(door)
         if target is None:
             await self._page(send, "starting", door)
             return
@@ -217,6 +261,7 @@ class ServiceProxy:
         self._touch(door)
         outcome = await self._forward(scope, receive, send, origin, forwarded, strip=True)
         if outcome == "unreachable":
+            self._forget_target(door)
             await self._sync(access.forget_endpoint, door.namespace, door.service)
             await self._page(send, "unreachable", door)
         elif outcome == "timeout":
@@ -327,9 +372,7 @@ class ServiceProxy:
         connect = await receive()
         if connect["type"] != "websocket.connect":
             return
-        target = (
-            await self._sync(self._endpoints, door.namespace, door.service) if door.outcome == Outcome.OPEN else None
-        )
+        target = await self._target(door) if door.outcome == Outcome.OPEN else None
         if target is None:
             await send({"type": "websocket.close", "code": 1008})
             return
@@ -354,6 +397,7 @@ class ServiceProxy:
                 timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=10),
             )
         except (TimeoutError, aiohttp.ClientError, ConnectionError):
+            self._forget_target(door)
             await self._sync(access.forget_endpoint, door.namespace, door.service)
             await send({"type": "websocket.close", "code": 1011})  # before accept: the handshake fails
             return

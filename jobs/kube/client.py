@@ -6,6 +6,7 @@ client's default). Clients are built once per process (Celery forks, so per pid)
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from dataclasses import dataclass
@@ -77,6 +78,10 @@ def apps() -> client.AppsV1Api:
     return client.AppsV1Api(api_client())
 
 
+def networking() -> client.NetworkingV1Api:
+    return client.NetworkingV1Api(api_client())
+
+
 def rbac() -> client.RbacAuthorizationV1Api:
     return client.RbacAuthorizationV1Api(api_client())
 
@@ -86,24 +91,32 @@ _DISCOVERY_VERSIONS = ("v1", "v1beta1")
 _discovery_version: list[str] = []
 
 
-def ready_endpoint(namespace: str, service: str, *, port_name: str = "http") -> tuple[str, int] | None:
+def ready_endpoint(
+    namespace: str, service: str, *, port_name: str = "http", api: client.ApiClient | None = None
+) -> tuple[str, int] | None:
     """A ready pod's (IP, port) behind a Service, from its EndpointSlices; None when none is ready.
 
     The portal's proxy dials this address directly, so it works with or without kube-proxy and cluster DNS.
+    `api`: a client with other credentials (the proxy's own identity) instead of the portal's.
     """
     params = {"labelSelector": f"kubernetes.io/service-name={service}"}
     versions = _discovery_version or list(_DISCOVERY_VERSIONS)
     for version in versions:
         path = f"/apis/discovery.k8s.io/{version}/namespaces/{namespace}/endpointslices"
-        try:
-            body = api_client().call_api(
-                path, "GET", query_params=list(params.items()), response_type="object",
-                auth_settings=["BearerToken"], _return_http_data_only=True, _request_timeout=timeout(),
-            )  # fmt: skip
-        except ApiException as exc:
-            if exc.status == 404 and not _discovery_version:
-                continue  # this API version is not served here: try the older one
-            raise
+        client_ = api or api_client()
+        request = client_.param_serialize(
+            "GET", path, query_params=list(params.items()), header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )  # fmt: skip
+        response = client_.call_api(*request, _request_timeout=timeout())
+        data = response.read()
+        if response.status == 404 and not _discovery_version:
+            continue  # this API version is not served here: try the older one
+        if response.status >= 400:
+            error = ApiException(status=response.status, reason=response.reason)
+            error.body = data.decode("utf-8", "replace")
+            raise error
+        body = json.loads(data)
         if not _discovery_version:
             _discovery_version.append(version)
         return _first_ready(body.get("items") or [], port_name)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -92,7 +93,7 @@ def fair_share_usage(team_ids: Iterable[int]) -> dict[int, dict[int, float]]:
         return {}
     now = timezone.now()
     longest = max(t.fair_share_half_life_hours for t in teams.values())
-    since = now - timezone.timedelta(hours=min(longest * 5, settings.PORTAL_HISTORY_DAYS * 24))
+    since = now - timedelta(hours=min(longest * 5, settings.PORTAL_HISTORY_DAYS * 24))
     rows = (
         Workload.objects.filter(team_id__in=teams, started_at__isnull=False)
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))

@@ -156,7 +156,28 @@ def reap_finished(view: ClusterView) -> int:
     ]
     for workload_id in stale:
         enqueue_delete(workload_id)
-    return len(stale)
+    return len(stale) + reap_superseded_attempts(view, running)
+
+
+def reap_superseded_attempts(view: ClusterView, running: set[str]) -> int:
+    """Pods of an attempt that preemption ended (the workload was requeued and runs, or waits, under a
+    new name) that still run: the delete request was lost (broker down, say). Ask again, with the grace."""
+    from jobs.services.dispatch import enqueue_preempt_delete
+
+    requeued = Workload.objects.filter(uid__in=running, attempt__gt=0).select_related("team")
+    asked = 0
+    for w in requeued:
+        current = names.attempt_name(w.name, w.uid, w.attempt)
+        namespace = workload_namespace(w)
+        old = {
+            ((p.get("metadata") or {}).get("labels") or {}).get("job-name")
+            for p in view.pods.get(w.uid, {}).values()
+            if not (p.get("metadata") or {}).get("deletionTimestamp") and in_namespace("Pod", p, namespace)
+        } - {current, None}
+        for name in sorted(old):
+            enqueue_preempt_delete(w.id, name)
+            asked += 1
+    return asked
 
 
 def objects_missing(workload: Workload) -> bool:

@@ -117,3 +117,36 @@ def test_the_reaper_ignores_look_alikes_of_finished_workloads(running_service, s
     impostor["status"] = {"phase": "Running"}
     view.put("Pod", impostor)
     assert reap_finished(view) == 0
+
+
+def test_a_requeued_jobs_previous_attempt_is_reaped_and_never_speaks_for_it(
+    running_service, settings, django_capture_on_commit_callbacks
+):
+    """Preempted and requeued (attempt 1): pods of attempt 0 that still run are deleted again (a lost
+    request), and their end never changes the workload waiting for its next run."""
+    settings.PORTAL_INSTANCE = "default"
+    Workload.objects.filter(id=running_service.id).update(kind="batch", state=State.SUBMITTING, attempt=1, k8s_name="")
+    running_service.refresh_from_db()
+    old_name = names.attempt_name(running_service.name, running_service.uid, 0)
+    labels = {
+        names.LABEL_MANAGED_BY: names.MANAGED_BY,
+        names.LABEL_INSTANCE: names.label_value("default"),
+        names.LABEL_WORKLOAD: running_service.uid,
+        "job-name": old_name,
+    }
+    old = failed_pod(running_service, namespace=running_service.namespace, name=f"{old_name}-abc", labels=labels)
+    view = ClusterView()
+    view.put("Pod", old)
+    sync_workloads(view, {running_service.uid}, full=False)
+    running_service.refresh_from_db()
+    assert running_service.state == State.SUBMITTING  # the old attempt's failure is not this run's
+    old["status"] = {"phase": "Running"}
+    view.put("Pod", old)
+    with django_capture_on_commit_callbacks() as sends:
+        assert reap_finished(view) == 1
+    assert len(sends) == 1  # one delete request (with the preemption grace) for the old attempt
+    # The current attempt's own pods are never reaped this way.
+    labels["job-name"] = names.attempt_name(running_service.name, running_service.uid, 1)
+    view = ClusterView()
+    view.put("Pod", old)
+    assert reap_finished(view) == 0

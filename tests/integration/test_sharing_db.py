@@ -27,7 +27,7 @@ from jobs.models import (
 )
 from jobs.services.admission import quota_admit
 from jobs.services.estimates import estimate
-from jobs.services.submission import team_gpu_limits
+from jobs.services.provisioning import team_gpu_limits
 from jobs.services.submit import workload_submit
 from jobs.services.validation import SubmissionInvalid
 
@@ -236,6 +236,7 @@ def test_queue_page_and_api_explain_borrowed_lent_and_why_work_waits(cohort, cli
     jobs = [submit(b, bob) for _ in range(6)]
     assert jobs[5].state == State.QUEUED
     client.force_login(bob)
+    assert 'name="restartable"' in client.get("/launch/").content.decode()  # the launch form's checkbox
     page = client.get("/queue/")
     assert page.status_code == 200
     html = page.content.decode()

@@ -1,0 +1,276 @@
+"""The service proxy (/w/<uid>/): what it adds to a request, how much of a download's speed it keeps, and
+how many idle WebSockets one proxy process holds.
+
+Three processes on loopback: a backend (aiohttp: a small page, a large download, a WebSocket echo), the
+proxy (the real ServiceProxy under uvicorn, signed-in through the portal's real session and policy checks
+against the run's database; only the pod's address is pinned to the backend instead of read from
+Kubernetes), and this client. Direct and proxied requests alternate, so load on the machine hits both.
+
+Lines printed:
+  proxy_overhead_p95_ms     p95 of proxied minus p95 of direct latency, small GET, keep-alive (goal <= 5)
+  proxy_latency_p95_ms      p95 latency through the proxy (context for the line above)
+  direct_latency_p95_ms     p95 latency straight to the backend
+  proxy_throughput_ratio    MB/s of a 64 MB download through the proxy / straight (best of 3 each; goal >= 0.8)
+  proxy_ws_concurrent       WebSockets opened through one proxy process, left idle, that all still echo
+                            afterwards (WS_TARGET tried; goal >= 1000); 0 if any one of them failed
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+FIGURES = [
+    "proxy_overhead_p95_ms",
+    "proxy_latency_p95_ms",
+    "direct_latency_p95_ms",
+    "proxy_throughput_ratio",
+    "proxy_ws_concurrent",
+]
+SMALL_REQUESTS = 600  # per side
+BLOB_MB = 64
+WS_TARGET = 1000
+UID = "b0c0ffee00000001"  # hex, like every workload uid (the proxy routes only those)
+
+
+def _raise_fd_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_port(port: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"nothing listens on port {port} after {timeout:.0f} s")
+
+
+# --- the two helper processes ---------------------------------------------------------------------------
+def serve_backend(port: int) -> None:
+    from aiohttp import WSMsgType, web
+
+    blob = os.urandom(256 * 1024)
+
+    async def small(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def large(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        response.content_length = BLOB_MB * 1024 * 1024
+        await response.prepare(request)
+        for _ in range(BLOB_MB * 4):
+            await response.write(blob)
+        return response
+
+    async def echo(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(heartbeat=None)
+        await ws.prepare(request)
+        async for message in ws:
+            if message.type == WSMsgType.TEXT:
+                await ws.send_str(message.data)
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/w/{uid}/small", small)
+    app.router.add_get("/w/{uid}/blob", large)
+    app.router.add_get("/w/{uid}/ws", echo)
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None, backlog=4096)
+
+
+def serve_proxy(port: int, backend_port: int) -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    import django
+
+    django.setup()
+    import uvicorn
+
+    from proxy.app import ServiceProxy
+
+    app = ServiceProxy(endpoints=lambda namespace, service: ("127.0.0.1", backend_port))
+    uvicorn.run(
+        app, host="127.0.0.1", port=port, log_level="warning", ws="websockets-sansio",
+        ws_per_message_deflate=False, lifespan="on", backlog=4096,
+    )  # fmt: skip
+
+
+# --- the run ---------------------------------------------------------------------------------------------
+def _prepare_service() -> str:
+    """A running service owned by a signed-in researcher; returns the session cookie's value."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from jobs.models import GpuType, Kind, Membership, State, Team, Workload
+
+    user, _ = get_user_model().objects.get_or_create(username="bench-proxy")
+    team, _ = Team.objects.get_or_create(slug="bench-proxy", defaults={"name": "Bench proxy"})
+    Membership.objects.get_or_create(user=user, team=team)
+    gpu_type, _ = GpuType.objects.get_or_create(
+        slug="bench-proxy", defaults={"display_name": "Bench", "node_label_value": "bench-proxy"}
+    )
+    Workload.objects.filter(uid=UID).delete()
+    Workload.objects.create(
+        uid=UID, team=team, owner=user, name="bench-notebook", kind=Kind.SERVICE, image="docker.io/x:1",
+        gpu_type=gpu_type, gpu_count=1, port=8888, time_limit_seconds=3600, state=State.RUNNING,
+        namespace="gpuportal-bench", k8s_name="bench-notebook",
+    )  # fmt: skip
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+def _cleanup() -> None:
+    from jobs.models import Workload
+
+    Workload.objects.filter(uid=UID).delete()
+
+
+async def _latencies(proxy: str, direct: str, cookies: dict) -> tuple[list[float], list[float]]:
+    import aiohttp
+
+    through, straight = [], []
+    async with (
+        aiohttp.ClientSession(cookies=cookies) as via,
+        aiohttp.ClientSession() as plain,
+    ):
+        for _ in range(20):  # warm both connections and the proxy's caches
+            await (await via.get(f"{proxy}/w/{UID}/small")).read()
+            await (await plain.get(f"{direct}/w/{UID}/small")).read()
+        for _ in range(SMALL_REQUESTS):
+            for session, url, sink in ((via, proxy, through), (plain, direct, straight)):
+                started = time.perf_counter()
+                async with session.get(f"{url}/w/{UID}/small") as response:
+                    await response.read()
+                    if response.status != 200:
+                        raise RuntimeError(f"{url}: HTTP {response.status}")
+                sink.append((time.perf_counter() - started) * 1000)
+    return through, straight
+
+
+async def _throughput(url: str, cookies: dict) -> float:
+    import aiohttp
+
+    async with aiohttp.ClientSession(cookies=cookies, auto_decompress=False) as session:
+        started = time.perf_counter()
+        size = 0
+        async with session.get(f"{url}/w/{UID}/blob") as response:
+            async for chunk in response.content.iter_chunked(1 << 20):
+                size += len(chunk)
+        elapsed = time.perf_counter() - started
+    if size != BLOB_MB * 1024 * 1024:
+        raise RuntimeError(f"{url}: downloaded {size} bytes, expected {BLOB_MB} MB")
+    return size / elapsed / 1e6
+
+
+async def _websockets(proxy: str, session_id: str) -> int:
+    import aiohttp
+
+    url = proxy.replace("http://", "ws://") + f"/w/{UID}/ws"
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, cookies={"sessionid": session_id}) as session:
+        sockets = []
+        try:
+            for batch in range(0, WS_TARGET, 100):  # in batches: a burst of 1000 handshakes is not "idle"
+                opened = await asyncio.gather(
+                    *(
+                        session.ws_connect(url, heartbeat=None, autoping=True)
+                        for _ in range(batch, min(batch + 100, WS_TARGET))
+                    ),
+                    return_exceptions=True,
+                )
+                failures = [o for o in opened if isinstance(o, BaseException)]
+                sockets += [o for o in opened if not isinstance(o, BaseException)]
+                if failures:
+                    print(f"# proxy_ws: {len(failures)} handshakes failed: {failures[0]!r}", flush=True)
+                    return 0
+            await asyncio.sleep(5)  # idle, all of them open at once
+
+            async def echoes(n: int, ws: aiohttp.ClientWebSocketResponse) -> bool:
+                await ws.send_str(f"still there {n}")
+                message = await asyncio.wait_for(ws.receive(), timeout=30)
+                return message.type == aiohttp.WSMsgType.TEXT and message.data == f"still there {n}"
+
+            results = await asyncio.gather(*(echoes(n, ws) for n, ws in enumerate(sockets)), return_exceptions=True)
+            alive = sum(1 for r in results if r is True)
+            return alive if alive == WS_TARGET else 0
+        finally:
+            await asyncio.gather(*(ws.close() for ws in sockets), return_exceptions=True)
+
+
+def _p95(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100)[94]
+
+
+def run(ctx: Any) -> Iterator[tuple[str, float | int]]:
+    ctx.django()
+    _raise_fd_limit()
+    session_id = _prepare_service()
+    backend_port, proxy_port = _free_port(), _free_port()
+    env = {**os.environ, "PROXY_ACTIVITY_WRITE_SECONDS": "60", "LOG_LEVEL": "WARNING"}
+    me = [sys.executable, "-m", "benchmarks.bench_proxy"]
+    children = [
+        subprocess.Popen([*me, "--backend", str(backend_port)], env=env),
+        subprocess.Popen([*me, "--proxy", str(proxy_port), str(backend_port)], env=env),
+    ]
+    try:
+        _wait_port(backend_port)
+        _wait_port(proxy_port)
+        proxy, direct = f"http://127.0.0.1:{proxy_port}", f"http://127.0.0.1:{backend_port}"
+        cookies = {"sessionid": session_id}
+        through, straight = asyncio.run(_latencies(proxy, direct, cookies))
+        yield "proxy_overhead_p95_ms", round(_p95(through) - _p95(straight), 3)
+        yield "proxy_latency_p95_ms", round(_p95(through), 3)
+        yield "direct_latency_p95_ms", round(_p95(straight), 3)
+        speeds: dict[str, list[float]] = {"proxy": [], "direct": []}
+        for _ in range(3):
+            speeds["direct"].append(asyncio.run(_throughput(direct, {})))
+            speeds["proxy"].append(asyncio.run(_throughput(proxy, cookies)))
+        print(f"# proxy_throughput MB/s: proxy {speeds['proxy']}, direct {speeds['direct']}", flush=True)
+        yield "proxy_throughput_ratio", round(max(speeds["proxy"]) / max(speeds["direct"]), 3)
+        yield "proxy_ws_concurrent", asyncio.run(_websockets(proxy, session_id))
+    finally:
+        for child in children:
+            child.terminate()
+        for child in children:
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        _cleanup()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_proxy")
+    parser.add_argument("--backend", type=int, metavar="PORT")
+    parser.add_argument("--proxy", type=int, nargs=2, metavar=("PORT", "BACKEND_PORT"))
+    options = parser.parse_args()
+    _raise_fd_limit()
+    if options.backend:
+        serve_backend(options.backend)
+    elif options.proxy:
+        serve_proxy(*options.proxy)
+    else:
+        parser.error("the benchmark runs through `python -m benchmarks proxy`")
+
+
+if __name__ == "__main__":
+    main()
