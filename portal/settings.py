@@ -148,6 +148,7 @@ AXES_COOLOFF_TIME = env_int("LOGIN_COOLOFF_MINUTES", 15, minimum=1) / 60  # hour
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "portal.security.axes_client_ip"
+AXES_USERNAME_CALLABLE = "portal.security.axes_username"
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = False
 X_FRAME_OPTIONS = "DENY"
@@ -238,8 +239,8 @@ PORTAL_DEFAULT_TIME_LIMIT_BATCH = env_int("PORTAL_DEFAULT_TIME_LIMIT_BATCH", 24 
 PORTAL_DEFAULT_TIME_LIMIT_SERVICE = env_int("PORTAL_DEFAULT_TIME_LIMIT_SERVICE", 8 * 3600, minimum=60)
 PORTAL_MIN_TIME_LIMIT = env_int("PORTAL_MIN_TIME_LIMIT", 60, minimum=1)
 # How many workloads may wait in the queue at once, per person and per team (the quota decides what runs).
-PORTAL_MAX_QUEUED_PER_USER = env_int("PORTAL_MAX_QUEUED_PER_USER", 200, minimum=1)
-PORTAL_MAX_QUEUED_PER_TEAM = env_int("PORTAL_MAX_QUEUED_PER_TEAM", 2000, minimum=1)
+PORTAL_MAX_QUEUED_PER_USER = env_int("PORTAL_MAX_QUEUED_PER_USER", 500, minimum=1)
+PORTAL_MAX_QUEUED_PER_TEAM = env_int("PORTAL_MAX_QUEUED_PER_TEAM", 5000, minimum=1)
 PORTAL_MAX_TIME_LIMIT = env_int("PORTAL_MAX_TIME_LIMIT", 7 * 24 * 3600, minimum=60)
 # A pod that cannot pull its image fails after this long (it would otherwise hold quota forever).
 PORTAL_IMAGE_PULL_TIMEOUT = env_int("PORTAL_IMAGE_PULL_TIMEOUT", 300, minimum=1)
@@ -364,7 +365,7 @@ REST_FRAMEWORK = {
         "user": env_str("API_USER_THROTTLE_RATE", "1200/min"),
     },
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["api.parsers.SafeJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "api.schema.PortalAutoSchema",
     "DEFAULT_METADATA_CLASS": None,  # no OPTIONS introspection: the OpenAPI schema is the description
     "EXCEPTION_HANDLER": "api.errors.api_exception_handler",
