@@ -157,14 +157,14 @@ def release(kube_cluster, kube_api) -> Iterator[Release]:
             core.delete_namespace(namespace, propagation_policy="Background")
 
 
-def test_install_creates_the_five_deployments_and_the_hook_jobs(release: Release) -> None:
+def test_install_creates_the_deployments_and_the_hook_jobs(release: Release) -> None:
     deployments = {
         d.metadata.labels["app.kubernetes.io/component"]: d
         for d in release.apps.list_namespaced_deployment(
             release.namespace, label_selector=f"app.kubernetes.io/instance={release.name}"
         ).items
     }
-    assert set(deployments) == {"web", "worker", "beat", "tracker", "provisioner"}
+    assert set(deployments) == {"web", "proxy", "worker", "beat", "tracker", "provisioner"}
     assert deployments["web"].spec.replicas == 2
     jobs = {j.metadata.name: j for j in release.batch.list_namespaced_job(release.namespace).items}
     assert set(jobs) == {f"{release.fullname}-migrate", f"{release.fullname}-seed"}
