@@ -198,7 +198,7 @@ class GpuReading:
                 raise ReportError(f"{path}.errors[{position}]: expected a string")
         processes = _list(body, "processes", path)
         return cls(
-            index=_int(body, "index", path, nullable=False, minimum=0, maximum=None),
+            index=_int(body, "index", path, nullable=False, minimum=0, maximum=1023),
             uuid=_text(body, "uuid", path),
             name=_text(body, "name", path),
             state=state,
@@ -389,7 +389,20 @@ def _text(body: Mapping[str, Any], key: str, path: str, *, nullable: bool = True
         return None
     if not isinstance(value, str):
         raise ReportError(f"{_join(path, key)}: expected a string" + (" or null" if nullable else ""))
+    if "\x00" in value or len(value) > 1024 or not _encodable(value):
+        raise ReportError(f"{_join(path, key)}: UTF-8 text without NUL, at most 1024 characters")
     return value
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: valid in JSON escapes, not storable text
+        return False
+    return True
+
+
+LARGEST_INT = 2**62
 
 
 def _int(
@@ -407,7 +420,9 @@ def _int(
     # bool is an int in Python but never a reading.
     if not isinstance(value, int) or isinstance(value, bool):
         raise ReportError(f"{_join(path, key)}: expected an integer" + (" or null" if nullable else ""))
-    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+    # No reading comes near 2**62 (bytes, watts, counts); the portal stores them as 64-bit integers.
+    maximum = LARGEST_INT if maximum is None else maximum
+    if (minimum is not None and value < minimum) or value > maximum:
         raise ReportError(f"{_join(path, key)}: {value} is outside {minimum}..{maximum}")
     return value
 

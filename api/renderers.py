@@ -1,9 +1,10 @@
 from __future__ import annotations
 
-import csv
 import io
 
 from rest_framework.renderers import BaseRenderer, JSONRenderer
+
+from jobs.services.exports import SafeCsvWriter
 
 
 class PlainTextRenderer(BaseRenderer):
@@ -28,7 +29,7 @@ class UsageCsvRenderer(BaseRenderer):
         if not isinstance(data, dict) or "rows" not in data:
             return JSONRenderer().render(data)
         out = io.StringIO()
-        writer = csv.writer(out)
+        writer = SafeCsvWriter(out)
         writer.writerow([data["group_by"], "gpu_hours", "weighted_gpu_hours"])
         for row in data["rows"]:
             writer.writerow([row["key"], f"{row['gpu_hours']:.6f}", f"{row['weighted_gpu_hours']:.6f}"])

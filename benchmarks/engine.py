@@ -63,7 +63,7 @@ class Engine:
         s = connection.settings_dict
         env = {
             **os.environ,
-            **self.identity.settings(),
+            **self.identity.env(),
             **FAST_INTERVALS,
             "DATABASE_URL": f"postgres://{s['USER'] or 'postgres'}:{s['PASSWORD'] or ''}@{s['HOST']}:{s['PORT']}/{s['NAME']}",
             "DEBUG": "0",

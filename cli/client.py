@@ -81,6 +81,11 @@ class PortalClient:
             url = "/workloads/?" + next_url.split("?", 1)[1] if next_url and "?" in next_url else None
             params = {}
 
+    def get(self, path: str, **params: Any) -> Any:
+        """A read under /api/v1 (teams, GPU types, usage, a team's queue), as JSON."""
+        params = {k: v for k, v in params.items() if v not in (None, "")}
+        return self._request("GET", path, retry=True, params=params).json()
+
     def workload(self, uid: str) -> dict:
         return self._request("GET", f"/workloads/{uid}/", retry=True).json()
 

@@ -33,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--url", help="portal address, e.g. https://gpus.example.org")
     parser.add_argument("--token", help="API token from your profile page")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text (same as --output json)")
+    parser.add_argument("-o", "--output", choices=["text", "json"], default="text", help="text (default) or json")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     submit = commands.add_parser("submit", help="submit a workload; the command follows `--`")
@@ -91,6 +92,25 @@ def build_parser() -> argparse.ArgumentParser:
     wait.add_argument("uid")
     wait.add_argument("--timeout", type=float, default=0, metavar="SECONDS", help="0: wait forever")
     wait.add_argument("--interval", type=float, default=2.0, metavar="SECONDS")
+    clone = commands.add_parser("clone", help="submit a copy of a workload (same image, GPUs, command, env)")
+    clone.add_argument("uid")
+    clone.add_argument("--name", help="the copy's name (default: made by the portal from the image)")
+    clone.add_argument("--gpus", type=int, help="a different number of GPUs")
+    clone.add_argument("--wait", action="store_true", help="wait until it finishes; exit 0 only if it succeeded")
+
+    usage = commands.add_parser("usage", help="GPU-hours of your team (default: this month, by day)")
+    usage.add_argument("--team")
+    usage.add_argument("--start", metavar="YYYY-MM-DD")
+    usage.add_argument("--end", metavar="YYYY-MM-DD")
+    usage.add_argument("--by", choices=["day", "user", "gpu_type"], default="day")
+    usage.add_argument("--user", help="only this user's (managers: anyone in the team)")
+
+    queue = commands.add_parser("queue", help="your team's quotas and what waits, in order")
+    queue.add_argument("--team")
+
+    gpu_types = commands.add_parser("gpu-types", help="GPU types: free in the cluster, and your team's quota")
+    gpu_types.add_argument("--team")
+
     opening = commands.add_parser("open", help="print the address a service opens at (in a signed-in browser)")
     opening.add_argument("uid")
     opening.add_argument("--browser", action="store_true", help="open it in your web browser too")
@@ -100,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.json = args.json or args.output == "json"
     try:
         settings = config.load(url=args.url, token=args.token)
     except config.ConfigError as exc:
@@ -234,6 +255,105 @@ def cmd_open(client: PortalClient, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# Fields of a workload that make its copy; what the portal sets (state, times, placement) is left out.
+CLONED = ("kind", "image", "catalog_image", "gpu_type", "gpu_count", "command", "args", "port", "cpu_millicores",
+          "memory_mib", "time_limit_seconds", "restartable", "shared_with_team")  # fmt: skip
+
+
+def cmd_clone(client: PortalClient, args: argparse.Namespace) -> int:
+    source = client.workload(args.uid)
+    spec = {key: source[key] for key in CLONED if source.get(key) not in (None, [], "")}
+    if spec.get("catalog_image"):
+        spec.pop("image", None)
+    spec["team"] = source["team"]
+    if any(var.get("value") is None for var in source.get("env") or []):
+        print(f"gpuportal: {args.uid}'s environment is its owner's; clone your own workloads", file=sys.stderr)
+        return EXIT_FAILED
+    if source.get("env"):
+        spec["env"] = [{"name": var["name"], "value": var["value"]} for var in source["env"]]
+    if source.get("secrets"):
+        spec["secrets"] = [{"name": ref["name"], "env": ref.get("env") or ""} for ref in source["secrets"]]
+    datasets = [m["name"] for m in source.get("mounts") or [] if m.get("kind") == "dataset" and m.get("name")]
+    if datasets:
+        spec["datasets"] = datasets
+    if args.name:
+        spec["name"] = args.name
+    if args.gpus:
+        spec["gpu_count"] = args.gpus
+    workload = client.submit(spec)
+    _show(args, workload, f"{workload['uid']}  {_state(workload)}")
+    if args.wait:
+        return _wait(client, workload["uid"], timeout=0, interval=2.0, quiet=args.json)
+    return EXIT_OK
+
+
+def cmd_usage(client: PortalClient, args: argparse.Namespace) -> int:
+    body = client.get(
+        "/usage/", team=args.team, start=args.start, end=args.end, group_by=args.by, user=args.user, format="json"
+    )
+    if args.json:
+        print(json.dumps(body, indent=2))
+        return EXIT_OK
+    print(f"{body['team']}: {body['start']} to {body['end']}, by {body['group_by']}")
+    rows = [(r["key"], f"{r['gpu_hours']:.2f}", f"{r['weighted_gpu_hours']:.2f}") for r in body["rows"]]
+    rows.append(("TOTAL", f"{body['total_gpu_hours']:.2f}", f"{body['total_weighted_gpu_hours']:.2f}"))
+    _table((body["group_by"].upper(), "GPU-HOURS", "WEIGHTED"), rows)
+    return EXIT_OK
+
+
+def cmd_queue(client: PortalClient, args: argparse.Namespace) -> int:
+    team = args.team or _only_team(client)
+    body = client.get(f"/teams/{team}/queue/")
+    if args.json:
+        print(json.dumps(body, indent=2))
+        return EXIT_OK
+    _table(
+        ("GPU TYPE", "QUOTA", "IN USE", "WAITING GPUS"),
+        [(q["gpu_type"], q["limit"], q["used"], q["queued"]) for q in body["quotas"]],
+    )
+    print()
+    if not body["queued"]:
+        print("Nothing waits.")
+        return EXIT_OK
+    _table(
+        ("#", "UID", "NAME", "OWNER", "GPUS", "STATE"),
+        [
+            (
+                w.get("queue_position") or "",
+                w["uid"],
+                w["name"],
+                w["owner"],
+                f"{w['gpu_count']}×{w['gpu_type']}",
+                _state(w),
+            )
+            for w in body["queued"]
+        ],
+    )
+    return EXIT_OK
+
+
+def cmd_gpu_types(client: PortalClient, args: argparse.Namespace) -> int:
+    types = client.get("/gpu-types/", team=args.team)
+    if args.json:
+        print(json.dumps(types, indent=2))
+        return EXIT_OK
+    _table(
+        ("SLUG", "NAME", "FREE", "TOTAL", "QUOTA LEFT", "CUDA ≤"),
+        [
+            (
+                t["slug"],
+                t["display_name"],
+                t["cluster"]["free"],
+                t["cluster"]["total"],
+                f"{t['quota']['free']} of {t['quota']['limit']}" if t.get("quota") else "no quota",
+                t.get("max_cuda_version") or "-",
+            )
+            for t in types
+        ],
+    )
+    return EXIT_OK
+
+
 COMMANDS = {
     "submit": cmd_submit,
     "list": cmd_list,
@@ -241,6 +361,10 @@ COMMANDS = {
     "cancel": cmd_cancel,
     "wait": cmd_wait,
     "open": cmd_open,
+    "clone": cmd_clone,
+    "usage": cmd_usage,
+    "queue": cmd_queue,
+    "gpu-types": cmd_gpu_types,
 }
 
 
@@ -295,6 +419,21 @@ def _about(when: str | None) -> str:
     if minutes < 36 * 60:
         return f"about {round(minutes / 60)} h"
     return f"about {round(minutes / 1440)} days"
+
+
+def _table(header: tuple, rows: list[tuple]) -> None:
+    table = [header, *rows]
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
+def _only_team(client: PortalClient) -> str:
+    teams = client.get("/teams/")
+    if len(teams) != 1:
+        names = ", ".join(t["slug"] for t in teams) or "none"
+        raise ApiError(400, f"you are in several teams ({names}); say which with --team", {"team": ["required"]})
+    return teams[0]["slug"]
 
 
 def _show(args: argparse.Namespace, workload: dict, text: str) -> None:

@@ -1,4 +1,4 @@
-"""The portal's engine as separate processes (Celery worker, Celery beat, tracker) against a given
+"""The portal's engine as separate processes (Celery worker, Celery beat, tracker, provisioner) against a given
 database, broker and cluster — what the integration tests and `make bench` run, the way production does.
 """
 
@@ -37,20 +37,40 @@ FAST_INTERVALS = {
 
 @dataclass
 class PortalIdentity:
-    """The portal's least-privilege service account in a cluster, and a kubeconfig for it."""
+    """The portal's least-privilege service accounts in a cluster, and a kubeconfig for each.
 
-    kubeconfig: Path
-    service_account: str
+    engine: worker and tracker (and this test process); web: the web and proxy (read-only);
+    provisioner: the process that alone creates team namespaces and their bindings.
+    """
+
+    kubeconfigs: dict[str, Path]
+    service_accounts: dict[str, str]
     workloads_role: str
+    reader_role: str
     instance: str
     namespace_prefix: str
     system_namespace: str
 
+    @property
+    def kubeconfig(self) -> Path:
+        return self.kubeconfigs["engine"]
+
+    @property
+    def service_account(self) -> str:
+        return self.service_accounts["engine"]
+
+    def env(self) -> dict[str, str]:
+        """The environment of the engine's processes; the provisioner gets PROVISIONER_KUBECONFIG as KUBECONFIG."""
+        return {**self.settings(), "PROVISIONER_KUBECONFIG": str(self.kubeconfigs["provisioner"])}
+
     def settings(self) -> dict[str, str]:
+        """Django settings of a portal process acting as the engine."""
         return {
             "KUBECONFIG": str(self.kubeconfig),
-            "KUBE_SERVICE_ACCOUNT": self.service_account,
+            "KUBE_SERVICE_ACCOUNT": self.service_accounts["engine"],
+            "KUBE_WEB_SERVICE_ACCOUNT": self.service_accounts["web"],
             "KUBE_WORKLOADS_CLUSTERROLE": self.workloads_role,
+            "KUBE_READER_CLUSTERROLE": self.reader_role,
             "PORTAL_INSTANCE": self.instance,
             "KUBE_NAMESPACE_PREFIX": self.namespace_prefix,
         }
@@ -65,28 +85,73 @@ def cluster_ca(kubeconfig: Path) -> bytes:
 
 
 def install_identity(*, admin_api: Any, server: str, admin_kubeconfig: Path, directory: Path) -> PortalIdentity:
-    from jobs.kube.rbac import install_portal_identity, kubeconfig_for_token
+    from jobs.kube.rbac import PortalNames, install_portal_identity, kubeconfig_for_token
 
     run = uuid.uuid4().hex[:6]
-    namespace, account = f"gpuportal-system-{run}", "portal"
-    workloads_role = f"gpuportal-{run}-workloads"
-    token = install_portal_identity(
-        admin_api,
-        namespace=namespace,
-        account=account,
-        controller_role=f"gpuportal-{run}-controller",
-        workloads_role=workloads_role,
-    )
-    path = directory / "portal-kubeconfig"
-    path.write_text(kubeconfig_for_token(server=server, ca_pem=cluster_ca(admin_kubeconfig), token=token))
+    namespace = f"gpuportal-system-{run}"
+    names = PortalNames(f"gpuportal-{run}")
+    tokens = install_portal_identity(admin_api, namespace=namespace, fullname=names.fullname)
+    ca = cluster_ca(admin_kubeconfig)
+    kubeconfigs = {}
+    for identity, token in tokens.items():
+        path = directory / f"{identity}-kubeconfig"
+        path.write_text(kubeconfig_for_token(server=server, ca_pem=ca, token=token))
+        kubeconfigs[identity] = path
     return PortalIdentity(
-        kubeconfig=path,
-        service_account=f"{namespace}/{account}",
-        workloads_role=workloads_role,
+        kubeconfigs=kubeconfigs,
+        service_accounts={identity: f"{namespace}/{names.account(identity)}" for identity in tokens},
+        workloads_role=names.role("workloads"),
+        reader_role=names.role("reader"),
         instance=f"run-{run}",
         namespace_prefix=f"t{run}-",
         system_namespace=namespace,
     )
+
+
+def provision_now(identity: PortalIdentity, team: Any, *, timeout: float = 30) -> str:
+    """Provision a team's namespace in this process as the provisioner would, then wait until the engine's
+    account may create Jobs there (RBAC learns of a new RoleBinding within a moment)."""
+    import time
+
+    from kubernetes import client as k8s
+    from kubernetes import config
+
+    from jobs.kube import client as kube
+    from jobs.services.provisioning import namespace_provision
+
+    provisioner = config.new_client_from_config(config_file=str(identity.kubeconfigs["provisioner"]))
+    try:
+        namespace = namespace_provision(team, api=provisioner)
+    finally:
+        provisioner.close()
+    review = k8s.V1SelfSubjectAccessReview(
+        spec=k8s.V1SelfSubjectAccessReviewSpec(
+            resource_attributes=k8s.V1ResourceAttributes(
+                namespace=namespace, verb="create", group="batch", resource="jobs"
+            )
+        )
+    )
+    deadline = time.monotonic() + timeout
+    while not k8s.AuthorizationV1Api(kube.api_client()).create_self_subject_access_review(review).status.allowed:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the engine may still not create Jobs in {namespace} after {timeout:.0f}s")
+        time.sleep(0.1)
+    return namespace
+
+
+def process_env(name: str, env: dict[str, str]) -> dict[str, str]:
+    """Only the provisioner gets the provisioner's credentials (PROVISIONER_KUBECONFIG, when given)."""
+    own = {k: v for k, v in env.items() if k != "PROVISIONER_KUBECONFIG"}
+    if name == "provisioner" and env.get("PROVISIONER_KUBECONFIG"):
+        own["KUBECONFIG"] = env["PROVISIONER_KUBECONFIG"]
+    return own
+
+
+def provisioner_argv(python: str) -> list[str]:
+    """A Celery worker that consumes only the provision queue."""
+    return [python, "-m", "celery", "-A", "portal", "worker", "--pool=threads", "--concurrency=2",
+            "--queues=provision", "--hostname=provisioner@%h", "--loglevel=INFO", "--without-heartbeat",
+            "--without-gossip", "--without-mingle"]  # fmt: skip
 
 
 class EngineProcesses:
@@ -127,12 +192,18 @@ class EngineProcesses:
             "beat": [py, "-m", "celery", "-A", "portal", "beat", "--loglevel=INFO",
                      f"--schedule={self.log_dir / 'beat-schedule'}"],
             "tracker": [py, "manage.py", "track"],
+            "provisioner": provisioner_argv(py),
         }[name]  # fmt: skip
 
     def _spawn(self, name: str) -> None:
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
         self.processes[name] = subprocess.Popen(
-            self.argv(name), cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            self.argv(name),
+            cwd=REPO,
+            env=process_env(name, self.env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
     def start(self, name: str) -> None:
@@ -143,7 +214,7 @@ class EngineProcesses:
                 self._spawn(name)
 
     def start_all(self) -> None:
-        for name in ("worker", "beat", "tracker"):
+        for name in ("provisioner", "worker", "beat", "tracker"):
             self.start(name)
 
     def kill(self, name: str) -> None:
@@ -168,7 +239,7 @@ class EngineProcesses:
 
     def stop_all(self) -> None:
         self._stop.set()
-        for name in ("tracker", "beat", "worker"):
+        for name in ("tracker", "beat", "worker", "provisioner"):
             self.stop(name)
 
     def log(self, name: str) -> str:

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import IO
 
+from devtools.engine import provisioner_argv
 from devtools.services import RedisServer, ServiceError, free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -181,6 +182,8 @@ def main() -> int:
                 seeded = run_once("seed", [python, "manage.py", "seed_demo"], env)
             stack.callback(children.stop)
             children.start("worker", [python, "-m", "celery", "-A", "portal", "worker", "-l", "info"], env)
+            # Team namespaces are made only by the provisioner, a worker on its own queue (as in the chart).
+            children.start("provisioner", provisioner_argv(python), env)
             children.start(
                 "beat",
                 [

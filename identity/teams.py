@@ -7,6 +7,7 @@ from typing import Any
 from django.db import transaction
 
 from identity.models import ClaimRule, MembershipChange, TeamSource
+from identity.signals import provider_sync
 from jobs.models import Membership, Role
 
 _RANK = {Role.MEMBER: 1, Role.MANAGER: 2}
@@ -38,6 +39,11 @@ def wanted_roles(claims: dict[str, Any]) -> dict[int, str]:
 def memberships_sync(*, user: Any, claims: dict[str, Any]) -> list[MembershipChange]:
     """Make the user's memberships agree with the claims. Provider-managed teams (and teams with rules but
     no explicit choice) follow the claims exactly; portal-managed teams only gain people."""
+    with provider_sync():
+        return _sync(user, claims)
+
+
+def _sync(user: Any, claims: dict[str, Any]) -> list[MembershipChange]:
     wanted = wanted_roles(claims)
     ruled = set(ClaimRule.objects.values_list("team_id", flat=True).distinct())
     portal_managed = set(

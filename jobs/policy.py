@@ -27,6 +27,8 @@ Roles, relative to a workload's team: its **owner**, a **teammate** (member), a 
 
 from __future__ import annotations
 
+import re
+
 from django.db.models import Exists, OuterRef, QuerySet
 from django.http import Http404
 
@@ -74,11 +76,16 @@ def may_see(user, workload: Workload) -> bool:
     return user.is_superuser or _role(user, workload.team_id) is not None
 
 
+UID_SHAPE = re.compile(r"^[0-9a-z]{1,16}$")
+
+
 def workload_or_404(user, uid: str, queryset: QuerySet[Workload] | None = None) -> Workload:
     """The workload `uid` if the user may see it, else Http404 (the same answer as for one that does not exist).
 
     `queryset` narrows or extends the query (select_related, annotations); visibility is applied on top.
     """
+    if not UID_SHAPE.match(str(uid)):
+        raise Http404(NOT_FOUND)  # not a workload id at all (a NUL byte would not even reach the query)
     base = queryset if queryset is not None else Workload.objects.all()
     workload = base.filter(id__in=visible_workloads(user).values("id")).filter(uid=str(uid)[:16]).first()
     if workload is None:

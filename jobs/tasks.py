@@ -13,8 +13,17 @@ from celery import shared_task
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from jobs.models import Workload
-from jobs.services import accounting, admission, estimates, inventory, lifecycle, preemption, submission
+from jobs.models import Team, Workload
+from jobs.services import (
+    accounting,
+    admission,
+    estimates,
+    inventory,
+    lifecycle,
+    preemption,
+    provisioning,
+    submission,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +45,19 @@ def admit(team_id: int, gpu_type_id: int) -> list[int]:
 @shared_task(name="jobs.tasks.submit", bind=True, acks_late=True, **RETRY)
 def submit(self, workload_id: int) -> None:
     submission.workload_create_objects(workload_id)
+
+
+@shared_task(name="jobs.tasks.provision_namespace", acks_late=True, **RETRY)
+def provision_namespace(team_id: int) -> str | None:
+    """Runs only in the provisioner (the provision queue); see jobs/services/provisioning.py."""
+    team = Team.objects.filter(id=team_id).first()
+    if team is None:
+        return None
+    try:
+        return provisioning.namespace_provision(team)
+    except provisioning.NamespaceRefused as exc:
+        log.error("provisioning refused for team %s: %s", team_id, exc)
+        return None
 
 
 @shared_task(name="jobs.tasks.delete_objects", acks_late=True, **RETRY)

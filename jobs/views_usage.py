@@ -3,7 +3,6 @@ see their own usage and the team's total."""
 
 from __future__ import annotations
 
-import csv
 from datetime import date, timedelta
 
 from django.contrib.auth import get_user_model
@@ -14,6 +13,7 @@ from jobs import policy
 from jobs.forms import UsageRangeForm
 from jobs.models import GpuType
 from jobs.services.accounting import UsageRow, borrowed_usage_days, totals, usage_report_days
+from jobs.services.exports import SafeCsvWriter
 from jobs.views_common import team_page
 
 # Colours for the chart's GPU types, in order; chosen to stay distinct for colour-blind readers.
@@ -82,22 +82,17 @@ def usage(request: HttpRequest) -> HttpResponse:
 def _csv(rows: list[UsageRow], team_slug: str, gpu_types, users, first_day: date, last_day: date) -> HttpResponse:
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="usage-{team_slug}-{first_day}-{last_day}.csv"'
-    writer = csv.writer(response)
+    writer = SafeCsvWriter(response)
     writer.writerow(["day", "team", "user", "gpu_type", "gpu_hours", "weighted_gpu_hours"])
     for row in rows:
         writer.writerow(
             [
                 row.day.isoformat(),
                 team_slug,
-                _cell(users[row.user_id].get_username()),
+                users[row.user_id].get_username(),
                 gpu_types[row.gpu_type_id].slug,
                 f"{row.gpu_hours:.4f}",
                 f"{row.weighted_gpu_hours:.4f}",
             ]
         )
     return response
-
-
-def _cell(text: str) -> str:
-    """Keep spreadsheet programs from reading a value as a formula."""
-    return f"'{text}" if text[:1] in ("=", "+", "-", "@") else text

@@ -67,6 +67,22 @@ def env_list(name: str, default: list[str] | None = None) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_dict(name: str, default: dict[str, str] | None = None) -> dict[str, str]:
+    """`key=value,key2=value2` (label selectors and the like); empty means an empty dict."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return dict(default or {})
+    result: dict[str, str] = {}
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{name}: {item!r} is not key=value")
+        result[key.strip()] = value.strip()
+    return result
+
+
 def env_database(name: str, default: str) -> dict:
     """A Django DATABASES entry from a URL (postgres://..., sqlite:///path)."""
     url = env_str(name, default)

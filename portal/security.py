@@ -77,6 +77,13 @@ class ContentSecurityPolicyMiddleware:
         return response
 
 
+def axes_username(request: HttpRequest, credentials: dict | None) -> str:
+    """AXES_USERNAME_CALLABLE: the username the failure is counted for, as a database can store it (a
+    10,000-character or NUL-bearing "username" is a failed sign-in, not a server error)."""
+    raw = (credentials or {}).get("username") or request.POST.get("username") or ""
+    return str(raw).replace("\x00", "")[:150]
+
+
 def with_sign_in_provider(policy: str) -> str:
     """Signing out is a form whose answer redirects to the identity provider's end-session page, and
     browsers apply form-action to that redirect: allow the provider's origin there, nothing more."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from portal.env import ConfigError, env_bool, env_database, env_email, env_int, env_list, env_str
+from portal.env import ConfigError, env_bool, env_database, env_dict, env_email, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
@@ -148,6 +148,7 @@ AXES_COOLOFF_TIME = env_int("LOGIN_COOLOFF_MINUTES", 15, minimum=1) / 60  # hour
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "portal.security.axes_client_ip"
+AXES_USERNAME_CALLABLE = "portal.security.axes_username"
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = False
 X_FRAME_OPTIONS = "DENY"
@@ -197,11 +198,28 @@ KUBECONFIG = env_str("KUBECONFIG")
 KUBE_CONTEXT = env_str("KUBE_CONTEXT")
 KUBE_REQUEST_TIMEOUT = env_int("KUBE_REQUEST_TIMEOUT", 15, minimum=1)
 KUBE_NAMESPACE_PREFIX = env_str("KUBE_NAMESPACE_PREFIX", "gpuportal-")
-# The ClusterRole the portal binds in each team namespace (helm/files/rbac-rules.yaml, "workloads"), and
-# the portal's own service account ("namespace/name") to bind it to. Empty account: bind nothing (the
-# credentials in use can already write everywhere, as with an admin kubeconfig in development).
+# The ClusterRoles the provisioner binds in each team namespace (helm/files/rbac-rules.yaml, "workloads"
+# and "reader"), and the service accounts ("namespace/name") it binds them to: the engine's (worker,
+# tracker) and the web's. An empty account: bind nothing (the credentials in use can already write
+# everywhere, as with an admin kubeconfig in development).
 KUBE_WORKLOADS_CLUSTERROLE = env_str("KUBE_WORKLOADS_CLUSTERROLE", "gpuportal-workloads")
 KUBE_SERVICE_ACCOUNT = env_str("KUBE_SERVICE_ACCOUNT")
+KUBE_READER_CLUSTERROLE = env_str("KUBE_READER_CLUSTERROLE", "gpuportal-reader")
+KUBE_WEB_SERVICE_ACCOUNT = env_str("KUBE_WEB_SERVICE_ACCOUNT")
+# The Celery queue only the provisioner consumes (it alone may create team namespaces and bindings).
+PROVISION_QUEUE = env_str("PROVISION_QUEUE", "provision")
+# Team namespaces' NetworkPolicy: CIDRs user pods may reach (empty: anything outside the blocked ones),
+# and CIDRs they may never reach (cloud metadata, the cluster's pod and service ranges).
+TEAM_EGRESS_ALLOW_CIDRS = env_list("TEAM_EGRESS_ALLOW_CIDRS", ["0.0.0.0/0"])
+TEAM_EGRESS_DENY_CIDRS = env_list(
+    "TEAM_EGRESS_DENY_CIDRS", ["169.254.169.254/32", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"]
+)
+# The labels of the portal's proxy pods (they alone, besides the namespace itself, reach user pods), and
+# the label of the portal's own namespace, e.g. kubernetes.io/metadata.name=gpuportal (empty: any namespace).
+TEAM_INGRESS_PROXY_LABELS = env_dict("TEAM_INGRESS_PROXY_LABELS", {"app.kubernetes.io/component": "proxy"})
+TEAM_INGRESS_PORTAL_NAMESPACE_LABELS = env_dict("TEAM_INGRESS_PORTAL_NAMESPACE_LABELS", {})
+# Ephemeral storage every user container may write (its /tmp, home and logs), per pod.
+TEAM_EPHEMERAL_STORAGE_DEFAULT = env_str("TEAM_EPHEMERAL_STORAGE_DEFAULT", "20Gi")
 
 # --- workspaces ------------------------------------------------------------------------------------
 # Persistent volumes every workload mounts: the owner's home at /home/<username> and the team's shared
@@ -221,8 +239,8 @@ PORTAL_DEFAULT_TIME_LIMIT_BATCH = env_int("PORTAL_DEFAULT_TIME_LIMIT_BATCH", 24 
 PORTAL_DEFAULT_TIME_LIMIT_SERVICE = env_int("PORTAL_DEFAULT_TIME_LIMIT_SERVICE", 8 * 3600, minimum=60)
 PORTAL_MIN_TIME_LIMIT = env_int("PORTAL_MIN_TIME_LIMIT", 60, minimum=1)
 # How many workloads may wait in the queue at once, per person and per team (the quota decides what runs).
-PORTAL_MAX_QUEUED_PER_USER = env_int("PORTAL_MAX_QUEUED_PER_USER", 200, minimum=1)
-PORTAL_MAX_QUEUED_PER_TEAM = env_int("PORTAL_MAX_QUEUED_PER_TEAM", 2000, minimum=1)
+PORTAL_MAX_QUEUED_PER_USER = env_int("PORTAL_MAX_QUEUED_PER_USER", 500, minimum=1)
+PORTAL_MAX_QUEUED_PER_TEAM = env_int("PORTAL_MAX_QUEUED_PER_TEAM", 5000, minimum=1)
 PORTAL_MAX_TIME_LIMIT = env_int("PORTAL_MAX_TIME_LIMIT", 7 * 24 * 3600, minimum=60)
 # A pod that cannot pull its image fails after this long (it would otherwise hold quota forever).
 PORTAL_IMAGE_PULL_TIMEOUT = env_int("PORTAL_IMAGE_PULL_TIMEOUT", 300, minimum=1)
@@ -276,6 +294,14 @@ NOTIFY_TIME_LIMIT_WARNING_SECONDS = env_int("NOTIFY_TIME_LIMIT_WARNING_SECONDS",
 # --- Redis and Celery ----------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+# rediss:// (TLS): kombu insists on being told how to check the server's certificate; verify it against
+# the system's CAs (or REDIS_TLS_CA_FILE) unless the URL says otherwise (?ssl_cert_reqs=...).
+if CELERY_BROKER_URL.startswith("rediss://") and "ssl_cert_reqs" not in CELERY_BROKER_URL:
+    import ssl
+
+    CELERY_BROKER_USE_SSL = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
+    if env_str("REDIS_TLS_CA_FILE"):
+        CELERY_BROKER_USE_SSL["ssl_ca_certs"] = env_str("REDIS_TLS_CA_FILE")
 CELERY_RESULT_BACKEND = None  # tasks report through the database, never through results
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -290,6 +316,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 600, "socket_connect_ti
 # A web request must not hang on a broker that is down: give up quickly (the workload is stored and
 # the periodic sweep hands it to a worker once the broker is back).
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
+# Only the provisioner consumes this queue (it alone holds the right to create namespaces and bindings).
+CELERY_TASK_ROUTES = {"jobs.tasks.provision_namespace": {"queue": PROVISION_QUEUE}}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULE = {
@@ -337,7 +365,7 @@ REST_FRAMEWORK = {
         "user": env_str("API_USER_THROTTLE_RATE", "1200/min"),
     },
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["api.parsers.SafeJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "api.schema.PortalAutoSchema",
     "DEFAULT_METADATA_CLASS": None,  # no OPTIONS introspection: the OpenAPI schema is the description
     "EXCEPTION_HANDLER": "api.errors.api_exception_handler",
@@ -366,7 +394,8 @@ SPECTACULAR_SETTINGS = {
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "api": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        # JSON only: Django's RedisCache unpickles what it reads (portal/cache.py).
+        "BACKEND": "portal.cache.JsonRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "gpuportal-api",
         "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},

@@ -62,7 +62,7 @@ def agent_report(request: HttpRequest) -> HttpResponse:
         return _error(413, f"body: a report may be at most {limit} bytes", field="body")
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return _error(400, "body: not JSON", field="body")
     try:
         report = Report.from_dict(body)

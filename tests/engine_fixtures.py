@@ -138,7 +138,7 @@ def engine_processes(
         url = database_url()
     env = {
         **os.environ,
-        **portal_identity.settings(),
+        **portal_identity.env(),
         **FAST_INTERVALS,
         "DATABASE_URL": url,
         "REDIS_URL": engine_broker.url,
@@ -174,6 +174,17 @@ class Engine:
         spec.setdefault("image", "nvidia/cuda:12.2.0-base-ubuntu22.04")
         spec.setdefault("gpu_type", "p100")
         return workload_submit(team=self.team, owner=user or self.owner, spec=spec)
+
+    def wait_until(self, workload: Any, predicate: Any, what: str, timeout: float = 30) -> Any:
+        """Poll the database until predicate(workload) holds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            workload.refresh_from_db()
+            if predicate(workload):
+                return workload
+            if time.monotonic() > deadline:
+                pytest.fail(f"{workload.name}: not {what} within {timeout:.0f}s ({workload.state}: {workload.message})")
+            time.sleep(0.05)
 
     def wait_for(self, workload: Any, *states: str, timeout: float = 60) -> Any:
         """Poll the database until the workload reaches one of `states`; fail with its timeline if not."""

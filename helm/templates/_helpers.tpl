@@ -54,6 +54,29 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 {{- end -}}
 
+{{/* The web's account (web, proxy, beat): read-only, and only inside team namespaces. */}}
+{{- define "gpuportal.webServiceAccountName" -}}
+{{- printf "%s-web" (include "gpuportal.serviceAccountName" . | trunc 59 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/* The provisioner's account: the only one that may create team namespaces and their RoleBindings. */}}
+{{- define "gpuportal.provisionerServiceAccountName" -}}
+{{- printf "%s-provisioner" (include "gpuportal.serviceAccountName" . | trunc 51 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/* The ClusterRole the web's account is bound to in every team namespace (KUBE_READER_CLUSTERROLE). */}}
+{{- define "gpuportal.readerRoleName" -}}
+{{- .Values.rbac.readerRoleName | default (include "gpuportal.partname" (list . "reader")) -}}
+{{- end -}}
+
+{{/* Render the ValidatingAdmissionPolicy? "auto": where the cluster serves it (Kubernetes 1.30+). */}}
+{{- define "gpuportal.admissionPolicyEnabled" -}}
+{{- $mode := .Values.rbac.admissionPolicy -}}
+{{- if or (eq $mode "always") (and (eq $mode "auto") (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy")) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{/* The ClusterRole the portal binds in every team namespace; the app gets it as KUBE_WORKLOADS_CLUSTERROLE. */}}
 {{- define "gpuportal.workloadsRoleName" -}}
 {{- .Values.rbac.workloadsRoleName | default (include "gpuportal.partname" (list . "workloads")) -}}
@@ -82,11 +105,12 @@ app.kubernetes.io/component: {{ index . 1 }}
 
 {{/*
 Does the chart's own Secret hold anything? It holds SECRET_KEY unless an existing Secret gives it,
-DATABASE_URL (and the bundled database's password) unless an existing Secret gives it, and REDIS_URL
-when an external Redis URL is given in values (it may carry a password), and EMAIL_URL when given in values.
+DATABASE_URL (and the bundled database's password) unless an existing Secret gives it, REDIS_URL and
+REDIS_PASSWORD with the bundled Redis, REDIS_URL when an external Redis URL is given in values, and
+EMAIL_URL when given in values.
 */}}
 {{- define "gpuportal.ownSecretNeeded" -}}
-{{- if or (not .Values.secret.existingSecret) (not .Values.externalDatabase.existingSecret) (and (not .Values.redis.enabled) .Values.externalRedis.url) (and .Values.email.url (not .Values.email.existingSecret)) (and .Values.oidc.enabled .Values.oidc.clientSecret (not .Values.oidc.existingSecret)) -}}
+{{- if or (not .Values.secret.existingSecret) (not .Values.externalDatabase.existingSecret) .Values.redis.enabled (and (not .Values.redis.enabled) .Values.externalRedis.url) (and .Values.email.url (not .Values.email.existingSecret)) (and .Values.oidc.enabled .Values.oidc.clientSecret (not .Values.oidc.existingSecret)) -}}
 true
 {{- end -}}
 {{- end -}}
@@ -108,12 +132,15 @@ BEHIND_TLS_PROXY: {{ ternary "1" "0" $cfg.behindTlsProxy | quote }}
 KUBE_NAMESPACE_PREFIX: {{ $cfg.kubeNamespacePrefix | quote }}
 KUBE_WORKLOADS_CLUSTERROLE: {{ include "gpuportal.workloadsRoleName" . | quote }}
 KUBE_SERVICE_ACCOUNT: {{ printf "%s/%s" .Release.Namespace (include "gpuportal.serviceAccountName" .) | quote }}
+KUBE_READER_CLUSTERROLE: {{ include "gpuportal.readerRoleName" . | quote }}
+KUBE_WEB_SERVICE_ACCOUNT: {{ printf "%s/%s" .Release.Namespace (include "gpuportal.webServiceAccountName" .) | quote }}
+TEAM_EGRESS_ALLOW_CIDRS: {{ .Values.networkPolicy.teamEgress.allowCidrs | join "," | quote }}
+TEAM_EGRESS_DENY_CIDRS: {{ .Values.networkPolicy.teamEgress.denyCidrs | join "," | quote }}
+TEAM_INGRESS_PROXY_LABELS: {{ printf "app.kubernetes.io/instance=%s,app.kubernetes.io/component=proxy" .Release.Name | quote }}
+TEAM_INGRESS_PORTAL_NAMESPACE_LABELS: {{ printf "kubernetes.io/metadata.name=%s" .Release.Namespace | quote }}
 PORTAL_INSTANCE: {{ include "gpuportal.instance" . | quote }}
 PORTAL_VAR_DIR: "/tmp/gpuportal"
 HOME: "/tmp"
-{{- if .Values.redis.enabled }}
-REDIS_URL: {{ printf "redis://%s:%d/0" (include "gpuportal.redisHost" .) (int .Values.redis.service.port) | quote }}
-{{- end }}
 {{- with .Values.email.from }}
 DEFAULT_FROM_EMAIL: {{ . | quote }}
 {{- end }}
@@ -178,10 +205,13 @@ OIDC_END_PROVIDER_SESSION: {{ ternary "1" "0" .Values.oidc.endProviderSession | 
     secretKeyRef:
       name: {{ default (include "gpuportal.secretName" .) .Values.externalDatabase.existingSecret }}
       key: {{ ternary .Values.externalDatabase.existingSecretKey "DATABASE_URL" (ne .Values.externalDatabase.existingSecret "") }}
-{{- if not .Values.redis.enabled }}
 - name: REDIS_URL
   valueFrom:
     secretKeyRef:
+{{- if .Values.redis.enabled }}
+      name: {{ include "gpuportal.secretName" . }}
+      key: REDIS_URL
+{{- else }}
       name: {{ default (include "gpuportal.secretName" .) .Values.externalRedis.existingSecret }}
       key: {{ ternary .Values.externalRedis.existingSecretKey "REDIS_URL" (ne .Values.externalRedis.existingSecret "") }}
 {{- end }}
@@ -213,7 +243,7 @@ OIDC_END_PROVIDER_SESSION: {{ ternary "1" "0" .Values.oidc.endProviderSession | 
 {{- define "gpuportal.checksums" -}}
 checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
 {{- /* The Secret may hold generated values, so hash what feeds it, not a fresh render of it. */}}
-checksum/secret: {{ list .Values.secret .Values.externalDatabase .Values.externalRedis .Values.postgresql.auth .Values.email .Values.oidc | toJson | sha256sum }}
+checksum/secret: {{ list .Values.secret .Values.externalDatabase .Values.externalRedis .Values.postgresql.auth .Values.redis.password .Values.email .Values.oidc | toJson | sha256sum }}
 {{- end -}}
 
 {{/* Volumes every portal pod gets: a writable /tmp on a read-only root filesystem. */}}
@@ -275,6 +305,7 @@ rendered, so `helm install`, `helm upgrade` and `helm template` all stop here wi
 {{/*
 The pod template of a portal process (web, worker, beat, tracker). Call with a dict:
   root: $, component: "web", spec: .Values.web, command: list, automountToken: bool,
+  account: the ServiceAccount's name (optional; the engine's by default),
   ports/probes: YAML strings for the container (optional).
 */}}
 {{- define "gpuportal.portalPodTemplate" -}}
@@ -292,7 +323,7 @@ metadata:
     {{- toYaml . | nindent 4 }}
     {{- end }}
 spec:
-  serviceAccountName: {{ include "gpuportal.serviceAccountName" $root }}
+  serviceAccountName: {{ .account | default (include "gpuportal.serviceAccountName" $root) }}
   # Only the processes that call the Kubernetes API get a token (see values: <component>.automountServiceAccountToken).
   automountServiceAccountToken: {{ .automountToken }}
   {{- with $root.Values.imagePullSecrets }}

@@ -1,5 +1,5 @@
 """A quota change from admin takes effect at once: it is recorded, admission runs again for that team and
-GPU type, and the team namespace's ResourceQuota follows once the change is committed.
+GPU type, and the team namespace's ResourceQuota follows once the change is committed (the provisioner applies it).
 
 This belongs with the engine's services; it lives next to admin until it has a second caller.
 """
@@ -38,4 +38,5 @@ def _sync_namespace(team: Team, change_id: int) -> None:
             note=f"Namespace ResourceQuota not updated yet ({exc.__class__.__name__}); the next submission retries."
         )
     else:
-        QuotaChange.objects.filter(id=change_id).update(note="Namespace ResourceQuota updated.")
+        # The web holds no right to change the namespace: the provisioner applies it (within a moment).
+        QuotaChange.objects.filter(id=change_id).update(note="Namespace ResourceQuota update sent to the provisioner.")

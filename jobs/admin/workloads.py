@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-import csv
 from collections import defaultdict
 from datetime import date, timedelta
+from decimal import Decimal
 
 from django import forms
 from django.contrib import admin, messages
@@ -17,6 +17,7 @@ from jobs.services.accounting import usage_report_days
 from jobs.services.admission import quota_admit
 from jobs.services.cancel import workload_cancel
 from jobs.services.errors import WorkloadStateError
+from jobs.services.exports import SafeCsvWriter
 
 KUBERNETES_FIELDS = ["namespace", "k8s_name", "node_name", "pod_name", "pod_uid"]
 STATE_FIELDS = ["state", "reason", "message", "exit_code"]
@@ -156,7 +157,8 @@ def build_report(*, start: date, end: date, teams) -> dict:
         {
             "team": team_names.get(team_id, team_id),
             "gpu_type": types[type_id].display_name if type_id in types else type_id,
-            "billing_weight": types[type_id].billing_weight if type_id in types else 1,
+            # The weight the hours were billed at (weights have a history): the current one can differ.
+            "billing_weight": Decimal(f"{weighted / hours:.3f}") if hours else Decimal(1),
             "gpu_hours": round(hours, 3),
             "weighted_gpu_hours": round(weighted, 3),
         }
@@ -173,7 +175,7 @@ def build_report(*, start: date, end: date, teams) -> dict:
 def report_csv(report: dict, params: dict) -> HttpResponse:
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="gpu-usage-{params["start"]}-{params["end"]}.csv"'
-    writer = csv.writer(response)
+    writer = SafeCsvWriter(response)
     writer.writerow(["team", "gpu_type", "billing_weight", "gpu_hours", "weighted_gpu_hours"])
     for line in report["lines"]:
         writer.writerow(

@@ -78,6 +78,10 @@ def apps() -> client.AppsV1Api:
     return client.AppsV1Api(api_client())
 
 
+def networking() -> client.NetworkingV1Api:
+    return client.NetworkingV1Api(api_client())
+
+
 def rbac() -> client.RbacAuthorizationV1Api:
     return client.RbacAuthorizationV1Api(api_client())
 

@@ -6,6 +6,7 @@ the real API server dry-run whatever these functions make of any spec the valida
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 
 from kubernetes import client as k8s
@@ -15,6 +16,18 @@ from jobs.kube import names
 CONTAINER_NAME = "main"
 QUOTA_NAME = "gpuportal-gpus"
 ROLE_BINDING_NAME = "gpuportal-workloads"
+READER_BINDING_NAME = "gpuportal-reader"
+NETWORK_POLICY_NAME = "gpuportal-isolation"
+LIMIT_RANGE_NAME = "gpuportal-limits"
+METADATA_CIDR = "169.254.169.254/32"
+# Pod Security Admission on team namespaces: baseline is enforced (no privileged pods, host namespaces or
+# host paths, whoever creates them), restricted is warned about (what an admin-allowed root image breaks).
+PSA_LABELS = {
+    "pod-security.kubernetes.io/enforce": "baseline",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+    "pod-security.kubernetes.io/warn": "restricted",
+    "pod-security.kubernetes.io/warn-version": "latest",
+}
 SHM_VOLUME = "dshm"
 SECRETS_VOLUME = "portal-secrets"
 SECRETS_DIR = "/var/run/secrets/gpuportal"
@@ -323,7 +336,85 @@ def make_namespace(name: str, *, team_slug: str, instance: str) -> k8s.V1Namespa
                 names.LABEL_MANAGED_BY: names.MANAGED_BY,
                 names.LABEL_TEAM: names.label_value(team_slug),
                 names.LABEL_INSTANCE: names.label_value(instance),
+                **PSA_LABELS,
             },
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class NetworkRules:
+    """Who may reach a team's pods, and what they may reach (settings TEAM_INGRESS_* and TEAM_EGRESS_*)."""
+
+    proxy_labels: dict[str, str]
+    portal_namespace_labels: dict[str, str]
+    egress_allow: tuple[str, ...] = ("0.0.0.0/0",)
+    egress_deny: tuple[str, ...] = (METADATA_CIDR,)
+
+
+def make_network_policy(namespace: str, rules: NetworkRules) -> k8s.V1NetworkPolicy:
+    """Ingress only from the namespace itself and the portal's proxy; egress to DNS and the allowed CIDRs
+    minus the denied ones (by default the metadata address and the private ranges cluster services use)."""
+    proxy_peer = k8s.V1NetworkPolicyPeer(
+        pod_selector=k8s.V1LabelSelector(match_labels=dict(rules.proxy_labels)),
+        namespace_selector=k8s.V1LabelSelector(match_labels=dict(rules.portal_namespace_labels)),
+    )
+    # The metadata address is denied even when an admin's allow list would cover it.
+    deny = sorted({*rules.egress_deny, METADATA_CIDR})
+    egress_to = []
+    for cidr in rules.egress_allow:
+        inside = [d for d in deny if _cidr_within(d, cidr)]
+        egress_to.append(k8s.V1NetworkPolicyPeer(ip_block=k8s.V1IPBlock(cidr=cidr, _except=inside or None)))
+    dns_ports = [k8s.V1NetworkPolicyPort(port=53, protocol=p) for p in ("UDP", "TCP")]
+    return k8s.V1NetworkPolicy(
+        api_version="networking.k8s.io/v1",
+        kind="NetworkPolicy",
+        metadata=k8s.V1ObjectMeta(
+            name=NETWORK_POLICY_NAME, namespace=namespace, labels={names.LABEL_MANAGED_BY: names.MANAGED_BY}
+        ),
+        spec=k8s.V1NetworkPolicySpec(
+            pod_selector=k8s.V1LabelSelector(),
+            policy_types=["Ingress", "Egress"],
+            ingress=[
+                k8s.V1NetworkPolicyIngressRule(
+                    _from=[k8s.V1NetworkPolicyPeer(pod_selector=k8s.V1LabelSelector()), proxy_peer]
+                )
+            ],
+            egress=[
+                # Name resolution through the cluster DNS (kube-system), nothing else there.
+                k8s.V1NetworkPolicyEgressRule(
+                    to=[k8s.V1NetworkPolicyPeer(namespace_selector=k8s.V1LabelSelector())], ports=dns_ports
+                ),
+                k8s.V1NetworkPolicyEgressRule(to=[k8s.V1NetworkPolicyPeer(pod_selector=k8s.V1LabelSelector())]),
+                *([k8s.V1NetworkPolicyEgressRule(to=egress_to)] if egress_to else []),
+            ],
+        ),
+    )
+
+
+def _cidr_within(inner: str, outer: str) -> bool:
+    a, b = ipaddress.ip_network(inner, strict=False), ipaddress.ip_network(outer, strict=False)
+    return a.version == b.version and a.subnet_of(b) and a != b
+
+
+def make_limit_range(namespace: str, *, ephemeral_storage: str) -> k8s.V1LimitRange:
+    """Every container in a team namespace gets an ephemeral-storage request and limit, so one pod cannot
+    fill a node's disk (the portal's own pods set theirs explicitly; this covers anything else)."""
+    return k8s.V1LimitRange(
+        api_version="v1",
+        kind="LimitRange",
+        metadata=k8s.V1ObjectMeta(
+            name=LIMIT_RANGE_NAME, namespace=namespace, labels={names.LABEL_MANAGED_BY: names.MANAGED_BY}
+        ),
+        spec=k8s.V1LimitRangeSpec(
+            limits=[
+                k8s.V1LimitRangeItem(
+                    type="Container",
+                    default={"ephemeral-storage": ephemeral_storage},
+                    default_request={"ephemeral-storage": ephemeral_storage},
+                    max={"ephemeral-storage": ephemeral_storage},
+                )
+            ]
         ),
     )
 
@@ -342,15 +433,15 @@ def make_resource_quota(namespace: str, gpus_by_resource: dict[str, int]) -> k8s
     )
 
 
-def make_role_binding(namespace: str, *, cluster_role: str, service_account: str) -> k8s.V1RoleBinding:
-    """Grants the portal's own service account the workload role inside one team namespace."""
+def make_role_binding(
+    namespace: str, *, cluster_role: str, service_account: str, name: str = ROLE_BINDING_NAME
+) -> k8s.V1RoleBinding:
+    """Grants one of the portal's service accounts one of its roles inside one team namespace."""
     sa_namespace, sa_name = service_account.split("/", 1)
     return k8s.V1RoleBinding(
         api_version="rbac.authorization.k8s.io/v1",
         kind="RoleBinding",
-        metadata=k8s.V1ObjectMeta(
-            name=ROLE_BINDING_NAME, namespace=namespace, labels={names.LABEL_MANAGED_BY: names.MANAGED_BY}
-        ),
+        metadata=k8s.V1ObjectMeta(name=name, namespace=namespace, labels={names.LABEL_MANAGED_BY: names.MANAGED_BY}),
         role_ref=k8s.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=cluster_role),
         subjects=[k8s.RbacV1Subject(kind="ServiceAccount", name=sa_name, namespace=sa_namespace)],
     )

@@ -1,12 +1,13 @@
-"""The portal's own identity in a cluster: a service account with exactly the rules of
-helm/files/rbac-rules.yaml. The Helm chart creates the same objects; tests and `make run` use this to
-run the portal as that account instead of as cluster admin.
+"""The portal's own identities in a cluster: three service accounts (engine, web, provisioner) with
+exactly the rules of helm/files/rbac-rules.yaml. The Helm chart creates the same objects; tests and
+`make run` use this to run the portal's processes as those accounts instead of as cluster admin.
 """
 
 from __future__ import annotations
 
 import base64
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,25 @@ from kubernetes.client.exceptions import ApiException
 
 RULES_FILE = Path(__file__).resolve().parents[2] / "helm" / "files" / "rbac-rules.yaml"
 
+# Identity -> (its ServiceAccount's name suffix, the rule list bound to it cluster-wide or None).
+IDENTITIES = {"engine": ("", "engine"), "web": ("-web", None), "provisioner": ("-provisioner", "provisioner")}
 
-def load_rules(workloads_role: str) -> dict[str, list[dict[str, Any]]]:
-    text = RULES_FILE.read_text().replace("{{WORKLOADS_ROLE}}", workloads_role)
+
+@dataclass(frozen=True)
+class PortalNames:
+    """The names the chart gives an installation's accounts and roles ("<fullname>..." there)."""
+
+    fullname: str
+
+    def account(self, identity: str) -> str:
+        return f"{self.fullname}{IDENTITIES[identity][0]}"
+
+    def role(self, rules: str) -> str:
+        return f"{self.fullname}-{rules}"
+
+
+def load_rules(workloads_role: str, reader_role: str = "") -> dict[str, list[dict[str, Any]]]:
+    text = RULES_FILE.read_text().replace("{{WORKLOADS_ROLE}}", workloads_role).replace("{{READER_ROLE}}", reader_role)
     return yaml.safe_load(text)
 
 
@@ -44,39 +61,44 @@ def _apply(create, replace) -> None:
 
 
 def install_portal_identity(
-    admin: k8s.ApiClient,
-    *,
-    namespace: str,
-    account: str,
-    controller_role: str,
-    workloads_role: str,
-    timeout: float = 60,
-) -> str:
-    """Create the account, both ClusterRoles and the cluster-wide binding; return the account's token."""
+    admin: k8s.ApiClient, *, namespace: str, fullname: str, timeout: float = 60
+) -> dict[str, str]:
+    """Create the three accounts (engine, web, provisioner), the four ClusterRoles and the two
+    cluster-wide bindings, as the chart does; return each identity's token."""
     core, rbac = k8s.CoreV1Api(admin), k8s.RbacAuthorizationV1Api(admin)
-    rules = load_rules(workloads_role)
+    names = PortalNames(fullname)
+    rules = load_rules(names.role("workloads"), names.role("reader"))
     _apply(lambda: core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace))), lambda: None)
-    _apply(
-        lambda: core.create_namespaced_service_account(
-            namespace, k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name=account))
-        ),
-        lambda: None,
-    )
-    for name, key in ((controller_role, "controller"), (workloads_role, "workloads")):
-        role = k8s.V1ClusterRole(metadata=k8s.V1ObjectMeta(name=name), rules=_policy_rules(rules[key]))
+    for key, role_rules in rules.items():
+        name = names.role(key)
+        role = k8s.V1ClusterRole(metadata=k8s.V1ObjectMeta(name=name), rules=_policy_rules(role_rules))
         _apply(
             lambda role=role: rbac.create_cluster_role(role),
             lambda role=role, name=name: rbac.replace_cluster_role(name, role),
         )
-    binding = k8s.V1ClusterRoleBinding(
-        metadata=k8s.V1ObjectMeta(name=controller_role),
-        role_ref=k8s.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=controller_role),
-        subjects=[k8s.RbacV1Subject(kind="ServiceAccount", name=account, namespace=namespace)],
-    )
-    _apply(
-        lambda: rbac.create_cluster_role_binding(binding),
-        lambda: rbac.replace_cluster_role_binding(controller_role, binding),
-    )
+    for identity, (_, bound) in IDENTITIES.items():
+        account = names.account(identity)
+        _apply(
+            lambda account=account: core.create_namespaced_service_account(
+                namespace, k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name=account))
+            ),
+            lambda: None,
+        )
+        if bound is None:
+            continue
+        binding = k8s.V1ClusterRoleBinding(
+            metadata=k8s.V1ObjectMeta(name=names.role(bound)),
+            role_ref=k8s.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=names.role(bound)),
+            subjects=[k8s.RbacV1Subject(kind="ServiceAccount", name=account, namespace=namespace)],
+        )
+        _apply(
+            lambda binding=binding: rbac.create_cluster_role_binding(binding),
+            lambda binding=binding: rbac.replace_cluster_role_binding(binding.metadata.name, binding),
+        )
+    return {identity: account_token(core, namespace, names.account(identity), timeout) for identity in IDENTITIES}
+
+
+def account_token(core: k8s.CoreV1Api, namespace: str, account: str, timeout: float = 60) -> str:
     # Kubernetes 1.20 puts the account's token in a secret once the token controller gets to it.
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

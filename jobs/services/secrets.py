@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from jobs.kube import client as kube
 from jobs.kube import names, objects
 from jobs.models import Membership, Role, Team, TeamSecret
-from jobs.services.submission import namespace_ensure
+from jobs.services.submission import namespace_wait_ready
 from jobs.services.validation import NAME_RE, SubmissionInvalid
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,9 @@ def secret_save(*, team: Team, user, name, value, shared=False) -> TeamSecret:
     if errors:
         raise SecretInvalid(errors)
     k8s_name = names.secret_object_name(name, username=user.get_username(), shared=shared)
-    namespace = namespace_ensure(team)
+    # The namespace is the provisioner's to make: ask for it and wait until this identity may write there.
+    namespace = team.namespace
+    namespace_wait_ready(team, group="", resource="secrets")
     body = objects.make_secret(namespace=namespace, name=k8s_name, value=value, team_slug=team.slug,
                                instance=_instance())  # fmt: skip
     core = kube.core()

@@ -1,4 +1,7 @@
-"""Creating a workload's Kubernetes objects: its team namespace first, then the Job or Deployment+Service.
+"""Creating a workload's Kubernetes objects (the Job, or the Deployment and Service) in its team namespace.
+
+The namespace itself is the provisioner's (jobs/services/provisioning.py): when it is missing or not yet
+bound for the engine, the create is refused (403/404), provisioning is requested and the task retries.
 
 Idempotent end to end: names are deterministic, a 409 adopts the existing object when it carries the
 same workload uid, and a workload cancelled while we were creating gets its objects deleted again.
@@ -12,19 +15,22 @@ import time
 
 from django.conf import settings
 from django.utils import timezone
+from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from jobs.kube import client as kube
 from jobs.kube import names, objects
-from jobs.models import GpuType, Quota, State, Team, Workload
+from jobs.models import State, Team, Workload
 from jobs.services import opening, workspaces
 from jobs.services.transitions import transition
 
 log = logging.getLogger(__name__)
 
 _ensured_lock = threading.Lock()
-_ensured: dict[str, tuple[tuple, float]] = {}  # namespace -> (quota it was set up with, when), per process
-ENSURE_TTL_SECONDS = 300.0
+_ensured: dict[str, tuple[tuple, float]] = {}  # namespace -> ((), when its provisioning was last asked for)
+PROVISION_REQUEST_TTL_SECONDS = 2.0
+PROVISION_WAIT_SECONDS = 15.0
+_ready: set[tuple[str, str]] = set()  # (team namespace, resource) this process was seen allowed to create
 
 
 class SubmitRejected(Exception):
@@ -89,75 +95,58 @@ def base_url_env(workload: Workload) -> tuple[tuple[str, str], ...]:
     return tuple((name, value) for name, value in extra if name not in own)  # the researcher's own value wins
 
 
-def team_gpu_limits(team: Team) -> dict[str, int]:
-    """GPUs per resource name the team may request (its quota, plus its borrowing limit in a cohort); every
-    GPU resource is listed, 0 where it has no quota, so the namespace can never use a GPU the team was
-    not given."""
-    limits: dict[str, int] = dict.fromkeys(GpuType.objects.values_list("resource_name", flat=True), 0)
-    limits.setdefault("nvidia.com/gpu", 0)
-    # Borrowing: a team in a cohort may hold up to its quota plus its borrowing limit.
-    in_cohort = team.cohort_id is not None
-    for resource, max_gpus, borrowing in Quota.objects.filter(team=team).values_list(
-        "gpu_type__resource_name", "max_gpus", "borrowing_limit"
-    ):
-        limits[resource] = limits.get(resource, 0) + max_gpus + (borrowing if in_cohort else 0)
-    return limits
-
-
 def namespace_ensure(team: Team, *, force: bool = False) -> str:
-    """The team's namespace exists, with our RoleBinding and a ResourceQuota mirroring its GPU quota."""
+    """Ask the provisioner to create the team's namespace, or to bring it up to date (force: the quota
+    changed); returns its name without waiting. The caller holds no right to create namespaces or
+    RoleBindings itself (see jobs/services/provisioning.py): a submission that finds the namespace
+    missing or not yet bound asks for it here and is retried by its task."""
     namespace = team.namespace
+    now = time.monotonic()
     with _ensured_lock:
-        # Set up recently by this process: nothing to do (quota changes pass force=True).
-        if not force and time.monotonic() - _ensured.get(namespace, (None, -1e9))[1] < ENSURE_TTL_SECONDS:
+        # Asked recently by this process: a burst of first submissions sends one request, not hundreds.
+        if not force and now - _ensured.get(namespace, ((), -1e9))[1] < PROVISION_REQUEST_TTL_SECONDS:
             return namespace
-    limits = team_gpu_limits(team)
-    key = tuple(sorted(limits.items()))
-    core = kube.core()
-    _create_or_ignore(
-        lambda: core.create_namespace(
-            objects.make_namespace(namespace, team_slug=team.slug, instance=settings.PORTAL_INSTANCE),
-            _request_timeout=kube.timeout(),
-        )
-    )
-    if settings.KUBE_SERVICE_ACCOUNT:
-        _create_or_ignore(
-            lambda: kube.rbac().create_namespaced_role_binding(
-                namespace,
-                objects.make_role_binding(
-                    namespace,
-                    cluster_role=settings.KUBE_WORKLOADS_CLUSTERROLE,
-                    service_account=settings.KUBE_SERVICE_ACCOUNT,
-                ),
-                _request_timeout=kube.timeout(),
-            )
-        )
-    quota = objects.make_resource_quota(namespace, limits)
-    try:
-        core.create_namespaced_resource_quota(namespace, quota, _request_timeout=kube.timeout())
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-        core.replace_namespaced_resource_quota(objects.QUOTA_NAME, namespace, quota, _request_timeout=kube.timeout())
-    with _ensured_lock:
-        _ensured[namespace] = (key, time.monotonic())
+        _ensured[namespace] = ((), now)
+    from jobs import tasks  # the tasks import this module
+
+    tasks.provision_namespace.apply_async(args=[team.id], queue=settings.PROVISION_QUEUE)
     return namespace
 
 
 def forget_namespaces() -> None:
     with _ensured_lock:
         _ensured.clear()
+        _ready.clear()
 
 
-def _create_or_ignore(create) -> None:
-    try:
-        create()
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
+def namespace_wait_ready(team: Team, *, group: str, resource: str, timeout: float = PROVISION_WAIT_SECONDS) -> bool:
+    """Before this process first writes into a team's namespace: ask for the namespace and wait (briefly)
+    until our credentials may create `resource` there, so objects are made at once instead of by retries."""
+    namespace = team.namespace
+    if (namespace, resource) in _ready:
+        return True
+    namespace_ensure(team)
+    review = k8s.V1SelfSubjectAccessReview(
+        spec=k8s.V1SelfSubjectAccessReviewSpec(
+            resource_attributes=k8s.V1ResourceAttributes(
+                namespace=namespace, verb="create", group=group, resource=resource
+            )
+        )
+    )
+    authorization = k8s.AuthorizationV1Api(kube.api_client())
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = authorization.create_self_subject_access_review(review, _request_timeout=kube.timeout())
+        if answer.status.allowed:
+            with _ensured_lock:
+                _ready.add((namespace, resource))
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
 
 
-def _create_or_adopt(obj, spec: objects.WorkloadSpec) -> None:
+def _create_or_adopt(obj, spec: objects.WorkloadSpec, team: Team) -> None:
     kind = obj.kind
     namespace = spec.namespace
     try:
@@ -178,6 +167,12 @@ def _create_or_adopt(obj, spec: objects.WorkloadSpec) -> None:
             raise SubmitRejected(
                 f"a {kind} named {obj.metadata.name} already exists and is not this workload's"
             ) from exc
+        if exc.status in (403, 404):
+            # The namespace is not there or not bound for us yet: ask the provisioner, then retry.
+            with _ensured_lock:
+                _ready.difference_update({r for r in _ready if r[0] == team.namespace})
+            namespace_ensure(team)
+            raise
         failure = kube.classify(exc)
         # 403 is retried too: RBAC in a namespace we just set up (or an API server that just restarted)
         # can deny for a moment until its caches catch up. The workload's message says we are retrying.
@@ -197,14 +192,19 @@ def _read(kind: str, name: str, namespace: str):
 def workload_create_objects(workload_id: int) -> None:
     """Create an admitted workload's objects. Transient API failures propagate (the task retries)."""
     workload = Workload.objects.select_related("team", "gpu_type", "owner").get(id=workload_id)
-    if workload.state != State.SUBMITTING:
+    # A retry may find the tracker ahead of it: some objects were made (their pod seen) before a later
+    # create was refused (RBAC still learning of the namespace's new binding). Finish the set and record
+    # the names then; creates adopt what exists.
+    unfinished = workload.state in (State.PENDING, State.RUNNING) and not workload.k8s_name
+    if workload.state != State.SUBMITTING and not unfinished:
         return
     spec = spec_for(workload)
     try:
-        namespace_ensure(workload.team)
+        group, resource = ("batch", "jobs") if spec.kind == "batch" else ("apps", "deployments")
+        namespace_wait_ready(workload.team, group=group, resource=resource)
         workspaces.workspaces_ensure(workload)
         for obj in objects.make_objects(spec):
-            _create_or_adopt(obj, spec)
+            _create_or_adopt(obj, spec, workload.team)
     except ApiException as exc:
         message = f"Kubernetes is not accepting it yet ({kube.classify(exc).message}); retrying."
         Workload.objects.filter(id=workload.id, state=State.SUBMITTING).update(message=message[:2000])

@@ -107,6 +107,8 @@ class Release:
         self.name = name
         self.fullname = f"{name}-gpuportal"
         self.sa_user = f"system:serviceaccount:{namespace}:{self.fullname}"
+        self.web_user = f"system:serviceaccount:{namespace}:{self.fullname}-web"
+        self.provisioner_user = f"system:serviceaccount:{namespace}:{self.fullname}-provisioner"
         self.core = client.CoreV1Api(kube_api)
         self.apps = client.AppsV1Api(kube_api)
         self.batch = client.BatchV1Api(kube_api)
@@ -155,14 +157,14 @@ def release(kube_cluster, kube_api) -> Iterator[Release]:
             core.delete_namespace(namespace, propagation_policy="Background")
 
 
-def test_install_creates_the_four_deployments_and_the_hook_jobs(release: Release) -> None:
+def test_install_creates_the_deployments_and_the_hook_jobs(release: Release) -> None:
     deployments = {
         d.metadata.labels["app.kubernetes.io/component"]: d
         for d in release.apps.list_namespaced_deployment(
             release.namespace, label_selector=f"app.kubernetes.io/instance={release.name}"
         ).items
     }
-    assert set(deployments) == {"web", "worker", "beat", "tracker"}
+    assert set(deployments) == {"web", "proxy", "worker", "beat", "tracker", "provisioner"}
     assert deployments["web"].spec.replicas == 2
     jobs = {j.metadata.name: j for j in release.batch.list_namespaced_job(release.namespace).items}
     assert set(jobs) == {f"{release.fullname}-migrate", f"{release.fullname}-seed"}
@@ -189,7 +191,7 @@ def test_migration_job_as_stored_by_the_api_server(release: Release) -> None:
 
 def test_web_pod_spec_as_stored_by_the_api_server(release: Release) -> None:
     pod = release.pod_spec("web")["spec"]
-    assert pod["serviceAccountName"] == release.fullname
+    assert pod["serviceAccountName"] == f"{release.fullname}-web"
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == 10001
     [container] = pod["containers"]
@@ -203,8 +205,9 @@ def test_web_pod_spec_as_stored_by_the_api_server(release: Release) -> None:
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert "/var/run/secrets/kubernetes.io/serviceaccount" in mounts
     assert "/tmp" in mounts
-    account = release.core.read_namespaced_service_account(release.fullname, release.namespace)
-    assert account.automount_service_account_token is False
+    for name in (release.fullname, f"{release.fullname}-web", f"{release.fullname}-provisioner"):
+        account = release.core.read_namespaced_service_account(name, release.namespace)
+        assert account.automount_service_account_token is False
 
 
 def test_beat_pod_gets_no_token(release: Release) -> None:
@@ -214,45 +217,63 @@ def test_beat_pod_gets_no_token(release: Release) -> None:
     assert "/var/run/secrets/kubernetes.io/serviceaccount" not in mounts
 
 
-def test_service_account_reads_the_cluster_but_changes_nothing_by_itself(release: Release) -> None:
-    sa = release.sa_user
+def test_the_engine_reads_the_cluster_and_the_web_reads_nothing_cluster_wide(release: Release) -> None:
+    sa, web = release.sa_user, release.web_user
     assert can_i(release.kubeconfig, sa, "list", "pods")
     assert can_i(release.kubeconfig, sa, "watch", "jobs.batch")
     assert can_i(release.kubeconfig, sa, "list", "nodes")
-    assert can_i(release.kubeconfig, sa, "create", "namespaces")
-    assert not can_i(release.kubeconfig, sa, "create", "jobs.batch", release.namespace)
-    assert not can_i(release.kubeconfig, sa, "delete", "pods", release.namespace)
-    assert not can_i(release.kubeconfig, sa, "get", "secrets", release.namespace)
-    assert not can_i(release.kubeconfig, sa, "create", "clusterrolebindings")
+    for who in (sa, web):
+        assert not can_i(release.kubeconfig, who, "create", "namespaces")
+        assert not can_i(release.kubeconfig, who, "create", "rolebindings", "kube-system")
+        assert not can_i(release.kubeconfig, who, "create", "jobs.batch", release.namespace)
+        assert not can_i(release.kubeconfig, who, "delete", "pods", release.namespace)
+        assert not can_i(release.kubeconfig, who, "get", "secrets", release.namespace)
+        assert not can_i(release.kubeconfig, who, "create", "clusterrolebindings")
+    assert not can_i(release.kubeconfig, web, "list", "pods")
 
 
-def test_service_account_can_run_workloads_only_where_it_bound_the_workloads_role(release: Release) -> None:
+def test_only_the_provisioner_makes_team_namespaces_and_nobody_escalates(release: Release) -> None:
+    """Issue 18's attack, as the chart's accounts: bind the workloads role in kube-system, then run Jobs."""
     from kubernetes import client
 
     team = f"gpuportal-team-{uuid.uuid4().hex[:6]}"
     other = f"gpuportal-other-{uuid.uuid4().hex[:6]}"
-    sa = release.sa_user
+    sa, web, provisioner = release.sa_user, release.web_user, release.provisioner_user
     workloads_role = f"{release.fullname}-workloads"
+    engine_subject = f"--serviceaccount={release.namespace}:{release.fullname}"
     try:
-        # Everything here is done AS the portal's service account, as the portal will do it.
-        kubectl(release.kubeconfig, "create", "namespace", team, f"--as={sa}")
-        kubectl(release.kubeconfig, "create", "namespace", other, f"--as={sa}")
+        # The engine and the web: no namespace, no RoleBinding, anywhere, prefixed or not.
+        for who in (sa, web):
+            refused = kubectl(
+                release.kubeconfig, "create", "namespace", f"evil-{uuid.uuid4().hex[:4]}", f"--as={who}", check=False
+            )
+            assert "forbidden" in refused.lower(), refused
+            for namespace in ("kube-system", "default", release.namespace):
+                refused = kubectl(
+                    release.kubeconfig, "create", "rolebinding", "escalate", "-n", namespace,
+                    f"--clusterrole={workloads_role}", engine_subject, f"--as={who}", check=False,
+                )  # fmt: skip
+                assert "forbidden" in refused.lower(), refused
+            assert not can_i(release.kubeconfig, who, "create", "jobs.batch", "kube-system")
+        # Done AS the provisioner, as the portal's provisioner does it.
+        kubectl(release.kubeconfig, "create", "namespace", team, f"--as={provisioner}")
+        kubectl(release.kubeconfig, "create", "namespace", other, f"--as={provisioner}")
         kubectl(
             release.kubeconfig, "create", "rolebinding", "gpuportal-workloads", "-n", team,
-            f"--clusterrole={workloads_role}", f"--serviceaccount={release.namespace}:{release.fullname}",
-            f"--as={sa}",
+            f"--clusterrole={workloads_role}", engine_subject, f"--as={provisioner}",
         )  # fmt: skip
         assert eventually_can_i(release.kubeconfig, sa, "create", "jobs.batch", team)
         assert can_i(release.kubeconfig, sa, "create", "deployments.apps", team)
         assert can_i(release.kubeconfig, sa, "get", "pods/log", team)
-        assert can_i(release.kubeconfig, sa, "update", "resourcequotas", team)
+        assert not can_i(release.kubeconfig, sa, "update", "resourcequotas", team)
         assert not can_i(release.kubeconfig, sa, "create", "jobs.batch", other)
         assert not can_i(release.kubeconfig, sa, "create", "pods", team)
         assert not can_i(release.kubeconfig, sa, "get", "secrets", team)
-        # `bind` covers the workloads role and nothing else: granting `admin` is refused.
+        # The provisioner itself runs nothing, and `bind` covers only the portal's two roles: `admin` is refused.
+        assert not can_i(release.kubeconfig, provisioner, "create", "jobs.batch", team)
         refused = kubectl(
             release.kubeconfig, "create", "rolebinding", "escalate", "-n", other, "--clusterrole=admin",
-            f"--serviceaccount={release.namespace}:{release.fullname}", f"--as={sa}", check=False,
+            engine_subject, f"--as={provisioner}", check=False,
         )  # fmt: skip
         assert "forbidden" in refused.lower(), refused
         assert not can_i(release.kubeconfig, sa, "create", "jobs.batch", other)
@@ -268,9 +289,13 @@ def test_rbac_objects_match_the_rules_file(release: Release) -> None:
     stored = release.rbac.read_cluster_role(f"{release.fullname}-workloads")
     as_dicts = [release.api.sanitize_for_serialization(rule) for rule in stored.rules]
     assert as_dicts == rules["workloads"]
-    binding = release.rbac.read_cluster_role_binding(f"{release.fullname}-controller")
+    binding = release.rbac.read_cluster_role_binding(f"{release.fullname}-engine")
     assert [(s.kind, s.name, s.namespace) for s in binding.subjects] == [
         ("ServiceAccount", release.fullname, release.namespace)
+    ]
+    binding = release.rbac.read_cluster_role_binding(f"{release.fullname}-provisioner")
+    assert [(s.kind, s.name, s.namespace) for s in binding.subjects] == [
+        ("ServiceAccount", f"{release.fullname}-provisioner", release.namespace)
     ]
 
 
@@ -318,15 +343,16 @@ def test_install_refuses_bad_values_before_creating_anything(kube_cluster, kube_
 
 @pytest.mark.django_db
 def test_the_portal_sets_up_a_team_namespace_with_the_charts_config_and_account(release, settings, tmp_path) -> None:
-    """The engine's own namespace set-up, run as the chart's ServiceAccount with the chart's ConfigMap."""
+    """The provisioner's namespace set-up, run as the chart's provisioner account with the chart's ConfigMap."""
     from devtools.engine import cluster_ca
     from jobs.kube import client as kube_client
     from jobs.kube.rbac import kubeconfig_for_token
-    from jobs.services.submission import forget_namespaces, namespace_ensure
+    from jobs.services.provisioning import NamespaceRefused, namespace_provision
+    from jobs.services.submission import forget_namespaces
     from tests.engine.factories import GpuTypeFactory, QuotaFactory, TeamFactory
 
     config = release.core.read_namespaced_config_map(f"{release.fullname}-config", release.namespace).data
-    account = release.core.read_namespaced_service_account(release.fullname, release.namespace)
+    account = release.core.read_namespaced_service_account(f"{release.fullname}-provisioner", release.namespace)
     token_secret = release.core.read_namespaced_secret(account.secrets[0].name, release.namespace)
     token = base64.b64decode(token_secret.data["token"]).decode()
     kubeconfig = tmp_path / "portal-sa.kubeconfig"
@@ -337,25 +363,36 @@ def test_the_portal_sets_up_a_team_namespace_with_the_charts_config_and_account(
     settings.KUBE_CONTEXT = ""
     settings.KUBE_SERVICE_ACCOUNT = config["KUBE_SERVICE_ACCOUNT"]
     settings.KUBE_WORKLOADS_CLUSTERROLE = config["KUBE_WORKLOADS_CLUSTERROLE"]
+    settings.KUBE_WEB_SERVICE_ACCOUNT = config["KUBE_WEB_SERVICE_ACCOUNT"]
+    settings.KUBE_READER_CLUSTERROLE = config["KUBE_READER_CLUSTERROLE"]
     settings.PORTAL_INSTANCE = config["PORTAL_INSTANCE"]
-    settings.KUBE_NAMESPACE_PREFIX = f"t-chart-team-{uuid.uuid4().hex[:4]}-"
+    prefix = settings.KUBE_NAMESPACE_PREFIX = f"t-chart-team-{uuid.uuid4().hex[:4]}-"
     kube_client.reset()
     forget_namespaces()
     team = TeamFactory(slug="vision")
     QuotaFactory(team=team, gpu_type=GpuTypeFactory(slug="p100"), max_gpus=4)
     try:
-        namespace = namespace_ensure(team)
+        namespace = namespace_provision(team)
         assert namespace == f"{settings.KUBE_NAMESPACE_PREFIX}vision"
-        [binding] = release.rbac.list_namespaced_role_binding(namespace).items
-        assert binding.role_ref.name == f"{release.fullname}-workloads"
-        assert [(s.kind, s.name, s.namespace) for s in binding.subjects] == [
+        bindings = {b.role_ref.name: b for b in release.rbac.list_namespaced_role_binding(namespace).items}
+        assert set(bindings) == {f"{release.fullname}-workloads", f"{release.fullname}-reader"}
+        assert [(s.kind, s.name, s.namespace) for s in bindings[f"{release.fullname}-workloads"].subjects] == [
             ("ServiceAccount", release.fullname, release.namespace)
+        ]
+        assert [(s.kind, s.name, s.namespace) for s in bindings[f"{release.fullname}-reader"].subjects] == [
+            ("ServiceAccount", f"{release.fullname}-web", release.namespace)
         ]
         [quota] = release.core.list_namespaced_resource_quota(namespace).items
         assert quota.spec.hard == {"requests.nvidia.com/gpu": "4"}
         assert eventually_can_i(release.kubeconfig, release.sa_user, "create", "jobs.batch", namespace)
+        assert eventually_can_i(release.kubeconfig, release.web_user, "get", "pods/log", namespace)
+        assert not can_i(release.kubeconfig, release.web_user, "create", "jobs.batch", namespace)
+        # Outside the prefix the provisioner's code refuses before any call.
+        settings.KUBE_NAMESPACE_PREFIX = "kube-"
+        with pytest.raises(NamespaceRefused):
+            namespace_provision(TeamFactory(slug="system"))
     finally:
         kube_client.reset()
         forget_namespaces()
         with contextlib.suppress(Exception):
-            release.core.delete_namespace(f"{settings.KUBE_NAMESPACE_PREFIX}vision", propagation_policy="Background")
+            release.core.delete_namespace(f"{prefix}vision", propagation_policy="Background")

@@ -31,7 +31,7 @@ SERVED_BY_1_20 = {
     "ClusterRole": "rbac.authorization.k8s.io/v1",
     "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
 }
-PORTAL_COMPONENTS = ("web", "worker", "beat", "tracker")
+PORTAL_COMPONENTS = ("web", "worker", "beat", "tracker", "provisioner")
 VALUE_SETS = [pytest.param(None, id="default-values")] + [pytest.param(p, id=p.stem) for p in CI_VALUES]
 SECRET_KEY = "a-test-secret-key-that-is-long-enough-0123456789"
 
@@ -146,7 +146,7 @@ def test_only_processes_that_call_the_api_get_a_token(values_file: Path | None) 
         c: deployment(manifests, c)["spec"]["template"]["spec"]["automountServiceAccountToken"]
         for c in PORTAL_COMPONENTS
     }
-    assert automount == {"web": True, "worker": True, "beat": False, "tracker": True}
+    assert automount == {"web": True, "worker": True, "beat": False, "tracker": True, "provisioner": True}
     for m in manifests:
         if m.kind in {"Job", "StatefulSet", "DaemonSet"}:
             assert m.obj["spec"]["template"]["spec"]["automountServiceAccountToken"] is False, m.name
@@ -202,41 +202,108 @@ def test_helm_lint_strict_for_kubernetes_1_20_finds_nothing_above_info(values_fi
 # --- RBAC ----------------------------------------------------------------------------------------------
 
 
-def test_rbac_is_exactly_the_rules_file_with_the_workloads_role_named() -> None:
+def test_rbac_is_exactly_the_rules_file_split_by_exposure() -> None:
     manifests = render({})
-    rules = yaml.safe_load((CHART_DIR / "files" / "rbac-rules.yaml").read_text())
-    workloads_role = "gp-gpuportal-workloads"
-    expected_controller = json.loads(json.dumps(rules["controller"]).replace("{{WORKLOADS_ROLE}}", workloads_role))
-
-    controller = find(manifests, "ClusterRole", "gp-gpuportal-controller")
-    assert controller["rules"] == expected_controller
-    assert find(manifests, "ClusterRole", workloads_role)["rules"] == rules["workloads"]
-    binding = find(manifests, "ClusterRoleBinding", "gp-gpuportal-controller")
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "ClusterRole",
-        "name": "gp-gpuportal-controller",
-    }
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gp-gpuportal", "namespace": "portal"}]
-    # The app is told which role to bind in team namespaces; the chart binds it nowhere itself.
-    assert config_map(manifests)["KUBE_WORKLOADS_CLUSTERROLE"] == workloads_role
+    workloads_role, reader_role = "gp-gpuportal-workloads", "gp-gpuportal-reader"
+    text = (CHART_DIR / "files" / "rbac-rules.yaml").read_text()
+    rules = yaml.safe_load(text.replace("{{WORKLOADS_ROLE}}", workloads_role).replace("{{READER_ROLE}}", reader_role))
+    for key in ("engine", "provisioner", "workloads", "reader"):
+        assert find(manifests, "ClusterRole", f"gp-gpuportal-{key}")["rules"] == rules[key], key
+    # Two cluster-wide bindings: the engine's reads and the provisioner's; the web gets none.
+    bindings = {m.name: m.obj for m in manifests if m.kind == "ClusterRoleBinding"}
+    # (The proxy's own read-only binding is made by templates/proxy.yaml.)
+    assert set(bindings) == {"gp-gpuportal-engine", "gp-gpuportal-provisioner", "gp-gpuportal-proxy"}
+    assert bindings["gp-gpuportal-engine"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gp-gpuportal", "namespace": "portal"}
+    ]
+    assert bindings["gp-gpuportal-provisioner"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gp-gpuportal-provisioner", "namespace": "portal"}
+    ]
+    assert {v for r in rules["proxy"] for v in r["verbs"]} <= {"get", "list", "watch"}
+    for name, binding in bindings.items():
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}
+    # The app is told which roles the provisioner binds in team namespaces, and to whom.
+    config = config_map(manifests)
+    assert config["KUBE_WORKLOADS_CLUSTERROLE"] == workloads_role
+    assert config["KUBE_READER_CLUSTERROLE"] == reader_role
+    assert config["KUBE_SERVICE_ACCOUNT"] == "portal/gp-gpuportal"
+    assert config["KUBE_WEB_SERVICE_ACCOUNT"] == "portal/gp-gpuportal-web"
     assert not [m for m in manifests if m.kind in {"Role", "RoleBinding"}]
-    # `bind` is granted on the workloads role only.
-    bind_rules = [r for r in controller["rules"] if "bind" in r["verbs"]]
-    assert bind_rules == [
+    # Only the provisioner may create namespaces or RoleBindings or `bind`, and `bind` only these two roles.
+    writers = {
+        key
+        for key in rules
+        for rule in rules[key]
+        if set(rule["verbs"]) & {"bind", "escalate", "create"}
+        and set(rule["resources"]) & {"namespaces", "rolebindings", "clusterroles", "clusterrolebindings", "roles"}
+    }
+    assert writers == {"provisioner"}
+    assert [r for r in rules["provisioner"] if "bind" in r["verbs"]] == [
         {
             "apiGroups": ["rbac.authorization.k8s.io"],
             "resources": ["clusterroles"],
             "verbs": ["bind"],
-            "resourceNames": [workloads_role],
+            "resourceNames": [workloads_role, reader_role],
         }
     ]
+    # The web's role reads only, but for writing users' secrets into Secrets (never reading them).
+    writes = [r for r in rules["reader"] if set(r["verbs"]) - {"get", "list", "watch"}]
+    assert writes == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "update", "delete"]}]
+    assert {v for r in rules["engine"] for v in r["verbs"]} <= {"get", "list", "watch"}
+
+
+def test_each_process_runs_as_the_identity_its_exposure_allows() -> None:
+    manifests = render({})
+
+    def pod(component: str) -> dict[str, Any]:
+        return deployment(manifests, component)["spec"]["template"]["spec"]
+
+    assert pod("web")["serviceAccountName"] == "gp-gpuportal-web"
+    assert pod("beat")["serviceAccountName"] == "gp-gpuportal-web"
+    assert pod("beat")["automountServiceAccountToken"] is False
+    assert pod("worker")["serviceAccountName"] == "gp-gpuportal"
+    assert pod("tracker")["serviceAccountName"] == "gp-gpuportal"
+    provisioner = pod("provisioner")
+    assert provisioner["serviceAccountName"] == "gp-gpuportal-provisioner"
+    assert provisioner["automountServiceAccountToken"] is True
+    [container] = provisioner["containers"]
+    assert container["command"][:4] == ["celery", "-A", "portal", "worker"]
+    assert container["command"][container["command"].index("--queues") + 1] == "provision"
+    assert "ports" not in container
+    # No Service selects the provisioner.
+    for service in (m.obj for m in manifests if m.kind == "Service"):
+        assert service["spec"]["selector"].get("app.kubernetes.io/component") != "provisioner"
+    # Pre-provisioned clusters: no provisioner, no identity that may create namespaces or bindings.
+    off = render({"provisioner": {"enabled": False}})
+    assert not [m for m in off if "provisioner" in m.name]
+    assert {m.name for m in off if m.kind == "ClusterRoleBinding"} == {"gp-gpuportal-engine", "gp-gpuportal-proxy"}
+
+
+def test_admission_policy_guards_the_provisioner_where_the_cluster_has_it() -> None:
+    # helm template knows no cluster: "auto" renders nothing; "always" renders the policy and its binding.
+    assert not [m for m in render({}) if m.kind.startswith("ValidatingAdmissionPolicy")]
+    manifests = render({"rbac": {"admissionPolicy": "always"}})
+    policy = find(manifests, "ValidatingAdmissionPolicy", "gp-gpuportal-provisioner-prefix")["spec"]
+    [condition] = policy["matchConditions"]
+    assert (
+        condition["expression"]
+        == 'request.userInfo.username == "system:serviceaccount:portal:gp-gpuportal-provisioner"'
+    )
+    expressions = [v["expression"] for v in policy["validations"]]
+    assert 'startsWith("gpuportal-")' in expressions[0]
+    assert '["gp-gpuportal-workloads", "gp-gpuportal-reader"]' in expressions[1]
+    resources = {r for rule in policy["matchConstraints"]["resourceRules"] for r in rule["resources"]}
+    assert {"namespaces", "rolebindings"} <= resources
+    binding = find(manifests, "ValidatingAdmissionPolicyBinding", "gp-gpuportal-provisioner-prefix")["spec"]
+    assert binding == {"policyName": "gp-gpuportal-provisioner-prefix", "validationActions": ["Deny"]}
 
 
 def test_rbac_and_service_account_can_be_left_to_the_admin() -> None:
     manifests = render({"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "portal-sa"}})
     assert not [m for m in manifests if m.kind in {"ClusterRole", "ClusterRoleBinding", "ServiceAccount"}]
-    assert deployment(manifests, "web")["spec"]["template"]["spec"]["serviceAccountName"] == "portal-sa"
+    spec = deployment(manifests, "web")["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "portal-sa-web"
+    assert deployment(manifests, "worker")["spec"]["template"]["spec"]["serviceAccountName"] == "portal-sa"
     assert "serviceAccount.name is required" in render_error({"serviceAccount": {"create": False}})
 
 
@@ -255,7 +322,15 @@ def test_default_install_generates_a_secret_key_and_database_password_once() -> 
     # A hook before the migration Job, which needs it before the release's own objects exist.
     assert secret["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
     assert int(secret["metadata"]["annotations"]["helm.sh/hook-weight"]) < 0
-    assert config_map(manifests)["REDIS_URL"] == "redis://gp-gpuportal-redis:6379/0"
+    # The bundled Redis asks for a generated password; REDIS_URL, which carries it, is in the Secret too.
+    assert len(data["REDIS_PASSWORD"]) == 32
+    assert data["REDIS_URL"] == f"redis://:{data['REDIS_PASSWORD']}@gp-gpuportal-redis:6379/0"
+    assert "REDIS_URL" not in config_map(manifests)
+    [redis] = find(manifests, "StatefulSet", "gp-gpuportal-redis")["spec"]["template"]["spec"]["containers"]
+    assert redis["command"][-2:] == ["--requirepass", "$(REDIS_PASSWORD)"]
+    assert env_of(redis)["REDIS_PASSWORD"] == {"secretKeyRef": {"name": "gp-gpuportal", "key": "REDIS_PASSWORD"}}
+    [web] = deployment(manifests, "web")["spec"]["template"]["spec"]["containers"]
+    assert env_of(web)["REDIS_URL"] == {"secretKeyRef": {"name": "gp-gpuportal", "key": "REDIS_URL"}}
     postgres = find(manifests, "StatefulSet", "gp-gpuportal-postgresql")
     [container] = postgres["spec"]["template"]["spec"]["containers"]
     assert env_of(container)["POSTGRES_PASSWORD"] == {
@@ -388,7 +463,43 @@ def test_only_this_release_reaches_the_bundled_database_and_redis() -> None:
         ]
         assert rule["ports"] == [{"port": port, "protocol": "TCP"}]
     external = render(load_values(CHART_DIR / "ci" / "external-services.yaml"))
-    assert not [m for m in external if m.kind == "NetworkPolicy"]
+    assert not [m for m in external if m.kind == "NetworkPolicy" and ("postgresql" in m.name or "redis" in m.name)]
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
+
+
+@pytest.mark.parametrize("values_file", VALUE_SETS)
+def test_every_pod_the_chart_runs_is_covered_by_a_network_policy(values_file: Path | None) -> None:
+    values = values_of(values_file)
+    values.setdefault("agent", {})["enabled"] = True
+    manifests = render(values)
+    policies = [m.obj["spec"] for m in manifests if m.kind == "NetworkPolicy"]
+    pods = [
+        (m.name, m.obj["spec"]["template"]["metadata"]["labels"])
+        for m in manifests
+        if m.kind in {"Deployment", "StatefulSet", "DaemonSet", "Job"}
+    ]
+    assert len(pods) >= 8
+    for name, labels in pods:
+        covering = [p for p in policies if "Ingress" in p["policyTypes"] and _selects(p["podSelector"], labels)]
+        assert covering, f"{name} is not covered by any NetworkPolicy"
+        allowed = [rule for p in covering for rule in p.get("ingress", [])]
+        component = labels["app.kubernetes.io/component"]
+        if component in {"worker", "beat", "tracker", "provisioner", "migrate", "seed"}:
+            assert allowed == [], f"{name} accepts connections: {allowed}"
+    # The agent's metrics port: only from the monitoring namespace.
+    [agent] = [m.obj["spec"] for m in manifests if m.kind == "NetworkPolicy" and m.name.endswith("-agent")]
+    port = (values.get("agent") or {}).get("metricsPort", 9400)
+    assert agent["ingress"] == [
+        {
+            "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+            "ports": [{"port": port, "protocol": "TCP"}],
+        }
+    ]
+    [web] = [m.obj["spec"] for m in manifests if m.kind == "NetworkPolicy" and m.name.endswith("-web")]
+    assert web["ingress"] == [{"ports": [{"port": "http", "protocol": "TCP"}]}]
 
 
 def test_agent_is_off_by_default() -> None:

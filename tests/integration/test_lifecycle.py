@@ -48,6 +48,9 @@ def test_an_unpullable_image_waits_then_fails(engine):
 def test_a_service_runs_until_cancelled(engine, kube_api):
     workload = engine.submit(kind="service", port=8888, gpu_type="k2", gpu_count=1)
     engine.wait_for(workload, State.RUNNING)
+    # The tracker may see the Deployment's pod run before the worker has made the Service and recorded
+    # the names (a Service create can take seconds on a loaded API server).
+    engine.wait_until(workload, lambda w: bool(w.k8s_name), "its object names recorded", timeout=60)
     apps = k8s.AppsV1Api(kube_api)
     assert apps.read_namespaced_deployment(workload.k8s_name, workload.namespace).spec.strategy.type == "Recreate"
     service = k8s.CoreV1Api(kube_api).read_namespaced_service(workload.k8s_name, workload.namespace)

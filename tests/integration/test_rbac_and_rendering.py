@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from devtools.engine import provision_now
 from jobs.kube import client as kube
 from jobs.kube import objects
-from jobs.services.submission import namespace_ensure
 from jobs.services.validation import FIELDS, CatalogFacts, Facts, GpuTypeFacts, SubmissionInvalid, validate_submission
 from jobs.services.workspaces import volume_specs
 
@@ -33,8 +33,8 @@ def test_the_portal_account_writes_only_in_team_namespaces(portal_account, kube_
     from tests.engine.factories import TeamFactory
 
     team = TeamFactory(slug=f"rbac-{uuid.uuid4().hex[:6]}")
-    namespace = namespace_ensure(team)
-    # In its own team namespace it may create a Job (the RoleBinding it made grants that)...
+    namespace = provision_now(portal_account, team)
+    # In its own team namespace it may create a Job (the RoleBinding the provisioner made grants that)...
     kube.batch().create_namespaced_job(namespace, objects.make_job(_job(namespace)))
     # ...but not in a namespace it did not set up, nor read secrets anywhere.
     with pytest.raises(ApiException) as denied:
@@ -196,7 +196,7 @@ def test_the_tracker_watch_streams_changes_as_the_portal_account(portal_account,
     from tests.engine.factories import TeamFactory
 
     team = TeamFactory(slug=f"watch-{uuid.uuid4().hex[:6]}")
-    namespace = namespace_ensure(team)
+    namespace = provision_now(portal_account, team)
     response = kube.stream_get(
         "/apis/batch/v1/jobs",
         {"watch": "true", "labelSelector": "app.kubernetes.io/managed-by=gpuportal", "timeoutSeconds": "10"},

@@ -37,3 +37,22 @@ def test_manage_py_names_the_missing_setting_without_a_traceback():
     assert result.returncode != 0
     assert "configuration error: SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_tls_redis_url_configures_broker_and_cache_for_tls():
+    """REDIS_URL=rediss://... works: Celery verifies the certificate, the API cache connects with TLS."""
+    script = (
+        "import django, json; django.setup(); from django.conf import settings as s; "
+        "from celery import current_app; from django.core.cache import caches; "
+        "import portal.celery; "
+        "pool = caches['api']._cache._get_connection_pool(False); "
+        "c = current_app.connection_for_write(); c.transport_options; "
+        "print(json.dumps([s.CELERY_BROKER_USE_SSL['ssl_cert_reqs'] == 2, pool.connection_class.__name__, "
+        "c.transport.driver_name, bool(c.ssl)]))"
+    )
+    clean = {k: v for k, v in os.environ.items() if k not in {"CELERY_BROKER_URL"}}
+    env = {**clean, "DEBUG": "1", "REDIS_URL": "rediss://:pw@redis.example.internal:6380/0",
+           "DJANGO_SETTINGS_MODULE": "portal.settings"}  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == '[true, "SSLConnection", "redis", true]'

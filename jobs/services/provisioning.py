@@ -1,0 +1,129 @@
+"""Team namespaces: created and kept in shape by the provisioner, the one portal identity allowed to.
+
+Kubernetes RBAC cannot limit `create namespaces` or `create rolebindings` to names with a prefix, so the
+identity that holds them could bind the workloads role in kube-system and run a Job there as any of its
+service accounts. That identity is therefore held by no process that faces the network: the web holds a
+read-only one, the worker and tracker one that writes only inside team namespaces, and this code runs
+in a Celery worker that consumes only the provision queue (settings.PROVISION_QUEUE) with the
+provisioner's credentials — or, where an admin pre-provisions, in `manage.py provision_namespaces`.
+
+What it is asked to do is a team id; the namespace name comes from the database and is checked here
+against the portal's prefix before any call is made, so a forged message cannot point it elsewhere.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from jobs.kube import client as kube
+from jobs.kube import names, objects
+from jobs.models import GpuType, Quota, Team
+
+log = logging.getLogger(__name__)
+
+
+class NamespaceRefused(ValueError):
+    """The provisioner will not touch this namespace name."""
+
+
+def namespace_name_check(namespace: str) -> str:
+    """The name must be `<prefix><team slug>`, a DNS label, and never a system namespace."""
+    prefix = settings.KUBE_NAMESPACE_PREFIX
+    if not prefix or not prefix.strip("-"):
+        raise NamespaceRefused("KUBE_NAMESPACE_PREFIX is empty: the provisioner acts only on prefixed namespaces")
+    if not namespace.startswith(prefix) or len(namespace) <= len(prefix):
+        raise NamespaceRefused(f"namespace {namespace!r} does not start with the portal's prefix {prefix!r}")
+    if names.dns_label(namespace) != namespace:
+        raise NamespaceRefused(f"namespace {namespace!r} is not a valid DNS label")
+    if namespace in {"default", "kube-system", "kube-public", "kube-node-lease"}:
+        raise NamespaceRefused(f"namespace {namespace!r} is a system namespace")
+    return namespace
+
+
+def team_gpu_limits(team: Team) -> dict[str, int]:
+    """GPUs per resource name the team may request (its quota, plus its borrowing limit in a cohort); every
+    GPU resource is listed, 0 where it has no quota, so the namespace can never use a GPU the team was
+    not given."""
+    limits: dict[str, int] = dict.fromkeys(GpuType.objects.values_list("resource_name", flat=True), 0)
+    limits.setdefault("nvidia.com/gpu", 0)
+    # Borrowing: a team in a cohort may hold up to its quota plus its borrowing limit.
+    in_cohort = team.cohort_id is not None
+    for resource, max_gpus, borrowing in Quota.objects.filter(team=team).values_list(
+        "gpu_type__resource_name", "max_gpus", "borrowing_limit"
+    ):
+        limits[resource] = limits.get(resource, 0) + max_gpus + (borrowing if in_cohort else 0)
+    return limits
+
+
+def network_rules() -> objects.NetworkRules:
+    return objects.NetworkRules(
+        proxy_labels=dict(settings.TEAM_INGRESS_PROXY_LABELS),
+        portal_namespace_labels=dict(settings.TEAM_INGRESS_PORTAL_NAMESPACE_LABELS),
+        egress_allow=tuple(settings.TEAM_EGRESS_ALLOW_CIDRS),
+        egress_deny=tuple(settings.TEAM_EGRESS_DENY_CIDRS),
+    )
+
+
+def team_namespace_objects(team: Team) -> list:
+    """Everything a team namespace holds besides workloads, in the order it is created."""
+    namespace = namespace_name_check(team.namespace)
+    made: list = [
+        objects.make_namespace(namespace, team_slug=team.slug, instance=settings.PORTAL_INSTANCE),
+        objects.make_resource_quota(namespace, team_gpu_limits(team)),
+        objects.make_limit_range(namespace, ephemeral_storage=settings.TEAM_EPHEMERAL_STORAGE_DEFAULT),
+        objects.make_network_policy(namespace, network_rules()),
+    ]
+    if settings.KUBE_SERVICE_ACCOUNT:
+        made.append(
+            objects.make_role_binding(
+                namespace,
+                cluster_role=settings.KUBE_WORKLOADS_CLUSTERROLE,
+                service_account=settings.KUBE_SERVICE_ACCOUNT,
+            )
+        )
+    if settings.KUBE_WEB_SERVICE_ACCOUNT:
+        made.append(
+            objects.make_role_binding(
+                namespace,
+                cluster_role=settings.KUBE_READER_CLUSTERROLE,
+                service_account=settings.KUBE_WEB_SERVICE_ACCOUNT,
+                name=objects.READER_BINDING_NAME,
+            )
+        )
+    return made
+
+
+def namespace_provision(team: Team, *, api: k8s.ApiClient | None = None) -> str:
+    """Create or bring up to date the team's namespace and what it holds, with this process's credentials
+    (or `api`'s). Idempotent; API errors propagate."""
+    made = team_namespace_objects(team)
+    namespace = made[0].metadata.name
+    api = api or kube.api_client()
+    core, rbac, net = k8s.CoreV1Api(api), k8s.RbacAuthorizationV1Api(api), k8s.NetworkingV1Api(api)
+    timeout = kube.timeout()
+    try:
+        core.create_namespace(made[0], _request_timeout=timeout)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        # Existing: bring its labels (Pod Security Admission among them) up to date.
+        core.patch_namespace(namespace, {"metadata": {"labels": made[0].metadata.labels}}, _request_timeout=timeout)
+    for obj in made[1:]:
+        create, replace = {
+            "ResourceQuota": (core.create_namespaced_resource_quota, core.replace_namespaced_resource_quota),
+            "LimitRange": (core.create_namespaced_limit_range, core.replace_namespaced_limit_range),
+            "NetworkPolicy": (net.create_namespaced_network_policy, net.replace_namespaced_network_policy),
+            "RoleBinding": (rbac.create_namespaced_role_binding, rbac.replace_namespaced_role_binding),
+        }[obj.kind]
+        try:
+            create(namespace, obj, _request_timeout=timeout)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            replace(obj.metadata.name, namespace, obj, _request_timeout=timeout)
+    log.info("team namespace %s provisioned", namespace)
+    return namespace

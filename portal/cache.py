@@ -1,0 +1,68 @@
+"""A Redis cache that stores JSON, never pickles.
+
+Django's RedisCache unpickles whatever it reads, so anyone able to write to Redis (the broker's network,
+a leaked URL) could run code in every web process. Here values are written as JSON (integers as Redis
+integers, so `incr` keeps working) and anything that is not JSON is refused: logged and treated as a miss,
+never deserialised into objects.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from django.core.cache.backends.redis import RedisCache, RedisCacheClient
+
+log = logging.getLogger(__name__)
+
+
+class RefusedPayload(ValueError):
+    """A cache value that is not JSON (a pickle, say): never deserialised."""
+
+
+class JsonSerializer:
+    def dumps(self, obj: Any) -> bytes | int:
+        if type(obj) is int:  # stored as a Redis integer, as Django's own serializer does, for incr/decr
+            return obj
+        return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
+
+    def loads(self, data: bytes) -> Any:
+        try:
+            return int(data)
+        except ValueError:
+            pass
+        try:
+            return json.loads(data)
+        except ValueError as exc:  # UnicodeDecodeError is one too
+            raise RefusedPayload(f"not JSON ({len(data)} bytes, starting {bytes(data[:2])!r})") from exc
+
+
+class JsonRedisCacheClient(RedisCacheClient):
+    def get(self, key: str, default: Any) -> Any:
+        try:
+            return super().get(key, default)
+        except RefusedPayload as exc:
+            log.warning("cache value under %r refused: %s", key, exc)
+            return default
+
+    def get_many(self, keys: list[str]) -> dict[str, Any]:
+        client = self.get_client(None)
+        found: dict[str, Any] = {}
+        for key, raw in zip(keys, client.mget(keys), strict=True):
+            if raw is None:
+                continue
+            try:
+                found[key] = self._serializer.loads(raw)
+            except RefusedPayload as exc:
+                log.warning("cache value under %r refused: %s", key, exc)
+        return found
+
+
+class JsonRedisCache(RedisCache):
+    """settings.CACHES BACKEND "portal.cache.JsonRedisCache"; `rediss://` URLs work as for RedisCache."""
+
+    def __init__(self, server: str, params: dict[str, Any]) -> None:
+        super().__init__(server, params)
+        self._class = JsonRedisCacheClient
+        self._options = {**self._options, "serializer": JsonSerializer}

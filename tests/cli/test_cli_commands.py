@@ -1,0 +1,84 @@
+"""The CLI's read commands and clone, through the installed entry point against a running portal."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jobs.models import State, Workload
+from tests.cli import test_cli_e2e
+
+pytestmark = pytest.mark.slow
+run_cli = test_cli_e2e.run_cli  # the fixture: the entry point with a token, against the live portal
+
+
+def _workload(world, **fields) -> Workload:
+    defaults = {
+        "team": world.team, "owner": world.owner, "name": "source", "kind": "batch", "image": "docker.io/x:1",
+        "gpu_type": world.p100, "gpu_count": 2, "time_limit_seconds": 5400, "state": State.SUCCEEDED,
+        "command": ["python", "train.py"], "env": [{"name": "EPOCHS", "value": "3"}],
+    }  # fmt: skip
+    defaults.update(fields)
+    return Workload.objects.create(**defaults)
+
+
+def test_clone_submits_the_same_workload_under_a_new_name(run_cli, world):
+    source = _workload(world)
+    cloned = run_cli("--output", "json", "clone", source.uid, "--name", "again")
+    assert cloned.returncode == 0, cloned.stderr
+    copy = json.loads(cloned.stdout)
+    assert copy["uid"] != source.uid
+    assert (copy["name"], copy["image"], copy["gpu_type"], copy["gpu_count"]) == ("again", "docker.io/x:1", "p100", 2)
+    assert copy["command"] == ["python", "train.py"]
+    assert copy["env"] == [{"name": "EPOCHS", "value": "3"}]
+    assert copy["time_limit_seconds"] == 5400
+
+
+def test_clone_of_another_teams_workload_is_not_found(run_cli, world):
+    source = _workload(world)
+    result = run_cli("clone", source.uid, token="outsider")
+    assert result.returncode == 1
+    assert "404" in result.stderr
+    assert Workload.objects.count() == 1
+
+
+def test_gpu_types_text_and_json(run_cli, world):
+    text = run_cli("gpu-types")
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.splitlines()[0].split()[:2] == ["SLUG", "NAME"]
+    assert any(
+        line.startswith("p100") and "0 of 4" not in line and "4 of 4" in line for line in text.stdout.splitlines()
+    )
+    as_json = json.loads(run_cli("-o", "json", "gpu-types").stdout)
+    assert {t["slug"] for t in as_json} >= {"p100"}
+
+
+def test_queue_lists_what_waits_in_order(run_cli, world):
+    _workload(world, name="holder", state=State.RUNNING, gpu_count=4)
+    _workload(world, name="waits-first", state=State.QUEUED)
+    _workload(world, name="waits-second", state=State.QUEUED)
+    result = run_cli("queue")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    first = next(n for n, line in enumerate(lines) if "waits-first" in line)
+    second = next(n for n, line in enumerate(lines) if "waits-second" in line)
+    assert first < second
+    body = json.loads(run_cli("--json", "queue").stdout)
+    assert [w["name"] for w in body["queued"]] == ["waits-first", "waits-second"]
+
+
+def test_usage_prints_a_total(run_cli, world):
+    result = run_cli("usage", "--by", "gpu_type")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0].startswith("vision: ")
+    assert result.stdout.splitlines()[-1].split()[0] == "TOTAL"
+    body = json.loads(run_cli("-o", "json", "usage").stdout)
+    assert body["group_by"] == "day"
+    assert "total_gpu_hours" in body
+
+
+def test_usage_with_a_bad_date_names_the_field(run_cli, world):
+    result = run_cli("usage", "--start", "yesterday")
+    assert result.returncode == 1
+    assert "start" in result.stderr
