@@ -38,7 +38,7 @@ def wait_until(predicate, timeout: float, what: str, interval: float = 0.05) -> 
 class Engine:
     """Cluster + the portal's identity + worker/beat/tracker processes on the bench database."""
 
-    def __init__(self, ctx: BenchContext) -> None:
+    def __init__(self, ctx: BenchContext, *, start_processes: bool = True) -> None:
         from django.conf import settings
         from django.db import connection
         from kubernetes import config
@@ -73,9 +73,10 @@ class Engine:
         self.log_dir = ctx.work_dir / "engine-logs"
         self.log_dir.mkdir(exist_ok=True)
         self.processes = EngineProcesses(env, self.log_dir)
-        self.processes.start_all()
         self.seeded = False
-        self.ready()
+        if start_processes:  # without: the caller runs the engine's services in process (profiling)
+            self.processes.start_all()
+            self.ready()
 
     def seed(self) -> None:
         """The demo GPU types, with every type's nodes in the portal's inventory (ready, schedulable).

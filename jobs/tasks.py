@@ -17,6 +17,7 @@ from jobs.models import Team, Workload
 from jobs.services import (
     accounting,
     admission,
+    dispatch,
     estimates,
     inventory,
     lifecycle,
@@ -39,6 +40,7 @@ RETRY = {
 
 @shared_task(name="jobs.tasks.admit")
 def admit(team_id: int, gpu_type_id: int) -> list[int]:
+    dispatch.admission_starting(team_id=team_id, gpu_type_id=gpu_type_id)
     return admission.quota_admit(team_id=team_id, gpu_type_id=gpu_type_id)
 
 

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin
 
 from jobs.models import AllowedRegistry, CatalogImage, GpuNode, GpuType
+from jobs.services.submission import forget_namespaces
 
 
 @admin.register(GpuType)
@@ -45,7 +47,35 @@ class CatalogImageAdmin(admin.ModelAdmin):
     search_fields = ["title", "reference"]
 
 
+class AllowedRegistryForm(forms.ModelForm):
+    """The password is write-only: never rendered back; left empty on edit, the stored one stays."""
+
+    pull_password = forms.CharField(required=False, widget=forms.PasswordInput(render_value=False))
+
+    class Meta:
+        model = AllowedRegistry
+        fields = ["host", "note", "pull_username", "pull_password"]
+
+    def clean(self):
+        cleaned = super().clean()
+        if not cleaned.get("pull_password") and self.instance.pk:
+            cleaned["pull_password"] = self.instance.pull_password
+        if bool(cleaned.get("pull_username")) != bool(cleaned.get("pull_password")):
+            raise forms.ValidationError("Give both the pull username and password, or neither.")
+        return cleaned
+
+
 @admin.register(AllowedRegistry)
 class AllowedRegistryAdmin(admin.ModelAdmin):
-    list_display = ["host", "note"]
+    form = AllowedRegistryForm
+    list_display = ["host", "note", "has_credentials"]
     search_fields = ["host"]
+
+    @admin.display(boolean=True, description="Pull credentials")
+    def has_credentials(self, registry: AllowedRegistry) -> bool:
+        return bool(registry.pull_secret_name)
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        # Every team namespace gets the new pull Secret the next time a workload is created there.
+        forget_namespaces()

@@ -68,3 +68,9 @@ def secret_object_name(name: str, *, username: str, shared: bool) -> str:
     if shared:
         return f"secret-team-{name}"
     return f"secret-u{hashlib.sha256(username.encode()).hexdigest()[:8]}-{name}"
+
+
+def pull_secret_name(registry_host: str) -> str:
+    """The image pull Secret for a registry (host[:port]), in each team namespace."""
+    digest = hashlib.sha256(registry_host.encode()).hexdigest()[:8]
+    return f"pull-{dns_label(registry_host, max_length=63 - 14, fallback='r')}-{digest}"

@@ -6,7 +6,9 @@ the real API server dry-run whatever these functions make of any spec the valida
 
 from __future__ import annotations
 
+import base64
 import ipaddress
+import json
 from dataclasses import dataclass, field
 
 from kubernetes import client as k8s
@@ -85,6 +87,7 @@ class WorkloadSpec:
     port: int | None = None
     volumes: tuple[VolumeSpec, ...] = ()
     secrets: tuple[SecretRef, ...] = ()
+    image_pull_secrets: tuple[str, ...] = ()  # the private registry's pull Secret, if its image needs one
     cpu_millicores: int | None = None  # sized pods: None is the type's default per GPU
     memory_mib: int | None = None
     instance: str = "default"
@@ -174,6 +177,7 @@ def make_pod_template(spec: WorkloadSpec) -> k8s.V1PodTemplateSpec:
             enable_service_links=False,
             security_context=k8s.V1PodSecurityContext(seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault")),
             termination_grace_period_seconds=spec.termination_grace_seconds,
+            image_pull_secrets=[k8s.V1LocalObjectReference(name=n) for n in spec.image_pull_secrets] or None,
             volumes=[
                 k8s.V1Volume(
                     name=SHM_VOLUME,
@@ -243,6 +247,19 @@ def make_secret(*, namespace: str, name: str, value: str, team_slug: str, instan
             },
         ),
         string_data={SECRET_KEY: value},
+    )
+
+
+def make_pull_secret(*, namespace: str, name: str, registry: str, username: str, password: str) -> k8s.V1Secret:
+    """A private registry's pull credentials as the kubelet reads them (kubernetes.io/dockerconfigjson)."""
+    auth = base64.b64encode(f"{username}:{password}".encode()).decode()
+    config = {"auths": {registry: {"username": username, "password": password, "auth": auth}}}
+    return k8s.V1Secret(
+        api_version="v1",
+        kind="Secret",
+        type="kubernetes.io/dockerconfigjson",
+        metadata=k8s.V1ObjectMeta(name=name, namespace=namespace, labels={names.LABEL_MANAGED_BY: names.MANAGED_BY}),
+        string_data={".dockerconfigjson": json.dumps(config, sort_keys=True)},
     )
 
 

@@ -6,6 +6,8 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
+from jobs.kube import names
+
 CUDA_VERSION = RegexValidator(r"^\d{1,2}\.\d{1,2}$", "A CUDA version such as 12.2.")
 LABEL_VALUE = RegexValidator(
     r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$",
@@ -124,6 +126,12 @@ class AllowedRegistry(models.Model):
 
     host = models.CharField(max_length=255, unique=True, help_text="e.g. docker.io, nvcr.io, registry.lab:5000")
     note = models.CharField(max_length=200, blank=True)
+    pull_username = models.CharField(
+        max_length=255, blank=True, help_text="Pull credentials for a private registry (both, or neither)."
+    )
+    pull_password = models.CharField(
+        max_length=4096, blank=True, help_text="Kept for the image pull Secret in each team namespace; never shown."
+    )
 
     class Meta:
         ordering = ["host"]
@@ -131,3 +139,8 @@ class AllowedRegistry(models.Model):
 
     def __str__(self) -> str:
         return self.host
+
+    @property
+    def pull_secret_name(self) -> str:
+        """The image pull Secret the portal keeps in every team namespace; empty without credentials."""
+        return names.pull_secret_name(self.host) if self.pull_username and self.pull_password else ""

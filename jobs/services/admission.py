@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -25,7 +26,7 @@ from django.utils import timezone
 
 from jobs.models import Quota, State, Team, Workload, WorkloadEvent
 from jobs.services import sharing_plan
-from jobs.services.dispatch import enqueue_estimate, enqueue_submit
+from jobs.services.dispatch import enqueue_estimate, enqueue_submits
 from jobs.services.sharing_plan import Held, QueueEntry, TeamQuota
 
 log = logging.getLogger(__name__)
@@ -155,13 +156,25 @@ def gather_cohort_facts(quotas: list[Quota], gpu_type_id: int, *, skip_teams: It
     return CohortFacts(teams=teams, held=held, queued=queued, quota_of={q.team_id: q.max_gpus for q in quotas})
 
 
+# Within one admit_all pass, each team's budget is read once (a usage report per team), not once per
+# GPU type: the pass is short, and a budget crossed during it is caught by the next pass.
+_budget_memo: ContextVar[dict[int, bool] | None] = ContextVar("admission_budget_memo", default=None)
+
+
 def _exhausted_teams(quotas: list[Quota]) -> set[int]:
+    from jobs.services.accounting import budget_exhausted
+
+    memo = _budget_memo.get()
     exhausted: set[int] = set()
     for q in quotas:
         if q.team.monthly_gpu_hour_budget is not None:
-            from jobs.services.accounting import budget_exhausted
-
-            if budget_exhausted(q.team):
+            if memo is None:
+                spent = budget_exhausted(q.team)
+            elif q.team_id in memo:
+                spent = memo[q.team_id]
+            else:
+                spent = memo[q.team_id] = budget_exhausted(q.team)
+            if spent:
                 exhausted.add(q.team_id)
     return exhausted
 
@@ -220,8 +233,7 @@ def quota_admit(*, team_id: int, gpu_type_id: int) -> list[int]:
             )
             for workload_id in result.admit
         )
-        for workload_id in result.admit:
-            enqueue_submit(workload_id)
+        enqueue_submits(result.admit)
     log.info(
         "admitted %d workload(s) (%d borrowed, %d preempted) for team %s / gpu type %s",
         len(result.admit),
@@ -244,4 +256,8 @@ def _admit_message(*, borrowed: bool, quota: int, reclaimed: int) -> str:
 def admit_all() -> int:
     """One admission pass over every team and GPU type with queued work."""
     pairs = Workload.objects.filter(state=State.QUEUED).values_list("team_id", "gpu_type_id").distinct().order_by()
-    return sum(len(quota_admit(team_id=t, gpu_type_id=g)) for t, g in list(pairs))
+    token = _budget_memo.set({})
+    try:
+        return sum(len(quota_admit(team_id=t, gpu_type_id=g)) for t, g in list(pairs))
+    finally:
+        _budget_memo.reset(token)

@@ -26,6 +26,43 @@ def enqueue_admission(*, team_id: int, gpu_type_id: int) -> None:
     transaction.on_commit(lambda: _send("jobs.tasks.admit", team_id, gpu_type_id))
 
 
+ADMISSION_REQUEST_TTL = 10  # seconds; then a request is sent again (a backlog; a pass lost with a killed worker)
+
+
+def _admission_key(team_id: int, gpu_type_id: int) -> str:
+    return f"admission-requested:{team_id}:{gpu_type_id}"
+
+
+def request_admission(*, team_id: int, gpu_type_id: int) -> None:
+    """Ask a worker for an admission pass, once while one is waiting to start.
+
+    A pass admits everything queued for the team and GPU type, and the waiting one starts after the
+    caller's workload was committed (callers commit first), so it will see it: a second request would
+    only queue a pass with nothing left to do. Without Redis, the request is simply sent.
+    """
+    from django.core.cache import caches
+
+    def send() -> None:
+        try:
+            if not caches["api"].add(_admission_key(team_id, gpu_type_id), 1, timeout=ADMISSION_REQUEST_TTL):
+                return
+        except Exception as exc:  # the cache is Redis: down means "send it anyway"
+            log.info("admission request not coalesced (%s)", exc)
+        _send("jobs.tasks.admit", team_id, gpu_type_id)
+
+    transaction.on_commit(send)
+
+
+def admission_starting(*, team_id: int, gpu_type_id: int) -> None:
+    """A worker's pass is starting: requests from now on need a pass of their own (it may not see them)."""
+    from django.core.cache import caches
+
+    try:
+        caches["api"].delete(_admission_key(team_id, gpu_type_id))
+    except Exception as exc:
+        log.info("could not clear the admission request (%s)", exc)
+
+
 ESTIMATE_DEBOUNCE_SECONDS = 2
 
 
@@ -49,6 +86,25 @@ def enqueue_estimate(*, team_id: int, gpu_type_id: int) -> None:
 
 def enqueue_submit(workload_id: int) -> None:
     transaction.on_commit(lambda: _send("jobs.tasks.submit", workload_id))
+
+
+def enqueue_submits(workload_ids: list[int]) -> None:
+    """enqueue_submit for many, on one broker connection (an admission pass admits many at once)."""
+    ids = list(workload_ids)
+    if not ids:
+        return
+
+    def send() -> None:
+        from portal.celery import app
+
+        try:
+            with app.producer_or_acquire() as producer:
+                for workload_id in ids:
+                    app.send_task("jobs.tasks.submit", args=[workload_id], producer=producer)
+        except Exception as exc:  # kombu raises several types; any of them means "not now"
+            log.warning("could not enqueue %d submit task(s) (%s); the periodic sweep will pick them up", len(ids), exc)
+
+    transaction.on_commit(send)
 
 
 def enqueue_delete(workload_id: int) -> None:

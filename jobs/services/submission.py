@@ -20,9 +20,10 @@ from kubernetes.client.exceptions import ApiException
 
 from jobs.kube import client as kube
 from jobs.kube import names, objects
-from jobs.models import State, Team, Workload
+from jobs.models import AllowedRegistry, State, Team, Workload
 from jobs.services import opening, workspaces
 from jobs.services.transitions import transition
+from jobs.services.validation import parse_image_reference
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ def spec_for(workload: Workload) -> objects.WorkloadSpec:
         env=tuple((e["name"], e["value"]) for e in workload.env or ()) + base_url_env(workload),
         port=workload.port,
         volumes=workspaces.volume_specs(workload.mounts or []),
+        image_pull_secrets=image_pull_secrets(workload.image),
         cpu_millicores=workload.cpu_millicores,
         memory_mib=workload.memory_mib,
         secrets=tuple(objects.SecretRef(s["name"], s["k8s_name"], s.get("env", "")) for s in workload.secrets or ()),
@@ -111,6 +113,29 @@ def namespace_ensure(team: Team, *, force: bool = False) -> str:
 
     tasks.provision_namespace.apply_async(args=[team.id], queue=settings.PROVISION_QUEUE)
     return namespace
+
+
+def pull_secrets_ensure(namespace: str) -> None:
+    """Every private registry's image pull Secret exists (and is current) in the namespace."""
+    core = kube.core()
+    for registry in AllowedRegistry.objects.exclude(pull_username="").exclude(pull_password=""):
+        secret = objects.make_pull_secret(namespace=namespace, name=registry.pull_secret_name, registry=registry.host,
+                                          username=registry.pull_username, password=registry.pull_password)  # fmt: skip
+        try:
+            core.create_namespaced_secret(namespace, secret, _request_timeout=kube.timeout())
+        except ApiException as exc:
+            if exc.status != 409:
+                raise  # the exception's text is the API server's Status, never our request body
+            core.replace_namespaced_secret(secret.metadata.name, namespace, secret, _request_timeout=kube.timeout())
+
+
+def image_pull_secrets(image: str) -> tuple[str, ...]:
+    """The pull Secret a workload's image needs: its registry's, when that registry has credentials."""
+    reference = parse_image_reference(image)
+    if reference is None:
+        return ()
+    registry = AllowedRegistry.objects.filter(host=reference.registry).first()
+    return (registry.pull_secret_name,) if registry is not None and registry.pull_secret_name else ()
 
 
 def forget_namespaces() -> None:
@@ -203,6 +228,8 @@ def workload_create_objects(workload_id: int) -> None:
         group, resource = ("batch", "jobs") if spec.kind == "batch" else ("apps", "deployments")
         namespace_wait_ready(workload.team, group=group, resource=resource)
         workspaces.workspaces_ensure(workload)
+        if spec.image_pull_secrets:
+            pull_secrets_ensure(spec.namespace)
         for obj in objects.make_objects(spec):
             _create_or_adopt(obj, spec, workload.team)
     except ApiException as exc:

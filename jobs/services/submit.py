@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
@@ -23,7 +24,7 @@ from jobs.models import (
 )
 from jobs.models import workloads as workloads_model
 from jobs.selectors import cluster_capacity
-from jobs.services.dispatch import enqueue_admission
+from jobs.services.dispatch import enqueue_admission, request_admission
 from jobs.services.limits import queue_limits_check
 from jobs.services.secrets import secrets_available
 from jobs.services.validation import CatalogFacts, Facts, GpuTypeFacts, SubmissionInvalid, validate_submission
@@ -210,13 +211,44 @@ def create_with_fresh_uid(**fields: Any) -> Workload:
 def admit_now(*, team_id: int, gpu_type_id: int) -> None:
     """Admission right after a submission commits, saving a round trip through the broker.
 
-    It never fails the submission: if it cannot run now (database busy, anything), the workload is
-    stored QUEUED and a worker or the periodic sweep admits it.
+    Only one submission of a team and GPU type admits in line at a time: when another one is admitting
+    already, waiting for the quota's lock behind it would make every concurrent submission pay for the
+    others' passes (the intake's bottleneck under load), so the pass goes to a worker instead, where one
+    pass admits everything queued. It never fails the submission: if admission cannot run now (database
+    busy, anything), the workload is stored QUEUED and a worker or the periodic sweep admits it.
     """
     from jobs.services.admission import quota_admit
 
     try:
-        quota_admit(team_id=team_id, gpu_type_id=gpu_type_id)
+        with admitting_alone(team_id, gpu_type_id) as alone:
+            if alone:
+                quota_admit(team_id=team_id, gpu_type_id=gpu_type_id)
+            else:
+                request_admission(team_id=team_id, gpu_type_id=gpu_type_id)
     except Exception:
         log.warning("admission after submit failed; handing it to a worker", exc_info=True)
         enqueue_admission(team_id=team_id, gpu_type_id=gpu_type_id)
+
+
+ADMIT_LOCK_SPACE = 0x61646D  # "adm": the first key of this lock, so it cannot meet another advisory lock
+
+
+@contextmanager
+def admitting_alone(team_id: int, gpu_type_id: int) -> Iterator[bool]:
+    """Whether no other submission of this team and GPU type is admitting now (a PostgreSQL advisory
+    lock, taken without waiting and held until the block ends); always True on other databases."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        yield True
+        return
+    key = team_id * 100_003 + gpu_type_id  # int4 range for the ids this portal will ever have
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [ADMIT_LOCK_SPACE, key % 2_147_483_647])
+        got = cursor.fetchone()[0]
+    try:
+        yield got
+    finally:
+        if got:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [ADMIT_LOCK_SPACE, key % 2_147_483_647])

@@ -39,6 +39,11 @@ def _descendants(pid: int) -> set[int]:
 
 @pytest.mark.cluster
 @pytest.mark.slow
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None  # surface the 302 itself
+
+
 def test_make_run_serves_the_portal_and_ctrl_c_stops_everything(tmp_path):
     if not (default_bin_dir() / "SHA256SUMS").exists():
         pytest.skip("Kubernetes binaries not built (make cluster-build)")
@@ -82,6 +87,12 @@ def test_make_run_serves_the_portal_and_ctrl_c_stops_everything(tmp_path):
                 time.sleep(0.5)
         assert status is not None, "".join(output[-40:])
         assert status < 500
+        # One origin: the service proxy answers /w/<uid>/ on the same port (anonymous: to the sign-in page).
+        opener = urllib.request.build_opener(_NoRedirect)
+        with pytest.raises(urllib.error.HTTPError) as redirected:
+            opener.open(f"http://127.0.0.1:{port}/w/0123456789abcdef/", timeout=10)
+        assert redirected.value.code == 302
+        assert redirected.value.headers["Location"].startswith("/login/?next=%2Fw%2F0123456789abcdef%2F")
         time.sleep(1)  # let the last children appear in the tree
         children |= _descendants(proc.pid)
         text = "".join(output)
@@ -101,4 +112,4 @@ def test_make_run_serves_the_portal_and_ctrl_c_stops_everything(tmp_path):
     while any(pid_alive(p) for p in children) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert [p for p in children if pid_alive(p)] == []
-    assert len(children) >= 8  # etcd, 3 kube binaries, simulator, redis, worker, beat, web
+    assert len(children) >= 9  # etcd, 3 kube binaries, simulator, redis, worker, beat, web, proxy

@@ -163,3 +163,21 @@ def test_a_sized_pod_requests_what_was_asked():
     assert resources["requests"]["cpu"] == "12000m"
     assert resources["requests"]["memory"] == resources["limits"]["memory"] == "65536Mi"
     assert pod["spec"]["volumes"][0]["emptyDir"]["sizeLimit"] == "32768Mi"
+
+
+def test_a_private_registry_image_references_its_pull_secret():
+    pod = ApiClient().sanitize_for_serialization(objects.make_pod_template(spec(image_pull_secrets=("pull-x",))))
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "pull-x"}]
+    assert "imagePullSecrets" not in ApiClient().sanitize_for_serialization(objects.make_pod_template(spec()))["spec"]
+
+
+def test_pull_secret_is_a_docker_config_for_the_registry():
+    import base64
+    import json
+
+    secret = objects.make_pull_secret(namespace="ns", name="pull-x", registry="registry.lab:5000", username="u",
+                                      password="p")  # fmt: skip
+    body = ApiClient().sanitize_for_serialization(secret)
+    assert body["type"] == "kubernetes.io/dockerconfigjson"
+    auths = json.loads(body["stringData"][".dockerconfigjson"])["auths"]
+    assert auths == {"registry.lab:5000": {"username": "u", "password": "p", "auth": base64.b64encode(b"u:p").decode()}}

@@ -107,3 +107,18 @@ def test_teammates_see_env_names_but_not_values(engine):
     theirs = _api(engine.teammate).get(f"/api/v1/workloads/{workload.uid}/").json()
     assert {"name": "TOKEN", "value": "plain-but-private"} in mine["env"]
     assert {"name": "TOKEN", "value": None} in theirs["env"]
+
+
+def test_a_private_registry_image_pod_references_the_pull_secret(engine, kube_api):
+    from jobs.models import AllowedRegistry
+    from jobs.services.submission import forget_namespaces
+
+    registry = AllowedRegistry.objects.create(host="registry.lab:5000", pull_username="robot", pull_password="hunter2")
+    forget_namespaces()
+    workload = engine.submit(image="registry.lab:5000/vision/train:1", env={"SIM_RUN_SECONDS": "1"})
+    engine.wait_for(workload, State.SUCCEEDED, timeout=90)
+    job = k8s.BatchV1Api(kube_api).read_namespaced_job(workload.k8s_name, workload.namespace)
+    assert [s.name for s in job.spec.template.spec.image_pull_secrets] == [registry.pull_secret_name]
+    secret = k8s.CoreV1Api(kube_api).read_namespaced_secret(registry.pull_secret_name, workload.namespace)
+    assert secret.type == "kubernetes.io/dockerconfigjson"
+    assert "hunter2" not in json.dumps(_api(engine.owner).get(f"/api/v1/workloads/{workload.uid}/").json())

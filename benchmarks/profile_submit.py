@@ -1,0 +1,115 @@
+"""Where a submission's time goes, stage by stage, with the SQL queries each stage sends.
+
+    python -m devtools.testenv -- python -m benchmarks.profile_submit [N]   (GPUPORTAL_PG_DURABLE=1 as `make bench`)
+
+Runs the engine's own service functions in this process, one workload at a time (no worker, no
+concurrency), against the local cluster: the intake (`workload_submit`: membership, facts, rules, store,
+admission) and then the worker's part (`workload_create_objects`: load, render, namespace, create,
+transition) for each workload. Stages are timed by wrapping the service functions they call; what is
+a caller's line counts only its own time, without that of the stages it calls.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import Any
+
+from benchmarks.context import BenchContext
+
+own_time: dict[str, float] = defaultdict(float)  # a stage's time less that of the stages it called
+queries: dict[str, int] = defaultdict(int)  # queries sent while a stage was the innermost one
+stack: list[list[Any]] = []  # [name, time spent in called stages]
+
+
+@contextmanager
+def stage(name: str):
+    frame: list[Any] = [name, 0.0]
+    stack.append(frame)
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        elapsed = time.perf_counter() - started
+        stack.pop()
+        own_time[name] += elapsed - frame[1]
+        if stack:
+            stack[-1][1] += elapsed
+
+
+def wrap(module: Any, attribute: str, name: str) -> None:
+    original: Callable = getattr(module, attribute)
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        with stage(name):
+            return original(*args, **kwargs)
+
+    setattr(module, attribute, timed)
+
+
+def count_queries(execute, sql, params, many, context):
+    queries[stack[-1][0] if stack else "outside"] += 1
+    return execute(sql, params, many, context)
+
+
+def main(argv: list[str]) -> int:
+    n = int(argv[0]) if argv else 100
+    ctx = BenchContext()
+    try:
+        ctx.django()
+        from django.db import connection
+
+        from benchmarks.engine import Engine
+        from benchmarks.engine_flow import _fresh_namespace
+        from jobs.kube import objects
+        from jobs.models import Workload
+        from jobs.services import submission, submit
+
+        engine = Engine(ctx, start_processes=False)
+        team, user, _ = _fresh_namespace(engine)  # set up and usable by the portal (RBAC) before timing
+        wrap(submit, "gather_facts", "intake: gather facts")
+        wrap(submit, "validate_submission", "intake: validation rules")
+        wrap(submit, "create_with_fresh_uid", "intake: store workload")
+        wrap(submit, "admit_now", "intake: admission (+ enqueue)")
+        wrap(submission, "spec_for", "worker: render spec")
+        wrap(objects, "make_objects", "worker: render manifests")
+        wrap(submission, "namespace_ensure", "worker: namespace ensure")
+        wrap(submission, "_create_or_adopt", "worker: create in API server")
+        wrap(submission, "transition", "worker: transition to PENDING")
+        spec = {"image": "ubuntu", "gpu_type": "k2", "env": {"SIM_RUN_SECONDS": "600"}}
+        with connection.execute_wrapper(count_queries):
+            for _ in range(3):  # warm-up: namespace, connections, caches
+                submission.workload_create_objects(submit.workload_submit(team=team, owner=user, spec=spec).id)
+            own_time.clear()
+            queries.clear()
+            ids = []
+            started = time.perf_counter()
+            for _ in range(n):
+                with stage("intake (workload_submit)"):
+                    ids.append(submit.workload_submit(team=team, owner=user, spec=spec).id)
+            intake_s = time.perf_counter() - started
+            started = time.perf_counter()
+            for workload_id in ids:
+                with stage("worker (workload_create_objects)"):
+                    submission.workload_create_objects(workload_id)
+            worker_s = time.perf_counter() - started
+        created = Workload.objects.filter(id__in=ids, k8s_name__gt="").count()
+        print(
+            f"# {n} workloads one at a time; {created} created; intake {n / intake_s:.1f}/s, worker {n / worker_s:.1f}/s"
+        )
+        print(f"# {'stage (own time, without the stages it calls)':50} {'ms/workload':>12} {'queries/workload':>17}")
+        for name in sorted(own_time, key=lambda k: (not k.startswith("intake"), k)):
+            print(f"{name:52} {own_time[name] / n * 1000:12.2f} {queries.get(name, 0) / n:17.2f}")
+        print(f"{'total':52} {sum(own_time.values()) / n * 1000:12.2f} {sum(queries.values()) / n:17.2f}")
+        engine.delete_namespace(team.namespace)
+        engine.close()
+    finally:
+        ctx.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
