@@ -330,8 +330,12 @@ class CatalogImageSerializer(serializers.ModelSerializer):
         model = CatalogImage
         fields = [
             "id", "reference", "title", "description", "suits", "default_command", "default_args",
-            "default_port", "cuda_version",
+            "default_port", "cuda_version", "needs_root", "root_allowed",
         ]  # fmt: skip
+        extra_kwargs = {
+            "needs_root": {"help_text": "The image only works as root; its workloads run as root only if allowed."},
+            "root_allowed": {"help_text": "An administrator allowed it to run as root; without that it is refused."},
+        }
         read_only_fields = fields
 
 

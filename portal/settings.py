@@ -125,12 +125,26 @@ STORAGES = {
     },
 }
 
+# With DEBUG off the portal is served over HTTPS: cookies only over HTTPS, and browsers told to come back
+# only over HTTPS (HSTS). SECURE_COOKIES=0 is the one opt-out, for plain-HTTP trials; it turns HSTS off
+# too, since HSTS on a site without TLS would lock browsers out of it.
 SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", default=not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_HSTS_SECONDS = env_int(
+    "HSTS_SECONDS", 365 * 86400 if SESSION_COOKIE_SECURE and not DEBUG else 0, minimum=0
+)  # fmt: skip
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("HSTS_INCLUDE_SUBDOMAINS", default=True)
+SECURE_HSTS_PRELOAD = env_bool("HSTS_PRELOAD", default=True)
+# HTTP -> HTTPS: behind a TLS-terminating proxy (the chart's ingress) the proxy redirects; the portal does
+# it itself only when told (SSL_REDIRECT=1), since it sees plain HTTP from the proxy and from probes.
+SECURE_SSL_REDIRECT = env_bool("SSL_REDIRECT", default=False)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 # Addresses or networks of the reverse proxies in front of the portal (ingress controller, load balancer):
 # only their X-Forwarded-Proto/-For are believed (portal/security.py drops them from anyone else).
 TRUSTED_PROXIES = env_list("TRUSTED_PROXIES")
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("BEHIND_TLS_PROXY") else None
+# check --deploy asks for SECURE_SSL_REDIRECT; behind a TLS proxy that redirect is the proxy's (above).
+SILENCED_SYSTEM_CHECKS = ["security.W008"] if SECURE_PROXY_SSL_HEADER and not SECURE_SSL_REDIRECT else []
 # Scripts and styles are static files of this site; style attributes (bar widths) are the one inline use.
 CONTENT_SECURITY_POLICY = env_str(
     "CONTENT_SECURITY_POLICY",

@@ -42,8 +42,8 @@ class GpuNodeAdmin(admin.ModelAdmin):
 
 @admin.register(CatalogImage)
 class CatalogImageAdmin(admin.ModelAdmin):
-    list_display = ["title", "reference", "suits", "cuda_version", "enabled"]
-    list_filter = ["suits", "enabled"]
+    list_display = ["title", "reference", "suits", "cuda_version", "needs_root", "root_allowed", "enabled"]
+    list_filter = ["suits", "enabled", "needs_root", "root_allowed"]
     search_fields = ["title", "reference"]
 
 

@@ -30,7 +30,12 @@ PSA_LABELS = {
     "pod-security.kubernetes.io/warn": "restricted",
     "pod-security.kubernetes.io/warn-version": "latest",
 }
+# The uid/gid every user container runs as unless its catalog entry needs root and an admin allowed it;
+# 1000 is the unprivileged user most research images (Jupyter's jovyan, NGC's) already own their files as.
+USER_UID = 1000
+USER_GID = 1000
 SHM_VOLUME = "dshm"
+TMP_VOLUME = "tmp"
 SECRETS_VOLUME = "portal-secrets"
 SECRETS_DIR = "/var/run/secrets/gpuportal"
 SECRET_KEY = "value"  # noqa: S105  (the key inside each Secret, not a password)
@@ -44,6 +49,8 @@ class GpuTypeSpec:
     resource_name: str
     cpu_per_gpu_millicores: int
     memory_per_gpu_mib: int
+    ephemeral_storage_request_mib: int = 1024
+    ephemeral_storage_limit_mib: int = 20480
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,8 @@ class WorkloadSpec:
     attempt: int = 0
     # SIGTERM, then this long before the kill, whenever its pod is deleted (cancel, preemption).
     termination_grace_seconds: int = 30
+    run_as_root: bool = False  # only for a catalog entry that needs root and that an admin allowed
+    read_only_root: bool = False  # the catalog entry works with a read-only root filesystem
 
     @property
     def object_name(self) -> str:
@@ -122,6 +131,8 @@ def make_container(spec: WorkloadSpec) -> k8s.V1Container:
     gpus = str(spec.gpu_count)
     cpu = f"{pod_cpu_millicores(spec)}m"
     memory = f"{pod_memory_mib(spec)}Mi"
+    scratch = f"{spec.gpu_type.ephemeral_storage_request_mib}Mi"
+    scratch_limit = f"{max(spec.gpu_type.ephemeral_storage_limit_mib, spec.gpu_type.ephemeral_storage_request_mib)}Mi"
     env = [k8s.V1EnvVar(name=name, value=value) for name, value in spec.env]
     # Secret values never enter the spec: the kubelet reads them from the Secret when the pod starts.
     env += [
@@ -145,15 +156,18 @@ def make_container(spec: WorkloadSpec) -> k8s.V1Container:
         ports=[k8s.V1ContainerPort(container_port=spec.port, name="http")] if spec.port else None,
         resources=k8s.V1ResourceRequirements(
             # Extended resources must have requests == limits; memory limit == request keeps the node honest.
-            requests={spec.gpu_type.resource_name: gpus, "cpu": cpu, "memory": memory},
-            limits={spec.gpu_type.resource_name: gpus, "memory": memory},
+            requests={spec.gpu_type.resource_name: gpus, "cpu": cpu, "memory": memory, "ephemeral-storage": scratch},
+            limits={spec.gpu_type.resource_name: gpus, "memory": memory, "ephemeral-storage": scratch_limit},
         ),
         security_context=k8s.V1SecurityContext(
             allow_privilege_escalation=False,
             privileged=False,
             capabilities=k8s.V1Capabilities(drop=["ALL"]),
+            read_only_root_filesystem=True if spec.read_only_root else None,
         ),
         volume_mounts=[k8s.V1VolumeMount(name=SHM_VOLUME, mount_path="/dev/shm")]  # noqa: S108
+        # A read-only root still needs somewhere to write scratch files: /tmp is an emptyDir.
+        + ([k8s.V1VolumeMount(name=TMP_VOLUME, mount_path="/tmp")] if spec.read_only_root else [])  # noqa: S108
         + [
             k8s.V1VolumeMount(name=v.name, mount_path=v.mount_path, read_only=True if v.read_only else None)
             for v in spec.volumes
@@ -175,7 +189,7 @@ def make_pod_template(spec: WorkloadSpec) -> k8s.V1PodTemplateSpec:
             # A user's container has no business talking to the Kubernetes API as anyone.
             automount_service_account_token=False,
             enable_service_links=False,
-            security_context=k8s.V1PodSecurityContext(seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault")),
+            security_context=make_pod_security_context(spec),
             termination_grace_period_seconds=spec.termination_grace_seconds,
             image_pull_secrets=[k8s.V1LocalObjectReference(name=n) for n in spec.image_pull_secrets] or None,
             volumes=[
@@ -183,10 +197,30 @@ def make_pod_template(spec: WorkloadSpec) -> k8s.V1PodTemplateSpec:
                     name=SHM_VOLUME,
                     empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit=shm_limit),
                 ),
+                *(
+                    [k8s.V1Volume(name=TMP_VOLUME, empty_dir=k8s.V1EmptyDirVolumeSource())]
+                    if spec.read_only_root
+                    else []
+                ),
                 *(make_volume(v) for v in spec.volumes),
                 *([make_secrets_volume(spec.secrets)] if spec.secrets else []),
             ],
         ),
+    )
+
+
+def make_pod_security_context(spec: WorkloadSpec) -> k8s.V1PodSecurityContext:
+    """A fixed non-root uid, refused by the kubelet if the image would run as root anyway; fsGroup makes the
+    workspace and dataset volumes writable for it. An admin-allowed root image keeps only seccomp."""
+    seccomp = k8s.V1SeccompProfile(type="RuntimeDefault")
+    if spec.run_as_root:
+        return k8s.V1PodSecurityContext(seccomp_profile=seccomp)
+    return k8s.V1PodSecurityContext(
+        run_as_non_root=True,
+        run_as_user=USER_UID,
+        run_as_group=USER_GID,
+        fs_group=USER_GID,
+        seccomp_profile=seccomp,
     )
 
 

@@ -45,6 +45,16 @@ class GpuType(models.Model):
         validators=[CUDA_VERSION],
         help_text="Highest CUDA version the drivers on these nodes support. Empty: learnt from the nodes.",
     )
+    # Every workload container's scratch space (writable layer, /tmp, logs) is requested and capped per
+    # type: the team namespace's LimitRange (TEAM_EPHEMERAL_STORAGE_DEFAULT) refuses a limit above its max.
+    ephemeral_storage_request_mib = models.PositiveIntegerField(
+        default=1024, help_text="Local scratch disk each workload container reserves (MiB)."
+    )
+    ephemeral_storage_limit_mib = models.PositiveIntegerField(
+        default=20480,
+        help_text="Most local scratch disk a workload container may use before it is evicted (MiB). At most the "
+        "team namespaces' LimitRange maximum (TEAM_EPHEMERAL_STORAGE_DEFAULT).",
+    )
     enabled = models.BooleanField(default=True)
 
     class Meta:
@@ -113,12 +123,27 @@ class CatalogImage(models.Model):
         default=list, blank=True, help_text='e.g. ["--ServerApp.base_url={base_url}"] or ["--path_prefix={base_path}"]'
     )
     base_url_env = models.JSONField(default=dict, blank=True, help_text='e.g. {"DIGITS_URL_PREFIX": "{base_path}"}')
+    # User pods run as a fixed non-root uid. An image that cannot (it writes to /root, installs packages at
+    # start) says so here, and runs as root only once an admin has approved this entry: both are needed.
+    needs_root = models.BooleanField(default=False, help_text="The image only works when its container runs as root.")
+    root_allowed = models.BooleanField(
+        default=False, help_text="An admin's approval for this entry to run as root (only used if it needs root)."
+    )
+    read_only_root = models.BooleanField(
+        default=False,
+        help_text="The image works with a read-only root filesystem (it writes only to /tmp, home and mounts).",
+    )
 
     class Meta:
         ordering = ["title"]
 
     def __str__(self) -> str:
         return self.title
+
+    @property
+    def runs_as_root(self) -> bool:
+        """Whether its workloads render without runAsNonRoot: it needs root and an admin allowed that."""
+        return self.needs_root and self.root_allowed
 
 
 class AllowedRegistry(models.Model):

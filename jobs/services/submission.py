@@ -55,6 +55,8 @@ def spec_for(workload: Workload) -> objects.WorkloadSpec:
             resource_name=gpu_type.resource_name,
             cpu_per_gpu_millicores=gpu_type.cpu_per_gpu_millicores,
             memory_per_gpu_mib=gpu_type.memory_per_gpu_mib,
+            ephemeral_storage_request_mib=gpu_type.ephemeral_storage_request_mib,
+            ephemeral_storage_limit_mib=gpu_type.ephemeral_storage_limit_mib,
         ),
         gpu_count=workload.gpu_count,
         time_limit_seconds=workload.time_limit_seconds,
@@ -70,6 +72,9 @@ def spec_for(workload: Workload) -> objects.WorkloadSpec:
         instance=settings.PORTAL_INSTANCE,
         attempt=workload.attempt,
         termination_grace_seconds=settings.PORTAL_PREEMPT_GRACE_SECONDS,
+        # Read at every render: an approval withdrawn later makes the next attempt run as non-root.
+        run_as_root=workload.catalog_image is not None and workload.catalog_image.runs_as_root,
+        read_only_root=workload.catalog_image is not None and workload.catalog_image.read_only_root,
     )
 
 

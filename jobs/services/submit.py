@@ -84,6 +84,8 @@ def gather_facts(*, team: Team, user) -> Facts:
             default_command=tuple(c.default_command or ()),
             default_args=tuple(c.default_args or ()),
             default_port=c.default_port,
+            needs_root=c.needs_root,
+            root_allowed=c.root_allowed,
         )
         for c in CatalogImage.objects.all()
     }

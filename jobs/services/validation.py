@@ -107,6 +107,8 @@ class CatalogFacts:
     default_command: tuple[str, ...] = ()
     default_args: tuple[str, ...] = ()
     default_port: int | None = None
+    needs_root: bool = False  # the image only works as root
+    root_allowed: bool = False  # and an admin approved that for this entry
 
 
 @dataclass(frozen=True)
@@ -206,6 +208,8 @@ def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission
                 "image",
                 f"Images from {reference.registry} are not allowed here (allowed registries: {allowed}).",
             )
+
+    validate_root(catalog, fail)
 
     # name
     name = raw.get("name") or ""
@@ -353,6 +357,17 @@ def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission
 
 
 MAX_DATASETS = 16
+
+
+def validate_root(catalog: CatalogFacts | None, fail) -> None:
+    """An image that needs root runs only once an admin allowed its catalog entry; every other workload
+    runs as a fixed non-root uid (jobs/kube/objects.py), so there is nothing to check for it."""
+    if catalog is not None and catalog.needs_root and not catalog.root_allowed:
+        fail(
+            "image",
+            "This image needs to run as root, and an administrator has not allowed that for it. "
+            "Choose another image or ask a portal administrator.",
+        )
 
 
 def validate_pod_size(

@@ -37,6 +37,15 @@
         ref.textContent = " " + option.dataset.reference;
         description.appendChild(ref);
       }
+      // Whether the image runs as root is the admin's call; say it before the user submits.
+      if (option.dataset.root) {
+        var note = document.createElement("span");
+        note.className = option.dataset.root === "allowed" ? "root-note" : "root-note bad";
+        note.textContent = option.dataset.root === "allowed"
+          ? " Runs as root (allowed by an administrator)."
+          : " Needs root, which an administrator has not allowed: it cannot be launched.";
+        description.appendChild(note);
+      }
     }
 
     function refresh() {

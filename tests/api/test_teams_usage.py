@@ -81,6 +81,17 @@ def test_image_catalog(world, who):
     assert [i["title"] for i in response.json()] == ["PyTorch"]
 
 
+def test_image_catalog_says_which_images_need_root_and_whether_allowed(world):
+    CatalogImage.objects.create(reference="docker.io/lab/apt:1", title="Apt", needs_root=True)
+    CatalogImage.objects.create(reference="docker.io/lab/ok:1", title="Blessed", needs_root=True, root_allowed=True)
+    images = {i["title"]: i for i in world.client("owner").get("/api/v1/images/").json()}
+    assert {t: (i["needs_root"], i["root_allowed"]) for t, i in images.items()} == {
+        "Apt": (True, False),
+        "Blessed": (True, True),
+        "PyTorch": (False, False),
+    }
+
+
 def _ran(world, owner, gpu_type, gpus: int, hours: float, day_offset: int = 1) -> None:
     start = timezone.now().replace(hour=8, minute=0, second=0, microsecond=0) - timedelta(days=day_offset)
     Workload.objects.create(

@@ -10,7 +10,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from jobs.kube import client as kube
-from jobs.models import State, Workload
+from jobs.models import CatalogImage, State, Workload
 
 ALL = ["owner", "teammate", "manager", "outsider", "admin"]
 
@@ -77,6 +77,21 @@ def test_submission_rules_come_back_as_field_errors(world):
     assert error["code"] == "invalid"
     assert set(error["fields"]) >= {"image", "gpu_count", "name"}
     assert Workload.objects.count() == 0
+
+
+def test_an_image_that_needs_root_without_an_admins_approval_is_refused_on_image(world):
+    image = CatalogImage.objects.create(reference="docker.io/lab/apt:1", title="Apt", needs_root=True)
+    client = world.client("owner")
+    for body in ({"catalog_image": image.id}, {"image": "docker.io/lab/apt:1"}):
+        response = client.post("/api/v1/workloads/", {**body, "gpu_type": "p100"}, format="json")
+        assert response.status_code == 400
+        assert list(response.json()["error"]["fields"]) == ["image"]
+        assert "needs to run as root" in response.json()["error"]["fields"]["image"][0]
+    assert Workload.objects.count() == 0
+    image.root_allowed = True
+    image.save()
+    response = client.post("/api/v1/workloads/", {"catalog_image": image.id, "gpu_type": "p100"}, format="json")
+    assert response.status_code == 201
 
 
 @pytest.mark.parametrize(

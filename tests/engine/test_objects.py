@@ -62,7 +62,13 @@ def test_batch_job_renders_exactly():
                     "nodeSelector": {"gputype": "p100"},
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
-                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 1000,
+                        "runAsGroup": 1000,
+                        "fsGroup": 1000,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
                     "terminationGracePeriodSeconds": 30,
                     "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16384Mi"}}],
                     "containers": [
@@ -76,8 +82,13 @@ def test_batch_job_renders_exactly():
                                 {"name": "GPUPORTAL_WORKLOAD", "value": "0123abcdef"},
                             ],
                             "resources": {
-                                "requests": {"nvidia.com/gpu": "2", "cpu": "8000m", "memory": "32768Mi"},
-                                "limits": {"nvidia.com/gpu": "2", "memory": "32768Mi"},
+                                "requests": {
+                                    "nvidia.com/gpu": "2",
+                                    "cpu": "8000m",
+                                    "memory": "32768Mi",
+                                    "ephemeral-storage": "1024Mi",
+                                },
+                                "limits": {"nvidia.com/gpu": "2", "memory": "32768Mi", "ephemeral-storage": "20480Mi"},
                             },
                             "securityContext": {
                                 "allowPrivilegeEscalation": False,
@@ -92,6 +103,37 @@ def test_batch_job_renders_exactly():
             },
         },
     }
+
+
+def test_an_admin_allowed_root_image_renders_without_run_as_non_root_but_keeps_the_rest():
+    pod = as_dict(objects.make_job(spec(run_as_root=True)))["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    assert pod["containers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def test_a_read_only_root_image_gets_a_writable_tmp_beside_its_mounts():
+    volume = objects.VolumeSpec(name="home", mount_path="/home/alice", claim_name="ws-alice")
+    pod = as_dict(objects.make_job(spec(read_only_root=True, volumes=(volume,))))["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["volumeMounts"] == [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "home", "mountPath": "/home/alice"},
+    ]
+    assert {"name": "tmp", "emptyDir": {}} in pod["volumes"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+
+
+def test_scratch_disk_is_requested_and_capped_per_gpu_type():
+    a100 = objects.GpuTypeSpec("a100", "gputype", "a100", "nvidia.com/gpu", 8000, 65536, 4096, 10240)
+    resources = as_dict(objects.make_container(spec(gpu_type=a100)))["resources"]
+    assert resources["requests"]["ephemeral-storage"] == "4096Mi"
+    assert resources["limits"]["ephemeral-storage"] == "10240Mi"
 
 
 def test_service_renders_a_recreate_deployment_and_a_cluster_ip_service():

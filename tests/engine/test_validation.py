@@ -150,3 +150,21 @@ def test_image_references_parse(reference, registry, name, tag):
 @pytest.mark.parametrize("reference", ["", "UPPER", "a//b", "a:", ":tag", "a b", "-a", "a@sha256:xyz", "x" * 300])
 def test_bad_image_references_are_refused(reference):
     assert parse_image_reference(reference) is None
+
+
+ROOT_IMAGES = {
+    4: CatalogFacts(4, "docker.io/lab/apt-at-start:1", "batch", True, None, needs_root=True),
+    5: CatalogFacts(5, "docker.io/lab/approved-root:1", "batch", True, None, needs_root=True, root_allowed=True),
+}
+
+
+@pytest.mark.parametrize("raw", [{"catalog_image": 4}, {"image": "docker.io/lab/apt-at-start:1"}])
+def test_an_image_that_needs_root_is_refused_on_image_until_an_admin_allows_it(raw):
+    errors = errors_of({**raw, "gpu_type": "p100"}, catalog=ROOT_IMAGES)
+    assert list(errors) == ["image"]
+    assert "needs to run as root" in errors["image"][0]
+
+
+def test_an_image_that_needs_root_and_is_allowed_is_accepted():
+    clean = validate_submission({"catalog_image": 5, "gpu_type": "p100"}, facts(catalog=ROOT_IMAGES))
+    assert clean.catalog_image_id == 5

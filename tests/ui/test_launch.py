@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from jobs.models import AllowedRegistry, GpuNode, State, Workload
+from jobs.models import AllowedRegistry, CatalogImage, GpuNode, State, Workload
 from tests.ui.conftest import make_workload
 
 pytestmark = pytest.mark.django_db
@@ -224,3 +224,18 @@ def test_the_default_gpu_type_runs_the_images_cuda_version(login, world):
     assert "CUDA ≤ 11.4" in page
     response = post(client, catalog_image=str(world.notebook.id), kind="service", gpu_type="k2")
     assert "needs CUDA 12.2, but Grid K2 drivers support up to CUDA 11.4" in field_errors(response)["catalog_image"][0]
+
+
+def test_the_form_says_which_images_need_root_and_refuses_an_unallowed_one(login, world):
+    refused = CatalogImage.objects.create(reference="docker.io/lab/apt:1", title="Apt", needs_root=True)
+    CatalogImage.objects.create(reference="docker.io/lab/ok:1", title="Blessed", needs_root=True, root_allowed=True)
+    client = login(world.owner)
+    page = client.get(reverse("launch")).content.decode()
+    assert "Apt (needs root, not allowed)</option>" in page
+    assert "Blessed (needs root)</option>" in page
+    assert 'data-root="refused"' in page and 'data-root="allowed"' in page
+    before = Workload.objects.count()
+    response = post(client, catalog_image=str(refused.id), name="apt-1")
+    assert response.status_code == 400
+    assert "needs to run as root" in " ".join(field_errors(response)["catalog_image"])
+    assert Workload.objects.count() == before

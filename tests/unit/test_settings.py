@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -56,3 +57,40 @@ def test_a_tls_redis_url_configures_broker_and_cache_for_tls():
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == '[true, "SSLConnection", "redis", true]'
+
+
+def _security_settings(env: dict[str, str]) -> dict:
+    script = (
+        "import json, django; django.setup(); from django.conf import settings as s; "
+        "print(json.dumps({k: getattr(s, k) for k in ('SESSION_COOKIE_SECURE', 'CSRF_COOKIE_SECURE', "
+        "'SECURE_HSTS_SECONDS', 'SECURE_HSTS_INCLUDE_SUBDOMAINS', 'SECURE_HSTS_PRELOAD')}))"
+    )
+    clean = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECURE_COOKIES", "HSTS_SECONDS"}}
+    full = {**clean, "DJANGO_SETTINGS_MODULE": "portal.settings", "SECRET_KEY": "k" * 60, **env}
+    result = subprocess.run([sys.executable, "-c", script], env=full, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_with_debug_off_cookies_are_secure_and_hsts_is_on_by_default():
+    assert _security_settings({"DEBUG": "0"}) == {
+        "SESSION_COOKIE_SECURE": True,
+        "CSRF_COOKIE_SECURE": True,
+        "SECURE_HSTS_SECONDS": 365 * 86400,
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS": True,
+        "SECURE_HSTS_PRELOAD": True,
+    }
+
+
+def test_plain_http_trials_opt_out_of_secure_cookies_and_hsts_together():
+    found = _security_settings({"DEBUG": "0", "SECURE_COOKIES": "0"})
+    assert (found["SESSION_COOKIE_SECURE"], found["CSRF_COOKIE_SECURE"], found["SECURE_HSTS_SECONDS"]) == (
+        False,
+        False,
+        0,
+    )
+
+
+def test_debug_runs_keep_cookies_plain_and_no_hsts():
+    found = _security_settings({"DEBUG": "1"})
+    assert (found["SESSION_COOKIE_SECURE"], found["SECURE_HSTS_SECONDS"]) == (False, 0)
