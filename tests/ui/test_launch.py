@@ -233,7 +233,8 @@ def test_the_form_says_which_images_need_root_and_refuses_an_unallowed_one(login
     page = client.get(reverse("launch")).content.decode()
     assert "Apt (needs root, not allowed)</option>" in page
     assert "Blessed (needs root)</option>" in page
-    assert 'data-root="refused"' in page and 'data-root="allowed"' in page
+    assert 'data-root="refused"' in page
+    assert 'data-root="allowed"' in page
     before = Workload.objects.count()
     response = post(client, catalog_image=str(refused.id), name="apt-1")
     assert response.status_code == 400
