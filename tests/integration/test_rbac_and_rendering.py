@@ -152,8 +152,11 @@ plausible_specs = st.fixed_dictionaries(
 @settings(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
-@given(raw=st.one_of(plausible_specs, raw_specs))
-def test_accepted_specs_pass_the_api_servers_dry_run_and_refusals_name_a_field(raw, kube_api, kube_namespace):
+@given(raw=st.one_of(plausible_specs, raw_specs), as_root=st.booleans(), read_only_root=st.booleans())
+def test_accepted_specs_pass_the_api_servers_dry_run_and_refusals_name_a_field(
+    raw, as_root, read_only_root, kube_api, kube_namespace
+):
+    # as_root / read_only_root: what an admin-allowed root image and a read-only-root image render as.
     try:
         clean = validate_submission(raw, FACTS)
         event("accepted")
@@ -174,6 +177,7 @@ def test_accepted_specs_pass_the_api_servers_dry_run_and_refusals_name_a_field(r
             {"kind": "dataset", "name": d, "mount_path": f"/datasets/{d}", "read_only": True, **DATASET_SOURCES[d]}
             for d in clean.datasets
         ]),
+        run_as_root=as_root, read_only_root=read_only_root,
     )  # fmt: skip
     batch, apps, core = k8s.BatchV1Api(kube_api), k8s.AppsV1Api(kube_api), k8s.CoreV1Api(kube_api)
     for obj in objects.make_objects(spec):
