@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from api.tokens import token_create
 from jobs.models import Kind, State
 from tests.ui.conftest import CHROMIUM, PASSWORD, SCREENSHOTS, World, make_workload
 
@@ -84,6 +85,7 @@ def _workloads(world: World) -> dict:
             world, owner=world.manager, state=state, name=f"service-{state.lower()}", kind=Kind.SERVICE, port=8888
         )
     make_workload(world, owner=world.teammate, state=State.RUNNING, name="a-teammates-rather-long-workload-name")
+    token_create(user=world.manager, name="laptop-of-a-rather-long-name")  # the tokens page shows its table
     return made
 
 
