@@ -133,6 +133,5 @@ def run(ctx) -> Iterator[tuple[str, float]]:
         WorkloadEvent.objects.filter(workload__team=team).delete()
         Workload.objects.filter(team=team).delete()
         GpuNode.objects.filter(name__startswith=f"bench-{suffix}-").delete()
-        team.delete()
-        researcher.delete()
-        colleague.delete()
+        # The team and its members stay: membership audit rows refer to them (the run's database is
+        # thrown away at the end anyway).
