@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-pytest_plugins = ["localcluster.pytest_plugin", "tests.engine_fixtures"]
+pytest_plugins = ["localcluster.pytest_plugin", "tests.engine_fixtures", "tests.browser"]
 
 
 def pytest_configure(config):

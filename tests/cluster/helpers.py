@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+
+def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run `coroutine` to its end on a fresh event loop in a thread of its own.
+
+    Not `asyncio.run()` in the test's thread: the browser tests' Playwright (sync API) keeps an event loop
+    running in the main thread for the rest of the session once it has started.
+    """
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 def wait_for(check: Callable[[], T | None], *, timeout: float = 30.0, what: str = "condition") -> T:

@@ -3,7 +3,6 @@ endpoint over mounted volumes (read-only mounts refuse writes), and closing its 
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import socket
 
@@ -17,6 +16,7 @@ from localcluster.backend import (
     ServiceBackends,
     resolve_container_path,
 )
+from tests.cluster.helpers import run_async
 
 
 def _free_ip_port() -> tuple[str, int]:
@@ -80,7 +80,7 @@ def test_backend_serves_page_echo_and_files_then_closes(tmp_path):
                 results["close"] = (closing.type, ws.close_code)
             return results
 
-    results = asyncio.run(scenario())
+    results = run_async(scenario())
     status, page = results["page"]
     assert status == 200
     assert "<dd id=method>POST</dd>" in page

@@ -4,7 +4,6 @@ and deleting the pod closes the port."""
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import socket
 from typing import Any
@@ -13,8 +12,8 @@ import aiohttp
 import pytest
 from kubernetes import client
 
+from tests.cluster.helpers import run_async, wait_for
 from tests.cluster.helpers import slice_addresses as _slice_addresses
-from tests.cluster.helpers import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -89,7 +88,7 @@ def test_service_pod_serves_http_and_websocket_on_its_endpoint_until_deleted(kub
     assert pod.status.container_statuses[0].ready
     assert {c.type: c.status for c in pod.status.conditions}["Ready"] == "True"
 
-    status, page, text, binary = asyncio.run(_get_and_echo(ip, port))
+    status, page, text, binary = run_async(_get_and_echo(ip, port))
     assert status == 200
     assert "<dd id=method>GET</dd>" in page
     assert "<dd id=path>/w/abc/tree?x=1</dd>" in page

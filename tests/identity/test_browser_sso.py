@@ -10,12 +10,12 @@ from playwright.sync_api import expect
 from identity.models import ClaimRule
 from jobs.models import Membership, Role
 from tests.engine.factories import TeamFactory
-from tests.ui.conftest import _ui_settings, chromium, page  # noqa: F401 - the browser fixtures
+from tests.ui.conftest import _ui_settings  # noqa: F401 - the pages' settings (browser fixtures: tests/browser.py)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def through_the_provider(page, login: str) -> None:  # noqa: F811
+def through_the_provider(page, login: str) -> None:
     """The provider's own pages: its sign-in form (unless it remembers us) and its consent screen."""
     page.get_by_role("link", name="Sign in with Test University").click()
     page.wait_for_url(lambda url: "/sso/callback/" in url or "/interaction/" in url or url.endswith("/"))
@@ -27,7 +27,7 @@ def through_the_provider(page, login: str) -> None:  # noqa: F811
         page.get_by_role("button", name="Continue").click()
 
 
-def test_sign_in_through_the_provider_lands_in_the_team_of_ones_group(page, live_server, sso):  # noqa: F811
+def test_sign_in_through_the_provider_lands_in_the_team_of_ones_group(page, live_server, sso):
     vision = TeamFactory(slug="vision", name="Vision Lab")
     nlp = TeamFactory(slug="nlp", name="NLP Group")
     ClaimRule.objects.create(team=vision, claim="groups", value="vision-pi", role=Role.MANAGER)

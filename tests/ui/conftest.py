@@ -3,12 +3,8 @@ team who must see nothing of Lab's work. Data lives in the real test database.""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -28,6 +24,7 @@ from jobs.models import (
     Workload,
     WorkloadEvent,
 )
+from tests.browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, screenshot  # noqa: F401 - re-exported
 
 PASSWORD = "correct-horse-battery-staple"
 
@@ -155,52 +152,7 @@ def login(client):
     return sign_in
 
 
-# --- browser tests ----------------------------------------------------------------------------------
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output"
-
-
-@pytest.fixture(scope="session")
-def chromium():
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (`make test` installs it)")
-    # Playwright's sync API keeps an event loop in this thread; the ORM calls the tests make to set up
-    # data are still plain synchronous calls.
-    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def page(chromium, live_server, request):
-    """A fresh browser tab on the live portal; a screenshot of where it ended goes to test-output/."""
-    context = chromium.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(15_000)
-    tab = context.new_page()
-    yield tab
-    SCREENSHOTS.mkdir(exist_ok=True)
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
-    with contextlib.suppress(Exception):
-        tab.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
-    context.close()
-
-
-def screenshot(page, name: str) -> None:
-    SCREENSHOTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+# --- browser tests: the fixtures live in tests/browser.py (one Playwright for the whole session) ---
 
 
 def sign_in(page, username: str, password: str = PASSWORD) -> None:
