@@ -35,6 +35,21 @@ def wanted_roles(claims: dict[str, Any]) -> dict[int, str]:
     return wanted
 
 
+def provider_managed_team_ids() -> set[int]:
+    """Teams whose membership the provider keeps: those with claim rules or an explicit choice, less the
+    ones an admin marked "managed in the portal"."""
+    ruled = set(ClaimRule.objects.values_list("team_id", flat=True).distinct())
+    chosen = TeamSource.objects.values_list("team_id", "managed_by")
+    portal_managed = {team_id for team_id, managed_by in chosen if managed_by == TeamSource.ManagedBy.PORTAL}
+    return (ruled | {team_id for team_id, _ in chosen}) - portal_managed
+
+
+def membership_edited_by_hand(team_id: int) -> bool:
+    """May people be added, re-roled or removed by hand (in admin)? Not where the provider keeps the team:
+    the next sign-in would silently undo the edit."""
+    return team_id not in provider_managed_team_ids()
+
+
 @transaction.atomic
 def memberships_sync(*, user: Any, claims: dict[str, Any]) -> list[MembershipChange]:
     """Make the user's memberships agree with the claims. Provider-managed teams (and teams with rules but
@@ -45,11 +60,7 @@ def memberships_sync(*, user: Any, claims: dict[str, Any]) -> list[MembershipCha
 
 def _sync(user: Any, claims: dict[str, Any]) -> list[MembershipChange]:
     wanted = wanted_roles(claims)
-    ruled = set(ClaimRule.objects.values_list("team_id", flat=True).distinct())
-    portal_managed = set(
-        TeamSource.objects.filter(managed_by=TeamSource.ManagedBy.PORTAL).values_list("team_id", flat=True)
-    )
-    provider_managed = (ruled | set(TeamSource.objects.values_list("team_id", flat=True))) - portal_managed
+    provider_managed = provider_managed_team_ids()
     current = {m.team_id: m for m in Membership.objects.select_for_update().filter(user=user)}
     changes: list[MembershipChange] = []
 

@@ -4,6 +4,7 @@ from django.contrib import admin, messages
 from django.db.models import IntegerField, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 
+from identity.teams import membership_edited_by_hand
 from jobs.admin.quota_changes import quota_change_record
 from jobs.models import Membership, Quota, QuotaChange, State, Team, Workload
 from jobs.services.sharing import sharing_changed
@@ -26,9 +27,23 @@ def quotas_with_use(queryset):
 
 
 class MembershipInline(admin.TabularInline):
+    """Members by hand, except in teams the identity provider keeps (shown read-only there)."""
+
     model = Membership
     extra = 0
     autocomplete_fields = ["user"]
+
+    def _by_hand(self, obj) -> bool:
+        return obj is None or membership_edited_by_hand(obj.pk)
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return self._by_hand(obj) and super().has_add_permission(request, obj)
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return self._by_hand(obj) and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return self._by_hand(obj) and super().has_delete_permission(request, obj)
 
 
 class QuotaInline(admin.TabularInline):

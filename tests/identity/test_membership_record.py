@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib import admin
+from django.test import RequestFactory
 
 from identity.models import ClaimRule, MembershipChange, TeamSource
 from identity.teams import memberships_sync
-from jobs.models import Membership, Role
+from jobs.admin.teams import MembershipInline
+from jobs.models import Membership, Role, Team
 from tests.engine.factories import TeamFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -49,3 +52,26 @@ def test_claims_are_recorded_once_as_the_providers_and_portal_managed_teams_keep
         ("vision", "", "member", "provider"),
         ("vision", "member", "", "provider"),
     ]
+
+
+def test_admin_shows_a_provider_kept_team_read_only_and_a_portal_kept_one_editable(admin_client):
+    kept, by_hand = TeamFactory(slug="kept"), TeamFactory(slug="byhand")
+    ClaimRule.objects.create(team=kept, claim="groups", value="kept")
+    ClaimRule.objects.create(team=by_hand, claim="groups", value="byhand")
+    TeamSource.objects.create(team=by_hand, managed_by=TeamSource.ManagedBy.PORTAL)
+    for team in (kept, by_hand):
+        Membership.objects.create(user=UserFactory(), team=team)
+
+    kept_page = admin_client.get(f"/admin/jobs/team/{kept.pk}/change/").content.decode()
+    by_hand_page = admin_client.get(f"/admin/jobs/team/{by_hand.pk}/change/").content.decode()
+    assert 'name="memberships-0-role"' not in kept_page  # listed, not editable
+    assert 'name="memberships-0-role"' in by_hand_page
+
+    # Django admin ignores posted rows of an inline the user may not change, add to or delete from.
+    inline = MembershipInline(Team, admin.site)
+    request = RequestFactory().get("/")
+    request.user = UserFactory(is_staff=True, is_superuser=True)
+    assert not inline.has_change_permission(request, kept)
+    assert not inline.has_add_permission(request, kept)
+    assert not inline.has_delete_permission(request, kept)
+    assert inline.has_change_permission(request, by_hand)
