@@ -139,6 +139,9 @@ TEAM_EGRESS_DENY_CIDRS: {{ .Values.networkPolicy.teamEgress.denyCidrs | join ","
 TEAM_INGRESS_PROXY_LABELS: {{ printf "app.kubernetes.io/instance=%s,app.kubernetes.io/component=proxy" .Release.Name | quote }}
 TEAM_INGRESS_PORTAL_NAMESPACE_LABELS: {{ printf "kubernetes.io/metadata.name=%s" .Release.Namespace | quote }}
 PORTAL_INSTANCE: {{ include "gpuportal.instance" . | quote }}
+WORKSPACE_STORAGE_CLASS: {{ $cfg.workspaceStorageClass | quote }}
+WORKSPACE_HOME_GIB: {{ $cfg.workspaceHomeGib | toString | quote }}
+WORKSPACE_TEAM_GIB: {{ $cfg.workspaceTeamGib | toString | quote }}
 PORTAL_VAR_DIR: "/tmp/gpuportal"
 HOME: "/tmp"
 {{- with .Values.email.from }}

@@ -502,6 +502,24 @@ def test_every_pod_the_chart_runs_is_covered_by_a_network_policy(values_file: Pa
     assert web["ingress"] == [{"ports": [{"port": "http", "protocol": "TCP"}]}]
 
 
+def test_workspaces_are_off_by_default_and_wired_from_values() -> None:
+    default = config_map(render({}))
+    # Empty means off in portal/settings.py: no claims, no /home or /team mounts.
+    assert default["WORKSPACE_STORAGE_CLASS"] == ""
+    assert (default["WORKSPACE_HOME_GIB"], default["WORKSPACE_TEAM_GIB"]) == ("10", "50")
+    manifests = render({"config": {"workspaceStorageClass": "cephfs", "workspaceHomeGib": 20, "workspaceTeamGib": 200}})
+    data = config_map(manifests)
+    assert (data["WORKSPACE_STORAGE_CLASS"], data["WORKSPACE_HOME_GIB"], data["WORKSPACE_TEAM_GIB"]) == (
+        "cephfs",
+        "20",
+        "200",
+    )
+    # The processes that render workloads read it from the ConfigMap.
+    for component in ("web", "worker"):
+        [container] = deployment(manifests, component)["spec"]["template"]["spec"]["containers"]
+        assert {"configMapRef": {"name": "gp-gpuportal-config"}} in container["envFrom"]
+
+
 def test_agent_is_off_by_default() -> None:
     assert not [m for m in render({}) if m.kind == "DaemonSet"]
 
@@ -600,6 +618,12 @@ def test_agent_is_off_by_default() -> None:
         pytest.param({"externalDatabase": {"url": "mysql://x@y/z"}}, "/externalDatabase/url", id="not-a-postgres-url"),
         pytest.param({"replicaCount": 2}, "additional properties 'replicaCount' not allowed", id="unknown-key"),
         pytest.param({"config": {"logLevel": "LOUD"}}, "/config/logLevel", id="bad-log-level"),
+        pytest.param(
+            {"config": {"workspaceStorageClass": "Fast SSD"}},
+            "/config/workspaceStorageClass",
+            id="bad-workspace-storage-class",
+        ),
+        pytest.param({"config": {"workspaceHomeGib": 0}}, "/config/workspaceHomeGib", id="zero-home-workspace"),
         pytest.param({"ingress": {"enabled": True, "hosts": []}}, "ingress.hosts is empty", id="ingress-without-hosts"),
         pytest.param(
             {"agent": {"enabled": True, "push": {"enabled": True}}},
