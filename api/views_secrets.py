@@ -12,8 +12,8 @@ from api import access
 from api.errors import Invalid, error_body
 from api.serializers import ErrorSerializer
 from api.views import TEAM_PARAM, ApiViewMixin, cluster_call
+from jobs import policy
 from jobs.models import TeamSecret
-from jobs.selectors import is_manager
 from jobs.services.secrets import secret_delete, secret_save, secrets_listed
 
 E = OpenApiResponse(ErrorSerializer)
@@ -73,7 +73,7 @@ class SecretDetailView(ApiViewMixin, APIView):
         secret = secrets_listed(team=team, user=request.user).filter(name=name).first()
         if secret is None:
             return Response(error_body(404, "not_found", "No such secret among yours."), status=404)
-        if secret.owner_id != request.user.id and not (request.user.is_superuser or is_manager(request.user, team)):
+        if not policy.may_delete_secret(request.user, secret):
             raise Invalid({"name": ["Only its owner or a team manager can delete this secret."]})
         with cluster_call():
             secret_delete(secret=secret)

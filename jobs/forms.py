@@ -78,6 +78,11 @@ class LaunchForm(forms.Form):
         widget=forms.CheckboxSelectMultiple,
         help_text="Mounted read-only at /datasets/<name>.",
     )
+    secrets = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Each a read-only file /var/run/secrets/gpuportal/<name> (as a variable: API or CLI --secret).",
+    )
     restartable = forms.BooleanField(
         required=False,
         label="Restartable",
@@ -96,6 +101,7 @@ class LaunchForm(forms.Form):
         gpu_types: list[GpuType],
         may_set_priority: bool = False,
         datasets: list[str] | tuple[str, ...] = (),
+        secrets: list[str] | tuple[str, ...] = (),
         default_time_limit: Mapping[str, int] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -117,6 +123,9 @@ class LaunchForm(forms.Form):
         self.fields["datasets"].choices = [(name, name) for name in datasets]
         if not datasets:
             del self.fields["datasets"]
+        self.fields["secrets"].choices = [(name, name) for name in secrets]
+        if not secrets:
+            del self.fields["secrets"]
         # Environment variables come as parallel env_name/env_value lists, one pair per row on the page.
         source = self.data if self.is_bound else {}
         if self.is_bound:
@@ -178,6 +187,8 @@ class LaunchForm(forms.Form):
                 spec[size] = data[size]
         if data.get("datasets"):
             spec["datasets"] = list(data["datasets"])
+        if data.get("secrets"):
+            spec["secrets"] = list(data["secrets"])
         if data.get("restartable") and data["kind"] == Kind.BATCH:
             spec["restartable"] = True
         if data["kind"] == Kind.SERVICE:
@@ -330,3 +341,18 @@ def _in_words(seconds: int) -> str:
     if seconds % 3600 == 0:
         return f"{seconds // 3600} hour{'s' if seconds != 3600 else ''}"
     return f"{seconds // 60} minutes"
+
+
+class SecretForm(forms.Form):
+    """Store or replace a secret. The value is never rendered back (render_value=False)."""
+
+    name = forms.CharField(
+        max_length=40,
+        help_text="Lowercase letters, digits and '-'; how a launch refers to it. The same name replaces it.",
+    )
+    value = forms.CharField(
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        strip=False,
+        help_text="Stored in Kubernetes only; never shown again.",
+    )
+    shared = forms.BooleanField(required=False, label="Shared with the team", help_text="Team managers only.")

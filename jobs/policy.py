@@ -105,6 +105,16 @@ def may_cancel(user, workload: Workload) -> bool:
     return workload.owner_id == user.id or role == Role.MANAGER
 
 
+def may_delete_secret(user, secret) -> bool:
+    """A stored secret (jobs.models.TeamSecret): its owner, a manager of its team, and superusers. Managers
+    clean up what a member who left stored; plain teammates may not remove what others rely on."""
+    if not _signed_in(user):
+        return False
+    if user.is_superuser or secret.owner_id == user.id:
+        return True
+    return _role(user, secret.team_id) == Role.MANAGER
+
+
 def may_set_priority(user, team: Team | int) -> bool:
     if not _signed_in(user):
         return False

@@ -3,7 +3,16 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from jobs import views, views_account, views_dashboard, views_launch, views_queue, views_usage, views_workloads
+from jobs import (
+    views,
+    views_account,
+    views_dashboard,
+    views_launch,
+    views_queue,
+    views_secrets,
+    views_usage,
+    views_workloads,
+)
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
@@ -26,4 +35,6 @@ urlpatterns = [
     path("workloads/<str:uid>/share/", views_workloads.workload_share_view, name="workload_share"),
     path("usage/", views_usage.usage, name="usage"),
     path("queue/", views_queue.queue, name="queue"),
+    path("secrets/", views_secrets.secrets_page, name="secrets"),
+    path("secrets/<str:name>/delete/", views_secrets.secret_delete_view, name="secret_delete"),
 ]

@@ -16,6 +16,7 @@ from jobs.selectors import (
     team_quota_use,
 )
 from jobs.services.accounting import budget_use
+from jobs.services.secrets import secrets_available
 from jobs.services.submit import gather_facts, workload_submit
 from jobs.services.validation import SubmissionInvalid, cuda_tuple
 from jobs.services.workspaces import datasets_allowed, workspace_mounts
@@ -53,6 +54,7 @@ def launch(request: HttpRequest) -> HttpResponse:
         "gpu_types": gpu_types,
         "may_set_priority": policy.may_set_priority(request.user, acting.team),
         "datasets": sorted(name for name, allowed in datasets_allowed(acting.team).items() if allowed),
+        "secrets": sorted(secrets_available(team=acting.team, user=request.user)),
     }
     # What submission judges against (quotas, node sizes, driver CUDA versions): the picker shows it.
     facts = gather_facts(team=acting.team, user=request.user)

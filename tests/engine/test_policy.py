@@ -11,7 +11,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.http import Http404
 
 from jobs import policy
-from jobs.models import Kind, Role, State, Workload
+from jobs.models import Kind, Role, State, TeamSecret, Workload
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, TeamFactory, UserFactory
 
 ROLES = ["owner", "teammate", "manager", "outsider", "superuser", "anonymous"]
@@ -26,6 +26,7 @@ EXPECTED: dict[str, set[str]] = {
     "open": {"owner"},
     "open_shared": {"owner", "teammate", "manager"},
     "share": {"owner"},
+    "delete_secret": {"owner", "manager", "superuser"},  # the owner's stored secret (page and API)
 }
 
 
@@ -96,6 +97,9 @@ def _answer(action: str, user, people: dict) -> bool:
         return policy.may_open(user, people["shared"])
     if action == "share":
         return policy.may_share(user, workload)
+    if action == "delete_secret":
+        secret = TeamSecret(team=team, owner=workload.owner, name="hf", k8s_name="s-hf")
+        return policy.may_delete_secret(user, secret)
     raise AssertionError(action)
 
 

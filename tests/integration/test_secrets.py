@@ -4,6 +4,7 @@ and rendered object. Bad input names the field and creates nothing in Kubernetes
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 
@@ -122,3 +123,35 @@ def test_a_private_registry_image_pod_references_the_pull_secret(engine, kube_ap
     secret = k8s.CoreV1Api(kube_api).read_namespaced_secret(registry.pull_secret_name, workload.namespace)
     assert secret.type == "kubernetes.io/dockerconfigjson"
     assert "hunter2" not in json.dumps(_api(engine.owner).get(f"/api/v1/workloads/{workload.uid}/").json())
+
+
+def test_the_secrets_page_stores_replaces_and_deletes_a_kubernetes_secret(engine, kube_api, client, caplog):
+    caplog.set_level(logging.DEBUG)
+    core = k8s.CoreV1Api(kube_api)
+    client.force_login(engine.owner)
+    stored = client.post(reverse("secrets"), {"name": "page-key", "value": VALUE}, follow=True)
+    assert stored.status_code == 200
+    page = stored.content.decode()
+    assert 'data-name="page-key"' in page
+    assert "Secret page-key is stored" in page
+    assert VALUE not in page
+    secret = TeamSecret.objects.get(team=engine.team, name="page-key")
+    in_cluster = core.read_namespaced_secret(secret.k8s_name, engine.team.namespace)
+    assert base64.b64decode(in_cluster.data["value"]).decode() == VALUE
+    # The same name replaces the value (one row, one Secret).
+    replaced = client.post(reverse("secrets"), {"name": "page-key", "value": VALUE + "-2"}, follow=True)
+    assert VALUE not in replaced.content.decode()
+    assert TeamSecret.objects.filter(team=engine.team, name="page-key").count() == 1
+    in_cluster = core.read_namespaced_secret(secret.k8s_name, engine.team.namespace)
+    assert base64.b64decode(in_cluster.data["value"]).decode() == VALUE + "-2"
+    # A teammate cannot delete it (they do not see it); the owner can.
+    client.force_login(engine.teammate)
+    assert client.post(reverse("secret_delete", args=["page-key"])).status_code == 404
+    client.force_login(engine.owner)
+    deleted = client.post(reverse("secret_delete", args=["page-key"]), follow=True)
+    assert "Secret page-key is deleted" in deleted.content.decode()
+    assert not TeamSecret.objects.filter(team=engine.team, name="page-key").exists()
+    with pytest.raises(k8s.exceptions.ApiException) as gone:
+        core.read_namespaced_secret(secret.k8s_name, engine.team.namespace)
+    assert gone.value.status == 404
+    assert VALUE not in caplog.text

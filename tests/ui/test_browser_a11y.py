@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from api.tokens import token_create
-from jobs.models import Kind, State
+from jobs.models import Kind, State, TeamSecret
 from tests.ui.conftest import CHROMIUM, PASSWORD, SCREENSHOTS, World, make_workload
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -61,6 +61,14 @@ PAGES = [
     Page("cancel-confirm", lambda made: f"/workloads/{made['batch-running'].uid}/cancel/"),
     Page("usage", lambda made: "/usage/"),
     Page("queue", lambda made: "/queue/"),
+    Page("secrets", lambda made: "/secrets/"),
+    Page(
+        "secrets-errors",
+        lambda made: "/secrets/",
+        before="document.querySelector('#id_name').value = 'Bad_Name!';"
+        "document.querySelector('#secret-form').requestSubmit();",
+        status=400,
+    ),
     Page("tokens", lambda made: "/profile/tokens/"),
     Page("nodes", lambda made: "/nodes/"),
     Page("notification-settings", lambda made: "/notifications/"),
@@ -86,6 +94,10 @@ def _workloads(world: World) -> dict:
         )
     make_workload(world, owner=world.teammate, state=State.RUNNING, name="a-teammates-rather-long-workload-name")
     token_create(user=world.manager, name="laptop-of-a-rather-long-name")  # the tokens page shows its table
+    # The secrets page shows its table: a shared one and one of the manager's own.
+    TeamSecret.objects.create(team=world.lab, owner=world.manager, name="hf-token", k8s_name="s-hf", shared=True)
+    TeamSecret.objects.create(team=world.lab, owner=world.manager, name="a-rather-long-secret-name-of-maria",
+                              k8s_name="s-maria")  # fmt: skip
     return made
 
 

@@ -1,0 +1,132 @@
+"""The secrets page without a cluster: who sees which names, who may delete, form errors naming the field,
+and the value never in a response. Storing and deleting for real (a Kubernetes Secret) is in
+tests/integration/test_secrets.py; here the cluster is absent, so a valid store answers the clear 503 the
+API gives (`cluster_unavailable`) and stores nothing."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from jobs.models import TeamSecret, Workload
+from tests.ui.test_launch import post
+
+pytestmark = pytest.mark.django_db
+VALUE = "sk-page-3e9b1d-never-shown"
+
+
+@pytest.fixture
+def stored(world):
+    """olivia's personal secret, a shared one by maria (manager), tom's personal one, one in another team."""
+    lab, other = world.lab, world.other
+    return {
+        "mine": TeamSecret.objects.create(team=lab, owner=world.owner, name="olivia-key", k8s_name="s-olivia-key"),
+        "shared": TeamSecret.objects.create(
+            team=lab, owner=world.manager, name="hf-token", k8s_name="s-hf", shared=True
+        ),
+        "toms": TeamSecret.objects.create(team=lab, owner=world.teammate, name="tom-key", k8s_name="s-tom-key"),
+        "outside": TeamSecret.objects.create(team=other, owner=world.outsider, name="x-key", k8s_name="s-x-key"),
+    }
+
+
+def names_on(page: str) -> set[str]:
+    return {n for n in ("olivia-key", "hf-token", "tom-key", "x-key") if f'data-name="{n}"' in page}
+
+
+def test_each_person_sees_their_own_and_the_teams_shared_names(login, world, stored):
+    page = login(world.owner).get(reverse("secrets")).content.decode()
+    assert names_on(page) == {"olivia-key", "hf-token"}
+    # A plain member may delete their own, not the shared one.
+    assert reverse("secret_delete", args=["olivia-key"]) in page
+    assert reverse("secret_delete", args=["hf-token"]) not in page
+    assert names_on(login(world.teammate).get(reverse("secrets")).content.decode()) == {"tom-key", "hf-token"}
+    assert names_on(login(world.outsider).get(reverse("secrets")).content.decode()) == {"x-key"}
+    # The top bar links the page.
+    assert f'href="{reverse("secrets")}" aria-current="page"' in page
+
+
+def test_the_value_field_is_never_filled_and_the_value_never_comes_back(login, world, stored):
+    client = login(world.owner)
+    # A bad name with a value: the form comes back with the error, without the value.
+    response = client.post(reverse("secrets"), {"name": "Bad_Name!", "value": VALUE})
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert VALUE not in page
+    assert 'name="value"' in page
+    assert "value=" not in page.split('name="value"')[1].split(">")[0]
+    assert not TeamSecret.objects.filter(name="Bad_Name!").exists()
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "message"),
+    [
+        ({"name": "Bad_Name!", "value": VALUE}, "name", "lowercase letters, digits and"),
+        ({"name": "", "value": VALUE}, "name", "This field is required."),
+        ({"name": "ok-name", "value": ""}, "value", "This field is required."),
+        ({"name": "ok-name", "value": VALUE, "shared": "on"}, "shared", "Only team managers can store secrets"),
+        ({"name": "hf-token", "value": VALUE}, "name", "The team already shares a secret named hf-token"),
+    ],
+    ids=["bad-name", "no-name", "no-value", "member-shares", "clash-with-shared"],
+)
+def test_bad_input_names_the_field_and_stores_nothing(login, world, stored, data, field, message):
+    before = set(TeamSecret.objects.values_list("id", flat=True))
+    response = login(world.owner).post(reverse("secrets"), data)
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert field in errors
+    assert any(message in e for e in errors[field]), errors
+    page = response.content.decode()
+    assert message.replace("'", "&#x27;") in page
+    assert VALUE not in page
+    assert set(TeamSecret.objects.values_list("id", flat=True)) == before
+
+
+def test_without_a_cluster_a_valid_store_says_so_and_stores_nothing(login, world):
+    response = login(world.owner).post(reverse("secrets"), {"name": "new-key", "value": VALUE})
+    assert response.status_code == 503
+    page = response.content.decode()
+    assert "could not answer; nothing was changed" in page
+    assert VALUE not in page
+    assert not TeamSecret.objects.filter(name="new-key").exists()
+
+
+def test_only_the_owner_or_a_manager_may_delete(login, world, stored):
+    # A teammate does not even learn that tom's personal secret exists.
+    assert login(world.owner).post(reverse("secret_delete", args=["tom-key"])).status_code == 404
+    assert login(world.outsider).post(reverse("secret_delete", args=["hf-token"])).status_code == 404
+    # A member sees the shared one but may not delete it.
+    response = login(world.teammate).post(reverse("secret_delete", args=["hf-token"]), follow=True)
+    assert "Only its owner or a team manager can delete this secret." in response.content.decode()
+    assert TeamSecret.objects.filter(name="hf-token").exists()
+    # GET does not delete.
+    assert login(world.owner).get(reverse("secret_delete", args=["olivia-key"])).status_code == 405
+    assert TeamSecret.objects.filter(name="olivia-key").exists()
+
+
+def test_the_launch_form_offers_ones_own_and_shared_secrets_and_attaches_them(login, world, stored):
+    client = login(world.owner)
+    page = client.get(reverse("launch")).content.decode()
+    offered = {n for n in ("olivia-key", "hf-token", "tom-key", "x-key") if f'name="secrets" value="{n}"' in page}
+    assert offered == {"olivia-key", "hf-token"}
+    assert f'href="{reverse("secrets")}"' in page
+    # A name the user may not use (a teammate's personal one) is refused, naming the field; nothing stored.
+    refused = post(client, image="docker.io/library/python:3", name="with-toms", secrets=["tom-key"])
+    assert refused.status_code == 400
+    assert "secrets" in refused.context["form"].errors
+    assert not Workload.objects.filter(name="with-toms").exists()
+    response = post(client, image="docker.io/library/python:3", name="with-secrets", secrets=["olivia-key", "hf-token"])
+    assert response.status_code == 302, response.context["form"].errors if response.context else response
+    workload = Workload.objects.get(name="with-secrets")
+    assert sorted(s["name"] for s in workload.secrets) == ["hf-token", "olivia-key"]
+
+
+def test_the_api_asks_the_same_rule(world, stored):
+    # Refused before the cluster is asked: a member may not delete the team's shared secret through the API either.
+    api = APIClient()
+    api.force_authenticate(world.teammate)
+    refused = api.delete("/api/v1/secrets/hf-token/")
+    assert refused.status_code == 400
+    assert "name" in refused.json()["error"]["fields"]
+    assert api.delete("/api/v1/secrets/olivia-key/").status_code == 404  # another member's: not even seen
+    assert TeamSecret.objects.filter(name__in=["hf-token", "olivia-key"]).count() == 2
