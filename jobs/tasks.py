@@ -10,10 +10,11 @@ import logging
 from datetime import date
 
 from celery import shared_task
+from django.contrib.auth import get_user_model
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from jobs.models import Team, Workload
+from jobs.models import Team, Workload, Workspace
 from jobs.services import (
     accounting,
     admission,
@@ -24,6 +25,7 @@ from jobs.services import (
     preemption,
     provisioning,
     submission,
+    workspaces,
 )
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,14 @@ def delete_objects(workload_id: int) -> None:
     workload = Workload.objects.select_related("team").filter(id=workload_id).first()
     if workload is not None:
         submission.workload_delete_objects(workload)
+
+
+@shared_task(name="jobs.tasks.delete_workspace_data", acks_late=True, **RETRY)
+def delete_workspace_data(workspace_id: int, by_user_id: int) -> None:
+    """An admin's "delete the data" runs here, in the engine: the web's identity may not delete claims."""
+    workspace = Workspace.objects.select_related("team", "owner").filter(id=workspace_id).first()
+    if workspace is not None:  # gone already: a redelivered task has nothing left to do
+        workspaces.workspace_delete_data(workspace, by=get_user_model().objects.filter(id=by_user_id).first())
 
 
 @shared_task(name="jobs.tasks.preempt_objects", acks_late=True, **RETRY)

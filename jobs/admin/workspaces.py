@@ -4,13 +4,15 @@ delete a workspace's data (an explicit action, recorded as a WorkspaceDeletion).
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 from django.contrib import admin, messages
+from django.db import transaction
 from kubernetes.client.exceptions import ApiException
 
+from jobs import tasks
 from jobs.kube import client as kube
 from jobs.models import Dataset, Workspace, WorkspaceDeletion
-from jobs.services.workspaces import workspace_delete_data
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +78,16 @@ class WorkspaceAdmin(admin.ModelAdmin):
         if not request.user.is_superuser:
             self.message_user(request, "Only superusers may delete workspace data.", messages.ERROR)
             return
-        for workspace in queryset.select_related("team", "owner"):
-            try:
-                workspace_delete_data(workspace, by=request.user)
-            except ApiException as exc:
-                self.message_user(request, f"{workspace}: Kubernetes refused: {exc.reason}", messages.ERROR)
-                continue
-            self.message_user(request, f"Deleted the workspace {workspace} and recorded it.", messages.SUCCESS)
+        # The engine deletes the claims: the web's identity holds no write rights on them.
+        for workspace in queryset:
+            transaction.on_commit(
+                partial(tasks.delete_workspace_data.delay, workspace.id, request.user.id), robust=True
+            )
+            self.message_user(
+                request,
+                f"The data of {workspace} will be deleted by the engine; Workspace deletions records it when done.",
+                messages.SUCCESS,
+            )
 
 
 @admin.register(Dataset)

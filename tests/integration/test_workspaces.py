@@ -114,3 +114,36 @@ def test_a_dataset_is_mounted_read_only_and_only_for_allowed_teams(engine, kube_
     assert "Read-only file system" in write.text
     assert not (tmp_path / "new.csv").exists()
     workload_cancel(workload=service, by=engine.owner)
+
+
+def test_an_admin_deletes_a_workspace_through_the_engine(engine, kube_api, workspaces_on):
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from jobs.models import WorkspaceDeletion
+
+    job = engine.submit(env={"SIM_RUN_SECONDS": "1"})
+    engine.wait_for(job, State.SUCCEEDED, timeout=90)
+    home = Workspace.objects.get(team=engine.team, owner=engine.owner)
+    core = k8s.CoreV1Api(kube_api)
+
+    def claims() -> set[str]:
+        """Claims not being deleted (one still mounted by a finished pod waits for it: pvc-protection)."""
+        listed = core.list_namespaced_persistent_volume_claim(home.namespace).items
+        return {c.metadata.name for c in listed if c.metadata.deletion_timestamp is None}
+
+    assert home.claim_name in claims()
+
+    admin_user = get_user_model().objects.create_superuser("ws-admin", "ws-admin@example.org", "pw-for-the-test")
+    browser = Client()
+    browser.force_login(admin_user)
+    response = browser.post(
+        "/admin/jobs/workspace/", {"action": "delete_data", "_selected_action": [str(home.pk)]}, follow=True
+    )
+    assert response.status_code == 200
+    assert "will be deleted by the engine" in response.content.decode()
+
+    wait_for(lambda: home.claim_name not in claims(), timeout=60, what="the claim to be deleted by the engine")
+    record = wait_for(lambda: WorkspaceDeletion.objects.filter(claim_name=home.claim_name).first(), timeout=30)
+    assert (record.deleted_by, record.namespace) == (admin_user, home.namespace)
+    assert not Workspace.objects.filter(pk=home.pk).exists()
