@@ -34,13 +34,24 @@ from jobs.services.validation import SubmissionInvalid
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def node_present(gpu_type: GpuType) -> None:
+    """A ready 16-GPU node of the type. Re-asserted before every submission: these tests commit their
+    rows, and when the suite's engine is running, its beat's inventory sync deletes nodes that the local
+    cluster does not have, which would refuse a submission as "No ready node" (not what is tested here)."""
+    GpuNode.objects.update_or_create(
+        name="n1",
+        defaults={
+            "gpu_type": gpu_type, "gpus_capacity": 16, "gpus_allocatable": 16, "ready": True,
+            "last_seen_at": timezone.now(),
+        },
+    )  # fmt: skip
+
+
 @pytest.fixture
 def cohort():
     users = get_user_model().objects
     p100 = GpuType.objects.create(slug="p100", display_name="Tesla P100", node_label_value="p100")
-    GpuNode.objects.create(
-        name="n1", gpu_type=p100, gpus_capacity=16, gpus_allocatable=16, ready=True, last_seen_at=timezone.now()
-    )
+    node_present(p100)
     AllowedRegistry.objects.create(host="docker.io")
     lab = Cohort.objects.create(name="Lab")
     a = Team.objects.create(name="Alpha", slug="alpha", cohort=lab)
@@ -59,6 +70,7 @@ def spec(**overrides):
 
 
 def submit(team, user, **overrides) -> Workload:
+    node_present(GpuType.objects.get(slug="p100"))
     return workload_submit(team=team, owner=user, spec=spec(**overrides))
 
 
