@@ -23,12 +23,27 @@ from jobs.services.submit import ADMIT_LOCK_SPACE, workload_submit
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def node_present(gpu_type: GpuType) -> None:
+    """A ready node of the type, re-asserted before each submission: these rows are committed, and the
+    suite's running engine (its beat's inventory sync) deletes nodes the local cluster does not have."""
+    GpuNode.objects.update_or_create(
+        name="n1",
+        defaults={
+            "gpu_type": gpu_type, "gpus_capacity": 8, "gpus_allocatable": 8, "ready": True,
+            "last_seen_at": timezone.now(),
+        },
+    )  # fmt: skip
+
+
+def submit(team, user):
+    node_present(GpuType.objects.get(slug="p100"))
+    return workload_submit(team=team, owner=user, spec=SPEC)
+
+
 @pytest.fixture
 def world():
     p100 = GpuType.objects.create(slug="p100", display_name="Tesla P100", node_label_value="p100")
-    GpuNode.objects.create(
-        name="n1", gpu_type=p100, gpus_capacity=8, gpus_allocatable=8, ready=True, last_seen_at=timezone.now()
-    )
+    node_present(p100)
     AllowedRegistry.objects.create(host="docker.io")
     team = Team.objects.create(name="Alpha", slug="alpha")
     Quota.objects.create(team=team, gpu_type=p100, max_gpus=8)
@@ -58,7 +73,7 @@ def hold_admission_lock(team_id: int, gpu_type_id: int, held: threading.Event, r
 
 def test_a_lone_submission_is_admitted_in_line(world):
     team, user, _ = world
-    workload = workload_submit(team=team, owner=user, spec=SPEC)
+    workload = submit(team, user)
     assert workload.state == State.SUBMITTING
 
 
@@ -69,8 +84,8 @@ def test_a_submission_during_another_admission_does_not_wait_and_asks_a_worker_o
     holder.start()
     try:
         assert held.wait(10)
-        first = workload_submit(team=team, owner=user, spec=SPEC)
-        second = workload_submit(team=team, owner=user, spec=SPEC)
+        first = submit(team, user)
+        second = submit(team, user)
     finally:
         release.set()
         holder.join()
@@ -83,7 +98,7 @@ def test_a_submission_during_another_admission_does_not_wait_and_asks_a_worker_o
     dispatch.admission_starting(team_id=team.id, gpu_type_id=p100.id)
     assert caches["api"].get(key) is None
     # Once nobody else is admitting, the next submission admits in line again, the queued ones too.
-    third = workload_submit(team=team, owner=user, spec=SPEC)
+    third = submit(team, user)
     assert third.state == State.SUBMITTING
     assert {w.state for w in team.workloads.all()} == {State.SUBMITTING}
     assert connection.vendor == "postgresql"
