@@ -58,10 +58,10 @@ from jobs.selectors import cluster_capacity, team_quota_use, with_queue_position
 from jobs.selectors_sharing import team_queue_explained
 from jobs.services import accounting
 from jobs.services.cancel import workload_cancel
+from jobs.services.intake import workload_submit
 from jobs.services.log_streams import HeldStream, TooManyStreams
 from jobs.services.logs import MAX_TAIL, LogsUnavailable, follow_logs, workload_events, workload_logs
 from jobs.services.opening import workload_share
-from jobs.services.submit import workload_submit
 
 User = Membership._meta.get_field("user").related_model
 

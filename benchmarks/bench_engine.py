@@ -113,7 +113,7 @@ def overadmission() -> Iterator[tuple[str, float]]:
 
     from jobs.models import GpuNode, GpuType, Membership, Quota, State, Team, Workload
     from jobs.services.admission import quota_admit
-    from jobs.services.submit import workload_submit
+    from jobs.services.intake import workload_submit
 
     suffix = uuid.uuid4().hex[:6]
     team = Team.objects.create(slug=f"race-{suffix}", name=f"Race {suffix}")

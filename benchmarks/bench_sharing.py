@@ -232,7 +232,7 @@ def _reclaims(engine, wait_until) -> Iterator[tuple[str, float]]:
 
     from jobs.models import Cohort, GpuType, Membership, Quota, State, Team, Workload
     from jobs.services.cancel import workload_cancel
-    from jobs.services.submit import workload_submit
+    from jobs.services.intake import workload_submit
 
     engine.team(quota=0)  # seeds GPU types and inventory
     v100 = GpuType.objects.get(slug="v100")  # one node of 8 GPUs

@@ -45,7 +45,7 @@ class Engine:
 
         from devtools.engine import FAST_INTERVALS, EngineProcesses, install_identity
         from jobs.kube import client as kube
-        from jobs.services.submission import forget_namespaces
+        from jobs.services.object_creation import forget_namespaces
 
         self.ctx = ctx
         cluster = ctx.cluster()
@@ -109,7 +109,7 @@ class Engine:
     def ready(self) -> None:
         """Before any timing: one workload end to end (worker created its Job, tracker saw it Running)."""
         from jobs.models import State, Workload
-        from jobs.services.submit import workload_submit
+        from jobs.services.intake import workload_submit
 
         self.seed()
         team, user = self.team()

@@ -66,35 +66,35 @@ def main(argv: list[str]) -> int:
         from benchmarks.engine_flow import _fresh_namespace
         from jobs.kube import objects
         from jobs.models import Workload
-        from jobs.services import submission, submit
+        from jobs.services import intake, object_creation
 
         engine = Engine(ctx, start_processes=False)
         team, user, _ = _fresh_namespace(engine)  # set up and usable by the portal (RBAC) before timing
-        wrap(submit, "gather_facts", "intake: gather facts")
-        wrap(submit, "validate_submission", "intake: validation rules")
-        wrap(submit, "create_with_fresh_uid", "intake: store workload")
-        wrap(submit, "admit_now", "intake: admission (+ enqueue)")
-        wrap(submission, "spec_for", "worker: render spec")
+        wrap(intake, "gather_facts", "intake: gather facts")
+        wrap(intake, "validate_submission", "intake: validation rules")
+        wrap(intake, "create_with_fresh_uid", "intake: store workload")
+        wrap(intake, "admit_now", "intake: admission (+ enqueue)")
+        wrap(object_creation, "spec_for", "worker: render spec")
         wrap(objects, "make_objects", "worker: render manifests")
-        wrap(submission, "namespace_ensure", "worker: namespace ensure")
-        wrap(submission, "_create_or_adopt", "worker: create in API server")
-        wrap(submission, "transition", "worker: transition to PENDING")
+        wrap(object_creation, "namespace_ensure", "worker: namespace ensure")
+        wrap(object_creation, "_create_or_adopt", "worker: create in API server")
+        wrap(object_creation, "transition", "worker: transition to PENDING")
         spec = {"image": "ubuntu", "gpu_type": "k2", "env": {"SIM_RUN_SECONDS": "600"}}
         with connection.execute_wrapper(count_queries):
             for _ in range(3):  # warm-up: namespace, connections, caches
-                submission.workload_create_objects(submit.workload_submit(team=team, owner=user, spec=spec).id)
+                object_creation.workload_create_objects(intake.workload_submit(team=team, owner=user, spec=spec).id)
             own_time.clear()
             queries.clear()
             ids = []
             started = time.perf_counter()
             for _ in range(n):
                 with stage("intake (workload_submit)"):
-                    ids.append(submit.workload_submit(team=team, owner=user, spec=spec).id)
+                    ids.append(intake.workload_submit(team=team, owner=user, spec=spec).id)
             intake_s = time.perf_counter() - started
             started = time.perf_counter()
             for workload_id in ids:
                 with stage("worker (workload_create_objects)"):
-                    submission.workload_create_objects(workload_id)
+                    object_creation.workload_create_objects(workload_id)
             worker_s = time.perf_counter() - started
         created = Workload.objects.filter(id__in=ids, k8s_name__gt="").count()
         print(

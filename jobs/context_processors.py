@@ -1,6 +1,6 @@
 """Template context every page shares: the team the signed-in user acts for, for the top bar.
 
-Team pages set `request.acting` (jobs.views_common.team_page); other signed-in pages (API tokens, nodes,
+Team pages set `request.acting` (jobs.views.common.team_page); other signed-in pages (API tokens, nodes,
 the password form) compute it here so the top bar names the team on every page.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest
 
-from jobs.views_common import Acting, acting_for
+from jobs.views.common import Acting, acting_for
 
 
 def acting(request: HttpRequest) -> dict[str, Acting | None]:

@@ -16,7 +16,7 @@ from jobs.models import CatalogImage, GpuType, Kind, State, Workload
 CUSTOM_IMAGE = ""
 TIME_UNITS = {"minutes": 60, "hours": 3600, "days": 86400}
 
-# Where each field of jobs.services.submit's spec is shown on the launch form.
+# Where each field of jobs.services.intake's spec is shown on the launch form.
 SPEC_FIELD_TO_FORM = {"time_limit_seconds": "time_limit", "team": None}
 
 

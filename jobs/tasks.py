@@ -22,9 +22,9 @@ from jobs.services import (
     estimates,
     inventory,
     lifecycle,
+    object_creation,
     preemption,
     provisioning,
-    submission,
     workspaces,
 )
 
@@ -48,7 +48,7 @@ def admit(team_id: int, gpu_type_id: int) -> list[int]:
 
 @shared_task(name="jobs.tasks.submit", bind=True, acks_late=True, **RETRY)
 def submit(self, workload_id: int) -> None:
-    submission.workload_create_objects(workload_id)
+    object_creation.workload_create_objects(workload_id)
 
 
 @shared_task(name="jobs.tasks.provision_namespace", acks_late=True, **RETRY)
@@ -68,7 +68,7 @@ def provision_namespace(team_id: int) -> str | None:
 def delete_objects(workload_id: int) -> None:
     workload = Workload.objects.select_related("team").filter(id=workload_id).first()
     if workload is not None:
-        submission.workload_delete_objects(workload)
+        object_creation.workload_delete_objects(workload)
 
 
 @shared_task(name="jobs.tasks.delete_workspace_data", acks_late=True, **RETRY)

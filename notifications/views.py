@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from jobs.views_common import acting_for
+from jobs.views.common import acting_for
 from notifications.forms import PreferenceForm, TeamWebhookForm
 from notifications.models import TeamWebhook
 from notifications.preferences import preference_of, preference_update, team_webhook_set

@@ -34,7 +34,7 @@ def portal_identity(
     from kubernetes import client as k8s
 
     from jobs.kube import client as kube
-    from jobs.services.submission import forget_namespaces
+    from jobs.services.object_creation import forget_namespaces
 
     identity = install_identity(
         admin_api=kube_api,
@@ -169,7 +169,7 @@ class Engine:
     gpu_types: dict[str, Any]
 
     def submit(self, *, user: Any = None, **spec: Any) -> Any:
-        from jobs.services.submit import workload_submit
+        from jobs.services.intake import workload_submit
 
         spec.setdefault("image", "nvidia/cuda:12.2.0-base-ubuntu22.04")
         spec.setdefault("gpu_type", "p100")
@@ -215,7 +215,7 @@ def portal_account(portal_identity: PortalIdentity) -> PortalIdentity:
     from django.conf import settings
 
     from jobs.kube import client as kube
-    from jobs.services.submission import forget_namespaces
+    from jobs.services.object_creation import forget_namespaces
 
     wanted = {**portal_identity.settings(), **{k: int(v) for k, v in FAST_INTERVALS.items()}}
     if any(getattr(settings, k) != v for k, v in wanted.items()):

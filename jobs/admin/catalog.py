@@ -4,7 +4,7 @@ from django import forms
 from django.contrib import admin
 
 from jobs.models import AllowedRegistry, CatalogImage, GpuNode, GpuType
-from jobs.services.submission import forget_namespaces
+from jobs.services.object_creation import forget_namespaces
 
 
 @admin.register(GpuType)

@@ -5,8 +5,8 @@ from django.db.models import IntegerField, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 
 from identity.teams import membership_edited_by_hand
-from jobs.admin.quota_changes import quota_change_record
 from jobs.models import Membership, Quota, QuotaChange, State, Team, Workload
+from jobs.services.quota_changes import quota_change_record
 from jobs.services.sharing import sharing_changed
 
 

@@ -13,7 +13,7 @@ from jobs.kube import names
 from jobs.models import State, Workload
 from jobs.services.dispatch import enqueue_delete
 from jobs.services.errors import WorkloadStateError
-from jobs.services.tracking import container_start
+from jobs.services.status_mapping import container_start
 from jobs.services.transitions import transition
 
 log = logging.getLogger(__name__)

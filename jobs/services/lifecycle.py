@@ -16,7 +16,7 @@ from jobs.kube import names
 from jobs.models import Kind, State, Workload
 from jobs.services.admission import admit_all
 from jobs.services.dispatch import enqueue_delete, enqueue_submit
-from jobs.services.tracking import IMAGE_PULL_REASONS
+from jobs.services.status_mapping import IMAGE_PULL_REASONS
 from jobs.services.transitions import transition
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from jobs.kube import client as kube
 from jobs.kube import names, objects
 from jobs.models import Membership, Role, Team, TeamSecret
-from jobs.services.submission import namespace_wait_ready
+from jobs.services.object_creation import namespace_wait_ready
 from jobs.services.validation import NAME_RE, SubmissionInvalid
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ def sharing_changed(team_ids: list[int]) -> int:
 
 
 def _sync_namespaces(team_ids: list[int]) -> None:
-    from jobs.services.submission import namespace_ensure
+    from jobs.services.object_creation import namespace_ensure
 
     for team in Team.objects.filter(id__in=team_ids):
         try:

@@ -347,8 +347,8 @@ def test_the_portal_sets_up_a_team_namespace_with_the_charts_config_and_account(
     from devtools.engine import cluster_ca
     from jobs.kube import client as kube_client
     from jobs.kube.rbac import kubeconfig_for_token
+    from jobs.services.object_creation import forget_namespaces
     from jobs.services.provisioning import NamespaceRefused, namespace_provision
-    from jobs.services.submission import forget_namespaces
     from tests.engine.factories import GpuTypeFactory, QuotaFactory, TeamFactory
 
     config = release.core.read_namespaced_config_map(f"{release.fullname}-config", release.namespace).data

@@ -14,8 +14,8 @@ from django.utils import timezone
 from jobs.models import State, Workload
 from jobs.models import workloads as workloads_model
 from jobs.services.accounting import totals, usage_report_days
+from jobs.services.intake import create_with_fresh_uid
 from jobs.services.lifecycle import enforce_limits
-from jobs.services.submit import create_with_fresh_uid
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, TeamFactory
 
 

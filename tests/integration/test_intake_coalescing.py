@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from jobs.models import AllowedRegistry, GpuNode, GpuType, Membership, Quota, State, Team
 from jobs.services import dispatch
-from jobs.services.submit import ADMIT_LOCK_SPACE, workload_submit
+from jobs.services.intake import ADMIT_LOCK_SPACE, workload_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

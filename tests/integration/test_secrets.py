@@ -112,7 +112,7 @@ def test_teammates_see_env_names_but_not_values(engine):
 
 def test_a_private_registry_image_pod_references_the_pull_secret(engine, kube_api):
     from jobs.models import AllowedRegistry
-    from jobs.services.submission import forget_namespaces
+    from jobs.services.object_creation import forget_namespaces
 
     registry = AllowedRegistry.objects.create(host="registry.lab:5000", pull_username="robot", pull_password="hunter2")
     forget_namespaces()

@@ -27,8 +27,8 @@ from jobs.models import (
 )
 from jobs.services.admission import quota_admit
 from jobs.services.estimates import estimate
+from jobs.services.intake import workload_submit
 from jobs.services.provisioning import team_gpu_limits
-from jobs.services.submit import workload_submit
 from jobs.services.validation import SubmissionInvalid
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,5 +1,5 @@
 """CUDA fit fed by the agents: the CUDA driver version a node's agent reports decides which catalog images
-its GPU type may run. Tested through jobs.services.submit.workload_submit, the service the launch form and
+its GPU type may run. Tested through jobs.services.intake.workload_submit, the service the launch form and
 the REST API both call (their own tests of this refusal belong with them once they land on main)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from jobs.models import CatalogImage, GpuNode
-from jobs.services.submit import workload_submit
+from jobs.services.intake import workload_submit
 from jobs.services.validation import SubmissionInvalid
 from telemetry.services.ingest import report_ingest
 from tests.engine.factories import GpuTypeFactory, QuotaFactory

@@ -1,4 +1,4 @@
-"""The launch form: pick an image, GPUs and limits; submit through jobs.services.submit."""
+"""The launch form: pick an image, GPUs and limits; submit through jobs.services.intake."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from jobs.selectors import (
     team_quota_use,
 )
 from jobs.services.accounting import budget_use
+from jobs.services.intake import gather_facts, workload_submit
 from jobs.services.secrets import secrets_available
-from jobs.services.submit import gather_facts, workload_submit
 from jobs.services.validation import SubmissionInvalid, cuda_tuple
 from jobs.services.workspaces import datasets_allowed, workspace_mounts
-from jobs.views_common import team_page
+from jobs.views.common import team_page
 
 
 def _gpu_type_rows(team, gpu_types: list[GpuType], max_cuda: dict[str, str | None]) -> list[dict]:

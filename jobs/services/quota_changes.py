@@ -1,7 +1,7 @@
 """A quota change from admin takes effect at once: it is recorded, admission runs again for that team and
 GPU type, and the team namespace's ResourceQuota follows once the change is committed (the provisioner applies it).
 
-This belongs with the engine's services; it lives next to admin until it has a second caller.
+Admin calls it today; it is an engine service so that any other front end can make the same change.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from django.db import transaction
 
 from jobs.models import GpuType, QuotaChange, Team
 from jobs.services.admission import quota_admit
-from jobs.services.submission import namespace_ensure
+from jobs.services.object_creation import namespace_ensure
 
 log = logging.getLogger(__name__)
 

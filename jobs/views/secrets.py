@@ -19,7 +19,7 @@ from jobs import policy
 from jobs.forms import SecretForm
 from jobs.kube.client import KubeConfigError
 from jobs.services.secrets import SecretInvalid, secret_delete, secret_save, secrets_listed
-from jobs.views_common import team_page
+from jobs.views.common import team_page
 
 log = logging.getLogger(__name__)
 # What a cluster that cannot answer raises (as api.views.cluster_call catches).

@@ -27,7 +27,7 @@ from jobs.services.errors import WorkloadStateError
 from jobs.services.log_streams import HeldStream, TooManyStreams
 from jobs.services.logs import LogsUnavailable, follow_logs, workload_events, workload_logs
 from jobs.services.opening import workload_share
-from jobs.views_common import team_page
+from jobs.views.common import team_page
 
 log = logging.getLogger(__name__)
 

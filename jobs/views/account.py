@@ -10,7 +10,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from jobs.selectors import current_membership
-from jobs.views_common import SESSION_TEAM
+from jobs.views.common import SESSION_TEAM
 
 
 @login_required

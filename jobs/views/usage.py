@@ -14,7 +14,7 @@ from jobs.forms import UsageRangeForm
 from jobs.models import GpuType
 from jobs.services.accounting import UsageRow, borrowed_usage_days, totals, usage_report_days
 from jobs.services.exports import SafeCsvWriter
-from jobs.views_common import team_page
+from jobs.views.common import team_page
 
 # Colours for the chart's GPU types, in order; chosen to stay distinct for colour-blind readers.
 CHART_COLOURS = ["#2456d6", "#e08a00", "#1b9e77", "#c2185b", "#6a3d9a", "#7f7f00", "#00838f", "#5d4037"]

@@ -12,7 +12,7 @@ from jobs.forms import TeamSharingForm
 from jobs.models import Quota
 from jobs.selectors_sharing import team_queue_explained
 from jobs.services.sharing import team_sharing_update
-from jobs.views_common import team_page
+from jobs.views.common import team_page
 
 
 @team_page

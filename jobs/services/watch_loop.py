@@ -26,7 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from jobs.kube import client as kube
 from jobs.kube import names
 from jobs.models import Kind, State, Workload
-from jobs.services.tracking import Observation, apply_observation, observe
+from jobs.services.status_mapping import Observation, apply_observation, observe
 
 log = logging.getLogger(__name__)
 
