@@ -9,6 +9,8 @@
    services researchers open) and passes every other path to the development server, so one origin
    serves both, as the ingress does in production.
 Every child's output is prefixed with its name. SIGINT/SIGTERM stop the children in reverse order.
+Secrets are sealed to a key pair made once in var/seal-private.key (kept, so what an earlier run sealed
+still opens): the public half goes to every process, the private half to the worker only.
 Environment: PORT (default 8000), LOCALCLUSTER_STATE_DIR (default var/cluster).
 """
 
@@ -25,8 +27,10 @@ import time
 from pathlib import Path
 from typing import IO
 
-from devtools.engine import provisioner_argv
+from devtools.engine import ENGINE_ONLY, provisioner_argv
 from devtools.services import RedisServer, ServiceError, free_port
+from portal.env import ConfigError
+from portal.sealing import generate_keypair, public_half
 
 REPO = Path(__file__).resolve().parent.parent
 VAR = REPO / "var"
@@ -130,6 +134,26 @@ def start_cluster(env: dict[str, str], stack: contextlib.ExitStack) -> str:
     return str(cluster.kubeconfig)
 
 
+def seal_keys(env: dict[str, str]) -> dict[str, str]:
+    """Give `env` (every process) the public key and return what only the worker gets: the private key."""
+    worker = {name: env.pop(name) for name in ENGINE_ONLY if env.get(name)}
+    if not worker:
+        path = VAR / "seal-private.key"
+        if not path.exists():
+            _, private = generate_keypair()
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(private + "\n")
+            say(f"made the key pair for sealed secrets ({path}, for the worker only)")
+        worker = {"PORTAL_SEAL_PRIVATE_KEY_FILE": str(path)}
+    private = worker.get("PORTAL_SEAL_PRIVATE_KEY") or Path(worker["PORTAL_SEAL_PRIVATE_KEY_FILE"]).read_text().strip()
+    try:
+        env.setdefault("PORTAL_SEAL_PUBLIC_KEY", public_half(private, name="the worker's private key"))
+    except ConfigError as exc:
+        raise ServiceError(str(exc)) from exc
+    return worker
+
+
 def connect_telemetry(env: dict[str, str], stack: contextlib.ExitStack, python: str) -> None:
     """The local cluster's simulated node agents report to this portal, so the GPU charts fill (a real
     deployment runs the agent DaemonSet instead). Only for a local cluster: it has a simulator."""
@@ -176,12 +200,15 @@ def main() -> int:
                 env["REDIS_URL"] = redis.start()
                 stack.callback(redis.stop)
                 say(f"throwaway Redis on {env['REDIS_URL']}")
+            worker_only = seal_keys(env)
             run_once("migrate", [python, "manage.py", "migrate", "--noinput"], env)
             seeded: list[str] = []
             if management_command_exists("seed_demo"):
                 seeded = run_once("seed", [python, "manage.py", "seed_demo"], env)
             stack.callback(children.stop)
-            children.start("worker", [python, "-m", "celery", "-A", "portal", "worker", "-l", "info"], env)
+            children.start(
+                "worker", [python, "-m", "celery", "-A", "portal", "worker", "-l", "info"], {**env, **worker_only}
+            )
             # Team namespaces are made only by the provisioner, a worker on its own queue (as in the chart).
             children.start("provisioner", provisioner_argv(python), env)
             children.start(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from jobs.models.audit import QuotaChange
 from jobs.models.catalog import AllowedRegistry, CatalogImage, GpuNode, GpuType
 from jobs.models.datasets import Dataset
-from jobs.models.secrets import TeamSecret
+from jobs.models.secrets import SecretState, TeamSecret
 from jobs.models.sharing import Cohort
 from jobs.models.teams import Membership, Quota, Role, Team
 from jobs.models.usage import BillingWeight, RolledUpDay, UsageDaily
@@ -26,6 +26,7 @@ __all__ = [
     "QuotaChange",
     "Role",
     "RolledUpDay",
+    "SecretState",
     "State",
     "Team",
     "TeamSecret",

@@ -26,7 +26,7 @@ from jobs.models import workloads as workloads_model
 from jobs.selectors import cluster_capacity
 from jobs.services.dispatch import enqueue_admission, request_admission
 from jobs.services.limits import queue_limits_check
-from jobs.services.secrets import secrets_available
+from jobs.services.secrets import secrets_available, secrets_unusable
 from jobs.services.validation import CatalogFacts, Facts, GpuTypeFacts, SubmissionInvalid, validate_submission
 from jobs.services.workspaces import dataset_mounts, datasets_allowed, workspace_mounts
 
@@ -130,6 +130,15 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
     if not isinstance(shared, bool):
         raise SubmissionInvalid({"shared_with_team": ["Must be true or false."]})
     clean = validate_submission(spec, gather_facts(team=team, user=owner))
+    unusable = secrets_unusable(team=team, k8s_names=[k8s_name for _, k8s_name, _ in clean.secrets])
+    if unusable:
+        raise SubmissionInvalid(
+            {
+                "secrets": [
+                    f"The secret {name} could not be stored ({why}); store it again." for name, why in unusable.items()
+                ]
+            }
+        )
     if shared and clean.kind != "service":
         raise SubmissionInvalid(
             {"shared_with_team": ["Only a service can be shared: a batch job has nothing to open."]}
