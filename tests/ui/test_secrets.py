@@ -1,7 +1,7 @@
 """The secrets page without a cluster: who sees which names, who may delete, form errors naming the field,
-and the value never in a response. Storing and deleting for real (a Kubernetes Secret) is in
-tests/integration/test_secrets.py; here the cluster is absent, so a valid store answers the clear 503 the
-API gives (`cluster_unavailable`) and stores nothing."""
+and the value never in a response. Storing and deleting for real (the engine writes a Kubernetes Secret)
+is in tests/integration/test_secrets.py; here no engine answers, so a valid store is shown as being
+written, and the database holds its name only."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from jobs.models import TeamSecret, Workload
+from jobs.models import SecretState, TeamSecret, Workload
 from tests.ui.test_launch import post
 
 pytestmark = pytest.mark.django_db
@@ -82,13 +82,29 @@ def test_bad_input_names_the_field_and_stores_nothing(login, world, stored, data
     assert set(TeamSecret.objects.values_list("id", flat=True)) == before
 
 
-def test_without_a_cluster_a_valid_store_says_so_and_stores_nothing(login, world):
-    response = login(world.owner).post(reverse("secrets"), {"name": "new-key", "value": VALUE})
-    assert response.status_code == 503
+def test_without_the_engine_a_valid_store_shows_as_being_written(login, world, settings):
+    settings.PORTAL_SECRET_CONFIRM_SECONDS = 0
+    response = login(world.owner).post(reverse("secrets"), {"name": "new-key", "value": VALUE}, follow=True)
+    assert response.status_code == 200
     page = response.content.decode()
-    assert "could not answer; nothing was changed" in page
+    assert "Secret new-key is being written; a launch that uses it waits until it is." in page
+    assert 'data-state="pending"' in page
+    assert 'hx-trigger="every 2s"' in page  # the list refreshes itself until the engine has answered
     assert VALUE not in page
-    assert not TeamSecret.objects.filter(name="new-key").exists()
+    secret = TeamSecret.objects.get(name="new-key")
+    assert secret.state == SecretState.PENDING
+    assert VALUE not in repr(TeamSecret.objects.filter(id=secret.id).values().get())
+
+
+def test_a_secret_the_engine_could_not_write_says_why_and_a_launch_refuses_it(login, world, stored):
+    TeamSecret.objects.filter(id=stored["mine"].id).update(state=SecretState.FAILED, message="Kubernetes refused it")
+    client = login(world.owner)
+    page = client.get(reverse("secrets")).content.decode()
+    assert "Not written: Kubernetes refused it Store it again." in page
+    refused = post(client, image="docker.io/library/python:3", name="with-failed", secrets=["olivia-key"])
+    assert refused.status_code == 400
+    assert any("olivia-key could not be stored" in e for e in refused.context["form"].errors["secrets"])
+    assert not Workload.objects.filter(name="with-failed").exists()
 
 
 def test_only_the_owner_or_a_manager_may_delete(login, world, stored):

@@ -75,7 +75,7 @@ def test_without_keys_nothing_is_sealed_or_opened(settings, pair):
         sealing.unseal(sealed)
     with pytest.raises(ConfigError, match="PORTAL_SEAL_PUBLIC_KEY is not set"):
         sealing.require_public_key()
-    with pytest.raises(ConfigError, match="PORTAL_SEAL_PRIVATE_KEY .* is not set"):
+    with pytest.raises(ConfigError, match=r"PORTAL_SEAL_PRIVATE_KEY .* is not set"):
         sealing.require_private_key()
 
 
