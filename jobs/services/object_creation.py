@@ -24,6 +24,7 @@ from jobs.models import AllowedRegistry, SecretState, State, Team, TeamSecret, W
 from jobs.services import opening, workspaces
 from jobs.services.transitions import transition
 from jobs.services.validation import parse_image_reference
+from portal import sealing
 
 log = logging.getLogger(__name__)
 
@@ -135,12 +136,26 @@ def namespace_ensure(team: Team, *, force: bool = False) -> str:
     return namespace
 
 
-def pull_secrets_ensure(namespace: str) -> None:
-    """Every private registry's image pull Secret exists (and is current) in the namespace."""
+def pull_secrets_ensure(namespace: str, needed: tuple[str, ...] = ()) -> None:
+    """Every private registry's image pull Secret exists (and is current) in the namespace.
+
+    The passwords are sealed to this engine's key (admin sealed them): opened here, in the worker, and
+    nowhere else. One this engine cannot open fails the workload that `needed` it, saying so; the others
+    are skipped with an error in the log."""
     core = kube.core()
-    for registry in AllowedRegistry.objects.exclude(pull_username="").exclude(pull_password=""):
+    for registry in AllowedRegistry.objects.exclude(pull_username="").exclude(pull_password_sealed=""):
+        try:
+            password = sealing.unseal(registry.pull_password_sealed)
+        except sealing.SealError as exc:
+            log.error("registry %s: cannot open its pull password: %s", registry.host, exc)
+            if registry.pull_secret_name in needed:
+                raise SubmitRejected(
+                    f"The pull credentials of {registry.host} cannot be opened by the portal's engine ({exc}); "
+                    "an admin must enter the password again."
+                ) from exc
+            continue
         secret = objects.make_pull_secret(namespace=namespace, name=registry.pull_secret_name, registry=registry.host,
-                                          username=registry.pull_username, password=registry.pull_password)  # fmt: skip
+                                          username=registry.pull_username, password=password)  # fmt: skip
         try:
             core.create_namespaced_secret(namespace, secret, _request_timeout=kube.timeout())
         except ApiException as exc:
@@ -285,7 +300,7 @@ def workload_create_objects(workload_id: int) -> None:
         namespace_wait_ready(workload.team, group=group, resource=resource)
         workspaces.workspaces_ensure(workload)
         if spec.image_pull_secrets:
-            pull_secrets_ensure(spec.namespace)
+            pull_secrets_ensure(spec.namespace, spec.image_pull_secrets)
         for obj in objects.make_objects(spec):
             _create_or_adopt(obj, spec, workload.team)
     except ApiException as exc:

@@ -270,7 +270,10 @@ def test_a_private_registry_image_pod_references_the_pull_secret(engine, kube_ap
     from jobs.models import AllowedRegistry
     from jobs.services.object_creation import forget_namespaces
 
-    registry = AllowedRegistry.objects.create(host="registry.lab:5000", pull_username="robot", pull_password="hunter2")
+    # As admin stores it: sealed to the engine's key (tests/engine/test_registry_sealing.py).
+    registry = AllowedRegistry.objects.create(
+        host="registry.lab:5000", pull_username="robot", pull_password_sealed=sealing.seal("hunter2")
+    )
     forget_namespaces()
     workload = engine.submit(image="registry.lab:5000/vision/train:1", env={"SIM_RUN_SECONDS": "1"})
     engine.wait_for(workload, State.SUCCEEDED, timeout=90)
@@ -278,6 +281,10 @@ def test_a_private_registry_image_pod_references_the_pull_secret(engine, kube_ap
     assert [s.name for s in job.spec.template.spec.image_pull_secrets] == [registry.pull_secret_name]
     secret = k8s.CoreV1Api(kube_api).read_namespaced_secret(registry.pull_secret_name, workload.namespace)
     assert secret.type == "kubernetes.io/dockerconfigjson"
+    # The engine opened the sealed password to write the credentials the kubelet reads.
+    config = json.loads(base64.b64decode(secret.data[".dockerconfigjson"]))
+    assert config["auths"]["registry.lab:5000"]["password"] == "hunter2"
+    assert rows_holding("hunter2") == []
     assert "hunter2" not in json.dumps(_api(engine.owner).get(f"/api/v1/workloads/{workload.uid}/").json())
 
 
