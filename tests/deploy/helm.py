@@ -17,6 +17,18 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO_ROOT / "helm"
 CI_VALUES = sorted((CHART_DIR / "ci").glob("*.yaml"))
 HOOK_ANNOTATION = "helm.sh/hook"
+# A seal key pair for rendering and installing only (the chart requires one; `manage.py seal_keypair`).
+TEST_SEAL = {
+    "publicKey": "xt9xbzVOipRPteK7OLad7sXqHXNTShgfSS9/vlQeagI=",
+    "privateKey": "20YPWyO2PK9IVY7f+yniYpoc/F1hkpZimS74AA55Ytw=",
+}
+
+
+def with_seal(values: dict[str, Any] | None) -> dict[str, Any]:
+    """The values, with the test key pair unless they say something about `seal` themselves."""
+    values = dict(values or {})
+    values.setdefault("seal", TEST_SEAL)
+    return values
 
 
 @dataclass(frozen=True)
@@ -47,7 +59,7 @@ def load_values(path: Path) -> dict[str, Any]:
 def render(values: dict[str, Any] | None = None, *, release: str = "gp", namespace: str = "portal") -> list[Manifest]:
     """`helm template` of the chart: every object of every template, hooks included."""
     with helm_python.Chart.load(CHART_DIR) as chart:
-        rendered = chart.render(values or {}, name=release, namespace=namespace, is_install=True)
+        rendered = chart.render(with_seal(values), name=release, namespace=namespace, is_install=True)
     manifests = []
     for template, text in sorted(rendered.items()):
         if template.endswith("NOTES.txt"):
