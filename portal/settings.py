@@ -260,8 +260,9 @@ WORKSPACE_TEAM_GIB = env_int("WORKSPACE_TEAM_GIB", 50, minimum=1)
 # migration that seals old rows) needs PORTAL_SEAL_PUBLIC_KEY; only the worker gets PORTAL_SEAL_PRIVATE_KEY
 # (or _FILE, a mounted Secret), opens them and writes the Kubernetes Secrets. `manage.py seal_keypair`.
 PORTAL_SEAL_PUBLIC_KEY, PORTAL_SEAL_PRIVATE_KEY = env_seal_keys()
-# Storing a secret waits this long for the engine to confirm it is written (then answers "pending").
-PORTAL_SECRET_CONFIRM_SECONDS = env_int("PORTAL_SECRET_CONFIRM_SECONDS", 10, minimum=0, maximum=60)
+# Storing a secret waits this long for the engine to confirm it is written (then answers "pending"); the
+# first secret of a new team waits for its namespace too.
+PORTAL_SECRET_CONFIRM_SECONDS = env_int("PORTAL_SECRET_CONFIRM_SECONDS", 20, minimum=0, maximum=60)
 # A launch that needs a secret the engine has not confirmed within this long fails, saying so.
 PORTAL_SECRET_WRITE_TIMEOUT = env_int("PORTAL_SECRET_WRITE_TIMEOUT", 300, minimum=10)
 

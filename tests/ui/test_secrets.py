@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import pytest
 from django.urls import reverse
+from kubernetes.client import ApiClient
 from rest_framework.test import APIClient
 
+from jobs.kube import objects
 from jobs.models import SecretState, TeamSecret, Workload
+from jobs.services.object_creation import spec_for
 from tests.ui.test_launch import post
 
 pytestmark = pytest.mark.django_db
@@ -146,3 +149,59 @@ def test_the_api_asks_the_same_rule(world, stored):
     assert "name" in refused.json()["error"]["fields"]
     assert api.delete("/api/v1/secrets/olivia-key/").status_code == 404  # another member's: not even seen
     assert TeamSecret.objects.filter(name__in=["hf-token", "olivia-key"]).count() == 2
+
+
+def test_the_launch_form_attaches_a_secret_as_an_environment_variable_too(login, world, stored):
+    client = login(world.owner)
+    page = client.get(reverse("launch")).content.decode()
+    assert 'name="secret_env_olivia-key"' in page
+    assert "Environment variable for olivia-key (optional)" in page
+    response = post(
+        client,
+        image="docker.io/library/python:3",
+        name="with-variable",
+        secrets=["olivia-key", "hf-token"],
+        **{"secret_env_olivia-key": " WANDB_API_KEY ", "secret_env_hf-token": ""},
+    )
+    assert response.status_code == 302, response.context["form"].errors if response.context else response
+    workload = Workload.objects.get(name="with-variable")
+    assert sorted((s["name"], s["env"]) for s in workload.secrets) == [
+        ("hf-token", ""),
+        ("olivia-key", "WANDB_API_KEY"),
+    ]
+    # The pod gets it through secretKeyRef (the value is never in the spec), and both as files.
+    pod = ApiClient().sanitize_for_serialization(objects.make_pod_template(spec_for(workload)))["spec"]
+    env = [e for e in pod["containers"][0]["env"] if "valueFrom" in e]
+    assert env == [{"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "s-olivia-key", "key": "value"}}}]
+    # Clone offers the same secrets with the same variable names.
+    clone = client.get(reverse("launch") + f"?clone={workload.uid}").content.decode()
+    assert 'name="secret_env_olivia-key" id="id_secret_env_olivia-key" value="WANDB_API_KEY"' in clone
+    assert 'name="secrets" value="olivia-key" id="id_secrets_1" checked' in clone
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"secrets": ["olivia-key"], "secret_env_olivia-key": "1BAD-NAME"}, "'1BAD-NAME' is not a variable name"),
+        ({"secrets": ["olivia-key"], "secret_env_olivia-key": "GPUPORTAL_X"}, "GPUPORTAL_X is set by the portal"),
+        ({"secret_env_olivia-key": "TOKEN"}, "Tick olivia-key to attach it as $TOKEN"),
+        (
+            {"secrets": ["olivia-key", "hf-token"], "secret_env_olivia-key": "TOKEN", "secret_env_hf-token": "TOKEN"},
+            "TOKEN is already the variable of",
+        ),
+        (
+            {"secrets": ["olivia-key"], "secret_env_olivia-key": "TOKEN", "env_name": ["TOKEN"], "env_value": ["x"]},
+            "TOKEN clashes with another variable",
+        ),
+    ],
+    ids=["malformed", "reserved", "not-ticked", "twice", "clashes-with-plain-env"],
+)
+def test_a_bad_variable_name_for_a_secret_is_a_field_error(login, world, stored, fields, message):
+    response = post(login(world.owner), image="docker.io/library/python:3", name="bad-variable", **fields)
+    assert response.status_code == 400
+    errors = response.context["form"].errors["secrets"]
+    assert any(message in e for e in errors), errors
+    page = response.content.decode()
+    assert 'href="#id_secrets">Secrets</a>' in page  # the summary links to the field
+    assert 'aria-invalid="true"' in page or "clashes" in message  # the row's own input is marked
+    assert not Workload.objects.filter(name="bad-variable").exists()
