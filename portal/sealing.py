@@ -7,7 +7,7 @@ Private registry passwords are kept sealed in the database the same way (admin s
 
 The construction is libsodium's sealed box (PyNaCl): a fresh X25519 key per value, XSalsa20-Poly1305, so
 a sealed value can be opened only with the private key and any change to it is detected. Keys are 32
-bytes written as standard base64 (44 characters); `manage.py seal_keypair` prints a new pair.
+bytes written as standard base64 (44 characters); `python -m portal.sealing` or `manage.py seal_keypair` print a new pair.
 
 Settings (read in portal/settings.py through portal.env.env_seal_keys): PORTAL_SEAL_PUBLIC_KEY for every
 process that seals (web, admin, migrations), PORTAL_SEAL_PRIVATE_KEY (or _FILE, a mounted Secret) for the
@@ -26,7 +26,7 @@ from portal.env import ConfigError
 
 PREFIX = "sealed:v1:"  # versioned, so another scheme could be read beside this one later
 KEY_BYTES = 32
-HOW_TO_MAKE = "make a pair with `python manage.py seal_keypair`"
+HOW_TO_MAKE = "make a pair with `python -m portal.sealing` (or `manage.py seal_keypair`)"
 
 
 class SealError(Exception):
@@ -122,3 +122,10 @@ def _setting(name: str) -> str:
     from django.conf import settings  # read at call time: tests and the engine's processes set it late
 
     return getattr(settings, name, "") or ""
+
+
+if __name__ == "__main__":
+    # `python -m portal.sealing`: a new pair without Django's settings (docker-compose makes one this way
+    # before its .env is complete). `manage.py seal_keypair` does the same and can write the key to a file.
+    _public, _private = generate_keypair()
+    print(f"PORTAL_SEAL_PUBLIC_KEY={_public}\nPORTAL_SEAL_PRIVATE_KEY={_private}")

@@ -295,7 +295,7 @@ rendered, so `helm install`, `helm upgrade` and `helm template` all stop here wi
 {{- fail "oidc.enabled is true but the client has no secret: set oidc.clientSecret or oidc.existingSecret" -}}
 {{- end -}}
 {{- if not $v.seal.publicKey -}}
-{{- fail "seal.publicKey is required: the web seals users' secrets to it for the worker. Make a pair with `python manage.py seal_keypair` and set seal.publicKey, and seal.privateKey or seal.existingSecret" -}}
+{{- fail "seal.publicKey is required: the web seals users' secrets to it for the worker. Make a pair with `python -m portal.sealing` (in the portal image) and set seal.publicKey, and seal.privateKey or seal.existingSecret" -}}
 {{- end -}}
 {{- if and (not $v.seal.privateKey) (not $v.seal.existingSecret) -}}
 {{- fail "seal.privateKey or seal.existingSecret is required: the worker opens what the web sealed with the private half of seal.publicKey's pair" -}}
