@@ -451,4 +451,5 @@ LOG_MAX_LINE_CHARS = env_int("LOG_MAX_LINE_CHARS", 4096, minimum=80)
 LOG_MAX_BYTES = env_int("LOG_MAX_BYTES", 2 * 1024 * 1024, minimum=1024)
 LOG_MAX_FOLLOW_BYTES = env_int("LOG_MAX_FOLLOW_BYTES", 64 * 1024 * 1024, minimum=1024)
 API_QUEUE_LIMIT = 500
-API_USAGE_MAX_DAYS = 366
+# The most days one usage report covers, both ends counted: the page, the API and admin alike.
+USAGE_MAX_DAYS = 366
