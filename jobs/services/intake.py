@@ -116,10 +116,12 @@ def gather_facts(*, team: Team, user) -> Facts:
     )
 
 
-def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
+def workload_submit(*, team: Team, owner, spec: Mapping[str, Any], facts: Facts | None = None) -> Workload:
     """Validate and store a submission as QUEUED, then trigger admission.
 
-    Raises SubmissionInvalid (errors by field) and stores nothing when any rule is broken.
+    `facts`: what gather_facts(team=team, user=owner) returned in this request, when the caller needed
+    them already (the launch page shows them); looked up here otherwise. Raises SubmissionInvalid
+    (errors by field) and stores nothing when any rule is broken.
     """
     if not Membership.objects.filter(user=owner, team=team).exists():
         raise SubmissionInvalid({"team": ["You are not a member of this team."]})
@@ -127,7 +129,7 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
     shared = spec.pop("shared_with_team", False)
     if not isinstance(shared, bool):
         raise SubmissionInvalid({"shared_with_team": ["Must be true or false."]})
-    clean = validate_submission(spec, gather_facts(team=team, user=owner))
+    clean = validate_submission(spec, facts or gather_facts(team=team, user=owner))
     if shared and clean.kind != "service":
         raise SubmissionInvalid(
             {"shared_with_team": ["Only a service can be shared: a batch job has nothing to open."]}
