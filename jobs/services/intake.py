@@ -17,7 +17,6 @@ from jobs.models import (
     GpuType,
     Membership,
     Quota,
-    State,
     Team,
     Workload,
     WorkloadEvent,
@@ -25,7 +24,7 @@ from jobs.models import (
 from jobs.models import workloads as workloads_model
 from jobs.selectors import cluster_capacity
 from jobs.services.dispatch import enqueue_admission, request_admission
-from jobs.services.limits import queue_limits_check
+from jobs.services.limits import queue_slot_take
 from jobs.services.secrets import secrets_available, secrets_unusable
 from jobs.services.validation import CatalogFacts, Facts, GpuTypeFacts, SubmissionInvalid, validate_submission
 from jobs.services.workspaces import dataset_mounts, datasets_allowed, workspace_mounts
@@ -117,19 +116,20 @@ def gather_facts(*, team: Team, user) -> Facts:
     )
 
 
-def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
+def workload_submit(*, team: Team, owner, spec: Mapping[str, Any], facts: Facts | None = None) -> Workload:
     """Validate and store a submission as QUEUED, then trigger admission.
 
-    Raises SubmissionInvalid (errors by field) and stores nothing when any rule is broken.
+    `facts`: what gather_facts(team=team, user=owner) returned in this request, when the caller needed
+    them already (the launch page shows them); looked up here otherwise. Raises SubmissionInvalid
+    (errors by field) and stores nothing when any rule is broken.
     """
     if not Membership.objects.filter(user=owner, team=team).exists():
         raise SubmissionInvalid({"team": ["You are not a member of this team."]})
-    queue_limits_check(team=team, owner=owner)
     spec = dict(spec)
     shared = spec.pop("shared_with_team", False)
     if not isinstance(shared, bool):
         raise SubmissionInvalid({"shared_with_team": ["Must be true or false."]})
-    clean = validate_submission(spec, gather_facts(team=team, user=owner))
+    clean = validate_submission(spec, facts or gather_facts(team=team, user=owner))
     unusable = secrets_unusable(team=team, k8s_names=[k8s_name for _, k8s_name, _ in clean.secrets])
     if unusable:
         raise SubmissionInvalid(
@@ -145,8 +145,7 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
         )
     gpu_type = GpuType.objects.get(slug=clean.gpu_type)
     with transaction.atomic():
-        if team.user_max_queued is not None:
-            queued_cap_check(team=team, owner=owner)
+        queue_slot_take(team=team, owner=owner)  # locked until commit: the caps are hard
         workload = create_with_fresh_uid(
             team=team,
             owner=owner,
@@ -183,22 +182,6 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
     if not transaction.get_connection().in_atomic_block:
         workload.refresh_from_db()  # admission has run: say whether it was admitted or queued
     return workload
-
-
-def queued_cap_check(*, team: Team, owner) -> None:
-    """The team's cap on one member's waiting workloads. The member's row is locked first, so 50
-    concurrent submissions by one person are counted one after the other and never pass the cap."""
-    Membership.objects.select_for_update().filter(user=owner, team=team).first()
-    waiting = Workload.objects.filter(team=team, owner=owner, state=State.QUEUED).count()
-    if waiting >= team.user_max_queued:
-        raise SubmissionInvalid(
-            {
-                "team": [
-                    f"You already have {waiting} workload{'s' if waiting != 1 else ''} waiting in {team.name}; "
-                    f"the team allows {team.user_max_queued} per member. Cancel one or wait until one starts."
-                ]
-            }
-        )
 
 
 UID_ATTEMPTS = 5

@@ -11,7 +11,7 @@ def written_before(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0012_root_and_scratch'),
+        ('jobs', '0013_gpu_type_node_label_unique'),
     ]
 
     operations = [
