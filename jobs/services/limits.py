@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from jobs.models import State, Team, Workload
+from jobs.models import Team
 from jobs.services.validation import SubmissionInvalid
 
 QUEUE_FIELD = "queue"
 
 
-def queue_limits_check(*, team: Team, owner) -> None:
-    """Raise SubmissionInvalid (field `queue`) when the owner or the team already has the most queued."""
-    mine = Workload.objects.filter(owner=owner, state=State.QUEUED).count()
+def queue_limits_judge(*, team: Team, mine: int, theirs: int) -> None:
+    """Raise SubmissionInvalid (field `queue`) when the owner or the team already has the most queued:
+    `mine` is how many the owner has waiting (in every team), `theirs` how many the team has."""
     if mine >= settings.PORTAL_MAX_QUEUED_PER_USER:
         raise SubmissionInvalid(
             {
@@ -26,7 +26,6 @@ def queue_limits_check(*, team: Team, owner) -> None:
                 ]
             }
         )
-    theirs = Workload.objects.filter(team=team, state=State.QUEUED).count()
     if theirs >= settings.PORTAL_MAX_QUEUED_PER_TEAM:
         raise SubmissionInvalid(
             {
