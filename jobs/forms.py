@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from datetime import date, timedelta
+from datetime import date
 from typing import Any
 
 from django import forms
 from django.utils import timezone
 
 from jobs.models import CatalogImage, GpuType, Kind, State, Workload
+from jobs.services import reports
 
 CUSTOM_IMAGE = ""
 TIME_UNITS = {"minutes": 60, "hours": 3600, "days": 86400}
@@ -259,10 +260,9 @@ class WorkloadFilterForm(forms.Form):
         self.fields["gpu_type"].choices = [("", "Any GPU type")] + [(t.slug, t.display_name) for t in gpu_types]
 
 
-MAX_USAGE_DAYS = 366
-
-
 class UsageRangeForm(forms.Form):
+    """The usage page's days; the range rule is jobs.services.reports.day_range (both ends inclusive)."""
+
     start = forms.DateField(label="From", widget=forms.DateInput(attrs={"type": "date"}))
     end = forms.DateField(label="To", widget=forms.DateInput(attrs={"type": "date"}))
 
@@ -272,17 +272,16 @@ class UsageRangeForm(forms.Form):
 
     @staticmethod
     def default_range() -> tuple[date, date]:
-        today = timezone.localdate()
-        return today - timedelta(days=13), today
+        return reports.recent_days(timezone.localdate())
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
         start, end = cleaned.get("start"), cleaned.get("end")
         if start and end:
-            if end < start:
-                self.add_error("end", "The end comes before the start.")
-            elif (end - start).days >= MAX_USAGE_DAYS:
-                self.add_error("end", f"At most {MAX_USAGE_DAYS} days at a time.")
+            try:
+                cleaned["days"] = reports.day_range(start, end)
+            except reports.RangeInvalid as exc:
+                self.add_error(exc.field, exc.message)
         return cleaned
 
 

@@ -176,13 +176,16 @@ def usage_report_days(*, first_day: date, last_day: date, **kwargs) -> list[Usag
 
 
 def borrowed_usage_days(
-    *, first_day: date, last_day: date, team_ids: list[int], user_ids: list[int] | None = None
+    *, first_day: date, last_day: date, team_ids: list[int] | None, user_ids: list[int] | None = None
 ) -> list[UsageRow]:
     """The part of the usage that ran on GPUs borrowed from the cohort (workloads admitted beyond their
-    team's quota), counted apart from the team's own, from the workloads table (clipped to the days)."""
+    team's quota), counted apart from the team's own, from the workloads table (clipped to the days).
+    team_ids None: every team's."""
     tz = local_tz()
     weight = weights_by_day()
-    filters = Q(borrowed=True, team_id__in=team_ids)
+    filters = Q(borrowed=True)
+    if team_ids is not None:
+        filters &= Q(team_id__in=team_ids)
     if user_ids is not None:
         filters &= Q(owner_id__in=user_ids)
     usage = live_usage(

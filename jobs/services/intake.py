@@ -12,8 +12,6 @@ from django.db import IntegrityError, transaction
 
 from jobs import policy
 from jobs.models import (
-    Membership,
-    State,
     Team,
     Workload,
     WorkloadEvent,
@@ -21,7 +19,7 @@ from jobs.models import (
 from jobs.models import workloads as workloads_model
 from jobs.services import intake_facts
 from jobs.services.dispatch import enqueue_admission, request_admission
-from jobs.services.limits import queue_limits_judge
+from jobs.services.limits import queue_slot_take
 from jobs.services.validation import Facts, SubmissionInvalid, validate_submission
 from jobs.services.workspaces import dataset_mounts, workspace_mounts
 
@@ -70,7 +68,6 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
     snapshot = intake_facts.snapshot(team=team, user=owner)  # one query when no fact has changed
     if snapshot.role is None:
         raise SubmissionInvalid({"team": ["You are not a member of this team."]})
-    queue_limits_judge(team=team, mine=snapshot.queued_mine, theirs=snapshot.queued_team)
     spec = dict(spec)
     shared = spec.pop("shared_with_team", False)
     if not isinstance(shared, bool):
@@ -83,8 +80,7 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
     gpu_type_id = snapshot.site.gpu_type_ids[clean.gpu_type]
     gpu_type_name = snapshot.site.gpu_types[clean.gpu_type].display_name
     with transaction.atomic():
-        if team.user_max_queued is not None:
-            queued_cap_check(team=team, owner=owner)
+        queue_slot_take(team=team, owner=owner)  # locked until commit: the caps are hard
         workload = create_with_fresh_uid(
             team=team,
             owner=owner,
@@ -121,22 +117,6 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
     if not transaction.get_connection().in_atomic_block:
         workload.refresh_from_db()  # admission has run: say whether it was admitted or queued
     return workload
-
-
-def queued_cap_check(*, team: Team, owner) -> None:
-    """The team's cap on one member's waiting workloads. The member's row is locked first, so 50
-    concurrent submissions by one person are counted one after the other and never pass the cap."""
-    Membership.objects.select_for_update().filter(user=owner, team=team).first()
-    waiting = Workload.objects.filter(team=team, owner=owner, state=State.QUEUED).count()
-    if waiting >= team.user_max_queued:
-        raise SubmissionInvalid(
-            {
-                "team": [
-                    f"You already have {waiting} workload{'s' if waiting != 1 else ''} waiting in {team.name}; "
-                    f"the team allows {team.user_max_queued} per member. Cancel one or wait until one starts."
-                ]
-            }
-        )
 
 
 UID_ATTEMPTS = 5

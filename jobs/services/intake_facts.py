@@ -4,8 +4,7 @@ Most facts a submission is judged against change rarely: the GPU types with thei
 drivers, the image catalog, the allowed registries and datasets (site facts), and a team's quotas, the
 datasets it may use and its secrets (team facts). Each process keeps the last copy it read, with a
 fingerprint of the rows it came from, and one query per submission asks the database for the current
-fingerprints together with what must always be read fresh (the person's role in the team, how many
-workloads they and the team have waiting). A copy whose fingerprint changed is read again there and
+fingerprints together with what must always be read fresh (the person's role in the team). A copy whose fingerprint changed is read again there and
 then, so an admin who disables a GPU type, withdraws a catalog image or lowers a quota is obeyed by the
 very next submission, and so is a node the inventory marks not ready.
 
@@ -34,10 +33,8 @@ from jobs.models import (
     GpuType,
     Membership,
     Quota,
-    State,
     Team,
     TeamSecret,
-    Workload,
 )
 from jobs.selectors import cluster_capacity
 from jobs.services.secrets import secrets_available
@@ -70,8 +67,6 @@ class Snapshot:
     """What one submission is judged against, as read at its start."""
 
     role: str | None  # the person's role in the team; None: not a member
-    queued_mine: int  # the person's waiting workloads, in every team
-    queued_team: int  # the team's waiting workloads
     site: SiteFacts
     team: TeamFacts
 
@@ -113,11 +108,9 @@ def _fingerprint_sql(tables, where: str = "") -> str:
 
 def _snapshot_sql() -> str:
     # Table names come from the models; every value is a parameter.
-    membership, workload = Membership._meta.db_table, Workload._meta.db_table
+    membership = Membership._meta.db_table
     columns = [
         f"(SELECT role FROM {membership} WHERE user_id = %(user)s AND team_id = %(team)s)",  # noqa: S608
-        f"(SELECT count(*) FROM {workload} WHERE owner_id = %(user)s AND state = %(queued)s)",  # noqa: S608
-        f"(SELECT count(*) FROM {workload} WHERE team_id = %(team)s AND state = %(queued)s)",  # noqa: S608
         _fingerprint_sql(SITE_TABLES),
         _fingerprint_sql(TEAM_TABLES, " WHERE team_id = %(team)s"),
     ]
@@ -128,8 +121,8 @@ def snapshot(*, team: Team, user) -> Snapshot:
     """The facts for one submission: one query, plus a re-read of whatever changed since the last one."""
     global _site
     with connection.cursor() as cursor:
-        cursor.execute(_snapshot_sql(), {"user": user.pk, "team": team.id, "queued": State.QUEUED})
-        role, mine, theirs, site_print, team_print = cursor.fetchone()
+        cursor.execute(_snapshot_sql(), {"user": user.pk, "team": team.id})
+        role, site_print, team_print = cursor.fetchone()
     cached_site = _site
     if site_print is not None and cached_site is not None and cached_site[0] == site_print:
         site = cached_site[1]
@@ -150,7 +143,7 @@ def snapshot(*, team: Team, user) -> Snapshot:
                 _teams.move_to_end(key)
                 while len(_teams) > TEAM_CACHE_SIZE:
                     _teams.popitem(last=False)
-    return Snapshot(role=role, queued_mine=mine, queued_team=theirs, site=site, team=team_facts)
+    return Snapshot(role=role, site=site, team=team_facts)
 
 
 def gpu_type_max_cuda(gpu_type: GpuType, node_cuda: Mapping[int, list[str]]) -> str | None:
