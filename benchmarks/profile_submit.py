@@ -66,11 +66,11 @@ def main(argv: list[str]) -> int:
         from benchmarks.engine_flow import _fresh_namespace
         from jobs.kube import objects
         from jobs.models import Workload
-        from jobs.services import intake, object_creation
+        from jobs.services import intake, intake_facts, object_creation
 
         engine = Engine(ctx, start_processes=False)
         team, user, _ = _fresh_namespace(engine)  # set up and usable by the portal (RBAC) before timing
-        wrap(intake, "gather_facts", "intake: gather facts")
+        wrap(intake_facts, "snapshot", "intake: gather facts")
         wrap(intake, "validate_submission", "intake: validation rules")
         wrap(intake, "create_with_fresh_uid", "intake: store workload")
         wrap(intake, "admit_now", "intake: admission (+ enqueue)")
