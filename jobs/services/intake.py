@@ -60,10 +60,12 @@ def facts_from(snapshot: intake_facts.Snapshot, *, team: Team, user) -> Facts:
     )
 
 
-def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
+def workload_submit(*, team: Team, owner, spec: Mapping[str, Any], facts: Facts | None = None) -> Workload:
     """Validate and store a submission as QUEUED, then trigger admission.
 
-    Raises SubmissionInvalid (errors by field) and stores nothing when any rule is broken.
+    `facts`: what gather_facts(team=team, user=owner) returned in this request, when the caller needed
+    them already (the launch page shows them); looked up here otherwise. Raises SubmissionInvalid
+    (errors by field) and stores nothing when any rule is broken.
     """
     snapshot = intake_facts.snapshot(team=team, user=owner)  # one query when no fact has changed
     if snapshot.role is None:
@@ -72,7 +74,7 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
     shared = spec.pop("shared_with_team", False)
     if not isinstance(shared, bool):
         raise SubmissionInvalid({"shared_with_team": ["Must be true or false."]})
-    clean = validate_submission(spec, facts_from(snapshot, team=team, user=owner))
+    clean = validate_submission(spec, facts or facts_from(snapshot, team=team, user=owner))
     if shared and clean.kind != "service":
         raise SubmissionInvalid(
             {"shared_with_team": ["Only a service can be shared: a batch job has nothing to open."]}
