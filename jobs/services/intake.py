@@ -12,6 +12,8 @@ from django.db import IntegrityError, transaction
 
 from jobs import policy
 from jobs.models import (
+    GpuType,
+    Membership,
     Team,
     Workload,
     WorkloadEvent,
@@ -67,8 +69,12 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any], facts: Facts 
     them already (the launch page shows them); looked up here otherwise. Raises SubmissionInvalid
     (errors by field) and stores nothing when any rule is broken.
     """
-    snapshot = intake_facts.snapshot(team=team, user=owner)  # one query when no fact has changed
-    if snapshot.role is None:
+    if facts is None:
+        snapshot = intake_facts.snapshot(team=team, user=owner)  # one query when no fact has changed
+        member = snapshot.role is not None
+    else:
+        member = Membership.objects.filter(user=owner, team=team).exists()
+    if not member:
         raise SubmissionInvalid({"team": ["You are not a member of this team."]})
     spec = dict(spec)
     shared = spec.pop("shared_with_team", False)
@@ -79,8 +85,11 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any], facts: Facts 
         raise SubmissionInvalid(
             {"shared_with_team": ["Only a service can be shared: a batch job has nothing to open."]}
         )
-    gpu_type_id = snapshot.site.gpu_type_ids[clean.gpu_type]
-    gpu_type_name = snapshot.site.gpu_types[clean.gpu_type].display_name
+    if facts is None:
+        gpu_type_id = snapshot.site.gpu_type_ids[clean.gpu_type]
+        gpu_type_name = snapshot.site.gpu_types[clean.gpu_type].display_name
+    else:
+        gpu_type_id, gpu_type_name = GpuType.objects.values_list("id", "display_name").get(slug=clean.gpu_type)
     with transaction.atomic():
         queue_slot_take(team=team, owner=owner)  # locked until commit: the caps are hard
         workload = create_with_fresh_uid(
