@@ -156,10 +156,11 @@ TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES")
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("BEHIND_TLS_PROXY") else None
 # check --deploy asks for SECURE_SSL_REDIRECT; behind a TLS proxy that redirect is the proxy's (above).
 SILENCED_SYSTEM_CHECKS = ["security.W008"] if SECURE_PROXY_SSL_HEADER and not SECURE_SSL_REDIRECT else []
-# Scripts and styles are static files of this site; style attributes (bar widths) are the one inline use.
+# Scripts and styles are static files of this site: no inline script, no inline style (bars are SVG with
+# width attributes; scripts set styles through the CSSOM, which the policy allows).
 CONTENT_SECURITY_POLICY = env_str(
     "CONTENT_SECURITY_POLICY",
-    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; "
     "frame-ancestors 'none'",
 )
@@ -469,8 +470,9 @@ API_CURSOR_MAX_AGE_SECONDS = env_int("API_CURSOR_MAX_AGE_SECONDS", 24 * 3600, mi
 API_IDEMPOTENCY_TTL_SECONDS = env_int("API_IDEMPOTENCY_TTL_SECONDS", 24 * 3600, minimum=60)
 API_LOG_FOLLOW_SECONDS = env_int("API_LOG_FOLLOW_SECONDS", 3600, minimum=10)
 # --- container logs ---
-# A followed log holds a web thread: per user and site-wide (counted in Redis), and per web process (so
-# each keeps threads for pages; keep it below gunicorn's --threads).
+# A followed log holds a web thread: capped per user and site-wide (counted in PostgreSQL, so the caps
+# hold with Redis down), and per web process (so each keeps threads for pages; keep it below gunicorn's
+# --threads).
 LOG_FOLLOW_MAX_PER_USER = env_int("LOG_FOLLOW_MAX_PER_USER", 4, minimum=1)
 LOG_FOLLOW_MAX_TOTAL = env_int("LOG_FOLLOW_MAX_TOTAL", 64, minimum=1)
 LOG_FOLLOW_MAX_PER_PROCESS = env_int("LOG_FOLLOW_MAX_PER_PROCESS", 4, minimum=1)
