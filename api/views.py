@@ -195,9 +195,9 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         return {**super().get_serializer_context(), "now": timezone.now()}
 
     def _render(self, workload: Workload) -> dict:
-        fresh = with_queue_position(
-            access.visible_workloads(self.request.user).select_related("team", "owner", "gpu_type")
-        ).get(id=workload.id)
+        # The caller found the workload through the caller's visibility (or just created it): one read
+        # with its queue position, no second check.
+        fresh = with_queue_position(Workload.objects.select_related("team", "owner", "gpu_type")).get(id=workload.id)
         return self.get_serializer(fresh).data
 
     @extend_schema(

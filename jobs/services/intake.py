@@ -91,7 +91,6 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any], facts: Facts 
     else:
         gpu_type_id, gpu_type_name = GpuType.objects.values_list("id", "display_name").get(slug=clean.gpu_type)
     with transaction.atomic():
-        queue_slot_take(team=team, owner=owner)  # locked until commit: the caps are hard
         workload = create_with_fresh_uid(
             team=team,
             owner=owner,
@@ -124,6 +123,7 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any], facts: Facts 
             reason="Submitted",
             message=f"Submitted by {owner.get_username()}: {clean.gpu_count} × {gpu_type_name}.",
         )
+        queue_slot_take(team=team, owner=owner, stored=workload)  # locked until commit: the caps are hard
         transaction.on_commit(lambda: admit_now(team_id=team.id, gpu_type_id=gpu_type_id))
     if not transaction.get_connection().in_atomic_block:
         workload.refresh_from_db()  # admission has run: say whether it was admitted or queued
