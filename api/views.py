@@ -222,7 +222,10 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         key = request.headers.get("Idempotency-Key")
 
         def perform() -> tuple[int, dict]:
-            workload = workload_submit(team=team, owner=request.user, spec=spec)
+            # With a key, the response is rendered inside the record's transaction, before an admission
+            # after the commit could show in it: a worker admits (coalesced with concurrent submissions)
+            # and the request does not wait for it. Without one, the answer says whether it was admitted.
+            workload = workload_submit(team=team, owner=request.user, spec=spec, admit_in_line=key is None)
             return status.HTTP_201_CREATED, self._render(workload)
 
         if key is None:
