@@ -451,8 +451,9 @@ API_CURSOR_MAX_AGE_SECONDS = env_int("API_CURSOR_MAX_AGE_SECONDS", 24 * 3600, mi
 API_IDEMPOTENCY_TTL_SECONDS = env_int("API_IDEMPOTENCY_TTL_SECONDS", 24 * 3600, minimum=60)
 API_LOG_FOLLOW_SECONDS = env_int("API_LOG_FOLLOW_SECONDS", 3600, minimum=10)
 # --- container logs ---
-# A followed log holds a web thread: per user and site-wide (counted in Redis), and per web process (so
-# each keeps threads for pages; keep it below gunicorn's --threads).
+# A followed log holds a web thread: capped per user and site-wide (counted in PostgreSQL, so the caps
+# hold with Redis down), and per web process (so each keeps threads for pages; keep it below gunicorn's
+# --threads).
 LOG_FOLLOW_MAX_PER_USER = env_int("LOG_FOLLOW_MAX_PER_USER", 4, minimum=1)
 LOG_FOLLOW_MAX_TOTAL = env_int("LOG_FOLLOW_MAX_TOTAL", 64, minimum=1)
 LOG_FOLLOW_MAX_PER_PROCESS = env_int("LOG_FOLLOW_MAX_PER_PROCESS", 4, minimum=1)
