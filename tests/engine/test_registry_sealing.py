@@ -101,7 +101,7 @@ def _migrate(database: Path, *target: str, keys: dict[str, str]) -> subprocess.C
 def test_the_migration_seals_passwords_stored_in_the_clear(tmp_path):
     public, private = sealing.generate_keypair()
     database = tmp_path / "portal.sqlite3"
-    assert _migrate(database, "jobs", "0014_sealed_secrets", keys={}).returncode == 0
+    assert _migrate(database, "jobs", "0016_sealed_secrets", keys={}).returncode == 0
     with sqlite3.connect(database) as db:
         db.execute(
             "INSERT INTO jobs_allowedregistry (host, note, pull_username, pull_password) VALUES (?, '', 'robot', ?)",

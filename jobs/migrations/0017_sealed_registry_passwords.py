@@ -34,7 +34,7 @@ def open_passwords(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("jobs", "0014_sealed_secrets"),
+        ("jobs", "0016_sealed_secrets"),
     ]
 
     operations = [

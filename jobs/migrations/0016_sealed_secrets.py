@@ -11,7 +11,7 @@ def written_before(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0013_gpu_type_node_label_unique'),
+        ('jobs', '0015_redeemed_ticket'),
     ]
 
     operations = [
