@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from jobs import policy
 from jobs.models import GpuType, State, Team, Workload, WorkloadEvent
-from jobs.services.accounting import usage_report_days
+from jobs.services.accounting import borrowed_usage_days, usage_report_days
 from jobs.services.admission import quota_admit
 from jobs.services.cancel import workload_cancel
 from jobs.services.errors import WorkloadStateError
@@ -151,6 +151,9 @@ def build_report(*, start: date, end: date, teams) -> dict:
         entry = sums[(row.team_id, row.gpu_type_id)]
         entry[0] += row.gpu_hours
         entry[1] += row.weighted_gpu_hours
+    borrowed: dict[tuple[int, int], float] = defaultdict(float)
+    for row in borrowed_usage_days(first_day=start, last_day=end, team_ids=team_ids):
+        borrowed[(row.team_id, row.gpu_type_id)] += row.gpu_hours
     team_names = dict(Team.objects.filter(id__in={t for t, _ in sums}).values_list("id", "name"))
     types = {t.id: t for t in GpuType.objects.filter(id__in={g for _, g in sums})}
     lines = [
@@ -161,6 +164,7 @@ def build_report(*, start: date, end: date, teams) -> dict:
             "billing_weight": Decimal(f"{weighted / hours:.3f}") if hours else Decimal(1),
             "gpu_hours": round(hours, 3),
             "weighted_gpu_hours": round(weighted, 3),
+            "borrowed_gpu_hours": round(borrowed.get((team_id, type_id), 0.0), 3),
         }
         for (team_id, type_id), (hours, weighted) in sums.items()
     ]
@@ -169,6 +173,7 @@ def build_report(*, start: date, end: date, teams) -> dict:
         "lines": lines,
         "total_gpu_hours": round(sum(line["gpu_hours"] for line in lines), 3),
         "total_weighted_gpu_hours": round(sum(line["weighted_gpu_hours"] for line in lines), 3),
+        "total_borrowed_gpu_hours": round(sum(line["borrowed_gpu_hours"] for line in lines), 3),
     }
 
 
@@ -176,9 +181,16 @@ def report_csv(report: dict, params: dict) -> HttpResponse:
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="gpu-usage-{params["start"]}-{params["end"]}.csv"'
     writer = SafeCsvWriter(response)
-    writer.writerow(["team", "gpu_type", "billing_weight", "gpu_hours", "weighted_gpu_hours"])
+    writer.writerow(["team", "gpu_type", "billing_weight", "gpu_hours", "weighted_gpu_hours", "borrowed_gpu_hours"])
     for line in report["lines"]:
         writer.writerow(
-            [line["team"], line["gpu_type"], line["billing_weight"], line["gpu_hours"], line["weighted_gpu_hours"]]
+            [
+                line["team"],
+                line["gpu_type"],
+                line["billing_weight"],
+                line["gpu_hours"],
+                line["weighted_gpu_hours"],
+                line["borrowed_gpu_hours"],
+            ]
         )
     return response

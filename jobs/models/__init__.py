@@ -8,7 +8,7 @@ from jobs.models.datasets import Dataset
 from jobs.models.secrets import TeamSecret
 from jobs.models.sharing import Cohort
 from jobs.models.teams import Membership, Quota, Role, Team
-from jobs.models.usage import BillingWeight, RolledUpDay, UsageDaily
+from jobs.models.usage import BillingWeight, RolledUpDay, RunSegment, UsageDaily
 from jobs.models.workloads import Kind, State, Workload, WorkloadEvent
 from jobs.models.workspaces import Workspace, WorkspaceDeletion
 
@@ -26,6 +26,7 @@ __all__ = [
     "QuotaChange",
     "Role",
     "RolledUpDay",
+    "RunSegment",
     "State",
     "Team",
     "TeamSecret",

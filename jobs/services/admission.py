@@ -182,12 +182,15 @@ def _exhausted_teams(quotas: list[Quota]) -> set[int]:
 def quota_admit(*, team_id: int, gpu_type_id: int) -> list[int]:
     """Admit what fits for the team's cohort (or the team alone) and GPU type; returns admitted ids."""
     from jobs.services.preemption import preempt
+    from jobs.services.sharing import settle_running
 
     with transaction.atomic():
         quotas = lock_quotas(cohort_team_ids(team_id), gpu_type_id)
         if not any(q.team_id == team_id for q in quotas):
             return []
         facts = gather_cohort_facts(quotas, gpu_type_id, skip_teams=_exhausted_teams(quotas))
+        # Borrowed marks that no longer hold, and borrowed work beyond lowered limits (jobs.services.sharing).
+        facts = settle_running(facts, at=timezone.now())
         if not facts.queued:
             return []
         result = sharing_plan.plan(facts.teams, facts.held, facts.queued)

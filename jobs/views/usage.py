@@ -34,11 +34,11 @@ def usage(request: HttpRequest) -> HttpResponse:
     gpu_types = {t.id: t for t in GpuType.objects.all()}
     users = {u.id: u for u in get_user_model().objects.filter(id__in={r.user_id for r in rows})}
 
+    borrowed_rows = borrowed_usage_days(first_day=first_day, last_day=last_day, team_ids=[acting.team.id])
     if request.GET.get("format") == "csv":
-        return _csv(rows, acting.team.slug, gpu_types, users, first_day, last_day)
+        return _csv(rows, borrowed_rows, acting.team.slug, gpu_types, users, first_day, last_day)
 
     team_total = totals(team_rows, by="team_id").get(acting.team.id, (0.0, 0.0))
-    borrowed_rows = borrowed_usage_days(first_day=first_day, last_day=last_day, team_ids=[acting.team.id])
     team_borrowed = totals(borrowed_rows, by="team_id").get(acting.team.id, (0.0, 0.0))
     by_type = totals(rows, by="gpu_type_id")
     by_user = totals(rows, by="user_id")
@@ -79,11 +79,20 @@ def usage(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _csv(rows: list[UsageRow], team_slug: str, gpu_types, users, first_day: date, last_day: date) -> HttpResponse:
+def _csv(
+    rows: list[UsageRow],
+    borrowed_rows: list[UsageRow],
+    team_slug: str,
+    gpu_types,
+    users,
+    first_day: date,
+    last_day: date,
+) -> HttpResponse:
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="usage-{team_slug}-{first_day}-{last_day}.csv"'
+    borrowed = {(r.day, r.team_id, r.user_id, r.gpu_type_id): r.gpu_hours for r in borrowed_rows}
     writer = SafeCsvWriter(response)
-    writer.writerow(["day", "team", "user", "gpu_type", "gpu_hours", "weighted_gpu_hours"])
+    writer.writerow(["day", "team", "user", "gpu_type", "gpu_hours", "weighted_gpu_hours", "borrowed_gpu_hours"])
     for row in rows:
         writer.writerow(
             [
@@ -93,6 +102,7 @@ def _csv(rows: list[UsageRow], team_slug: str, gpu_types, users, first_day: date
                 gpu_types[row.gpu_type_id].slug,
                 f"{row.gpu_hours:.4f}",
                 f"{row.weighted_gpu_hours:.4f}",
+                f"{borrowed.get((row.day, row.team_id, row.user_id, row.gpu_type_id), 0.0):.4f}",
             ]
         )
     return response
