@@ -7,6 +7,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements/dev.txt pyproject.toml 2>/dev/null | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
+# checkov lives in its own environment: its pins (packaging<24, a large tree of cloud SDKs) conflict with
+# requirements/dev.txt. Re-made only when requirements/checkov.txt changes.
+CHECKOV_VENV := .venv-checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(shell sha1sum requirements/checkov.txt 2>/dev/null | cut -c1-12)
 
 .PHONY: help venv vendor run test test-fast lint format bench cluster-build cluster-up cluster-down lock clean
 
@@ -49,10 +53,17 @@ test: venv ## the whole suite against real PostgreSQL, Redis, Celery and the loc
 test-fast: venv ## unit tests only (no cluster, no browser)
 	@$(PY) -m devtools.testenv -- $(PY) -m pytest -m "not cluster and not celery and not browser" $(PYTEST_ARGS)
 
-lint: venv ## ruff lint and format check, and no missing migrations
+lint: venv $(CHECKOV_STAMP) ## ruff, formatting, no missing migrations, checkov over the manifests, bandit
 	@$(PY) -m ruff check .
 	@$(PY) -m ruff format --check .
 	@DEBUG=1 $(PY) manage.py makemigrations --check --dry-run
+	@$(PY) -m devtools.security_scan
+
+$(CHECKOV_STAMP): requirements/checkov.txt
+	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	@echo "[setup] installing checkov into $(CHECKOV_VENV) (pinned in requirements/checkov.txt)"
+	@$(CHECKOV_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements/checkov.txt
+	@rm -f $(CHECKOV_VENV)/.installed-* && touch $@
 
 format: venv ## apply ruff's fixes and formatting
 	@$(PY) -m ruff check --fix .
@@ -76,6 +87,7 @@ cluster-down: venv ## stop the local GPU cluster and everything it started
 lock: venv ## re-pin requirements/*.txt from requirements/*.in
 	@cd requirements && ../$(VENV)/bin/pip-compile -q --strip-extras --allow-unsafe --no-emit-index-url --no-emit-find-links -o base.txt base.in
 	@cd requirements && ../$(VENV)/bin/pip-compile -q --strip-extras --allow-unsafe --no-emit-index-url --no-emit-find-links -o dev.txt dev.in
+	@cd requirements && ../$(VENV)/bin/pip-compile -q --strip-extras --allow-unsafe --no-emit-index-url --no-emit-find-links -o checkov.txt checkov.in
 
 clean: ## remove the virtualenv and local state (not the cached Kubernetes binaries)
-	rm -rf $(VENV) var test-output
+	rm -rf $(VENV) $(CHECKOV_VENV) var test-output

@@ -31,6 +31,12 @@ class ClusterUnavailable(exceptions.APIException):
     default_code = "cluster_unavailable"
 
 
+class StoreUnavailable(exceptions.APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "The portal could not store this now; retry later."
+    default_code = "unavailable"
+
+
 class BodyTooLarge(exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_detail = "The request body is too large."

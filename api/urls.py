@@ -20,6 +20,7 @@ urlpatterns = [
     path("me/notifications/", NotificationPreferenceView.as_view(), name="notification-preferences"),
     path("secrets/", views_secrets.SecretListView.as_view(), name="secrets"),
     path("secrets/<str:name>/", views_secrets.SecretDetailView.as_view(), name="secret"),
+    path("agent/", include("telemetry.api_urls")),
 ]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from datetime import date, timedelta
+from datetime import date
 
 import urllib3
 from django.conf import settings
@@ -36,7 +36,6 @@ from api.filters import WorkloadFilter
 from api.idempotency import MAX_KEY_LENGTH, KeyReused, create_once, request_fingerprint
 from api.pagination import WorkloadCursorPagination
 from api.renderers import PlainTextRenderer, UsageCsvRenderer
-from api.selectors import queue_positions
 from api.serializers import (
     CatalogImageSerializer,
     ErrorSerializer,
@@ -54,9 +53,9 @@ from api.serializers import (
 from jobs import policy
 from jobs.kube.client import KubeConfigError, classify
 from jobs.models import CatalogImage, GpuType, Kind, Membership, State, Workload
-from jobs.selectors import cluster_capacity, team_quota_use, with_queue_position
+from jobs.selectors import cluster_capacity, queue_positions, team_quota_use, with_queue_position
 from jobs.selectors_sharing import team_queue_explained
-from jobs.services import accounting
+from jobs.services import reports
 from jobs.services.cancel import workload_cancel
 from jobs.services.intake import workload_submit
 from jobs.services.log_streams import HeldStream, TooManyStreams
@@ -419,7 +418,7 @@ class CatalogImageListView(ApiViewMixin, APIView):
 
 
 # --- usage ----------------------------------------------------------------------------------------
-GROUPS = {"day": "day", "user": "user_id", "gpu_type": "gpu_type_id"}
+GROUPS = ("day", "user", "gpu_type")
 
 
 def _date_param(request: Request, name: str, default: date) -> date:
@@ -450,13 +449,13 @@ class UsageView(ApiViewMixin, APIView):
     )
     def get(self, request: Request, format=None) -> Response:
         team = access.resolve_team(request.user, request.query_params.get("team"))
-        today = timezone.localdate()
-        start = _date_param(request, "start", today.replace(day=1))
-        end = _date_param(request, "end", today)
-        if end < start:
-            raise Invalid({"end": ["The end comes before the start."]})
-        if (end - start) > timedelta(days=settings.API_USAGE_MAX_DAYS):
-            raise Invalid({"end": [f"At most {settings.API_USAGE_MAX_DAYS} days at once."]})
+        default_start, default_end = reports.month_to_date(timezone.localdate())
+        try:
+            days = reports.day_range(
+                _date_param(request, "start", default_start), _date_param(request, "end", default_end)
+            )
+        except reports.RangeInvalid as exc:
+            raise Invalid({exc.field: [exc.message]}) from None
         group_by = request.query_params.get("group_by") or "day"
         if group_by not in GROUPS:
             raise Invalid({"group_by": ["One of: day, user, gpu_type."]})
@@ -467,26 +466,21 @@ class UsageView(ApiViewMixin, APIView):
             if user_ids is not None and set(wanted) - set(user_ids):
                 raise PermissionDenied("Only a manager of the team sees another member's usage.")
             user_ids = wanted
-        rows = accounting.usage_report_days(first_day=start, last_day=end, team_ids=[team.id], user_ids=user_ids)
-        grouped = accounting.totals(rows, by=GROUPS[group_by])
-        names = self._key_names(group_by, grouped)
-        borrowed = accounting.totals(
-            accounting.borrowed_usage_days(first_day=start, last_day=end, team_ids=[team.id], user_ids=user_ids),
-            by=GROUPS[group_by],
-        )
+        report = reports.usage_build(days=days, team_ids=[team.id], user_ids=user_ids)
+        name = self._key_name(group_by, report)
         entries = [
             {
-                "key": names[key],
-                "gpu_hours": hours,
-                "weighted_gpu_hours": weighted,
-                "borrowed_gpu_hours": borrowed.get(key, (0.0, 0.0))[0],
+                "key": name(key),
+                "gpu_hours": sums.gpu_hours,
+                "weighted_gpu_hours": sums.weighted_gpu_hours,
+                "borrowed_gpu_hours": sums.borrowed_gpu_hours,
             }
-            for key, (hours, weighted) in grouped.items()
+            for (key,), sums in report.group(group_by).items()
         ]
         body = {
             "team": team.slug,
-            "start": start.isoformat(),
-            "end": end.isoformat(),
+            "start": days.first.isoformat(),
+            "end": days.last.isoformat(),
             "group_by": group_by,
             "rows": entries,
             "total_gpu_hours": round(sum(e["gpu_hours"] for e in entries), 6),
@@ -495,14 +489,14 @@ class UsageView(ApiViewMixin, APIView):
         }
         response = Response(body)
         if request.accepted_renderer.format == "csv":
-            filename = f"usage-{team.slug}-{start}-{end}-by-{group_by}.csv"
+            filename = f"usage-{team.slug}-{days.first}-{days.last}-by-{group_by}.csv"
             response["Content-Disposition"] = f'attachment; filename="{filename}"'
         return response
 
     @staticmethod
-    def _key_names(group_by: str, grouped: dict) -> dict:
+    def _key_name(group_by: str, report: reports.UsageReport):
         if group_by == "day":
-            return {key: key.isoformat() for key in grouped}
+            return lambda day: day.isoformat()
         if group_by == "user":
-            return dict(User.objects.filter(id__in=list(grouped)).values_list("id", "username"))
-        return dict(GpuType.objects.filter(id__in=list(grouped)).values_list("id", "slug"))
+            return lambda user_id: report.users[user_id].get_username()
+        return lambda type_id: report.gpu_types[type_id].slug

@@ -1,7 +1,8 @@
 """Workload engine benchmarks (issues 3 and 13). Every ratio is taken against a baseline run side by side.
 
 Parts (BENCH_ENGINE_PARTS=admission,race,submit,lag,crash,usage selects some; all by default):
-admission  admission_10k_queued_ms: one `admit_all` pass, 10,000 queued over 10 teams x 3 GPU types with budgets
+admission  admission_10k_queued_ms: one `admit_all` pass, 10,000 queued over 10 teams x 3 GPU types with budgets,
+           a cohort and 3,000 running
 race       quota_overadmissions: GPUs held beyond the quota after 50 concurrent submissions + admissions
 submit     submit_throughput_ratio: portal (submission -> Job held by the API server) / raw client creates,
            alternating A/B rounds, fresh namespaces, counted by our own watch (engine_flow.py)
@@ -59,34 +60,55 @@ def expected() -> list[str]:
 
 
 def admission_10k() -> Iterator[tuple[str, float]]:
-    """`admit_all` with 10,000 queued workloads over 10 teams x 3 GPU types, each team with a budget."""
+    """`admit_all` with 10,000 queued workloads over 10 teams x 3 GPU types: every team with a monthly
+    budget, five of them in a cohort (borrowing limits, one team using fair share), the others alone, and
+    3,000 workloads already running (100 per team and type, some of them on borrowed GPUs)."""
     from django.contrib.auth import get_user_model
 
-    from jobs.models import GpuType, Membership, Quota, State, Team, Workload
+    from jobs.models import Cohort, GpuType, Membership, Quota, State, Team, Workload
     from jobs.services.admission import admit_all
     from portal.celery import app
 
     run = uuid.uuid4().hex[:6]
     types = [
         GpuType.objects.create(
-            slug=f"adm-{run}-{i}", display_name=f"Admission {run} {i}", node_label_value=f"adm-{run}"
+            slug=f"adm-{run}-{i}", display_name=f"Admission {run} {i}", node_label_value=f"adm-{run}-{i}"
         )
         for i in range(3)
     ]
+    cohort = Cohort.objects.create(name=f"Admission {run}")
     teams = [
-        Team.objects.create(slug=f"adm-{run}-{i}", name=f"Admission {run} {i}", monthly_gpu_hour_budget=100_000)
+        Team.objects.create(
+            slug=f"adm-{run}-{i}", name=f"Admission {run} {i}", monthly_gpu_hour_budget=100_000,
+            cohort=cohort if i < 5 else None, fair_share=i in (0, 5),
+        )
         for i in range(10)
-    ]
-    user = get_user_model().objects.create(username=f"adm-{run}")
-    Membership.objects.bulk_create(Membership(team=t, user=user) for t in teams)
-    Quota.objects.bulk_create(Quota(team=t, gpu_type=g, max_gpus=4) for t in teams for g in types)
+    ]  # fmt: skip
+    users = [get_user_model().objects.create(username=f"adm-{run}-{u}") for u in range(4)]
+    Membership.objects.bulk_create(Membership(team=t, user=u) for t in teams for u in users)
+    Quota.objects.bulk_create(
+        Quota(team=t, gpu_type=g, max_gpus=110, borrowing_limit=8 if t.cohort_id else 0) for t in teams for g in types
+    )
     rng = random.Random(3)
     now = datetime.now(UTC)
+    began = now - timedelta(hours=1)  # this month's use so far: 3,000 GPU-hours, far below the budgets
+    # Already running: 100 one-GPU workloads per team and type (in the cohort, 4 of them borrowed).
     Workload.objects.bulk_create(
         (
             Workload(
-                team=teams[i % 10], owner=user, name=f"q{i}", kind="batch", image="ubuntu",
-                gpu_type=types[(i // 10) % 3], gpu_count=rng.choice([1, 2, 4, 8]), time_limit_seconds=3600,
+                team=t, owner=users[i % 4], name=f"r{i}", kind="batch", image="ubuntu", gpu_type=g, gpu_count=1,
+                time_limit_seconds=86400, state=State.RUNNING, borrowed=bool(t.cohort_id) and i < 4,
+                created_at=began, admitted_at=began, submitted_at=began, started_at=began + timedelta(seconds=i),
+            )
+            for t in teams for g in types for i in range(100)
+        ),
+        batch_size=2000,
+    )  # fmt: skip
+    Workload.objects.bulk_create(
+        (
+            Workload(
+                team=teams[i % 10], owner=users[(i // 10) % 4], name=f"q{i}", kind="batch", image="ubuntu",
+                gpu_type=types[(i // 40) % 3], gpu_count=rng.choice([1, 2, 4, 8]), time_limit_seconds=3600,
                 priority=rng.choice([0, 0, 0, 10]), created_at=now - timedelta(seconds=10_000 - i),
             )
             for i in range(10_000)
@@ -103,6 +125,7 @@ def admission_10k() -> Iterator[tuple[str, float]]:
     finally:
         Workload.objects.filter(team__in=teams).delete()
         app.control.purge()  # the passes asked for Kubernetes objects; nobody is to create them
+    print(f"# admission passes (ms): {' '.join(f'{t:.0f}' for t in timings)}", flush=True)
     yield "admission_10k_queued_ms", round(statistics.median(timings), 1)
     yield "admission_10k_admitted_per_pass", statistics.median(admitted)
 

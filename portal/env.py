@@ -7,6 +7,7 @@ variable instead of surfacing later as a strange failure.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,18 @@ def env_list(name: str, default: list[str] | None = None) -> list[str]:
     if raw is None:
         return list(default or [])
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_networks(name: str) -> list[str]:
+    """Comma-separated IP addresses or CIDR networks (10.0.0.0/8, 2001:db8::/32, 192.0.2.7); a bad entry stops
+    start-up naming the variable and the entry, instead of failing every request that reads it later."""
+    entries = env_list(name)
+    for entry in entries:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError as exc:
+            raise ConfigError(f"{name}: {entry!r} is not an IP address or network (e.g. 10.0.0.0/8)") from exc
+    return entries
 
 
 def env_dict(name: str, default: dict[str, str] | None = None) -> dict[str, str]:

@@ -10,7 +10,17 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from portal.env import ConfigError, env_bool, env_database, env_dict, env_email, env_int, env_list, env_str
+from portal.env import (
+    ConfigError,
+    env_bool,
+    env_database,
+    env_dict,
+    env_email,
+    env_int,
+    env_list,
+    env_networks,
+    env_str,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
@@ -141,14 +151,15 @@ SECURE_SSL_REDIRECT = env_bool("SSL_REDIRECT", default=False)
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 # Addresses or networks of the reverse proxies in front of the portal (ingress controller, load balancer):
 # only their X-Forwarded-Proto/-For are believed (portal/security.py drops them from anyone else).
-TRUSTED_PROXIES = env_list("TRUSTED_PROXIES")
+TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES")
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("BEHIND_TLS_PROXY") else None
 # check --deploy asks for SECURE_SSL_REDIRECT; behind a TLS proxy that redirect is the proxy's (above).
 SILENCED_SYSTEM_CHECKS = ["security.W008"] if SECURE_PROXY_SSL_HEADER and not SECURE_SSL_REDIRECT else []
-# Scripts and styles are static files of this site; style attributes (bar widths) are the one inline use.
+# Scripts and styles are static files of this site: no inline script, no inline style (bars are SVG with
+# width attributes; scripts set styles through the CSSOM, which the policy allows).
 CONTENT_SECURITY_POLICY = env_str(
     "CONTENT_SECURITY_POLICY",
-    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; "
     "frame-ancestors 'none'",
 )
@@ -440,8 +451,9 @@ API_CURSOR_MAX_AGE_SECONDS = env_int("API_CURSOR_MAX_AGE_SECONDS", 24 * 3600, mi
 API_IDEMPOTENCY_TTL_SECONDS = env_int("API_IDEMPOTENCY_TTL_SECONDS", 24 * 3600, minimum=60)
 API_LOG_FOLLOW_SECONDS = env_int("API_LOG_FOLLOW_SECONDS", 3600, minimum=10)
 # --- container logs ---
-# A followed log holds a web thread: per user and site-wide (counted in Redis), and per web process (so
-# each keeps threads for pages; keep it below gunicorn's --threads).
+# A followed log holds a web thread: capped per user and site-wide (counted in PostgreSQL, so the caps
+# hold with Redis down), and per web process (so each keeps threads for pages; keep it below gunicorn's
+# --threads).
 LOG_FOLLOW_MAX_PER_USER = env_int("LOG_FOLLOW_MAX_PER_USER", 4, minimum=1)
 LOG_FOLLOW_MAX_TOTAL = env_int("LOG_FOLLOW_MAX_TOTAL", 64, minimum=1)
 LOG_FOLLOW_MAX_PER_PROCESS = env_int("LOG_FOLLOW_MAX_PER_PROCESS", 4, minimum=1)
@@ -451,4 +463,5 @@ LOG_MAX_LINE_CHARS = env_int("LOG_MAX_LINE_CHARS", 4096, minimum=80)
 LOG_MAX_BYTES = env_int("LOG_MAX_BYTES", 2 * 1024 * 1024, minimum=1024)
 LOG_MAX_FOLLOW_BYTES = env_int("LOG_MAX_FOLLOW_BYTES", 64 * 1024 * 1024, minimum=1024)
 API_QUEUE_LIMIT = 500
-API_USAGE_MAX_DAYS = 366
+# The most days one usage report covers, both ends counted: the page, the API and admin alike.
+USAGE_MAX_DAYS = 366

@@ -7,13 +7,22 @@ import logging
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
-from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
+from drf_spectacular.utils import extend_schema
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.exceptions import AuthenticationFailed, UnsupportedMediaType
+from rest_framework.permissions import BasePermission
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from agent.report import Report, ReportError
+from api.errors import BodyTooLarge, Invalid, StoreUnavailable
 from jobs import policy
 from jobs.models import Workload
 from telemetry.chart import workload_gpu_chart
@@ -23,68 +32,97 @@ from telemetry.services.tokens import agent_token_check, agent_token_may_report
 
 log = logging.getLogger(__name__)
 
-
-def _error(status: int, message: str, **extra: object) -> JsonResponse:
-    return JsonResponse({"error": message, **extra}, status=status)
+TOKEN_REQUIRED = "A valid agent token is required (Authorization: Bearer <token>)."  # noqa: S105 - a message
 
 
-def _unauthorized(message: str) -> JsonResponse:
-    response = _error(401, message)
-    response["WWW-Authenticate"] = 'Bearer realm="gpuportal-agent"'
-    return response
+class AgentTokenAuthentication(BaseAuthentication):
+    """`Authorization: Bearer <agent token>`; the token row becomes `request.auth` (no person signs in)."""
+
+    def authenticate(self, request: Request):
+        scheme, _, token = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+        if scheme.lower() != "bearer":
+            return None
+        row = agent_token_check(token.strip())
+        if row is None:
+            raise AuthenticationFailed(TOKEN_REQUIRED)
+        return AnonymousUser(), row
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="gpuportal-agent"'
 
 
-@csrf_exempt
-def agent_report(request: HttpRequest) -> HttpResponse:
+class HasAgentToken(BasePermission):
+    message = TOKEN_REQUIRED
+
+    def has_permission(self, request: Request, view) -> bool:
+        return request.auth is not None
+
+
+class AgentReportView(APIView):
     """POST /api/v1/agent/reports: one gpuportal.agent.report/v1 body, bearer-token authenticated.
 
-    202 stored (or a duplicate acknowledged), 400 naming the bad field, 401 bad or missing token,
-    405 not a POST, 413 body over TELEMETRY_MAX_REPORT_BYTES, 503 the portal could not store it (the
-    agent keeps the report and retries).
+    202 stored (or a duplicate acknowledged); errors in the API's one format (api/errors.py): 400
+    naming the bad field, 401 bad or missing token, 405 not a POST, 413 body over
+    TELEMETRY_MAX_REPORT_BYTES, 415 not JSON, 503 the portal could not store it (the agent keeps the
+    report and retries). Not throttled: an agent catching up after an outage sends its buffer at once,
+    and a token speaks for one node only.
     """
-    if request.method != "POST":
-        response = _error(405, "POST a report here")
-        response["Allow"] = "POST"
-        return response
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    row = agent_token_check(token.strip()) if scheme.lower() == "bearer" else None
-    if row is None:
-        return _unauthorized("a valid agent token is required (Authorization: Bearer <token>)")
+
+    authentication_classes = [AgentTokenAuthentication]
+    permission_classes = [HasAgentToken]
+    throttle_classes: list = []
+    renderer_classes = [JSONRenderer]
+    http_method_names = ["post"]
+
+    @extend_schema(exclude=True)  # for agents, not people: documented in agent/README.md
+    def post(self, request: Request) -> Response:
+        report = _read_report(request)
+        if not agent_token_may_report(request.auth, report.node):
+            log.warning("agent token %s refused: it may not report for node %s", request.auth.prefix, report.node[:253])
+            raise AuthenticationFailed("This agent token may not report for this node.")
+        try:
+            result = report_ingest(report=report, received_at=timezone.now())
+        except ReportRejected as exc:
+            raise _invalid(str(exc)) from None
+        except Exception:
+            # Never a 500 for an agent: say "later", and it keeps the report and retries.
+            log.exception("could not store a report from node %s", report.node)
+            raise StoreUnavailable() from None
+        return Response(
+            {"stored": result.stored, "node": result.node, "gpus": result.gpus, "workloads": result.workloads},
+            status=202,
+        )
+
+
+def _invalid(message: str) -> Invalid:
+    """ReportError and ReportRejected messages start with the field they are about: "gpus[1].index: ..."."""
+    field = message.partition(":")[0]
+    return Invalid({field: [message]}, message)
+
+
+def _read_report(request: Request) -> Report:
+    """The body as a Report, read no further than the size limit (a declared length is trusted first)."""
+    if request.content_type.split(";")[0].strip().lower() != "application/json":
+        raise UnsupportedMediaType(request.content_type or "none", detail="Send the report as application/json.")
     limit = settings.TELEMETRY_MAX_REPORT_BYTES
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
-        return _error(400, "body: bad Content-Length", field="body")
+        raise _invalid("body: bad Content-Length") from None
+    too_large = BodyTooLarge(f"body: a report may be at most {limit} bytes")
     if declared > limit:
-        return _error(413, f"body: a report may be at most {limit} bytes", field="body")
-    raw = request.read(limit + 1)
+        raise too_large
+    raw = request._request.read(limit + 1)  # the raw stream: DRF's parsers would read it whole
     if len(raw) > limit:
-        return _error(413, f"body: a report may be at most {limit} bytes", field="body")
+        raise too_large
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError):
-        return _error(400, "body: not JSON", field="body")
+        raise _invalid("body: not JSON") from None
     try:
-        report = Report.from_dict(body)
+        return Report.from_dict(body)
     except ReportError as exc:
-        message = str(exc)
-        return _error(400, message, field=message.partition(":")[0])
-    if not agent_token_may_report(row, report.node):
-        log.warning("agent token %s refused: it may not report for node %s", row.prefix, report.node[:253])
-        return _unauthorized("this agent token may not report for this node")
-    try:
-        result = report_ingest(report=report, received_at=timezone.now())
-    except ReportRejected as exc:
-        message = str(exc)
-        return _error(400, message, field=message.partition(":")[0])
-    except Exception:
-        # Never a 500 page for an agent: say "later", and it keeps the report and retries.
-        log.exception("could not store a report from node %s", report.node)
-        return _error(503, "the portal could not store the report now; retry later")
-    return JsonResponse(
-        {"stored": result.stored, "node": result.node, "gpus": result.gpus, "workloads": result.workloads},
-        status=202,
-    )
+        raise _invalid(str(exc)) from None
 
 
 @login_required

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from collections import defaultdict
-from datetime import date, timedelta
 from decimal import Decimal
 
 from django import forms
@@ -12,8 +10,8 @@ from django.urls import path
 from django.utils import timezone
 
 from jobs import policy
-from jobs.models import GpuType, State, Team, Workload, WorkloadEvent
-from jobs.services.accounting import borrowed_usage_days, usage_report_days
+from jobs.models import State, Team, Workload, WorkloadEvent
+from jobs.services import reports
 from jobs.services.admission import quota_admit
 from jobs.services.cancel import workload_cancel
 from jobs.services.errors import WorkloadStateError
@@ -127,46 +125,34 @@ class UsageReportForm(forms.Form):
 
     def __init__(self, data=None, **kwargs):
         if data is None:
-            today = timezone.localdate()
-            kwargs.setdefault("initial", {"start": today.replace(day=1), "end": today})
+            start, end = reports.month_to_date(timezone.localdate())
+            kwargs.setdefault("initial", {"start": start, "end": end})
         super().__init__(data, **kwargs)
 
     def clean(self):
         cleaned = super().clean()
         start, end = cleaned.get("start"), cleaned.get("end")
         if start and end:
-            if end < start:
-                self.add_error("end", "The end comes before the start.")
-            elif end - start > timedelta(days=366):
-                self.add_error("end", "At most a year at once.")
+            try:
+                cleaned["days"] = reports.day_range(start, end)
+            except reports.RangeInvalid as exc:
+                self.add_error(exc.field, exc.message)
         return cleaned
 
 
-def build_report(*, start: date, end: date, teams) -> dict:
-    """Usage rows summed per team and GPU type, with the GPU type's billing weight."""
-    team_ids = [t.id for t in teams] if teams else None
-    rows = usage_report_days(first_day=start, last_day=end, team_ids=team_ids)
-    sums: dict[tuple[int, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for row in rows:
-        entry = sums[(row.team_id, row.gpu_type_id)]
-        entry[0] += row.gpu_hours
-        entry[1] += row.weighted_gpu_hours
-    borrowed: dict[tuple[int, int], float] = defaultdict(float)
-    for row in borrowed_usage_days(first_day=start, last_day=end, team_ids=team_ids):
-        borrowed[(row.team_id, row.gpu_type_id)] += row.gpu_hours
-    team_names = dict(Team.objects.filter(id__in={t for t, _ in sums}).values_list("id", "name"))
-    types = {t.id: t for t in GpuType.objects.filter(id__in={g for _, g in sums})}
+def build_report(*, days: reports.DayRange, teams, **_ignored) -> dict:
+    """Usage summed per team and GPU type, with the billing weight the hours were billed at."""
+    report = reports.usage_build(days=days, team_ids=[t.id for t in teams] if teams else None)
     lines = [
         {
-            "team": team_names.get(team_id, team_id),
-            "gpu_type": types[type_id].display_name if type_id in types else type_id,
-            # The weight the hours were billed at (weights have a history): the current one can differ.
-            "billing_weight": Decimal(f"{weighted / hours:.3f}") if hours else Decimal(1),
-            "gpu_hours": round(hours, 3),
-            "weighted_gpu_hours": round(weighted, 3),
-            "borrowed_gpu_hours": round(borrowed.get((team_id, type_id), 0.0), 3),
+            "team": report.teams[team_id].name,
+            "gpu_type": report.gpu_types[type_id].display_name,
+            "billing_weight": Decimal(f"{sums.billing_weight:.3f}"),
+            "gpu_hours": round(sums.gpu_hours, 3),
+            "weighted_gpu_hours": round(sums.weighted_gpu_hours, 3),
+            "borrowed_gpu_hours": round(sums.borrowed_gpu_hours, 3),
         }
-        for (team_id, type_id), (hours, weighted) in sums.items()
+        for (team_id, type_id), sums in report.group("team", "gpu_type").items()
     ]
     lines.sort(key=lambda line: (str(line["team"]), str(line["gpu_type"])))
     return {

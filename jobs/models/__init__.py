@@ -7,6 +7,7 @@ from jobs.models.catalog import AllowedRegistry, CatalogImage, GpuNode, GpuType
 from jobs.models.datasets import Dataset
 from jobs.models.secrets import TeamSecret
 from jobs.models.sharing import Cohort
+from jobs.models.streams import LogFollowSlot
 from jobs.models.teams import Membership, Quota, Role, Team
 from jobs.models.usage import BillingWeight, RolledUpDay, RunSegment, UsageDaily
 from jobs.models.workloads import Kind, State, Workload, WorkloadEvent
@@ -21,6 +22,7 @@ __all__ = [
     "GpuNode",
     "GpuType",
     "Kind",
+    "LogFollowSlot",
     "Membership",
     "Quota",
     "QuotaChange",

@@ -194,7 +194,7 @@ def borrowed_usage_days(
 ) -> list[UsageRow]:
     """The part of the usage that ran on GPUs borrowed from the cohort (beyond the team's quota), counted
     apart from the team's own: workloads while marked borrowed, and borrowed segments of earlier runs
-    (computed live, clipped to the days)."""
+    (computed live, clipped to the days). team_ids None: every team's."""
     tz = local_tz()
     weight = weights_by_day()
     filters = Q(borrowed=True)

@@ -1,23 +1,25 @@
 """Admission: which queued workloads may take GPUs now, per cohort and GPU type; who borrows; who is
 preempted so a lender gets its quota back.
 
-One decision is three steps, all inside one transaction:
-1. lock the quota rows of every team in the requesting team's cohort for the GPU type (SELECT ... FOR
-   UPDATE, in id order so two admissions never deadlock). Every admission that could lend or borrow
-   the same GPUs takes the same locks, so concurrent admissions across a cohort run one after the
-   other and can never over-admit or over-lend. A team without a cohort locks only its own row;
-2. gather the facts (quotas, what is held, the queue in order) and hand them to the pure plan
-   (`sharing_plan.plan`), which is deterministic;
-3. apply the plan: guarded transitions for the victims, one UPDATE for the admitted.
+One pass (`admission_pass`: a submission's own cohort and type, or `admit_all`: every cohort and type
+with queued work) is three steps, all inside one transaction:
+1. lock the quota rows of every team of the cohorts concerned for the GPU types (SELECT ... FOR UPDATE,
+   in id order so two admissions never deadlock). Every admission that could lend or borrow the same
+   GPUs takes the same locks, so concurrent admissions across a cohort run one after the other and can
+   never over-admit or over-lend. A team without a cohort locks only its own rows;
+2. gather the facts for all of them at once (quotas, budgets, what is held as sums, the queue) and hand
+   each cohort and type to the pure plan (`sharing_plan.plan`), which is deterministic;
+3. apply the plans: guarded transitions for the victims, one UPDATE for the admitted (two: own quota and
+   borrowed), their timeline rows in one insert, and the creates handed to the worker in batches.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
@@ -75,16 +77,6 @@ def cohort_team_ids(team_id: int) -> list[int]:
     if cohort_id is None:
         return [team_id]
     return list(Team.objects.filter(cohort_id=cohort_id).order_by("id").values_list("id", flat=True))
-
-
-def lock_quotas(team_ids: Iterable[int], gpu_type_id: int) -> list[Quota]:
-    """Lock the quota rows in id order (a fixed order: no deadlock between two cohort admissions)."""
-    return list(
-        Quota.objects.select_for_update()
-        .filter(team_id__in=list(team_ids), gpu_type_id=gpu_type_id)
-        .select_related("team")
-        .order_by("id")
-    )
 
 
 def fair_share_usage(team_ids: Iterable[int]) -> dict[int, dict[int, float]]:
@@ -156,96 +148,9 @@ def gather_cohort_facts(quotas: list[Quota], gpu_type_id: int, *, skip_teams: It
     return CohortFacts(teams=teams, held=held, queued=queued, quota_of={q.team_id: q.max_gpus for q in quotas})
 
 
-# Within one admit_all pass, each team's budget is read once (a usage report per team), not once per
-# GPU type: the pass is short, and a budget crossed during it is caught by the next pass.
-_budget_memo: ContextVar[dict[int, bool] | None] = ContextVar("admission_budget_memo", default=None)
-
-
-def _exhausted_teams(quotas: list[Quota]) -> set[int]:
-    from jobs.services.accounting import budget_exhausted
-
-    memo = _budget_memo.get()
-    exhausted: set[int] = set()
-    for q in quotas:
-        if q.team.monthly_gpu_hour_budget is not None:
-            if memo is None:
-                spent = budget_exhausted(q.team)
-            elif q.team_id in memo:
-                spent = memo[q.team_id]
-            else:
-                spent = memo[q.team_id] = budget_exhausted(q.team)
-            if spent:
-                exhausted.add(q.team_id)
-    return exhausted
-
-
 def quota_admit(*, team_id: int, gpu_type_id: int) -> list[int]:
     """Admit what fits for the team's cohort (or the team alone) and GPU type; returns admitted ids."""
-    from jobs.services.preemption import preempt
-    from jobs.services.sharing import settle_running
-
-    with transaction.atomic():
-        quotas = lock_quotas(cohort_team_ids(team_id), gpu_type_id)
-        if not any(q.team_id == team_id for q in quotas):
-            return []
-        facts = gather_cohort_facts(quotas, gpu_type_id, skip_teams=_exhausted_teams(quotas))
-        # Borrowed marks that no longer hold, and borrowed work beyond lowered limits (jobs.services.sharing).
-        facts = settle_running(facts, at=timezone.now())
-        if not facts.queued:
-            return []
-        result = sharing_plan.plan(facts.teams, facts.held, facts.queued)
-        if result.waiting:
-            enqueue_estimate(team_id=team_id, gpu_type_id=gpu_type_id)  # the queue stays: when will it move?
-        if not result.admit:
-            return []
-        now = timezone.now()
-        for victim_id, for_id in sorted(result.preempt.items()):
-            preempt(victim_id, for_workload_id=for_id, at=now)
-        own = [w for w in result.admit if w not in result.borrowed]
-        borrowed = [w for w in result.admit if w in result.borrowed]
-        for ids, is_borrowed, message in (
-            (own, False, "GPUs reserved from the team's quota; creating Kubernetes objects."),
-            (borrowed, True, "GPUs borrowed from the cohort's idle quota; creating Kubernetes objects."),
-        ):
-            if ids:
-                Workload.objects.filter(id__in=ids, state=State.QUEUED).update(
-                    state=State.SUBMITTING,
-                    reason="Admitted",
-                    message=message,
-                    borrowed=is_borrowed,
-                    admitted_at=now,
-                    state_changed_at=now,
-                    updated_at=now,
-                )
-        team_of = {w.id: w.team_id for w in facts.queued}
-        reclaimed: dict[int, list[int]] = {}
-        for victim_id, for_id in result.preempt.items():
-            reclaimed.setdefault(for_id, []).append(victim_id)
-        WorkloadEvent.objects.bulk_create(
-            WorkloadEvent(
-                workload_id=workload_id,
-                at=now,
-                from_state=State.QUEUED,
-                to_state=State.SUBMITTING,
-                reason="Admitted",
-                message=_admit_message(
-                    borrowed=workload_id in result.borrowed,
-                    quota=facts.quota_of[team_of[workload_id]],
-                    reclaimed=len(reclaimed.get(workload_id, ())),
-                ),
-            )
-            for workload_id in result.admit
-        )
-        enqueue_submits(result.admit)
-    log.info(
-        "admitted %d workload(s) (%d borrowed, %d preempted) for team %s / gpu type %s",
-        len(result.admit),
-        len(result.borrowed),
-        len(result.preempt),
-        team_id,
-        gpu_type_id,
-    )
-    return result.admit
+    return admission_pass(team_ids=cohort_team_ids(team_id), gpu_type_ids=[gpu_type_id], requesting=team_id)
 
 
 def _admit_message(*, borrowed: bool, quota: int, reclaimed: int) -> str:
@@ -257,10 +162,220 @@ def _admit_message(*, borrowed: bool, quota: int, reclaimed: int) -> str:
 
 
 def admit_all() -> int:
-    """One admission pass over every team and GPU type with queued work."""
-    pairs = Workload.objects.filter(state=State.QUEUED).values_list("team_id", "gpu_type_id").distinct().order_by()
-    token = _budget_memo.set({})
-    try:
-        return sum(len(quota_admit(team_id=t, gpu_type_id=g)) for t, g in list(pairs))
-    finally:
-        _budget_memo.reset(token)
+    """One admission pass over every cohort (or lone team) and GPU type with queued work."""
+    pairs = list(
+        Workload.objects.filter(state=State.QUEUED).values_list("team_id", "gpu_type_id").distinct().order_by()
+    )
+    if not pairs:
+        return 0
+    return len(admission_pass(team_ids={t for t, _ in pairs}, gpu_type_ids={g for _, g in pairs}))
+
+
+# --- the pass: one locked decision for many cohorts and GPU types ------------------------------------
+# Its cost grows with the queue, not with what teams hold: what teams hold is read as sums per team, GPU
+# type and owner (one query), plus the borrowed workloads one by one (the only ones a plan may preempt;
+# few, bounded by borrowing limits). Everything else is one query per pass and one bulk write.
+
+
+def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requesting: int | None = None) -> list[int]:
+    """Admit what fits for every cohort (or lone team) of `team_ids` and every type of `gpu_type_ids`, in
+    one transaction that locks all their quota rows (in id order, as every admission does, so two passes
+    never deadlock and never over-admit). `requesting`: a team that must hold a quota for the (single)
+    type, else nothing is done (a submission's own pass). Returns the admitted ids in queue order."""
+    from jobs.services.preemption import preempt
+    from jobs.services.sharing import settle_running
+
+    types = sorted(set(gpu_type_ids))
+    with transaction.atomic():
+        cohort_of = _cohorts(team_ids)
+        quotas = _lock_pass_quotas(cohort_of, types)
+        if requesting is not None and not any(q.team_id == requesting for q in quotas):
+            return []
+        groups = _pass_groups(quotas, cohort_of)
+        if not groups:
+            return []
+        members = {q.team_id for q in quotas}
+        held = _held_by_group(members, types, cohort_of)
+        # Borrowed marks that no longer hold, and borrowed work beyond lowered limits (jobs.services.sharing).
+        for key, group_quotas in groups.items():
+            if held.get(key):
+                held[key] = settle_running(_team_quotas(group_quotas), held[key], at=timezone.now())
+        queue = _queued_by_group(members, types, cohort_of, skip_teams=_budgets_spent(q.team for q in quotas))
+        if not queue:
+            return []
+        fair = fair_share_usage({w.team_id for entries in queue.values() for w in entries})
+        now = timezone.now()
+        admitted: list[int] = []
+        borrowed: set[int] = set()
+        reclaimed: dict[int, list[int]] = {}
+        quota_of: dict[int, int] = {}
+        for key, group_quotas in groups.items():
+            entries = queue.get(key)
+            if not entries:
+                continue
+            teams = _team_quotas(group_quotas)
+            result = sharing_plan.plan(teams, held.get(key, []), sharing_plan.order_queue(entries, fair))
+            if result.waiting:
+                enqueue_estimate(team_id=entries[0].team_id, gpu_type_id=key[1])  # when will the queue move?
+            for victim_id, for_id in sorted(result.preempt.items()):
+                preempt(victim_id, for_workload_id=for_id, at=now)
+                reclaimed.setdefault(for_id, []).append(victim_id)
+            admitted.extend(result.admit)
+            borrowed.update(result.borrowed)
+            quota_of.update({w.id: teams[w.team_id].quota for w in entries if w.team_id in teams})
+        if admitted:
+            _mark_admitted(admitted, borrowed=borrowed, reclaimed=reclaimed, quota_of=quota_of, now=now)
+            enqueue_submits(admitted)
+    if admitted:
+        log.info("admission pass: %d admitted (%d borrowed, %d preempted) over %d group(s)", len(admitted),
+                 len(borrowed), sum(map(len, reclaimed.values())), len(groups))  # fmt: skip
+    return admitted
+
+
+GroupKey = tuple[tuple[int, ...], int]  # (the cohort's team ids, or the lone team's; GPU type id)
+
+
+def _cohorts(team_ids: Iterable[int]) -> dict[int, tuple[int, ...]]:
+    """Each team's cohort as the sorted ids of its teams (a team alone: itself), with every member of the
+    given teams' cohorts included (two queries)."""
+    rows = list(Team.objects.filter(id__in=list(team_ids)).values_list("id", "cohort_id"))
+    cohort_ids = {c for _, c in rows if c is not None}
+    members: dict[int, list[int]] = {}
+    for team_id, cohort_id in Team.objects.filter(cohort_id__in=cohort_ids).values_list("id", "cohort_id"):
+        members.setdefault(cohort_id, []).append(team_id)
+    cohort_of = {t: (t,) for t, c in rows if c is None}
+    for team_list in members.values():
+        for team_id in team_list:
+            cohort_of[team_id] = tuple(sorted(team_list))
+    return cohort_of
+
+
+def _lock_pass_quotas(cohort_of: dict[int, tuple[int, ...]], types: list[int]) -> list[Quota]:
+    return list(
+        Quota.objects.select_for_update()
+        .filter(team_id__in=list(cohort_of), gpu_type_id__in=types)
+        .select_related("team")
+        .order_by("id")
+    )
+
+
+def _pass_groups(quotas: list[Quota], cohort_of: dict[int, tuple[int, ...]]) -> dict[GroupKey, list[Quota]]:
+    groups: dict[GroupKey, list[Quota]] = {}
+    for q in quotas:
+        groups.setdefault((cohort_of[q.team_id], q.gpu_type_id), []).append(q)
+    return groups
+
+
+def _team_quotas(quotas: list[Quota]) -> dict[int, TeamQuota]:
+    in_cohort = len(quotas) > 1 or any(q.team.cohort_id for q in quotas)
+    return {
+        q.team_id: TeamQuota(
+            team_id=q.team_id,
+            quota=q.max_gpus,
+            borrowing_limit=q.borrowing_limit if in_cohort else 0,
+            lending_limit=q.lending_limit,
+            user_max_gpus=q.user_max_gpus,
+        )
+        for q in quotas
+    }
+
+
+def _budgets_spent(teams: Iterable[Team]) -> set[int]:
+    """Teams whose monthly GPU-hour budget is used up: one usage report for all of them."""
+    from jobs.services.accounting import day_start, local_tz, usage_report
+
+    budgets = {t.id: t.monthly_gpu_hour_budget for t in teams if t.monthly_gpu_hour_budget is not None}
+    if not budgets:
+        return set()
+    now = timezone.now()
+    tz = local_tz()
+    month_start = day_start(now.astimezone(tz).date().replace(day=1), tz)
+    used: dict[int, float] = dict.fromkeys(budgets, 0.0)
+    for row in usage_report(start=month_start, end=now, team_ids=list(budgets), now=now):
+        used[row.team_id] += row.weighted_gpu_hours
+    return {t for t, budget in budgets.items() if Decimal(str(used[t])) >= budget}
+
+
+def _queued_by_group(
+    team_ids: set[int], types: list[int], cohort_of: dict[int, tuple[int, ...]], *, skip_teams: set[int]
+) -> dict[GroupKey, list[QueueEntry]]:
+    queue: dict[GroupKey, list[QueueEntry]] = {}
+    rows = Workload.objects.filter(
+        team_id__in=[t for t in team_ids if t not in skip_teams], gpu_type_id__in=types, state=State.QUEUED
+    ).values_list("id", "team_id", "gpu_type_id", "owner_id", "gpu_count", "priority", "created_at", "requeued_at")
+    for w_id, team_id, gpu_type_id, owner_id, gpus, priority, created, requeued in rows:
+        queue.setdefault((cohort_of[team_id], gpu_type_id), []).append(
+            QueueEntry(
+                id=w_id, team_id=team_id, user_id=owner_id, gpus=gpus, priority=priority,
+                created=created.timestamp(), requeued=requeued.timestamp() if requeued else None,
+            )
+        )  # fmt: skip
+    return queue
+
+
+def _held_by_group(
+    team_ids: set[int], types: list[int], cohort_of: dict[int, tuple[int, ...]]
+) -> dict[GroupKey, list[Held]]:
+    """What the teams hold, as the plan needs it: workloads on their own quota summed per team, GPU type
+    and owner (the plan counts them, and never preempts them), borrowed ones one by one (it may)."""
+    holding = Workload.objects.filter(team_id__in=list(team_ids), gpu_type_id__in=types, state__in=State.holding())
+    held: dict[GroupKey, list[Held]] = {}
+    sums = (
+        holding.filter(borrowed=False)
+        .values_list("team_id", "gpu_type_id", "owner_id")
+        .annotate(gpus=Sum("gpu_count"))
+        .order_by()
+    )
+    for n, (team_id, gpu_type_id, owner_id, gpus) in enumerate(sums, start=1):
+        # A stand-in id that no workload has: the plan only uses ids of what it may preempt.
+        held.setdefault((cohort_of[team_id], gpu_type_id), []).append(
+            Held(id=-n, team_id=team_id, gpus=gpus, user_id=owner_id)
+        )
+    for w_id, team_id, gpu_type_id, gpus, owner_id, priority, admitted, created in holding.filter(
+        borrowed=True
+    ).values_list("id", "team_id", "gpu_type_id", "gpu_count", "owner_id", "priority", "admitted_at", "created_at"):
+        held.setdefault((cohort_of[team_id], gpu_type_id), []).append(
+            Held(id=w_id, team_id=team_id, gpus=gpus, user_id=owner_id, priority=priority, borrowed=True,
+                 order=(admitted or created).timestamp())
+        )  # fmt: skip
+    return held
+
+
+def _mark_admitted(
+    admitted: list[int], *, borrowed: set[int], reclaimed: dict[int, list[int]], quota_of: dict[int, int], now
+) -> None:
+    """QUEUED -> SUBMITTING for every admitted workload: two UPDATEs and one bulk insert of timeline rows."""
+    own = [w for w in admitted if w not in borrowed]
+    lent = [w for w in admitted if w in borrowed]
+    for ids, is_borrowed, message in (
+        (own, False, "GPUs reserved from the team's quota; creating Kubernetes objects."),
+        (lent, True, "GPUs borrowed from the cohort's idle quota; creating Kubernetes objects."),
+    ):
+        if ids:
+            Workload.objects.filter(id__in=ids, state=State.QUEUED).update(
+                state=State.SUBMITTING,
+                reason="Admitted",
+                message=message,
+                borrowed=is_borrowed,
+                admitted_at=now,
+                state_changed_at=now,
+                updated_at=now,
+            )
+    WorkloadEvent.objects.bulk_create(
+        (
+            WorkloadEvent(
+                workload_id=workload_id,
+                at=now,
+                from_state=State.QUEUED,
+                to_state=State.SUBMITTING,
+                reason="Admitted",
+                message=_admit_message(
+                    borrowed=workload_id in borrowed,
+                    quota=quota_of[workload_id],
+                    reclaimed=len(reclaimed.get(workload_id, ())),
+                ),
+            )
+            for workload_id in admitted
+        ),
+        batch_size=2000,
+    )

@@ -44,10 +44,10 @@ def inventory_sync() -> int:
         if not node:
             continue
         for container in (pod.get("spec") or {}).get("containers") or []:
-            requests = (container.get("resources") or {}).get("requests") or {}
+            requested = (container.get("resources") or {}).get("requests") or {}
             limits = (container.get("resources") or {}).get("limits") or {}
             for resource in resources:
-                in_use[node] += _quantity(requests.get(resource, limits.get(resource)))
+                in_use[node] += _quantity(requested.get(resource, limits.get(resource)))
     now = timezone.now()
     seen: list[str] = []
     with transaction.atomic():

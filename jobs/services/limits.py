@@ -1,22 +1,40 @@
-"""Caps that keep one person or one team from flooding the portal: queued workloads per user and per team.
+"""Caps that keep one person or one team from flooding the portal: queued workloads per user (site-wide),
+per team, and per member of a team (a manager's setting).
 
-The quota decides what runs; these decide how much may wait. Counted at submit, so two submissions racing
-at the very edge may both pass (the cap is a guard against floods, not an accounting rule).
+The quota decides what runs; these decide how much may wait. They are hard: `queue_slot_take` runs inside
+the transaction that stores the workload and first takes transaction-scoped locks on the submitter and on
+the team, so concurrent submissions at the cap are counted one after another and exactly the cap is
+admitted. The locks are always taken in the same order (person, then team), so two submissions never wait
+on each other in a circle.
 """
 
 from __future__ import annotations
 
 from django.conf import settings
+from django.db import connection
 
-from jobs.models import State, Team, Workload
+from jobs.models import Membership, State, Team, Workload
 from jobs.services.validation import SubmissionInvalid
 
 QUEUE_FIELD = "queue"
+TEAM_FIELD = "team"
+
+# The first key of each advisory lock, so these locks can never meet another part's (ASCII "qu", "qt").
+USER_LOCK_SPACE = 0x7175
+TEAM_LOCK_SPACE = 0x7174
 
 
-def queue_limits_check(*, team: Team, owner) -> None:
-    """Raise SubmissionInvalid (field `queue`) when the owner or the team already has the most queued."""
-    mine = Workload.objects.filter(owner=owner, state=State.QUEUED).count()
+def queue_slot_take(*, team: Team, owner) -> None:
+    """Check every queue cap for one more workload of `owner` in `team`, holding the locks that make the
+    check and the caller's insert one decision. Must run inside the transaction that stores the workload.
+
+    Raises SubmissionInvalid naming `queue` (the site's caps) or `team` (the team's cap per member).
+    """
+    if not connection.in_atomic_block:
+        raise RuntimeError("queue_slot_take must run inside the transaction that stores the workload")
+    queue_locks_take(user_id=owner.pk, team_id=team.pk)
+    waiting = Workload.objects.filter(state=State.QUEUED)
+    mine = waiting.filter(owner=owner).count()
     if mine >= settings.PORTAL_MAX_QUEUED_PER_USER:
         raise SubmissionInvalid(
             {
@@ -26,7 +44,7 @@ def queue_limits_check(*, team: Team, owner) -> None:
                 ]
             }
         )
-    theirs = Workload.objects.filter(team=team, state=State.QUEUED).count()
+    theirs = waiting.filter(team=team).count()
     if theirs >= settings.PORTAL_MAX_QUEUED_PER_TEAM:
         raise SubmissionInvalid(
             {
@@ -36,3 +54,32 @@ def queue_limits_check(*, team: Team, owner) -> None:
                 ]
             }
         )
+    if team.user_max_queued is None:
+        return
+    in_team = waiting.filter(team=team, owner=owner).count()
+    if in_team >= team.user_max_queued:
+        raise SubmissionInvalid(
+            {
+                TEAM_FIELD: [
+                    f"You already have {in_team} workload{'s' if in_team != 1 else ''} waiting in {team.name}; "
+                    f"the team allows {team.user_max_queued} per member. Cancel one or wait until one starts."
+                ]
+            }
+        )
+
+
+def queue_locks_take(*, user_id: int, team_id: int) -> None:
+    """Transaction-scoped locks on one person and one team (released at commit or rollback).
+
+    PostgreSQL: advisory locks, which touch no row, so nothing else that updates the user or the team
+    (a sign-in, an admin edit) waits on a submission. Elsewhere: the member's row, locked for update
+    (SQLite has one writer at a time anyway). Under READ COMMITTED each later count takes a fresh
+    snapshot, so it sees every workload committed by whoever held the lock before.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            # Two statements, so the order (person first) is certain.
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [USER_LOCK_SPACE, user_id % 2_147_483_647])
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [TEAM_LOCK_SPACE, team_id % 2_147_483_647])
+        return
+    Membership.objects.select_for_update().filter(user_id=user_id, team_id=team_id).first()

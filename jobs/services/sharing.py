@@ -10,6 +10,7 @@ exceeds them is preempted, the same way a lender reclaims: grace period, timelin
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
 
@@ -17,8 +18,8 @@ from django.db import transaction
 
 from jobs.models import Quota, Team, Workload, WorkloadEvent
 from jobs.services import sharing_plan
-from jobs.services.admission import CohortFacts
 from jobs.services.preemption import close_segment, preempt
+from jobs.services.sharing_plan import Held
 from jobs.services.transitions import note
 
 log = logging.getLogger(__name__)
@@ -66,35 +67,29 @@ def team_sharing_update(
         sharing_changed([team.id])
 
 
-def settle_running(facts: CohortFacts, *, at: datetime) -> CohortFacts:
+def settle_running(teams: Mapping[int, sharing_plan.TeamQuota], held: list[Held], *, at: datetime) -> list[Held]:
     """Under the cohort's quota locks: flip borrowed marks that no longer hold and preempt borrowed work
-    beyond lowered limits. Returns the facts as they are afterwards, for the admission plan.
+    beyond lowered limits. Returns what holds GPUs afterwards, as the admission plan should see it.
 
     A team alone (no cohort) never borrows: only a mark left over from a cohort it left is cleared, and
     a lowered quota lets its running work finish (its quota is a wall for new work only)."""
-    if not facts.held:
-        return facts
-    settled = sharing_plan.settle(facts.teams, facts.held)
-    if len(facts.teams) == 1 and not any(t.borrowing_limit for t in facts.teams.values()):
+    settled = sharing_plan.settle(teams, held)
+    if len(teams) == 1 and not any(t.borrowing_limit for t in teams.values()):
         settled = sharing_plan.Settled(now_own=settled.now_own)
     if not (settled.now_own or settled.now_borrowed or settled.preempt):
-        return facts
+        return held
     _flip_marks(settled.now_own, borrowed=False, at=at)
     _flip_marks(settled.now_borrowed, borrowed=True, at=at)
-    teams = {t.id: t for t in Team.objects.filter(id__in=set(settled.preempt.values()))}
+    names = dict(Team.objects.filter(id__in=set(settled.preempt.values())).values_list("id", "name"))
     for victim_id, team_id in sorted(settled.preempt.items()):
-        team = teams[team_id]
-        preempt(victim_id, at=at, because=_beyond_limits(team, facts.teams[team_id]))
+        preempt(victim_id, at=at, because=_beyond_limits(names[team_id], teams[team_id]))
     flipped = settled.now_own | settled.now_borrowed
-    held = [
-        replace(h, borrowed=not h.borrowed) if h.id in flipped else h for h in facts.held if h.id not in settled.preempt
-    ]
-    return replace(facts, held=held)
+    return [replace(h, borrowed=not h.borrowed) if h.id in flipped else h for h in held if h.id not in settled.preempt]
 
 
-def _beyond_limits(team: Team, quota: sharing_plan.TeamQuota) -> str:
+def _beyond_limits(team_name: str, quota: sharing_plan.TeamQuota) -> str:
     return (
-        f"the sharing limits were lowered: team {team.name} may hold {quota.quota} GPU(s) of its own plus "
+        f"the sharing limits were lowered: team {team_name} may hold {quota.quota} GPU(s) of its own plus "
         f"{quota.borrowing_limit} borrowed, and its cohort lends less than it had borrowed (this workload ran "
         "on borrowed GPUs)."
     )

@@ -3,16 +3,12 @@ see their own usage and the team's total."""
 
 from __future__ import annotations
 
-from datetime import date, timedelta
-
-from django.contrib.auth import get_user_model
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from jobs import policy
 from jobs.forms import UsageRangeForm
-from jobs.models import GpuType
-from jobs.services.accounting import UsageRow, borrowed_usage_days, totals, usage_report_days
+from jobs.services import reports
 from jobs.services.exports import SafeCsvWriter
 from jobs.views.common import team_page
 
@@ -27,34 +23,27 @@ def usage(request: HttpRequest) -> HttpResponse:
     form = UsageRangeForm({"start": default_start, "end": default_end, **request.GET.dict()})
     if not form.is_valid():
         return render(request, "jobs/usage.html", {"form": form, "has_usage": False}, status=400)
-    first_day, last_day = form.cleaned_data["start"], form.cleaned_data["end"]
-    team_rows = usage_report_days(first_day=first_day, last_day=last_day, team_ids=[acting.team.id])
+    days = form.cleaned_data["days"]
+    team_report = reports.usage_build(days=days, team_ids=[acting.team.id])
     whose = policy.usage_user_ids(request.user, acting.team)  # None: every member's
-    rows = team_rows if whose is None else [r for r in team_rows if r.user_id in whose]
-    gpu_types = {t.id: t for t in GpuType.objects.all()}
-    users = {u.id: u for u in get_user_model().objects.filter(id__in={r.user_id for r in rows})}
+    report = team_report.for_users(whose)
 
-    borrowed_rows = borrowed_usage_days(first_day=first_day, last_day=last_day, team_ids=[acting.team.id])
     if request.GET.get("format") == "csv":
-        return _csv(rows, borrowed_rows, acting.team.slug, gpu_types, users, first_day, last_day)
+        return _csv(report, acting.team.slug)
 
-    team_total = totals(team_rows, by="team_id").get(acting.team.id, (0.0, 0.0))
-    team_borrowed = totals(borrowed_rows, by="team_id").get(acting.team.id, (0.0, 0.0))
-    by_type = totals(rows, by="gpu_type_id")
-    by_user = totals(rows, by="user_id")
-    days = [first_day + timedelta(days=n) for n in range((last_day - first_day).days + 1)]
-    by_day_type: dict[tuple[date, int], float] = {}
-    for row in rows:
-        by_day_type[(row.day, row.gpu_type_id)] = by_day_type.get((row.day, row.gpu_type_id), 0.0) + row.gpu_hours
+    by_type = report.group("gpu_type")
+    by_user = report.group("user")
+    by_day_type = report.group("day", "gpu_type")
+    gpu_types = report.gpu_types
     chart = {
-        "labels": [d.isoformat() for d in days],
+        "labels": [d.isoformat() for d in days.days()],
         "datasets": [
             {
                 "label": gpu_types[type_id].display_name,
-                "data": [round(by_day_type.get((d, type_id), 0.0), 4) for d in days],
+                "data": [round(by_day_type.get((d, type_id), reports.UsageSums()).gpu_hours, 4) for d in days.days()],
                 "backgroundColor": CHART_COLOURS[i % len(CHART_COLOURS)],
             }
-            for i, type_id in enumerate(sorted(by_type, key=lambda t: gpu_types[t].slug))
+            for i, (type_id,) in enumerate(sorted(by_type, key=lambda key: gpu_types[key[0]].slug))
         ],
     }
     return render(
@@ -62,47 +51,38 @@ def usage(request: HttpRequest) -> HttpResponse:
         "jobs/usage.html",
         {
             "form": form,
-            "first_day": first_day,
-            "last_day": last_day,
+            "first_day": days.first,
+            "last_day": days.last,
             "chart": chart,
-            "has_usage": bool(rows),
+            "has_usage": bool(report.rows),
             "whole_team": whose is None,
-            "team_total": team_total,
-            "team_borrowed": team_borrowed,
-            "own_total": (sum(v[0] for v in by_user.values()), sum(v[1] for v in by_user.values())),
-            "by_type": [(gpu_types[k], hours, weighted) for k, (hours, weighted) in by_type.items()],
+            "team_total": team_report.total(),
+            "own_total": report.total(),
+            "by_type": [(gpu_types[k], s.gpu_hours, s.weighted_gpu_hours) for (k,), s in by_type.items()],
             "by_user": sorted(
-                ((users[k], hours, weighted) for k, (hours, weighted) in by_user.items()),
+                ((report.users[k], s.gpu_hours, s.weighted_gpu_hours) for (k,), s in by_user.items()),
                 key=lambda item: -item[1],
             ),
         },
     )
 
 
-def _csv(
-    rows: list[UsageRow],
-    borrowed_rows: list[UsageRow],
-    team_slug: str,
-    gpu_types,
-    users,
-    first_day: date,
-    last_day: date,
-) -> HttpResponse:
+def _csv(report: reports.UsageReport, team_slug: str) -> HttpResponse:
+    days = report.days
     response = HttpResponse(content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="usage-{team_slug}-{first_day}-{last_day}.csv"'
-    borrowed = {(r.day, r.team_id, r.user_id, r.gpu_type_id): r.gpu_hours for r in borrowed_rows}
+    response["Content-Disposition"] = f'attachment; filename="usage-{team_slug}-{days.first}-{days.last}.csv"'
     writer = SafeCsvWriter(response)
     writer.writerow(["day", "team", "user", "gpu_type", "gpu_hours", "weighted_gpu_hours", "borrowed_gpu_hours"])
-    for row in rows:
+    for (day, user_id, type_id), sums in report.group("day", "user", "gpu_type").items():
         writer.writerow(
             [
-                row.day.isoformat(),
+                day.isoformat(),
                 team_slug,
-                users[row.user_id].get_username(),
-                gpu_types[row.gpu_type_id].slug,
-                f"{row.gpu_hours:.4f}",
-                f"{row.weighted_gpu_hours:.4f}",
-                f"{borrowed.get((row.day, row.team_id, row.user_id, row.gpu_type_id), 0.0):.4f}",
+                report.users[user_id].get_username(),
+                report.gpu_types[type_id].slug,
+                f"{sums.gpu_hours:.4f}",
+                f"{sums.weighted_gpu_hours:.4f}",
+                f"{sums.borrowed_gpu_hours:.4f}",
             ]
         )
     return response

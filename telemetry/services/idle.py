@@ -146,7 +146,8 @@ def _check_one(workload: Workload, policy: IdlePolicy, warning: IdleWarning | No
 
 
 def _stop(workload: Workload, policy: IdlePolicy, facts: IdleFacts, now: datetime) -> bool:
-    assert facts.idle_since is not None
+    if facts.idle_since is None:
+        raise ValueError("only a service found idle is stopped for it")
     message = (
         f"Stopped after {_hours(now - facts.idle_since)} below {policy.threshold_percent} % GPU utilization "
         f"(team {workload.team.name}'s idle-service policy)."

@@ -46,4 +46,4 @@ def test_an_agent_report_the_database_could_not_store_is_a_400(client, world, mu
     mutate(body)
     response = post(client, json.dumps(body), token)
     assert response.status_code == 400
-    assert response.json()["field"] == field
+    assert list(response.json()["error"]["fields"]) == [field]

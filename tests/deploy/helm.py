@@ -1,61 +1,16 @@
-"""Rendering the chart with Helm's own Go code (Helm v4 SDK, from the helm-python-sdk wheel).
-
-No registry we reach ships a helm binary; helm-python-sdk ships Helm's SDK compiled into a C library and
-binds it with ctypes. Chart.render is `helm template`; Config.install is `helm install`.
-"""
+"""The Helm chart as the tests see it: rendering lives in devtools/chart.py (shared with `make lint`'s
+manifest scan); here are the tests' helpers around it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import helm_python
-import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CHART_DIR = REPO_ROOT / "helm"
-CI_VALUES = sorted((CHART_DIR / "ci").glob("*.yaml"))
-HOOK_ANNOTATION = "helm.sh/hook"
+from devtools.chart import CHART_DIR, CI_VALUES, HOOK_ANNOTATION, REPO_ROOT, Manifest, load_values, render
 
-
-@dataclass(frozen=True)
-class Manifest:
-    """One object of a rendered chart, with the template that made it."""
-
-    template: str
-    obj: dict[str, Any]
-
-    @property
-    def kind(self) -> str:
-        return self.obj["kind"]
-
-    @property
-    def name(self) -> str:
-        return self.obj["metadata"]["name"]
-
-    @property
-    def hooks(self) -> list[str]:
-        annotations = self.obj["metadata"].get("annotations") or {}
-        return [h for h in annotations.get(HOOK_ANNOTATION, "").split(",") if h]
-
-
-def load_values(path: Path) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text()) or {}
-
-
-def render(values: dict[str, Any] | None = None, *, release: str = "gp", namespace: str = "portal") -> list[Manifest]:
-    """`helm template` of the chart: every object of every template, hooks included."""
-    with helm_python.Chart.load(CHART_DIR) as chart:
-        rendered = chart.render(values or {}, name=release, namespace=namespace, is_install=True)
-    manifests = []
-    for template, text in sorted(rendered.items()):
-        if template.endswith("NOTES.txt"):
-            continue
-        for doc in yaml.safe_load_all(text):
-            if doc:
-                manifests.append(Manifest(template, doc))
-    return manifests
+__all__ = ["CHART_DIR", "CI_VALUES", "HOOK_ANNOTATION", "REPO_ROOT", "Manifest", "find", "load_values", "render",
+           "render_error"]  # fmt: skip
 
 
 def find(manifests: list[Manifest], kind: str, name: str) -> dict[str, Any]:

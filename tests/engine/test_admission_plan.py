@@ -1,4 +1,5 @@
-"""Admission order: priority, then FIFO, best-effort; never beyond the free GPUs (pure)."""
+"""Admission order: priority, then FIFO, best-effort; never beyond the free GPUs; what a pass reads
+and how it hands its creates over (pure)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs.services.admission import plan_admission
+from jobs.services.sharing_plan import Held, TeamQuota, Waiting, plan
 
 
 def test_fifo_until_full():
@@ -33,3 +35,53 @@ def test_never_over_admits_and_respects_order(sizes, free):
             remaining -= size
         else:
             assert size > remaining
+
+
+# --- what an admission pass reads: own-quota holdings as sums, borrowed ones one by one -------------
+teams_strategy = st.lists(
+    st.tuples(st.integers(0, 8), st.integers(0, 4), st.none() | st.integers(0, 8), st.none() | st.integers(1, 6)),
+    min_size=1,
+    max_size=4,
+)
+held_strategy = st.lists(
+    st.tuples(st.integers(0, 3), st.integers(1, 3), st.integers(1, 4), st.booleans(), st.integers(0, 2)),
+    max_size=12,
+)
+queue_strategy = st.lists(
+    st.tuples(st.integers(0, 3), st.integers(1, 3), st.integers(1, 6), st.integers(0, 2)), max_size=15
+)
+
+
+def _summed(held: list[Held]) -> list[Held]:
+    """As admission._held_by_group reads them: own-quota workloads summed per team and owner."""
+    sums: dict[tuple[int, int], int] = {}
+    for h in held:
+        if not h.borrowed:
+            sums[(h.team_id, h.user_id)] = sums.get((h.team_id, h.user_id), 0) + h.gpus
+    stand_ins = [Held(id=-n, team_id=t, gpus=g, user_id=u) for n, ((t, u), g) in enumerate(sums.items(), start=1)]
+    return stand_ins + [h for h in held if h.borrowed]
+
+
+@given(teams_strategy, held_strategy, queue_strategy)
+def test_a_plan_from_summed_holdings_is_the_plan_from_every_workload(team_rows, held_rows, queue_rows):
+    """The pass reads what teams hold as sums (its cost must not grow with everything they run); the
+    plan it makes must be the one the workloads one by one would give: same admitted, borrowed,
+    preempted and waiting reasons. Fails if a sharing rule starts looking at own-quota workloads singly."""
+    teams = {
+        i: TeamQuota(team_id=i, quota=q, borrowing_limit=b, lending_limit=lend, user_max_gpus=cap)
+        for i, (q, b, lend, cap) in enumerate(team_rows)
+    }
+    held = [
+        Held(id=1000 + n, team_id=t % len(teams), user_id=u, gpus=g, borrowed=b, priority=p, order=float(n))
+        for n, (t, u, g, b, p) in enumerate(held_rows)
+    ]
+    queue = [
+        Waiting(id=n, team_id=t % len(teams), user_id=u, gpus=g, priority=p)
+        for n, (t, u, g, p) in enumerate(queue_rows)
+    ]
+    one_by_one = plan(teams, held, queue)
+    summed = plan(teams, _summed(held), queue)
+    assert summed.admit == one_by_one.admit
+    assert summed.borrowed == one_by_one.borrowed
+    assert summed.preempt == one_by_one.preempt
+    assert summed.waiting == one_by_one.waiting

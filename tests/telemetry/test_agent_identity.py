@@ -62,14 +62,14 @@ def test_a_process_counts_only_for_a_workload_on_the_reporting_node(client, peop
 def test_a_report_with_more_gpus_than_a_node_has_is_refused(client, people, agent_token, settings):
     response = post(client, make_report(gpus=settings.TELEMETRY_MAX_GPUS_PER_REPORT + 1), agent_token)
     assert response.status_code == 400
-    assert response.json()["field"] == "gpus"
+    assert list(response.json()["error"]["fields"]) == ["gpus"]
     assert not GpuState.objects.exists()
 
 
 def test_a_report_from_the_future_is_refused(client, people, agent_token):
     response = post(client, make_report(at=datetime.now(UTC) + timedelta(hours=2)), agent_token)
     assert response.status_code == 400
-    assert response.json()["field"] == "timestamp"
+    assert list(response.json()["error"]["fields"]) == ["timestamp"]
 
 
 def test_the_idle_policy_ignores_readings_from_a_node_the_service_does_not_run_on(people):

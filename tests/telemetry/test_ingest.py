@@ -192,14 +192,16 @@ def test_a_bad_report_is_400_naming_the_field(client, people, agent_token, mutat
     mutate(body)
     response = post(client, body, agent_token)
     assert response.status_code == 400
-    assert response.json()["field"] == field
-    assert response.json()["error"].startswith(field + ":")
+    assert list(response.json()["error"]["fields"]) == [field]
+    assert response.json()["error"]["message"].startswith(field + ":")
     assert not GpuState.objects.exists()
 
 
 def test_not_json_and_not_an_object_are_400(client, people, agent_token):
-    assert post(client, b"{not json", agent_token).json() == {"error": "body: not JSON", "field": "body"}
-    assert post(client, "[1, 2]", agent_token).json()["field"] == "report"
+    assert post(client, b"{not json", agent_token).json() == {
+        "error": {"status": 400, "code": "invalid", "message": "body: not JSON", "fields": {"body": ["body: not JSON"]}}
+    }
+    assert list(post(client, "[1, 2]", agent_token).json()["error"]["fields"]) == ["report"]
 
 
 def test_a_huge_body_is_413(client, people, agent_token, settings):
@@ -208,7 +210,7 @@ def test_a_huge_body_is_413(client, people, agent_token, settings):
     body["padding"] = "x" * 5000  # unknown fields are allowed; size is not
     response = post(client, body, agent_token)
     assert response.status_code == 413
-    assert response.json()["field"] == "body"
+    assert response.json()["error"]["code"] == "too_large"
 
 
 def test_only_post_is_allowed(client, agent_token):

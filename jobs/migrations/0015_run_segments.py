@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0012_root_and_scratch'),
+        ('jobs', '0014_log_follow_slots'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

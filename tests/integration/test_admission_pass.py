@@ -1,0 +1,118 @@
+"""One admission pass over every cohort and GPU type (`admit_all`) on PostgreSQL: it decides what the
+plan decides for each cohort and type from every workload one by one, in one transaction, and writes
+the admitted and their timeline rows in bulk. No cluster: nothing here reaches Kubernetes."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from jobs.models import Cohort, GpuType, Membership, Quota, State, Team, Workload, WorkloadEvent
+from jobs.services import sharing_plan
+from jobs.services.admission import admit_all, gather_cohort_facts
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def world():
+    """A cohort of three teams (A queues nothing: it lends), two teams alone (one ordering by fair share,
+    one out of budget), two GPU types, work running (some of it borrowed) and a queue of 120."""
+    rng = random.Random(16)
+    users = [get_user_model().objects.create_user(f"pass-{i}") for i in range(4)]
+    types = [
+        GpuType.objects.create(slug=f"pass-{i}", display_name=f"Pass {i}", node_label_value=f"pass-{i}")
+        for i in range(2)
+    ]
+    lab = Cohort.objects.create(name="Pass lab")
+    teams = [
+        Team.objects.create(slug="pass-a", name="Pass A", cohort=lab),
+        Team.objects.create(slug="pass-b", name="Pass B", cohort=lab),
+        Team.objects.create(slug="pass-c", name="Pass C", cohort=lab, monthly_gpu_hour_budget=1000),
+        Team.objects.create(slug="pass-d", name="Pass D", fair_share=True),
+        Team.objects.create(slug="pass-e", name="Pass E", monthly_gpu_hour_budget=0),  # spent
+    ]
+    Membership.objects.bulk_create(Membership(team=t, user=u) for t in teams for u in users)
+    for t in teams:
+        for g in types:
+            Quota.objects.create(
+                team=t, gpu_type=g, max_gpus=8 if t is teams[0] else rng.choice([2, 4]),
+                borrowing_limit=3 if t.cohort_id else 0, lending_limit=None if t is teams[0] else rng.choice([None, 1]),
+            )  # fmt: skip
+    now = timezone.now()
+    for t in teams:
+        for g in types:
+            for i in range(rng.randint(0, 3)):
+                Workload.objects.create(
+                    team=t, owner=users[i % 4], name="running", kind="batch", image="ubuntu", gpu_type=g,
+                    gpu_count=1, time_limit_seconds=3600, state=State.RUNNING,
+                    borrowed=bool(t.cohort_id) and i == 2, admitted_at=now - timedelta(minutes=10 - i),
+                    started_at=now - timedelta(minutes=9 - i),
+                )  # fmt: skip
+    queued = [
+        Workload.objects.create(
+            team=teams[1 + i % 4], owner=users[rng.randrange(4)], name=f"q{i}", kind="batch", image="ubuntu",
+            gpu_type=types[rng.randrange(2)], gpu_count=rng.choice([1, 1, 2, 4]), time_limit_seconds=3600,
+            priority=rng.choice([0, 0, 5]), created_at=now - timedelta(seconds=200 - i),
+        )
+        for i in range(120)
+    ]  # fmt: skip
+    return {"teams": teams, "types": types, "queued": queued}
+
+
+def expected_plans(world) -> sharing_plan.Plan:
+    """Each cohort (or lone team) and type planned from every held workload one by one (the facts the
+    estimates read), the spent team's queue left out."""
+    teams, types = world["teams"], world["types"]
+    groups = [teams[:3], [teams[3]], [teams[4]]]
+    spent = {teams[4].id}
+    total = sharing_plan.Plan()
+    for group in groups:
+        for g in types:
+            quotas = list(Quota.objects.filter(team__in=group, gpu_type=g).select_related("team").order_by("id"))
+            facts = gather_cohort_facts(quotas, g.id, skip_teams=spent)
+            result = sharing_plan.plan(facts.teams, facts.held, facts.queued)
+            total.admit.extend(result.admit)
+            total.borrowed |= result.borrowed
+            total.preempt.update(result.preempt)
+    return total
+
+
+def test_admit_all_decides_what_each_cohort_s_plan_decides(world):
+    expected = expected_plans(world)
+    assert len(expected.admit) >= 10  # the pass has something to do
+    assert expected.borrowed  # and some of it borrows from the cohort
+
+    before = {q.id: held(q) for q in Quota.objects.all()}
+    admitted = admit_all()
+
+    assert admitted == len(expected.admit)
+    submitting = dict(Workload.objects.filter(state=State.SUBMITTING).values_list("id", "borrowed"))
+    assert set(submitting) == set(expected.admit)
+    assert {i for i, borrowed in submitting.items() if borrowed} == expected.borrowed
+    # One timeline row each, written with the move.
+    events = WorkloadEvent.objects.filter(workload_id__in=expected.admit, to_state=State.SUBMITTING)
+    assert sorted(events.values_list("workload_id", flat=True)) == sorted(expected.admit)
+    # The spent team's queue waits; nobody holds more than its quota and borrowing limit.
+    assert not Workload.objects.filter(team=world["teams"][4], state=State.SUBMITTING).exists()
+    for quota in Quota.objects.all():
+        if held(quota) > before[quota.id]:
+            assert held(quota) <= quota.max_gpus + quota.borrowing_limit
+
+
+def held(quota: Quota) -> int:
+    return sum(
+        Workload.objects.filter(
+            team_id=quota.team_id, gpu_type_id=quota.gpu_type_id, state__in=State.holding()
+        ).values_list("gpu_count", flat=True)
+    )
+
+
+def test_a_second_pass_admits_nothing_more(world):
+    first = admit_all()
+    assert first > 0
+    assert admit_all() == 0

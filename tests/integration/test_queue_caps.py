@@ -1,0 +1,117 @@
+"""The queue caps are hard: many submissions racing at a cap on PostgreSQL admit exactly the cap.
+
+Each test fires 30 threads at once (a barrier), each its own database connection, through the intake
+service. The team's only GPU is held by a running workload, so everything new stays QUEUED and counts
+against the caps. Without the locks in `jobs.services.limits.queue_slot_take`, several threads count the
+same number and all pass.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.utils import timezone
+
+from jobs.models import AllowedRegistry, GpuNode, GpuType, Membership, Quota, State, Team, Workload
+from jobs.services.intake import workload_submit
+from jobs.services.validation import SubmissionInvalid
+
+pytestmark = pytest.mark.django_db(transaction=True)
+THREADS = 30
+
+
+def node_present(gpu_type: GpuType) -> None:
+    """Re-asserted before each submission: the suite's engine's inventory sync deletes made-up nodes."""
+    GpuNode.objects.update_or_create(
+        name="caps-n1",
+        defaults={
+            "gpu_type": gpu_type, "gpus_capacity": 4, "gpus_allocatable": 4, "ready": True,
+            "last_seen_at": timezone.now(),
+        },
+    )  # fmt: skip
+
+
+@pytest.fixture
+def crowd():
+    users = get_user_model().objects
+    p100 = GpuType.objects.create(slug="p100", display_name="Tesla P100", node_label_value="p100")
+    AllowedRegistry.objects.create(host="docker.io")
+    team = Team.objects.create(name="Alpha", slug="alpha")
+    Quota.objects.create(team=team, gpu_type=p100, max_gpus=1)
+    members = [users.create_user(f"m{i}") for i in range(3)]
+    for member in members:
+        Membership.objects.create(user=member, team=team)
+    Workload.objects.create(
+        team=team, owner=members[0], name="holder", kind="batch", image="docker.io/x:1", gpu_type=p100,
+        gpu_count=1, time_limit_seconds=3600, state=State.RUNNING, started_at=timezone.now(),
+    )  # fmt: skip
+    return {"team": team, "members": members, "p100": p100}
+
+
+def race(team: Team, submitters: list) -> tuple[list[Workload], list[SubmissionInvalid]]:
+    """Submit once per entry of `submitters`, all threads released together."""
+    barrier = threading.Barrier(len(submitters))
+    stored: list[Workload] = []
+    refused: list[SubmissionInvalid] = []
+    errors: list[BaseException] = []
+
+    def one(user) -> None:
+        try:
+            node_present(GpuType.objects.get(slug="p100"))
+            barrier.wait()
+            spec = {"name": "train", "image": "docker.io/library/python:3.12", "gpu_type": "p100", "gpu_count": 1}
+            stored.append(workload_submit(team=team, owner=user, spec=spec))
+        except SubmissionInvalid as exc:
+            refused.append(exc)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=one, args=(user,)) for user in submitters]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    return stored, refused
+
+
+def waiting(**filters) -> int:
+    return Workload.objects.filter(state=State.QUEUED, **filters).count()
+
+
+def test_one_person_at_the_site_cap_gets_exactly_the_cap(crowd, settings):
+    settings.PORTAL_MAX_QUEUED_PER_USER = 5
+    ann = crowd["members"][1]
+    stored, refused = race(crowd["team"], [ann] * THREADS)
+    assert len(stored) == 5
+    assert waiting(owner=ann) == 5
+    assert len(refused) == THREADS - 5
+    assert all("at most 5" in exc.errors["queue"][0] for exc in refused)
+
+
+def test_a_team_at_its_site_cap_gets_exactly_the_cap(crowd, settings):
+    settings.PORTAL_MAX_QUEUED_PER_TEAM = 7
+    members = crowd["members"]
+    stored, refused = race(crowd["team"], [members[i % 3] for i in range(THREADS)])
+    assert len(stored) == 7
+    assert waiting(team=crowd["team"]) == 7
+    assert all("at most 7" in exc.errors["queue"][0] for exc in refused)
+    assert len(refused) == THREADS - 7
+
+
+def test_a_member_at_the_teams_cap_gets_exactly_the_cap(crowd):
+    team = crowd["team"]
+    Team.objects.filter(id=team.id).update(user_max_queued=4)
+    team.refresh_from_db()
+    ann, bob = crowd["members"][1], crowd["members"][2]
+    stored, refused = race(team, [ann] * 20 + [bob] * 10)
+    assert waiting(owner=ann) == 4
+    assert waiting(owner=bob) == 4
+    assert len(stored) == 8
+    assert len(refused) == THREADS - 8
+    assert all("4 per member" in exc.errors["team"][0] for exc in refused)
