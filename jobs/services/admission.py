@@ -199,7 +199,7 @@ def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requ
         # Borrowed marks that no longer hold, and borrowed work beyond lowered limits (jobs.services.sharing).
         for key, group_quotas in groups.items():
             if held.get(key):
-                held[key] = settle_running(_team_quotas(group_quotas), held[key], at=timezone.now())
+                held[key] = settle_running(_team_quotas(group_quotas), held[key], gpu_type_id=key[1], at=timezone.now())
         queue = _queued_by_group(members, types, cohort_of, skip_teams=_budgets_spent(q.team for q in quotas))
         if not queue:
             return []

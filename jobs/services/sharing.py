@@ -16,7 +16,7 @@ from datetime import datetime
 
 from django.db import transaction
 
-from jobs.models import Quota, Team, Workload, WorkloadEvent
+from jobs.models import Quota, State, Team, Workload, WorkloadEvent
 from jobs.services import sharing_plan
 from jobs.services.preemption import close_segment, preempt
 from jobs.services.sharing_plan import Held
@@ -67,15 +67,23 @@ def team_sharing_update(
         sharing_changed([team.id])
 
 
-def settle_running(teams: Mapping[int, sharing_plan.TeamQuota], held: list[Held], *, at: datetime) -> list[Held]:
+def settle_running(
+    teams: Mapping[int, sharing_plan.TeamQuota], held: list[Held], *, gpu_type_id: int, at: datetime
+) -> list[Held]:
     """Under the cohort's quota locks: flip borrowed marks that no longer hold and preempt borrowed work
     beyond lowered limits. Returns what holds GPUs afterwards, as the admission plan should see it.
+
+    `held` may sum a team's own workloads into stand-ins (negative ids, as the bulk admission pass
+    reads them); where a lowered quota no longer covers them they are read one by one.
 
     A team alone (no cohort) never borrows: only a mark left over from a cohort it left is cleared, and
     a lowered quota lets its running work finish (its quota is a wall for new work only)."""
     settled = sharing_plan.settle(teams, held)
     if len(teams) == 1 and not any(t.borrowing_limit for t in teams.values()):
         settled = sharing_plan.Settled(now_own=settled.now_own)
+    elif any(i < 0 for i in settled.now_borrowed):
+        held = _own_one_by_one(held, gpu_type_id)
+        settled = sharing_plan.settle(teams, held)
     if not (settled.now_own or settled.now_borrowed or settled.preempt):
         return held
     _flip_marks(settled.now_own, borrowed=False, at=at)
@@ -85,6 +93,25 @@ def settle_running(teams: Mapping[int, sharing_plan.TeamQuota], held: list[Held]
         preempt(victim_id, at=at, because=_beyond_limits(names[team_id], teams[team_id]))
     flipped = settled.now_own | settled.now_borrowed
     return [replace(h, borrowed=not h.borrowed) if h.id in flipped else h for h in held if h.id not in settled.preempt]
+
+
+def _own_one_by_one(held: list[Held], gpu_type_id: int) -> list[Held]:
+    """`held` with each team's summed own workloads (stand-ins) replaced by the workloads themselves."""
+    teams = {h.team_id for h in held if h.id < 0}
+    own = [
+        Held(
+            id=w_id,
+            team_id=team_id,
+            gpus=gpus,
+            user_id=owner_id,
+            priority=priority,
+            order=(admitted or created).timestamp(),
+        )
+        for w_id, team_id, gpus, owner_id, priority, admitted, created in Workload.objects.filter(
+            team_id__in=teams, gpu_type_id=gpu_type_id, state__in=State.holding(), borrowed=False
+        ).values_list("id", "team_id", "gpu_count", "owner_id", "priority", "admitted_at", "created_at")
+    ]
+    return [h for h in held if h.id >= 0] + own
 
 
 def _beyond_limits(team_name: str, quota: sharing_plan.TeamQuota) -> str:
