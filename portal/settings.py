@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from portal.env import (
     ConfigError,
@@ -440,6 +441,24 @@ PROXY_ENDPOINT_CACHE_SECONDS = env_int("PROXY_ENDPOINT_CACHE_SECONDS", 5, minimu
 PROXY_ACTIVITY_WRITE_SECONDS = env_int("PROXY_ACTIVITY_WRITE_SECONDS", 60, minimum=1)
 PROXY_STARTING_REFRESH_SECONDS = env_int("PROXY_STARTING_REFRESH_SECONDS", 3, minimum=1)
 PROXY_WS_MAX_MESSAGE_BYTES = env_int("PROXY_WS_MAX_MESSAGE_BYTES", 64 * 1024 * 1024, minimum=1024)
+# Serve the services from an origin of their own (recommended in production; SECURITY.md): e.g.
+# `https://apps.example.org`, or `https://{uid}.apps.example.org` for one origin per service (wildcard DNS
+# and certificate). Open links then go through the portal, which hands the signed-in person over to the
+# proxy with a single-use ticket; the proxy keeps its own cookie there, and the portal's session cookie
+# never reaches the apps' origin. Empty: /w/ is on the portal's own origin (simplest; `make run`).
+PROXY_ORIGIN = env_str("PROXY_ORIGIN", "").rstrip("/")
+PROXY_TICKET_SECONDS = env_int("PROXY_TICKET_SECONDS", 60, minimum=5, maximum=600)  # a handoff ticket's life
+PROXY_APP_COOKIE_NAME = "gpuportal_open"  # the proxy's own sign-in on the apps' origin, one per service path
+PROXY_APP_COOKIE_SECONDS = env_int("PROXY_APP_COOKIE_SECONDS", 12 * 3600, minimum=60)
+if PROXY_ORIGIN:
+    _apps, _portal = urlsplit(PROXY_ORIGIN.replace("{uid}", "uid")), urlsplit(SITE_URL)
+    if _apps.scheme not in ("http", "https") or not _apps.hostname or _apps.path or _apps.query:
+        raise ConfigError(
+            f"PROXY_ORIGIN must be a scheme and host such as https://apps.example.org, not {PROXY_ORIGIN!r}"
+        )
+    if _apps.hostname == _portal.hostname:
+        # Cookies are shared across ports: the same host name would hand the portal's session to the apps.
+        raise ConfigError("PROXY_ORIGIN must use another host name than SITE_URL (a different port is not enough)")
 # Where no ingress routes /w/ (`make run`, docker compose on one box): where the proxy sends every request
 # outside /w/ (the web), so one origin serves the portal and its services. Empty behind an ingress.
 PROXY_PORTAL_UPSTREAM = env_str("PROXY_PORTAL_UPSTREAM", "")

@@ -125,6 +125,7 @@ DEBUG: {{ ternary "1" "0" $cfg.debug | quote }}
 ALLOWED_HOSTS: {{ include "gpuportal.allowedHosts" . | quote }}
 CSRF_TRUSTED_ORIGINS: {{ include "gpuportal.csrfTrustedOrigins" . | quote }}
 SITE_URL: {{ include "gpuportal.siteUrl" . | quote }}
+PROXY_ORIGIN: {{ .Values.proxy.origin | quote }}
 LOG_LEVEL: {{ $cfg.logLevel | quote }}
 TIME_ZONE: {{ $cfg.timeZone | quote }}
 SECURE_COOKIES: {{ ternary "1" "0" $cfg.secureCookies | quote }}

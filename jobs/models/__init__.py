@@ -5,6 +5,7 @@ from __future__ import annotations
 from jobs.models.audit import QuotaChange
 from jobs.models.catalog import AllowedRegistry, CatalogImage, GpuNode, GpuType
 from jobs.models.datasets import Dataset
+from jobs.models.opening import RedeemedTicket
 from jobs.models.secrets import TeamSecret
 from jobs.models.sharing import Cohort
 from jobs.models.streams import LogFollowSlot
@@ -26,6 +27,7 @@ __all__ = [
     "Membership",
     "Quota",
     "QuotaChange",
+    "RedeemedTicket",
     "Role",
     "RolledUpDay",
     "RunSegment",

@@ -62,12 +62,17 @@ def facts_from(snapshot: intake_facts.Snapshot, *, team: Team, user) -> Facts:
     )
 
 
-def workload_submit(*, team: Team, owner, spec: Mapping[str, Any], facts: Facts | None = None) -> Workload:
+def workload_submit(
+    *, team: Team, owner, spec: Mapping[str, Any], facts: Facts | None = None, admit_in_line: bool = True
+) -> Workload:
     """Validate and store a submission as QUEUED, then trigger admission.
 
     `facts`: what gather_facts(team=team, user=owner) returned in this request, when the caller needed
-    them already (the launch page shows them); looked up here otherwise. Raises SubmissionInvalid
-    (errors by field) and stores nothing when any rule is broken.
+    them already (the launch page shows them); looked up here otherwise. `admit_in_line`: admit right
+    after the commit, in this process (the launch page then shows the outcome); False asks a worker for
+    a coalesced pass instead, for callers whose answer cannot show the outcome anyway (the REST create
+    renders its response inside its own transaction, before any admission could run) and should not
+    wait for it. Raises SubmissionInvalid (errors by field) and stores nothing when any rule is broken.
     """
     if facts is None:
         snapshot = intake_facts.snapshot(team=team, user=owner)  # one query when no fact has changed
@@ -91,7 +96,6 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any], facts: Facts 
     else:
         gpu_type_id, gpu_type_name = GpuType.objects.values_list("id", "display_name").get(slug=clean.gpu_type)
     with transaction.atomic():
-        queue_slot_take(team=team, owner=owner)  # locked until commit: the caps are hard
         workload = create_with_fresh_uid(
             team=team,
             owner=owner,
@@ -124,7 +128,11 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any], facts: Facts 
             reason="Submitted",
             message=f"Submitted by {owner.get_username()}: {clean.gpu_count} × {gpu_type_name}.",
         )
-        transaction.on_commit(lambda: admit_now(team_id=team.id, gpu_type_id=gpu_type_id))
+        queue_slot_take(team=team, owner=owner, stored=workload)  # locked until commit: the caps are hard
+        if admit_in_line:
+            transaction.on_commit(lambda: admit_now(team_id=team.id, gpu_type_id=gpu_type_id))
+        else:
+            request_admission(team_id=team.id, gpu_type_id=gpu_type_id)  # sent on commit
     if not transaction.get_connection().in_atomic_block:
         workload.refresh_from_db()  # admission has run: say whether it was admitted or queued
     return workload

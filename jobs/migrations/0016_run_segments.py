@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0014_log_follow_slots'),
+        ('jobs', '0015_redeemed_ticket'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
