@@ -20,10 +20,11 @@ from kubernetes.client.exceptions import ApiException
 
 from jobs.kube import client as kube
 from jobs.kube import names, objects
-from jobs.models import AllowedRegistry, State, Team, Workload
+from jobs.models import AllowedRegistry, SecretState, State, Team, TeamSecret, Workload
 from jobs.services import opening, workspaces
 from jobs.services.transitions import transition
 from jobs.services.validation import parse_image_reference
+from portal import sealing
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,21 @@ _ready: set[tuple[str, str]] = set()  # (team namespace, resource) this process 
 
 class SubmitRejected(Exception):
     """Kubernetes refused the objects for a reason retrying will not fix."""
+
+    reason = "SubmitRejected"
+
+
+class SecretUnavailable(SubmitRejected):
+    """A secret the workload names was deleted, or the engine could not write it: it must not run without."""
+
+    reason = "SecretUnavailable"
+
+
+class SecretPending(Exception):
+    """A secret the workload names is not written yet (just stored or replaced): the submit task retries."""
+
+
+SECRET_WAIT_INLINE_SECONDS = 3.0
 
 
 def spec_for(workload: Workload) -> objects.WorkloadSpec:
@@ -120,12 +136,26 @@ def namespace_ensure(team: Team, *, force: bool = False) -> str:
     return namespace
 
 
-def pull_secrets_ensure(namespace: str) -> None:
-    """Every private registry's image pull Secret exists (and is current) in the namespace."""
+def pull_secrets_ensure(namespace: str, needed: tuple[str, ...] = ()) -> None:
+    """Every private registry's image pull Secret exists (and is current) in the namespace.
+
+    The passwords are sealed to this engine's key (admin sealed them): opened here, in the worker, and
+    nowhere else. One this engine cannot open fails the workload that `needed` it, saying so; the others
+    are skipped with an error in the log."""
     core = kube.core()
-    for registry in AllowedRegistry.objects.exclude(pull_username="").exclude(pull_password=""):
+    for registry in AllowedRegistry.objects.exclude(pull_username="").exclude(pull_password_sealed=""):
+        try:
+            password = sealing.unseal(registry.pull_password_sealed)
+        except sealing.SealError as exc:
+            log.error("registry %s: cannot open its pull password: %s", registry.host, exc)
+            if registry.pull_secret_name in needed:
+                raise SubmitRejected(
+                    f"The pull credentials of {registry.host} cannot be opened by the portal's engine ({exc}); "
+                    "an admin must enter the password again."
+                ) from exc
+            continue
         secret = objects.make_pull_secret(namespace=namespace, name=registry.pull_secret_name, registry=registry.host,
-                                          username=registry.pull_username, password=registry.pull_password)  # fmt: skip
+                                          username=registry.pull_username, password=password)  # fmt: skip
         try:
             core.create_namespaced_secret(namespace, secret, _request_timeout=kube.timeout())
         except ApiException as exc:
@@ -141,6 +171,41 @@ def image_pull_secrets(image: str) -> tuple[str, ...]:
         return ()
     registry = AllowedRegistry.objects.filter(host=reference.registry).first()
     return (registry.pull_secret_name,) if registry is not None and registry.pull_secret_name else ()
+
+
+def secrets_written(workload: Workload, refs: tuple[objects.SecretRef, ...]) -> None:
+    """Every secret the workload names holds its latest value in Kubernetes: wait briefly for ones the
+    engine is still writing (raising SecretPending after that, so the task retries); SecretUnavailable
+    for one deleted, refused, or never confirmed within PORTAL_SECRET_WRITE_TIMEOUT. A pod never starts
+    with an older value of a secret its owner just replaced, nor without one."""
+    if not refs:
+        return
+    deadline = time.monotonic() + SECRET_WAIT_INLINE_SECONDS
+    while True:
+        rows = {
+            row.k8s_name: row
+            for row in TeamSecret.objects.filter(team_id=workload.team_id, k8s_name__in=[r.k8s_name for r in refs])
+        }
+        pending = []
+        for ref in refs:
+            row = rows.get(ref.k8s_name)
+            if row is None or row.state == SecretState.DELETING:
+                raise SecretUnavailable(f"The secret {ref.name} was deleted after this was submitted; store it again.")
+            if row.state == SecretState.FAILED:
+                raise SecretUnavailable(f"The secret {ref.name} could not be written: {row.message}")
+            if row.state == SecretState.PENDING:
+                waited = (timezone.now() - row.updated_at).total_seconds()
+                if waited > settings.PORTAL_SECRET_WRITE_TIMEOUT:
+                    raise SecretUnavailable(
+                        f"The secret {ref.name} was not confirmed written within {settings.PORTAL_SECRET_WRITE_TIMEOUT} s; "
+                        "store it again."
+                    )
+                pending.append(ref.name)
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            raise SecretPending(f"Waiting for the engine to write the secret {', '.join(pending)}.")
+        time.sleep(0.1)
 
 
 def forget_namespaces() -> None:
@@ -230,19 +295,23 @@ def workload_create_objects(workload_id: int) -> None:
         return
     spec = spec_for(workload)
     try:
+        secrets_written(workload, spec.secrets)
         group, resource = ("batch", "jobs") if spec.kind == "batch" else ("apps", "deployments")
         namespace_wait_ready(workload.team, group=group, resource=resource)
         workspaces.workspaces_ensure(workload)
         if spec.image_pull_secrets:
-            pull_secrets_ensure(spec.namespace)
+            pull_secrets_ensure(spec.namespace, spec.image_pull_secrets)
         for obj in objects.make_objects(spec):
             _create_or_adopt(obj, spec, workload.team)
     except ApiException as exc:
         message = f"Kubernetes is not accepting it yet ({kube.classify(exc).message}); retrying."
         Workload.objects.filter(id=workload.id, state=State.SUBMITTING).update(message=message[:2000])
         raise
+    except SecretPending as exc:
+        Workload.objects.filter(id=workload.id, state=State.SUBMITTING).update(message=str(exc)[:2000])
+        raise
     except SubmitRejected as exc:
-        transition(workload, State.FAILED, reason="SubmitRejected", message=str(exc), finished_at=None)
+        transition(workload, State.FAILED, reason=exc.reason, message=str(exc), finished_at=None)
         workload_delete_objects(workload)
         return
     moved = transition(

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0015_redeemed_ticket'),
+        ('jobs', '0017_sealed_registry_passwords'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
