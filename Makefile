@@ -11,8 +11,9 @@ PYTEST_ARGS ?=
 # requirements/dev.txt. Re-made only when requirements/checkov.txt changes.
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(shell sha1sum requirements/checkov.txt 2>/dev/null | cut -c1-12)
+AUDIT_STAMP := audit/node_modules/.installed-$(shell sha1sum audit/package-lock.json 2>/dev/null | cut -c1-12)
 
-.PHONY: help venv vendor run test test-fast lint format bench cluster-build cluster-up cluster-down lock clean
+.PHONY: help venv vendor run test test-fast lint format bench audit cluster-build cluster-up cluster-down lock clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -69,10 +70,22 @@ format: venv ## apply ruff's fixes and formatting
 	@$(PY) -m ruff check --fix .
 	@$(PY) -m ruff format .
 
-bench: venv ## benchmarks, printed as `name: value` lines (BENCH="engine ui" runs some; see benchmarks/README.md)
-	@bash devtools/system-deps.sh redis-server postgresql
+bench: venv $(AUDIT_STAMP) ## benchmarks, printed as `name: value` lines (BENCH="engine ui" runs some; see benchmarks/README.md)
+	@bash devtools/system-deps.sh redis-server postgresql chromium
 	@bash localcluster/build.sh >/dev/null
 	@GPUPORTAL_PG_DURABLE=1 $(PY) -m devtools.testenv -- $(PY) -m benchmarks $(BENCH)
+
+audit: venv $(AUDIT_STAMP) ## Lighthouse over every portal page (scores per page; lighthouse_*_min); `make bench` runs it too
+	@bash devtools/system-deps.sh redis-server postgresql chromium
+	@$(PY) -m devtools.testenv -- $(PY) -m benchmarks audit
+
+# Lighthouse (pinned in audit/package-lock.json) has a directory of its own: `make test`'s npm install at
+# the root stays small, and only `make audit` / `make bench` install it.
+$(AUDIT_STAMP): audit/package.json audit/package-lock.json
+	@command -v npm >/dev/null || bash devtools/system-deps.sh npm
+	@echo "[setup] installing Lighthouse into audit/node_modules (pinned in audit/package-lock.json)"
+	@cd audit && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
 
 cluster-build: ## build (once) and cache the Kubernetes control-plane binaries
 	@bash localcluster/build.sh

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -14,7 +15,8 @@ from api.errors import Invalid
 from jobs.models import CatalogImage, Kind, State, Team, Workload, WorkloadEvent
 from jobs.policy import visible_env
 from jobs.services import opening
-from jobs.services.validation import FIELDS as SPEC_FIELDS
+from jobs.services.spec_fields import FIELDS as SPEC_FIELDS
+from jobs.services.spec_fields import field_limits, item_limits, time_limit_limits
 
 
 # --- errors ---------------------------------------------------------------------------------------
@@ -31,8 +33,8 @@ class ErrorSerializer(serializers.Serializer):
 
 # --- workloads ------------------------------------------------------------------------------------
 class EnvVarSerializer(serializers.Serializer):
-    name = serializers.CharField()
-    value = serializers.CharField(allow_blank=True)
+    name = serializers.CharField(**field_limits("env.name"))
+    value = serializers.CharField(allow_blank=True, **field_limits("env.value"))
 
 
 class EnvVarShownSerializer(serializers.Serializer):
@@ -144,31 +146,56 @@ def _when(value: datetime | None) -> str | None:
 
 
 class WorkloadCreateSerializer(serializers.Serializer):
-    """A submission. Unknown fields are refused; only `gpu_type` and an image are required."""
+    """A submission. Unknown fields are refused; only `gpu_type` and an image are required.
+
+    Its limits are jobs.services.spec_fields' (the launch form reads the same); the rules beyond them
+    are jobs.services.validation's."""
 
     team = serializers.CharField(required=False, help_text="Team slug; may be left out if you are in one team.")
-    name = serializers.CharField(required=False, max_length=40, help_text="DNS label; made from the image if empty.")
-    kind = serializers.ChoiceField(choices=Kind.choices, required=False, default=Kind.BATCH)
-    image = serializers.CharField(required=False, max_length=255, help_text="Custom image reference.")
+    name = serializers.CharField(
+        required=False, **field_limits("name"), help_text="DNS label; made from the image if empty."
+    )
+    kind = serializers.ChoiceField(required=False, default=Kind.BATCH, **field_limits("kind"))
+    image = serializers.CharField(required=False, **field_limits("image"), help_text="Custom image reference.")
     catalog_image = serializers.IntegerField(required=False, allow_null=True, help_text="Catalog image id.")
     gpu_type = serializers.CharField(help_text="GPU type slug, e.g. p100.")
-    gpu_count = serializers.IntegerField(required=False, default=1, min_value=1)
-    command = serializers.ListField(child=serializers.CharField(allow_blank=True), required=False)
-    args = serializers.ListField(child=serializers.CharField(allow_blank=True), required=False)
-    env = EnvVarSerializer(many=True, required=False)
-    secrets = SecretRefSerializer(many=True, required=False)
+    gpu_count = serializers.IntegerField(required=False, default=1, **field_limits("gpu_count"))
+    command = serializers.ListField(
+        child=serializers.CharField(allow_blank=True, **item_limits("command")),
+        required=False,
+        **field_limits("command"),
+    )
+    args = serializers.ListField(
+        child=serializers.CharField(allow_blank=True, **item_limits("args")), required=False, **field_limits("args")
+    )
+    env = EnvVarSerializer(many=True, required=False, **field_limits("env"))
+    secrets = SecretRefSerializer(many=True, required=False, **field_limits("secrets"))
     cpu_millicores = serializers.IntegerField(
-        required=False, allow_null=True, help_text="CPU for the pod, above the type's default up to its limit."
+        required=False,
+        allow_null=True,
+        **field_limits("cpu_millicores"),
+        help_text="CPU for the pod, above the type's default up to its limit.",
     )
     memory_mib = serializers.IntegerField(
-        required=False, allow_null=True, help_text="Memory (MiB) for the pod, above the default up to the limit."
+        required=False,
+        allow_null=True,
+        **field_limits("memory_mib"),
+        help_text="Memory (MiB) for the pod, above the default up to the limit.",
     )
     datasets = serializers.ListField(
-        child=serializers.CharField(), required=False, help_text="Datasets to mount read-only at /datasets/<name>."
+        child=serializers.CharField(),
+        required=False,
+        **field_limits("datasets"),
+        help_text="Datasets to mount read-only at /datasets/<name>.",
     )
-    port = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=65535)
-    time_limit_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1)
-    priority = serializers.IntegerField(required=False, default=0, min_value=-100, max_value=100)
+    port = serializers.IntegerField(required=False, allow_null=True, **field_limits("port"))
+    time_limit_seconds = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        **time_limit_limits(settings.PORTAL_MIN_TIME_LIMIT, settings.PORTAL_MAX_TIME_LIMIT).kwargs(),
+        help_text="Empty: the portal's default for the kind.",
+    )
+    priority = serializers.IntegerField(required=False, default=0, **field_limits("priority"))
     restartable = serializers.BooleanField(
         required=False,
         default=False,

@@ -195,9 +195,9 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         return {**super().get_serializer_context(), "now": timezone.now()}
 
     def _render(self, workload: Workload) -> dict:
-        fresh = with_queue_position(
-            access.visible_workloads(self.request.user).select_related("team", "owner", "gpu_type")
-        ).get(id=workload.id)
+        # The caller found the workload through the caller's visibility (or just created it): one read
+        # with its queue position, no second check.
+        fresh = with_queue_position(Workload.objects.select_related("team", "owner", "gpu_type")).get(id=workload.id)
         return self.get_serializer(fresh).data
 
     @extend_schema(
@@ -222,7 +222,10 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         key = request.headers.get("Idempotency-Key")
 
         def perform() -> tuple[int, dict]:
-            workload = workload_submit(team=team, owner=request.user, spec=spec)
+            # With a key, the response is rendered inside the record's transaction, before an admission
+            # after the commit could show in it: a worker admits (coalesced with concurrent submissions)
+            # and the request does not wait for it. Without one, the answer says whether it was admitted.
+            workload = workload_submit(team=team, owner=request.user, spec=spec, admit_in_line=key is None)
             return status.HTTP_201_CREATED, self._render(workload)
 
         if key is None:

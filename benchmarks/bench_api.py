@@ -11,14 +11,22 @@ Lines printed:
   api_list_queries_per_page    SQL queries for one page of queued workloads (page 1); a page without
                                queued ones needs one fewer. Independent of page size and table size.
   api_submit_p95_ms            POST /api/v1/workloads/ with an Idempotency-Key, 20 client threads at once,
-                               each submitting in a loop (validation, admission request, stored response)
+                               each submitting in a loop (validation, admission request, stored response),
+                               over HTTP to the portal under gunicorn run as the chart runs it (3 workers,
+                               gthread, 8 threads each), on its own processes beside this one
   api_submit_per_s             submissions per second over that run
+  api_submit_in_process_p95_ms the same 20 clients through Django's test client in this process (one GIL
+                               for clients and server alike: no deployment runs like this)
 """
 
 from __future__ import annotations
 
+import os
 import random
+import socket
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -26,7 +34,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-WORKLOADS = 100_000
+WORKLOADS = int(os.environ.get("BENCH_API_WORKLOADS") or 100_000)  # smaller only while developing
 LIST_SAMPLES = 200
 SUBMIT_CLIENTS = 20
 SUBMITS_PER_CLIENT = 15
@@ -40,7 +48,11 @@ FIGURES = (
     "api_list_queries_per_page",
     "api_submit_p95_ms",
     "api_submit_per_s",
+    "api_submit_in_process_p95_ms",
 )
+# How the chart runs the web process (helm/templates/web.yaml): gunicorn, gthread workers and threads.
+GUNICORN_WORKERS = 3
+GUNICORN_THREADS = 8
 
 
 def p95(values: list[float]) -> float:
@@ -151,7 +163,8 @@ def _queries(client, url: str) -> int:
     return len(captured.captured_queries)
 
 
-def _submit_run(tokens: list[str], gpu_type_slug: str) -> tuple[float, float]:
+def _submit_run(tokens: list[str], gpu_type_slug: str, base_url: str | None = None) -> tuple[float, float]:
+    """20 clients submitting at once: through Django's test client, or over HTTP to `base_url`."""
     from django.db import connection
 
     barrier = threading.Barrier(len(tokens))
@@ -160,19 +173,17 @@ def _submit_run(tokens: list[str], gpu_type_slug: str) -> tuple[float, float]:
     lock = threading.Lock()
 
     def client_loop(token: str) -> None:
-        client = _client(token)
+        post = _http_poster(base_url, token) if base_url else _test_client_poster(token)
         mine = []
         try:
             barrier.wait()
             for _ in range(SUBMITS_PER_CLIENT):
                 spec = {"image": "docker.io/library/python:3.12", "gpu_type": gpu_type_slug, "command": ["true"]}
                 started = time.perf_counter()
-                response = client.post(
-                    "/api/v1/workloads/", spec, format="json", HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4())
-                )
+                status, body = post(spec, str(uuid.uuid4()))
                 mine.append((time.perf_counter() - started) * 1000)
-                if response.status_code != 201:
-                    failures.append(f"{response.status_code}: {response.content[:200]!r}")
+                if status != 201:
+                    failures.append(f"{status}: {body[:200]!r}")
         finally:
             connection.close()
             with lock:
@@ -188,6 +199,73 @@ def _submit_run(tokens: list[str], gpu_type_slug: str) -> tuple[float, float]:
     if failures:
         raise RuntimeError(f"{len(failures)} submissions failed, e.g. {failures[0]}")
     return p95(timings), len(timings) / wall
+
+
+def _test_client_poster(token: str):
+    client = _client(token)
+
+    def post(spec: dict, key: str) -> tuple[int, bytes]:
+        response = client.post("/api/v1/workloads/", spec, format="json", HTTP_IDEMPOTENCY_KEY=key)
+        return response.status_code, response.content
+
+    return post
+
+
+def _http_poster(base_url: str, token: str):
+    import requests
+
+    session = requests.Session()  # one kept-alive connection per client, as an API client would
+    session.headers.update({"Authorization": f"Bearer {token}"})
+
+    def post(spec: dict, key: str) -> tuple[int, bytes]:
+        response = session.post(
+            f"{base_url}/api/v1/workloads/", json=spec, headers={"Idempotency-Key": key}, timeout=60
+        )
+        return response.status_code, response.content
+
+    return post
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _gunicorn(ctx) -> tuple[subprocess.Popen, str]:
+    """The portal's web process on the bench database, as the chart starts it; returns it and its URL."""
+    from django.db import connection
+
+    s = connection.settings_dict
+    port = _free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{s['USER'] or 'postgres'}:{s['PASSWORD'] or ''}@{s['HOST']}:{s['PORT']}/{s['NAME']}",
+        "DEBUG": "0",
+        "SECRET_KEY": "bench-secret-key",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "API_THROTTLE_RATE": "1000000/min",
+        "API_USER_THROTTLE_RATE": "1000000/min",
+    }
+    log = open(ctx.work_dir / "gunicorn.log", "ab")  # noqa: SIM115 - the child owns it
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "portal.wsgi:application", "--bind", f"127.0.0.1:{port}",
+         "--workers", str(GUNICORN_WORKERS), "--worker-class", "gthread", "--threads", str(GUNICORN_THREADS),
+         "--worker-tmp-dir", "/dev/shm", "--log-level", "warning"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    base_url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError(f"gunicorn did not start (see {ctx.work_dir / 'gunicorn.log'})") from None
+            time.sleep(0.2)
+    return process, base_url
 
 
 def run(ctx) -> Iterator[tuple[str, float | int]]:
@@ -217,6 +295,14 @@ def run(ctx) -> Iterator[tuple[str, float | int]]:
         if small != first or deep not in (first, first - 1):
             raise RuntimeError(f"queries per page vary: page 1 {first}, 5 per page {small}, page 20 {deep}")
         yield "api_list_queries_per_page", first
-        submit_p95, rate = _submit_run(world["tokens"], slug)
+        in_process_p95, _ = _submit_run(world["tokens"], slug)
+        server, base_url = _gunicorn(ctx)
+        try:
+            _submit_run(world["tokens"][:2], slug, base_url)  # warm-up: every worker's imports and connections
+            submit_p95, rate = _submit_run(world["tokens"], slug, base_url)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
         yield "api_submit_p95_ms", round(submit_p95, 2)
         yield "api_submit_per_s", round(rate, 1)
+        yield "api_submit_in_process_p95_ms", round(in_process_p95, 2)

@@ -76,7 +76,7 @@ def admission_10k() -> Iterator[tuple[str, float]]:
     run = uuid.uuid4().hex[:6]
     types = [
         GpuType.objects.create(
-            slug=f"adm-{run}-{i}", display_name=f"Admission {run} {i}", node_label_value=f"adm-{run}"
+            slug=f"adm-{run}-{i}", display_name=f"Admission {run} {i}", node_label_value=f"adm-{run}-{i}"
         )
         for i in range(3)
     ]

@@ -5,6 +5,7 @@ database, broker and cluster — what the integration tests and `make bench` run
 from __future__ import annotations
 
 import base64
+import os
 import subprocess
 import sys
 import threading
@@ -63,6 +64,10 @@ class PortalIdentity:
         """The environment of the engine's processes; the provisioner gets PROVISIONER_KUBECONFIG as KUBECONFIG."""
         return {**self.settings(), "PROVISIONER_KUBECONFIG": str(self.kubeconfigs["provisioner"])}
 
+    def env_as(self, identity: str) -> dict[str, str]:
+        """The settings of a portal process holding `identity`'s credentials (engine, web or provisioner)."""
+        return {**self.settings(), "KUBECONFIG": str(self.kubeconfigs[identity])}
+
     def settings(self) -> dict[str, str]:
         """Django settings of a portal process acting as the engine."""
         return {
@@ -84,26 +89,42 @@ def cluster_ca(kubeconfig: Path) -> bytes:
     return (Path(kubeconfig).parent / cluster["certificate-authority"]).read_bytes()
 
 
-def install_identity(*, admin_api: Any, server: str, admin_kubeconfig: Path, directory: Path) -> PortalIdentity:
+def install_identity(
+    *,
+    admin_api: Any,
+    server: str,
+    admin_kubeconfig: Path,
+    directory: Path,
+    namespace: str | None = None,
+    fullname: str | None = None,
+    instance: str | None = None,
+    namespace_prefix: str | None = None,
+) -> PortalIdentity:
+    """Install the portal's accounts and roles with the admin's client, and write a kubeconfig for each
+    identity (mode 0600) into `directory`. Names default to fresh ones per call (tests, benchmarks: side by
+    side in one cluster); `make run` passes fixed ones so a cluster it reuses keeps its team namespaces."""
     from jobs.kube.rbac import PortalNames, install_portal_identity, kubeconfig_for_token
 
     run = uuid.uuid4().hex[:6]
-    namespace = f"gpuportal-system-{run}"
-    names = PortalNames(f"gpuportal-{run}")
+    namespace = namespace or f"gpuportal-system-{run}"
+    names = PortalNames(fullname or f"gpuportal-{run}")
     tokens = install_portal_identity(admin_api, namespace=namespace, fullname=names.fullname)
     ca = cluster_ca(admin_kubeconfig)
+    directory.mkdir(parents=True, exist_ok=True)
     kubeconfigs = {}
     for identity, token in tokens.items():
         path = directory / f"{identity}-kubeconfig"
-        path.write_text(kubeconfig_for_token(server=server, ca_pem=ca, token=token))
+        path.unlink(missing_ok=True)
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+            out.write(kubeconfig_for_token(server=server, ca_pem=ca, token=token))
         kubeconfigs[identity] = path
     return PortalIdentity(
         kubeconfigs=kubeconfigs,
         service_accounts={identity: f"{namespace}/{names.account(identity)}" for identity in tokens},
         workloads_role=names.role("workloads"),
         reader_role=names.role("reader"),
-        instance=f"run-{run}",
-        namespace_prefix=f"t{run}-",
+        instance=instance or f"run-{run}",
+        namespace_prefix=namespace_prefix or f"t{run}-",
         system_namespace=namespace,
     )
 

@@ -8,6 +8,11 @@
    in front of it the service proxy (`python -m proxy`) on 127.0.0.1:8000: it serves /w/<uid>/ (the
    services researchers open) and passes every other path to the development server, so one origin
    serves both, as the ingress does in production.
+On the local cluster the admin's kubeconfig only sets the cluster up: the portal's processes run as the
+chart's least-privilege identities (jobs/kube/rbac.py, helm/files/rbac-rules.yaml), installed into
+`portal-system` with a kubeconfig each (mode 0600) in <state dir>/portal-identity/: the worker, tracker,
+migrations and seed as the engine, the provisioner as the provisioner, the web, proxy and beat as the web
+(which may write nothing outside team namespaces, and there only users' stored secrets).
 Every child's output is prefixed with its name. SIGINT/SIGTERM stop the children in reverse order.
 Environment: PORT (default 8000), LOCALCLUSTER_STATE_DIR (default var/cluster).
 """
@@ -25,7 +30,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from devtools.engine import provisioner_argv
+from devtools.engine import PortalIdentity, install_identity, provisioner_argv
 from devtools.services import RedisServer, ServiceError, free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -130,6 +135,34 @@ def start_cluster(env: dict[str, str], stack: contextlib.ExitStack) -> str:
     return str(cluster.kubeconfig)
 
 
+IDENTITY_NAMESPACE = "portal-system"
+
+
+def install_portal_identities(env: dict[str, str]) -> PortalIdentity:
+    """With the admin's kubeconfig (env KUBECONFIG), the accounts and roles the chart would make, under fixed
+    names so a cluster `make run` reuses keeps its team namespaces and their bindings."""
+    import yaml
+    from kubernetes import config
+
+    admin_kubeconfig = Path(env["KUBECONFIG"])
+    server = yaml.safe_load(admin_kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    state_dir = Path(env.get("LOCALCLUSTER_STATE_DIR") or VAR / "cluster")
+    admin = config.new_client_from_config(config_file=str(admin_kubeconfig))
+    try:
+        return install_identity(
+            admin_api=admin,
+            server=server,
+            admin_kubeconfig=admin_kubeconfig,
+            directory=state_dir / "portal-identity",
+            namespace=IDENTITY_NAMESPACE,
+            fullname="gpuportal",
+            instance=env.get("PORTAL_INSTANCE") or "default",
+            namespace_prefix=env.get("KUBE_NAMESPACE_PREFIX") or "gpuportal-",
+        )
+    finally:
+        admin.close()
+
+
 def connect_telemetry(env: dict[str, str], stack: contextlib.ExitStack, python: str) -> None:
     """The local cluster's simulated node agents report to this portal, so the GPU charts fill (a real
     deployment runs the agent DaemonSet instead). Only for a local cluster: it has a simulator."""
@@ -163,27 +196,40 @@ def main() -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     children = Children()
+    # Each process's environment: the admin's until the local cluster's portal identities exist.
+    as_identity: dict[str, dict[str, str]] = {}
+
+    def env_of(identity: str) -> dict[str, str]:
+        return as_identity.get(identity, env)
+
     with contextlib.ExitStack() as stack:
         try:
             if not env.get("KUBECONFIG"):
                 env["KUBECONFIG"] = start_cluster(env, stack)
                 # The local cluster's node simulator provisions this class from directories in var/.
                 env.setdefault("WORKSPACE_STORAGE_CLASS", "gpuportal-local")
+                identity = install_portal_identities(env)
+                as_identity = {name: {**env, **identity.env_as(name)} for name in identity.kubeconfigs}
+                say(
+                    f"portal processes run as least-privilege service accounts in {IDENTITY_NAMESPACE} "
+                    f"(kubeconfigs in {identity.kubeconfigs['web'].parent}); the admin kubeconfig only set them up"
+                )
             else:
-                say(f"using KUBECONFIG={env['KUBECONFIG']}")
+                say(f"using KUBECONFIG={env['KUBECONFIG']} for every portal process")
             if not env.get("REDIS_URL") and not env.get("CELERY_BROKER_URL"):
                 redis = RedisServer()
                 env["REDIS_URL"] = redis.start()
                 stack.callback(redis.stop)
                 say(f"throwaway Redis on {env['REDIS_URL']}")
-            run_once("migrate", [python, "manage.py", "migrate", "--noinput"], env)
+            run_once("migrate", [python, "manage.py", "migrate", "--noinput"], env_of("engine"))
             seeded: list[str] = []
             if management_command_exists("seed_demo"):
-                seeded = run_once("seed", [python, "manage.py", "seed_demo"], env)
+                seeded = run_once("seed", [python, "manage.py", "seed_demo"], env_of("engine"))
             stack.callback(children.stop)
-            children.start("worker", [python, "-m", "celery", "-A", "portal", "worker", "-l", "info"], env)
+            worker = [python, "-m", "celery", "-A", "portal", "worker", "-l", "info"]
+            children.start("worker", worker, env_of("engine"))
             # Team namespaces are made only by the provisioner, a worker on its own queue (as in the chart).
-            children.start("provisioner", provisioner_argv(python), env)
+            children.start("provisioner", provisioner_argv(python), env_of("provisioner"))
             children.start(
                 "beat",
                 [
@@ -198,23 +244,24 @@ def main() -> int:
                     "-s",
                     str(VAR / "celerybeat-schedule"),
                 ],
-                env,
+                env_of("web"),  # as in the chart: beat only schedules, and holds the web's (read-only) identity
             )
             if management_command_exists("track"):
-                children.start("track", [python, "manage.py", "track"], env)
+                children.start("track", [python, "manage.py", "track"], env_of("engine"))
             # One origin for the portal and its services, as in production behind the ingress: the service
             # proxy listens on PORT, serves /w/<uid>/ itself and passes every other path to the Django
             # development server on a private port.
             web_port = free_port()
-            children.start("web", [python, "manage.py", "runserver", f"127.0.0.1:{web_port}", "--noreload"], env)
+            runserver = [python, "manage.py", "runserver", f"127.0.0.1:{web_port}", "--noreload"]
+            children.start("web", runserver, env_of("web"))
             _wait_for_port(web_port, children)
             children.start(
                 "proxy",
                 [python, "-m", "proxy", "--host", "127.0.0.1", "--port", str(PORT),
                  "--portal-upstream", f"http://127.0.0.1:{web_port}"],
-                env,
+                env_of("web"),
             )  # fmt: skip
-            connect_telemetry(env, stack, python)
+            connect_telemetry(env_of("engine"), stack, python)
             _announce(seeded, env)
             while True:
                 time.sleep(0.5)

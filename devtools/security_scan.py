@@ -88,7 +88,10 @@ def workload_manifests(directory: Path) -> list[Path]:
     namespace = common["namespace"]
     team = [
         objects.make_namespace(namespace, team_slug="vision", instance="scan"),
-        objects.make_resource_quota(namespace, {"nvidia.com/gpu": 8}),
+        objects.make_resource_quota(
+            namespace,
+            objects.NamespaceCaps(gpus_by_resource={"nvidia.com/gpu": 8}, cpu_millicores=32000, memory_mib=131072),
+        ),
         objects.make_limit_range(namespace, ephemeral_storage="20Gi"),
         objects.make_network_policy(
             namespace,

@@ -22,9 +22,10 @@ class TeamSourceAdmin(admin.ModelAdmin):
 
 @admin.register(MembershipChange)
 class MembershipChangeAdmin(admin.ModelAdmin):
-    list_display = ("at", "user", "team", "old_role", "new_role", "source", "note")
+    list_display = ("at", "username", "team_name", "old_role", "new_role", "source", "note")
     list_filter = ("source",)
-    readonly_fields = ("user", "team", "old_role", "new_role", "source", "at", "note")
+    search_fields = ("username", "team_name")
+    readonly_fields = ("user", "username", "team", "team_name", "old_role", "new_role", "source", "at", "note")
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -58,14 +58,23 @@ class ClaimRule(models.Model):
 
 
 class MembershipChange(models.Model):
-    """One change to who is in a team, and why. Never edited."""
+    """One change to who is in a team, and why. Never edited.
+
+    The record outlives the team and the person: deleting either leaves its rows with the name copied
+    here at the time (the link is cleared), so a deleted team never takes its history with it, and the
+    history never stops a team or a person from being deleted.
+    """
 
     class Source(models.TextChoices):
         PROVIDER = "provider", "Identity provider sign-in"
         PORTAL = "portal", "Portal"
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
-    team = models.ForeignKey("jobs.Team", on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    team = models.ForeignKey("jobs.Team", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    username = models.CharField(max_length=150, blank=True, help_text="The person's username at the time.")
+    team_name = models.CharField(max_length=100, blank=True, help_text="The team's name at the time.")
     old_role = models.CharField(max_length=10, blank=True, help_text="Empty: was not a member.")
     new_role = models.CharField(max_length=10, blank=True, help_text="Empty: no longer a member.")
     source = models.CharField(max_length=10, choices=Source.choices)
@@ -76,4 +85,12 @@ class MembershipChange(models.Model):
         ordering = ["-at", "-id"]
 
     def __str__(self) -> str:
-        return f"{self.user} in {self.team}: {self.old_role or '-'} → {self.new_role or '-'}"
+        return f"{self.username} in {self.team_name}: {self.old_role or '-'} → {self.new_role or '-'}"
+
+    def save(self, *args, **kwargs) -> None:
+        # Names are copied once, when the record is written, so it still reads after a deletion.
+        if not self.username and self.user_id is not None:
+            self.username = self.user.get_username()
+        if not self.team_name and self.team_id is not None:
+            self.team_name = self.team.name
+        super().save(*args, **kwargs)

@@ -6,11 +6,13 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from django.contrib.auth import get_user_model
+from django.db.models import Model, QuerySet
 from django.db.models.signals import post_delete, post_save, pre_save
 from django.dispatch import receiver
 
 from identity.models import MembershipChange
-from jobs.models import Membership
+from jobs.models import Membership, Team
 
 _syncing = threading.local()
 
@@ -47,11 +49,31 @@ def _record_save(sender, instance: Membership, created: bool, **kwargs) -> None:
     )  # fmt: skip
 
 
+def _being_deleted(origin: Any, model: type[Model], pk: int) -> bool:
+    """Whether the deletion that removed a membership is the deletion of its team or its person (a
+    cascade). At this point that row still exists: Django deletes the memberships before it."""
+    if isinstance(origin, model):
+        return origin.pk == pk
+    if isinstance(origin, QuerySet) and origin.model is model:
+        return origin.filter(pk=pk).exists()
+    return False
+
+
 @receiver(post_delete, sender=Membership)
-def _record_delete(sender, instance: Membership, **kwargs) -> None:
+def _record_delete(sender, instance: Membership, origin: Any = None, **kwargs) -> None:
     if _from_sync():
         return
+    team_gone = _being_deleted(origin, Team, instance.team_id)
+    user_gone = _being_deleted(origin, get_user_model(), instance.user_id)
+    # A row written now must not point at a team or person deleted in this same transaction: keep the
+    # names and leave the link empty.
     MembershipChange.objects.create(
-        user_id=instance.user_id, team_id=instance.team_id, old_role=instance.role, new_role="",
+        user_id=None if user_gone else instance.user_id,
+        team_id=None if team_gone else instance.team_id,
+        username=instance.user.get_username(),
+        team_name=instance.team.name,
+        old_role=instance.role,
+        new_role="",
         source=MembershipChange.Source.PORTAL,
-    )  # fmt: skip
+        note="the team was deleted" if team_gone else "the account was deleted" if user_gone else "",
+    )

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from jobs.models import CatalogImage, GpuType, Kind, State, Workload
 from jobs.services import reports
+from jobs.services.spec_fields import MAX_COMMAND_TOTAL, field_limits
 
 CUSTOM_IMAGE = ""
 TIME_UNITS = {"minutes": 60, "hours": 3600, "days": 86400}
@@ -35,45 +36,47 @@ def join_args(words: list[str] | None) -> str:
 class LaunchForm(forms.Form):
     name = forms.CharField(
         required=False,
-        max_length=80,
+        **field_limits("name"),
         help_text="Optional. Lowercase letters, digits and '-'. Empty: named after the image.",
     )
-    kind = forms.ChoiceField(choices=Kind.choices, initial=Kind.BATCH, widget=forms.RadioSelect)
+    kind = forms.ChoiceField(**field_limits("kind"), initial=Kind.BATCH, widget=forms.RadioSelect)
     catalog_image = forms.ChoiceField(required=False, label="Image")
     image = forms.CharField(
         required=False,
-        max_length=300,
+        **field_limits("image"),
         label="Custom image",
         help_text="A reference such as nvcr.io/nvidia/pytorch:24.01-py3, from an allowed registry.",
     )
     gpu_type = forms.ChoiceField(label="GPU type")
-    gpu_count = forms.IntegerField(label="GPUs", min_value=1, initial=1)
+    gpu_count = forms.IntegerField(label="GPUs", **field_limits("gpu_count"), initial=1)
+    # Typed as one shell-like line, split into the list (whose limits the service checks).
     command = forms.CharField(
         required=False,
-        max_length=32 * 1024,
+        max_length=MAX_COMMAND_TOTAL,
         help_text="Optional: replaces the image's entrypoint. Quote arguments with spaces as in a shell.",
     )
     args = forms.CharField(
         required=False,
-        max_length=32 * 1024,
+        max_length=MAX_COMMAND_TOTAL,
         label="Arguments",
         widget=forms.Textarea(attrs={"rows": 2}),
         help_text="Split like a shell command line; no shell runs them.",
     )
-    port = forms.IntegerField(
-        required=False, min_value=1, max_value=65535, help_text="The port the service listens on."
-    )
+    port = forms.IntegerField(required=False, **field_limits("port"), help_text="The port the service listens on.")
     time_limit = forms.IntegerField(required=False, min_value=1, label="Time limit")
     cpu_millicores = forms.IntegerField(
-        required=False, min_value=1, label="CPU (millicores)", help_text="Empty: the GPU type's default."
+        required=False,
+        **field_limits("cpu_millicores"),
+        label="CPU (millicores)",
+        help_text="Empty: the GPU type's default.",
     )
     memory_mib = forms.IntegerField(
-        required=False, min_value=1, label="Memory (MiB)", help_text="Empty: the GPU type's default."
+        required=False, **field_limits("memory_mib"), label="Memory (MiB)", help_text="Empty: the GPU type's default."
     )
     time_limit_unit = forms.ChoiceField(
         choices=[(unit, unit) for unit in TIME_UNITS], initial="hours", label="Time limit unit"
     )
-    priority = forms.IntegerField(required=False, min_value=-100, max_value=100, help_text="Managers only.")
+    priority = forms.IntegerField(required=False, **field_limits("priority"), help_text="Managers only.")
     datasets = forms.MultipleChoiceField(
         required=False,
         widget=forms.CheckboxSelectMultiple,

@@ -41,6 +41,9 @@ def _signed_in(user) -> bool:
     return user is not None and user.is_authenticated and user.is_active
 
 
+UNREAD = object()  # a role argument left out: the rule reads it
+
+
 def _role(user, team_id: int) -> str | None:
     """The user's role in the team, or None for a non-member (one query)."""
     if not _signed_in(user):
@@ -115,11 +118,14 @@ def may_delete_secret(user, secret) -> bool:
     return _role(user, secret.team_id) == Role.MANAGER
 
 
-def may_set_priority(user, team: Team | int) -> bool:
+def may_set_priority(user, team: Team | int, *, role: str | object | None = UNREAD) -> bool:
+    """`role`: the user's role in the team when the caller has read it already (None: not a member)."""
     if not _signed_in(user):
         return False
+    if user.is_superuser:
+        return True
     team_id = team.id if isinstance(team, Team) else team
-    return user.is_superuser or _role(user, team_id) == Role.MANAGER
+    return (_role(user, team_id) if role is UNREAD else role) == Role.MANAGER
 
 
 def usage_user_ids(user, team: Team | int) -> list[int] | None:

@@ -24,6 +24,7 @@ urlpatterns = [
     path("workloads/<str:uid>/cancel/", workloads.workload_cancel_confirm, name="workload_cancel_confirm"),
     path("workloads/<str:uid>/cancel/do/", workloads.workload_cancel_view, name="workload_cancel"),
     path("workloads/<str:uid>/share/", workloads.workload_share_view, name="workload_share"),
+    path("workloads/<str:uid>/open/", workloads.workload_open, name="workload_open"),
     path("usage/", usage.usage, name="usage"),
     path("queue/", queue.queue, name="queue"),
     path("secrets/", secrets.secrets_page, name="secrets"),

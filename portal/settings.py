@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from portal.env import (
     ConfigError,
@@ -155,10 +156,11 @@ TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES")
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("BEHIND_TLS_PROXY") else None
 # check --deploy asks for SECURE_SSL_REDIRECT; behind a TLS proxy that redirect is the proxy's (above).
 SILENCED_SYSTEM_CHECKS = ["security.W008"] if SECURE_PROXY_SSL_HEADER and not SECURE_SSL_REDIRECT else []
-# Scripts and styles are static files of this site; style attributes (bar widths) are the one inline use.
+# Scripts and styles are static files of this site: no inline script, no inline style (bars are SVG with
+# width attributes; scripts set styles through the CSSOM, which the policy allows).
 CONTENT_SECURITY_POLICY = env_str(
     "CONTENT_SECURITY_POLICY",
-    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; "
     "frame-ancestors 'none'",
 )
@@ -439,6 +441,24 @@ PROXY_ENDPOINT_CACHE_SECONDS = env_int("PROXY_ENDPOINT_CACHE_SECONDS", 5, minimu
 PROXY_ACTIVITY_WRITE_SECONDS = env_int("PROXY_ACTIVITY_WRITE_SECONDS", 60, minimum=1)
 PROXY_STARTING_REFRESH_SECONDS = env_int("PROXY_STARTING_REFRESH_SECONDS", 3, minimum=1)
 PROXY_WS_MAX_MESSAGE_BYTES = env_int("PROXY_WS_MAX_MESSAGE_BYTES", 64 * 1024 * 1024, minimum=1024)
+# Serve the services from an origin of their own (recommended in production; SECURITY.md): e.g.
+# `https://apps.example.org`, or `https://{uid}.apps.example.org` for one origin per service (wildcard DNS
+# and certificate). Open links then go through the portal, which hands the signed-in person over to the
+# proxy with a single-use ticket; the proxy keeps its own cookie there, and the portal's session cookie
+# never reaches the apps' origin. Empty: /w/ is on the portal's own origin (simplest; `make run`).
+PROXY_ORIGIN = env_str("PROXY_ORIGIN", "").rstrip("/")
+PROXY_TICKET_SECONDS = env_int("PROXY_TICKET_SECONDS", 60, minimum=5, maximum=600)  # a handoff ticket's life
+PROXY_APP_COOKIE_NAME = "gpuportal_open"  # the proxy's own sign-in on the apps' origin, one per service path
+PROXY_APP_COOKIE_SECONDS = env_int("PROXY_APP_COOKIE_SECONDS", 12 * 3600, minimum=60)
+if PROXY_ORIGIN:
+    _apps, _portal = urlsplit(PROXY_ORIGIN.replace("{uid}", "uid")), urlsplit(SITE_URL)
+    if _apps.scheme not in ("http", "https") or not _apps.hostname or _apps.path or _apps.query:
+        raise ConfigError(
+            f"PROXY_ORIGIN must be a scheme and host such as https://apps.example.org, not {PROXY_ORIGIN!r}"
+        )
+    if _apps.hostname == _portal.hostname:
+        # Cookies are shared across ports: the same host name would hand the portal's session to the apps.
+        raise ConfigError("PROXY_ORIGIN must use another host name than SITE_URL (a different port is not enough)")
 # Where no ingress routes /w/ (`make run`, docker compose on one box): where the proxy sends every request
 # outside /w/ (the web), so one origin serves the portal and its services. Empty behind an ingress.
 PROXY_PORTAL_UPSTREAM = env_str("PROXY_PORTAL_UPSTREAM", "")
@@ -450,8 +470,9 @@ API_CURSOR_MAX_AGE_SECONDS = env_int("API_CURSOR_MAX_AGE_SECONDS", 24 * 3600, mi
 API_IDEMPOTENCY_TTL_SECONDS = env_int("API_IDEMPOTENCY_TTL_SECONDS", 24 * 3600, minimum=60)
 API_LOG_FOLLOW_SECONDS = env_int("API_LOG_FOLLOW_SECONDS", 3600, minimum=10)
 # --- container logs ---
-# A followed log holds a web thread: per user and site-wide (counted in Redis), and per web process (so
-# each keeps threads for pages; keep it below gunicorn's --threads).
+# A followed log holds a web thread: capped per user and site-wide (counted in PostgreSQL, so the caps
+# hold with Redis down), and per web process (so each keeps threads for pages; keep it below gunicorn's
+# --threads).
 LOG_FOLLOW_MAX_PER_USER = env_int("LOG_FOLLOW_MAX_PER_USER", 4, minimum=1)
 LOG_FOLLOW_MAX_TOTAL = env_int("LOG_FOLLOW_MAX_TOTAL", 64, minimum=1)
 LOG_FOLLOW_MAX_PER_PROCESS = env_int("LOG_FOLLOW_MAX_PER_PROCESS", 4, minimum=1)

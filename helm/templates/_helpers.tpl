@@ -125,6 +125,7 @@ DEBUG: {{ ternary "1" "0" $cfg.debug | quote }}
 ALLOWED_HOSTS: {{ include "gpuportal.allowedHosts" . | quote }}
 CSRF_TRUSTED_ORIGINS: {{ include "gpuportal.csrfTrustedOrigins" . | quote }}
 SITE_URL: {{ include "gpuportal.siteUrl" . | quote }}
+PROXY_ORIGIN: {{ .Values.proxy.origin | quote }}
 LOG_LEVEL: {{ $cfg.logLevel | quote }}
 TIME_ZONE: {{ $cfg.timeZone | quote }}
 SECURE_COOKIES: {{ ternary "1" "0" $cfg.secureCookies | quote }}
@@ -293,11 +294,18 @@ rendered, so `helm install`, `helm upgrade` and `helm template` all stop here wi
 {{- fail "ingress.enabled is true but ingress.hosts is empty: name at least one host" -}}
 {{- end -}}
 {{- $slugs := list -}}
+{{- $labels := dict -}}
 {{- range $i, $gpu := $v.seed.gpuTypes -}}
 {{- if has $gpu.slug $slugs -}}
 {{- fail (printf "seed.gpuTypes[%d].slug %q appears twice in seed.gpuTypes" $i $gpu.slug) -}}
 {{- end -}}
 {{- $slugs = append $slugs $gpu.slug -}}
+{{- /* A node is counted under one GPU type only: two types with one label leave the second without nodes. */ -}}
+{{- $label := printf "%s=%s" ($gpu.node_label_key | default "gputype") ($gpu.node_label_value | default $gpu.slug) -}}
+{{- if hasKey $labels $label -}}
+{{- fail (printf "seed.gpuTypes[%d].node_label_value: %s is already the node label of GPU type %q; each GPU type needs a label of its own" $i $label (get $labels $label)) -}}
+{{- end -}}
+{{- $_ := set $labels $label $gpu.slug -}}
 {{- end -}}
 {{- range $i, $quota := $v.seed.defaultQuotas -}}
 {{- if not (has $quota.gpu_type $slugs) -}}

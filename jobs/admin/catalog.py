@@ -5,6 +5,7 @@ from django.contrib import admin
 
 from jobs.models import AllowedRegistry, CatalogImage, GpuNode, GpuType
 from jobs.services.object_creation import forget_namespaces
+from jobs.services.quota_changes import gpu_type_changed
 
 
 @admin.register(GpuType)
@@ -20,6 +21,11 @@ class GpuTypeAdmin(admin.ModelAdmin):
     ]
     list_editable = ["enabled"]
     search_fields = ["slug", "display_name"]
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        # The teams' namespace ResourceQuotas cap CPU and memory from these sizes: keep them in step.
+        gpu_type_changed(gpu_type=obj, fields=set(form.changed_data), created=not change)
 
 
 @admin.register(GpuNode)

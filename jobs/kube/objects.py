@@ -470,17 +470,31 @@ def make_limit_range(namespace: str, *, ephemeral_storage: str) -> k8s.V1LimitRa
     )
 
 
-def make_resource_quota(namespace: str, gpus_by_resource: dict[str, int]) -> k8s.V1ResourceQuota:
-    """A backstop behind the portal's own admission: the namespace can never request more GPUs."""
+@dataclass(frozen=True)
+class NamespaceCaps:
+    """What a team namespace may request at once: GPUs per resource name, and CPU and memory in all."""
+
+    gpus_by_resource: dict[str, int]
+    cpu_millicores: int
+    memory_mib: int
+
+
+def make_resource_quota(namespace: str, caps: NamespaceCaps) -> k8s.V1ResourceQuota:
+    """A backstop behind the portal's own admission: the namespace can never request more GPUs, CPU or
+    memory than the team's quotas allow. Portal pods request CPU and memory and limit memory (no CPU
+    limit: a pod may burst into idle cores), so those three are capped; a pod that leaves them out is
+    refused by the API server, as the quota then requires them."""
+    hard = {f"requests.{resource}": str(count) for resource, count in sorted(caps.gpus_by_resource.items())}
+    hard["requests.cpu"] = f"{caps.cpu_millicores}m"
+    hard["requests.memory"] = f"{caps.memory_mib}Mi"
+    hard["limits.memory"] = f"{caps.memory_mib}Mi"
     return k8s.V1ResourceQuota(
         api_version="v1",
         kind="ResourceQuota",
         metadata=k8s.V1ObjectMeta(
             name=QUOTA_NAME, namespace=namespace, labels={names.LABEL_MANAGED_BY: names.MANAGED_BY}
         ),
-        spec=k8s.V1ResourceQuotaSpec(
-            hard={f"requests.{resource}": str(count) for resource, count in sorted(gpus_by_resource.items())}
-        ),
+        spec=k8s.V1ResourceQuotaSpec(hard=hard),
     )
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from jobs.models.audit import QuotaChange
 from jobs.models.catalog import AllowedRegistry, CatalogImage, GpuNode, GpuType
 from jobs.models.datasets import Dataset
+from jobs.models.opening import RedeemedTicket
 from jobs.models.secrets import TeamSecret
 from jobs.models.sharing import Cohort
+from jobs.models.streams import LogFollowSlot
 from jobs.models.teams import Membership, Quota, Role, Team
 from jobs.models.usage import BillingWeight, RolledUpDay, UsageDaily
 from jobs.models.workloads import Kind, State, Workload, WorkloadEvent
@@ -21,9 +23,11 @@ __all__ = [
     "GpuNode",
     "GpuType",
     "Kind",
+    "LogFollowSlot",
     "Membership",
     "Quota",
     "QuotaChange",
+    "RedeemedTicket",
     "Role",
     "RolledUpDay",
     "State",

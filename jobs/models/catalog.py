@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
@@ -60,6 +61,11 @@ class GpuType(models.Model):
     class Meta:
         ordering = ["slug"]
         verbose_name = "GPU type"
+        constraints = [
+            # The inventory files each node under the one type its label selects: a second type with the
+            # same label would never have a node (see GpuType.clean for the message people see).
+            models.UniqueConstraint(fields=["node_label_key", "node_label_value"], name="gpu_type_node_label_unique")
+        ]
 
     def __str__(self) -> str:
         return self.display_name
@@ -74,6 +80,25 @@ class GpuType(models.Model):
             BillingWeight.objects.update_or_create(
                 gpu_type=self, valid_from=timezone.localdate(), defaults={"weight": self.billing_weight}
             )
+
+    def clean(self) -> None:
+        super().clean()
+        other = node_label_owner(self.node_label_key, self.node_label_value, excluding=self.pk)
+        if other is not None:
+            raise ValidationError({"node_label_value": node_label_taken_message(self, other)})
+
+
+def node_label_owner(key: str, value: str, *, excluding: int | None = None) -> GpuType | None:
+    """The GPU type that already selects nodes by `key=value`, if any (other than `excluding`)."""
+    return GpuType.objects.filter(node_label_key=key, node_label_value=value).exclude(pk=excluding).first()
+
+
+def node_label_taken_message(gpu_type: GpuType, other: GpuType) -> str:
+    return (
+        f"GPU type {other.slug!r} already selects nodes labelled "
+        f"{gpu_type.node_label_key}={gpu_type.node_label_value}; each GPU type needs a label of its own "
+        "(a node is counted under one type only)."
+    )
 
 
 class GpuNode(models.Model):

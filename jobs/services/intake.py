@@ -12,82 +12,28 @@ from django.db import IntegrityError, transaction
 
 from jobs import policy
 from jobs.models import (
-    AllowedRegistry,
-    CatalogImage,
     GpuType,
     Membership,
-    Quota,
     Team,
     Workload,
     WorkloadEvent,
 )
 from jobs.models import workloads as workloads_model
-from jobs.selectors import cluster_capacity
+from jobs.services import intake_facts
 from jobs.services.dispatch import enqueue_admission, request_admission
 from jobs.services.limits import queue_slot_take
-from jobs.services.secrets import secrets_available
-from jobs.services.validation import CatalogFacts, Facts, GpuTypeFacts, SubmissionInvalid, validate_submission
-from jobs.services.workspaces import dataset_mounts, datasets_allowed, workspace_mounts
+from jobs.services.validation import Facts, SubmissionInvalid, validate_submission
+from jobs.services.workspaces import dataset_mounts, workspace_mounts
 
 log = logging.getLogger(__name__)
 
 
-def gpu_type_max_cuda(gpu_type: GpuType, node_cuda: Mapping[int, list[str]]) -> str | None:
-    """What an admin set, else the lowest driver CUDA among the type's nodes (a pod may land on any)."""
-    if gpu_type.max_cuda_version:
-        return gpu_type.max_cuda_version
-    versions = node_cuda.get(gpu_type.id) or []
-    if not versions:
-        return None
-    from jobs.services.validation import cuda_tuple
-
-    return min(versions, key=cuda_tuple)
-
-
 def gather_facts(*, team: Team, user) -> Facts:
-    """Everything validation needs, in a handful of queries."""
-    from jobs.models import GpuNode
+    """Everything validation needs (the launch form shows the same): see `facts_from`."""
+    return facts_from(intake_facts.snapshot(team=team, user=user), team=team, user=user)
 
-    quotas = dict(Quota.objects.filter(team=team).values_list("gpu_type_id", "max_gpus"))
-    types = list(GpuType.objects.all())
-    capacity = cluster_capacity(types)
-    node_cuda: dict[int, list[str]] = {}
-    for type_id, version in (
-        GpuNode.objects.filter(ready=True)
-        .exclude(cuda_driver_version="")
-        .values_list("gpu_type_id", "cuda_driver_version")
-    ):
-        node_cuda.setdefault(type_id, []).append(version)
-    gpu_types = {
-        t.slug: GpuTypeFacts(
-            slug=t.slug,
-            display_name=t.display_name,
-            enabled=t.enabled,
-            quota=quotas.get(t.id),
-            largest_node=capacity[t.id].largest_node,
-            max_cuda=gpu_type_max_cuda(t, node_cuda),
-            cpu_per_gpu=t.cpu_per_gpu_millicores,
-            max_cpu_per_gpu=t.max_cpu_per_gpu_millicores,
-            memory_per_gpu=t.memory_per_gpu_mib,
-            max_memory_per_gpu=t.max_memory_per_gpu_mib,
-        )
-        for t in types
-    }
-    catalog = {
-        c.id: CatalogFacts(
-            id=c.id,
-            reference=c.reference,
-            suits=c.suits,
-            enabled=c.enabled,
-            cuda_version=c.cuda_version or None,
-            default_command=tuple(c.default_command or ()),
-            default_args=tuple(c.default_args or ()),
-            default_port=c.default_port,
-            needs_root=c.needs_root,
-            root_allowed=c.root_allowed,
-        )
-        for c in CatalogImage.objects.all()
-    }
+
+def facts_from(snapshot: intake_facts.Snapshot, *, team: Team, user) -> Facts:
     exhausted, budget_message = False, ""
     if team.monthly_gpu_hour_budget is not None:
         from jobs.services.accounting import budget_exhausted, month_to_date_hours
@@ -99,42 +45,57 @@ def gather_facts(*, team: Team, user) -> Facts:
                 f"Your team has used {used:.1f} of its {team.monthly_gpu_hour_budget} GPU-hour budget this month."
             )
     return Facts(
-        gpu_types=gpu_types,
-        catalog=catalog,
-        allowed_registries=frozenset(AllowedRegistry.objects.values_list("host", flat=True)),
+        gpu_types=snapshot.gpu_types(),
+        catalog=snapshot.site.catalog,
+        allowed_registries=snapshot.site.allowed_registries,
         budget_exhausted=exhausted,
         budget_message=budget_message,
-        may_set_priority=policy.may_set_priority(user, team),
+        may_set_priority=policy.may_set_priority(user, team, role=snapshot.role),
         default_time_limit={
             "batch": settings.PORTAL_DEFAULT_TIME_LIMIT_BATCH,
             "service": settings.PORTAL_DEFAULT_TIME_LIMIT_SERVICE,
         },
         min_time_limit=settings.PORTAL_MIN_TIME_LIMIT,
         max_time_limit=settings.PORTAL_MAX_TIME_LIMIT,
-        secrets=secrets_available(team=team, user=user),
-        datasets=datasets_allowed(team),
+        secrets=snapshot.team.secrets,
+        datasets=snapshot.datasets_allowed(),
     )
 
 
-def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
+def workload_submit(
+    *, team: Team, owner, spec: Mapping[str, Any], facts: Facts | None = None, admit_in_line: bool = True
+) -> Workload:
     """Validate and store a submission as QUEUED, then trigger admission.
 
-    Raises SubmissionInvalid (errors by field) and stores nothing when any rule is broken.
+    `facts`: what gather_facts(team=team, user=owner) returned in this request, when the caller needed
+    them already (the launch page shows them); looked up here otherwise. `admit_in_line`: admit right
+    after the commit, in this process (the launch page then shows the outcome); False asks a worker for
+    a coalesced pass instead, for callers whose answer cannot show the outcome anyway (the REST create
+    renders its response inside its own transaction, before any admission could run) and should not
+    wait for it. Raises SubmissionInvalid (errors by field) and stores nothing when any rule is broken.
     """
-    if not Membership.objects.filter(user=owner, team=team).exists():
+    if facts is None:
+        snapshot = intake_facts.snapshot(team=team, user=owner)  # one query when no fact has changed
+        member = snapshot.role is not None
+    else:
+        member = Membership.objects.filter(user=owner, team=team).exists()
+    if not member:
         raise SubmissionInvalid({"team": ["You are not a member of this team."]})
     spec = dict(spec)
     shared = spec.pop("shared_with_team", False)
     if not isinstance(shared, bool):
         raise SubmissionInvalid({"shared_with_team": ["Must be true or false."]})
-    clean = validate_submission(spec, gather_facts(team=team, user=owner))
+    clean = validate_submission(spec, facts or facts_from(snapshot, team=team, user=owner))
     if shared and clean.kind != "service":
         raise SubmissionInvalid(
             {"shared_with_team": ["Only a service can be shared: a batch job has nothing to open."]}
         )
-    gpu_type = GpuType.objects.get(slug=clean.gpu_type)
+    if facts is None:
+        gpu_type_id = snapshot.site.gpu_type_ids[clean.gpu_type]
+        gpu_type_name = snapshot.site.gpu_types[clean.gpu_type].display_name
+    else:
+        gpu_type_id, gpu_type_name = GpuType.objects.values_list("id", "display_name").get(slug=clean.gpu_type)
     with transaction.atomic():
-        queue_slot_take(team=team, owner=owner)  # locked until commit: the caps are hard
         workload = create_with_fresh_uid(
             team=team,
             owner=owner,
@@ -142,7 +103,7 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
             kind=clean.kind,
             image=clean.image,
             catalog_image_id=clean.catalog_image_id,
-            gpu_type=gpu_type,
+            gpu_type_id=gpu_type_id,
             gpu_count=clean.gpu_count,
             command=list(clean.command),
             args=list(clean.args),
@@ -165,9 +126,13 @@ def workload_submit(*, team: Team, owner, spec: Mapping[str, Any]) -> Workload:
             at=workload.created_at,
             to_state=workload.state,
             reason="Submitted",
-            message=f"Submitted by {owner.get_username()}: {clean.gpu_count} × {gpu_type.display_name}.",
+            message=f"Submitted by {owner.get_username()}: {clean.gpu_count} × {gpu_type_name}.",
         )
-        transaction.on_commit(lambda: admit_now(team_id=team.id, gpu_type_id=gpu_type.id))
+        queue_slot_take(team=team, owner=owner, stored=workload)  # locked until commit: the caps are hard
+        if admit_in_line:
+            transaction.on_commit(lambda: admit_now(team_id=team.id, gpu_type_id=gpu_type_id))
+        else:
+            request_admission(team_id=team.id, gpu_type_id=gpu_type_id)  # sent on commit
     if not transaction.get_connection().in_atomic_block:
         workload.refresh_from_db()  # admission has run: say whether it was admitted or queued
     return workload

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Count, Q
 
 from jobs.models import Membership, State, Team, Workload
 from jobs.services.validation import SubmissionInvalid
@@ -24,17 +25,28 @@ USER_LOCK_SPACE = 0x7175
 TEAM_LOCK_SPACE = 0x7174
 
 
-def queue_slot_take(*, team: Team, owner) -> None:
+def queue_slot_take(*, team: Team, owner, stored: Workload | None = None) -> None:
     """Check every queue cap for one more workload of `owner` in `team`, holding the locks that make the
     check and the caller's insert one decision. Must run inside the transaction that stores the workload.
 
-    Raises SubmissionInvalid naming `queue` (the site's caps) or `team` (the team's cap per member).
+    `stored`: the workload, when the caller stored it already in this transaction (it is not counted).
+    Taking the locks after the inserts keeps them held for the shortest time: submissions of one team
+    wait on each other only for the count and the commit. Raises SubmissionInvalid naming `queue` (the
+    site's caps) or `team` (the team's cap per member).
     """
     if not connection.in_atomic_block:
         raise RuntimeError("queue_slot_take must run inside the transaction that stores the workload")
     queue_locks_take(user_id=owner.pk, team_id=team.pk)
     waiting = Workload.objects.filter(state=State.QUEUED)
-    mine = waiting.filter(owner=owner).count()
+    if stored is not None:
+        waiting = waiting.exclude(id=stored.pk)
+    # One statement for the three counts (under the locks, so it sees every submission committed before).
+    counts = waiting.filter(Q(owner=owner) | Q(team=team)).aggregate(
+        mine=Count("id", filter=Q(owner=owner)),
+        theirs=Count("id", filter=Q(team=team)),
+        in_team=Count("id", filter=Q(team=team, owner=owner)),
+    )
+    mine = counts["mine"]
     if mine >= settings.PORTAL_MAX_QUEUED_PER_USER:
         raise SubmissionInvalid(
             {
@@ -44,7 +56,7 @@ def queue_slot_take(*, team: Team, owner) -> None:
                 ]
             }
         )
-    theirs = waiting.filter(team=team).count()
+    theirs = counts["theirs"]
     if theirs >= settings.PORTAL_MAX_QUEUED_PER_TEAM:
         raise SubmissionInvalid(
             {
@@ -56,7 +68,7 @@ def queue_slot_take(*, team: Team, owner) -> None:
         )
     if team.user_max_queued is None:
         return
-    in_team = waiting.filter(team=team, owner=owner).count()
+    in_team = counts["in_team"]
     if in_team >= team.user_max_queued:
         raise SubmissionInvalid(
             {

@@ -4,10 +4,11 @@ without limits one person opening a hundred of them would leave no thread to ans
 Three caps, each a setting:
 - per web process (LOG_FOLLOW_MAX_PER_PROCESS): the threads a process may give to streams, so each keeps
   threads for pages whatever anyone does;
-- per user (LOG_FOLLOW_MAX_PER_USER) and site-wide (LOG_FOLLOW_MAX_TOTAL), counted in Redis across
-  processes and replicas. Each open stream is a member of a sorted set scored by its deadline, so a
-  process that dies holding streams frees them by the deadline at the latest.
-If Redis cannot be reached the per-process cap still holds (streams are not refused for that alone).
+- per user (LOG_FOLLOW_MAX_PER_USER) and site-wide (LOG_FOLLOW_MAX_TOTAL), counted across processes and
+  replicas in PostgreSQL, which every web process needs anyway: they hold whether Redis is up or not.
+  Each open stream is a row (`LogFollowSlot`) with a deadline; claims are counted one at a time under a
+  transaction-scoped advisory lock, so racing claims never pass a cap, and a process that dies holding
+  streams frees them by their deadline at the latest.
 """
 
 from __future__ import annotations
@@ -15,17 +16,25 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
-import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 
-import redis
 from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
+
+from jobs.models import LogFollowSlot
 
 log = logging.getLogger(__name__)
 
 TOO_MANY_FOR_USER = "You have {n} log streams open already; close one (another tab?) and try again."
 TOO_MANY_OVERALL = "The portal is serving as many log streams as it can right now; try again in a minute."
+NOT_NOW = "Log streams cannot be counted right now (the database did not answer); try again in a minute."
+
+# The first key of the advisory lock that orders claims (ASCII "ls"), so it meets no other lock.
+STREAM_LOCK_SPACE = 0x6C73
+# A slot outlives its stream's deadline by this much, for a stream that is just closing.
+SLOT_GRACE_SECONDS = 5
 
 
 class TooManyStreams(Exception):
@@ -34,14 +43,6 @@ class TooManyStreams(Exception):
 
 _process_lock = threading.Lock()
 _process_open = 0
-_client: redis.Redis | None = None
-
-
-def _redis() -> redis.Redis:
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=0.5, socket_timeout=0.5)
-    return _client
 
 
 def _claim_process_slot() -> None:
@@ -58,54 +59,46 @@ def _release_process_slot() -> None:
         _process_open = max(0, _process_open - 1)
 
 
-def _keys(user_id: int) -> tuple[str, str]:
-    return f"gpuportal:logstreams:user:{user_id}", "gpuportal:logstreams:all"
-
-
-def _claim_shared_slot(user_id: int, stream: str, deadline: float) -> bool:
-    """Add the stream, then count: two racing claims may both be refused, never both admitted over a cap.
-    Returns whether the slot is held in Redis (False: Redis unreachable, not counted)."""
-    user_key, all_key = _keys(user_id)
-    now = time.time()
+def _claim_shared_slot(user_id: int, seconds: int) -> int:
+    """Count the streams open now, per user and site-wide, and take one slot if both caps allow it;
+    returns the slot's id. Refuses (fails closed) when the database cannot be asked."""
+    now = timezone.now()
     try:
-        pipe = _redis().pipeline()
-        for key in (user_key, all_key):
-            pipe.zremrangebyscore(key, "-inf", now)
-            pipe.zadd(key, {stream: deadline})
-            pipe.expireat(key, int(deadline) + 60)
-            pipe.zcard(key)
-        _, _, _, mine, _, _, _, everyone = pipe.execute()
-    except redis.RedisError as exc:
-        log.warning("log stream limits: Redis unreachable (%s); only the per-process cap applies", exc)
-        return False
-    if mine > settings.LOG_FOLLOW_MAX_PER_USER or everyone > settings.LOG_FOLLOW_MAX_TOTAL:
-        _release_shared_slot(user_id, stream)
-        if mine > settings.LOG_FOLLOW_MAX_PER_USER:
-            raise TooManyStreams(TOO_MANY_FOR_USER.format(n=settings.LOG_FOLLOW_MAX_PER_USER))
-        raise TooManyStreams(TOO_MANY_OVERALL)
-    return True
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_xact_lock(%s, 0)", [STREAM_LOCK_SPACE])
+            LogFollowSlot.objects.filter(expires_at__lte=now).delete()  # left by processes that died
+            mine = LogFollowSlot.objects.filter(user_id=user_id).count()
+            if mine >= settings.LOG_FOLLOW_MAX_PER_USER:
+                raise TooManyStreams(TOO_MANY_FOR_USER.format(n=settings.LOG_FOLLOW_MAX_PER_USER))
+            if LogFollowSlot.objects.count() >= settings.LOG_FOLLOW_MAX_TOTAL:
+                raise TooManyStreams(TOO_MANY_OVERALL)
+            expires = now + timedelta(seconds=seconds + SLOT_GRACE_SECONDS)
+            return LogFollowSlot.objects.create(user_id=user_id, started_at=now, expires_at=expires).id
+    except DatabaseError as exc:
+        log.warning("log stream limits: the database did not answer (%s); refusing the stream", exc)
+        raise TooManyStreams(NOT_NOW) from exc
 
 
-def _release_shared_slot(user_id: int, stream: str) -> None:
-    with contextlib.suppress(redis.RedisError):
-        pipe = _redis().pipeline()
-        for key in _keys(user_id):
-            pipe.zrem(key, stream)
-        pipe.execute()
+def _release_shared_slot(slot_id: int) -> None:
+    try:
+        LogFollowSlot.objects.filter(id=slot_id).delete()
+    except DatabaseError as exc:  # the slot expires by its deadline
+        log.warning("log stream slot %s not released now (%s); it expires by its deadline", slot_id, exc)
 
 
 @contextlib.contextmanager
 def stream_slot(*, user_id: int, seconds: int) -> Iterator[None]:
     """Hold one log stream slot for at most `seconds`; raises TooManyStreams when none is free."""
     _claim_process_slot()
-    stream = uuid.uuid4().hex
-    shared = False
+    slot_id = None
     try:
-        shared = _claim_shared_slot(user_id, stream, time.time() + seconds + 5)
+        slot_id = _claim_shared_slot(user_id, seconds)
         yield
     finally:
-        if shared:
-            _release_shared_slot(user_id, stream)
+        if slot_id is not None:
+            _release_shared_slot(slot_id)
         _release_process_slot()
 
 

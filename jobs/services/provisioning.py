@@ -44,19 +44,31 @@ def namespace_name_check(namespace: str) -> str:
     return namespace
 
 
-def team_gpu_limits(team: Team) -> dict[str, int]:
-    """GPUs per resource name the team may request (its quota, plus its borrowing limit in a cohort); every
-    GPU resource is listed, 0 where it has no quota, so the namespace can never use a GPU the team was
-    not given."""
-    limits: dict[str, int] = dict.fromkeys(GpuType.objects.values_list("resource_name", flat=True), 0)
-    limits.setdefault("nvidia.com/gpu", 0)
+def team_namespace_caps(team: Team) -> objects.NamespaceCaps:
+    """What the team's namespace may request at once, from its quotas.
+
+    GPUs per resource name: its quota, plus its borrowing limit in a cohort; every GPU resource is listed,
+    0 where it has no quota, so the namespace can never use a GPU the team was not given. CPU and memory:
+    for each GPU it may hold, the most a pod may ask per GPU of that type (the type's limit per GPU, else
+    its default), so every pod the portal would admit fits and nothing larger can be created there.
+    """
+    gpus: dict[str, int] = dict.fromkeys(GpuType.objects.values_list("resource_name", flat=True), 0)
+    gpus.setdefault("nvidia.com/gpu", 0)
+    cpu_millicores = memory_mib = 0
     # Borrowing: a team in a cohort may hold up to its quota plus its borrowing limit.
     in_cohort = team.cohort_id is not None
-    for resource, max_gpus, borrowing in Quota.objects.filter(team=team).values_list(
-        "gpu_type__resource_name", "max_gpus", "borrowing_limit"
-    ):
-        limits[resource] = limits.get(resource, 0) + max_gpus + (borrowing if in_cohort else 0)
-    return limits
+    for quota in Quota.objects.filter(team=team).select_related("gpu_type"):
+        held = quota.max_gpus + (quota.borrowing_limit if in_cohort else 0)
+        gpu_type = quota.gpu_type
+        gpus[gpu_type.resource_name] = gpus.get(gpu_type.resource_name, 0) + held
+        cpu_millicores += held * max(gpu_type.cpu_per_gpu_millicores, gpu_type.max_cpu_per_gpu_millicores or 0)
+        memory_mib += held * max(gpu_type.memory_per_gpu_mib, gpu_type.max_memory_per_gpu_mib or 0)
+    return objects.NamespaceCaps(gpus_by_resource=gpus, cpu_millicores=cpu_millicores, memory_mib=memory_mib)
+
+
+def team_gpu_limits(team: Team) -> dict[str, int]:
+    """GPUs per resource name the team may request (see team_namespace_caps)."""
+    return team_namespace_caps(team).gpus_by_resource
 
 
 def network_rules() -> objects.NetworkRules:
@@ -73,7 +85,7 @@ def team_namespace_objects(team: Team) -> list:
     namespace = namespace_name_check(team.namespace)
     made: list = [
         objects.make_namespace(namespace, team_slug=team.slug, instance=settings.PORTAL_INSTANCE),
-        objects.make_resource_quota(namespace, team_gpu_limits(team)),
+        objects.make_resource_quota(namespace, team_namespace_caps(team)),
         objects.make_limit_range(namespace, ephemeral_storage=settings.TEAM_EPHEMERAL_STORAGE_DEFAULT),
         objects.make_network_policy(namespace, network_rules()),
     ]

@@ -1,5 +1,6 @@
 """A quota change from admin takes effect at once: it is recorded, admission runs again for that team and
 GPU type, and the team namespace's ResourceQuota follows once the change is committed (the provisioner applies it).
+The ResourceQuota also caps CPU and memory from the GPU types' sizes per GPU, so a change to those follows too.
 
 Admin calls it today; it is an engine service so that any other front end can make the same change.
 """
@@ -10,9 +11,10 @@ import logging
 
 from django.db import transaction
 
-from jobs.models import GpuType, QuotaChange, Team
+from jobs.models import GpuType, Quota, QuotaChange, Team
 from jobs.services.admission import quota_admit
 from jobs.services.object_creation import namespace_ensure
+from jobs.services.sharing import namespaces_sync
 
 log = logging.getLogger(__name__)
 
@@ -40,3 +42,29 @@ def _sync_namespace(team: Team, change_id: int) -> None:
     else:
         # The web holds no right to change the namespace: the provisioner applies it (within a moment).
         QuotaChange.objects.filter(id=change_id).update(note="Namespace ResourceQuota update sent to the provisioner.")
+
+
+# What a GPU type contributes to its teams' namespace ResourceQuota (jobs/services/provisioning.py).
+NAMESPACE_QUOTA_FIELDS = frozenset(
+    {
+        "resource_name",
+        "cpu_per_gpu_millicores",
+        "max_cpu_per_gpu_millicores",
+        "memory_per_gpu_mib",
+        "max_memory_per_gpu_mib",
+    }
+)
+
+
+def gpu_type_changed(*, gpu_type: GpuType, fields: set[str], created: bool) -> None:
+    """After a GPU type is added or edited, the namespaces whose ResourceQuota depends on it follow, once
+    committed: every team's when the type is new or its resource name changed (each namespace lists every
+    GPU resource, 0 where the team has none), else those of the teams with a quota of it."""
+    if not created and not fields & NAMESPACE_QUOTA_FIELDS:
+        return
+    if created or "resource_name" in fields:
+        team_ids = list(Team.objects.values_list("id", flat=True))
+    else:
+        team_ids = list(Quota.objects.filter(gpu_type=gpu_type).values_list("team_id", flat=True).distinct())
+    if team_ids:
+        transaction.on_commit(lambda: namespaces_sync(team_ids))

@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils.text import slugify
 
 from jobs.models import AllowedRegistry, CatalogImage, GpuType, Quota, QuotaChange, Team
+from jobs.models.catalog import node_label_owner
 
 SEED_NOTE = "Created by the seed (manage.py seed: the chart's seed hook or seed_demo)."
 
@@ -58,6 +59,14 @@ def apply_seed(document: dict[str, Any]) -> dict[str, int]:
                 defaults["cpu_per_gpu_millicores"] = int(cpu)
             if entry.get("memory_per_gpu_mib") is not None:
                 defaults["memory_per_gpu_mib"] = int(entry["memory_per_gpu_mib"])
+            if not GpuType.objects.filter(slug=slug).exists():
+                label = (defaults["node_label_key"], defaults["node_label_value"])
+                other = node_label_owner(*label)
+                if other is not None:
+                    raise SeedError(
+                        f"{where}: 'node_label_value' {label[0]}={label[1]} is already the node label of GPU "
+                        f"type {other.slug!r}; each GPU type needs a label of its own"
+                    )
             _, created = GpuType.objects.get_or_create(slug=slug, defaults=defaults)
             counts["gpu_types"] += created
         for i, entry in enumerate(document.get("teams") or []):

@@ -20,18 +20,19 @@ def sharing_changed(team_ids: list[int]) -> int:
     admitted = 0
     for team_id, gpu_type_id in Quota.objects.filter(team_id__in=team_ids).values_list("team_id", "gpu_type_id"):
         admitted += len(quota_admit(team_id=team_id, gpu_type_id=gpu_type_id))
-    transaction.on_commit(lambda: _sync_namespaces(team_ids))
+    transaction.on_commit(lambda: namespaces_sync(team_ids))
     return admitted
 
 
-def _sync_namespaces(team_ids: list[int]) -> None:
+def namespaces_sync(team_ids: list[int]) -> None:
+    """Ask the provisioner to bring these teams' namespaces (their ResourceQuota) up to date."""
     from jobs.services.object_creation import namespace_ensure
 
     for team in Team.objects.filter(id__in=team_ids):
         try:
             namespace_ensure(team, force=True)
         except Exception as exc:  # Kubernetes unreachable: the next submission syncs it again
-            log.warning("ResourceQuota of %s not updated after a sharing change: %s", team.namespace, exc)
+            log.warning("ResourceQuota of %s not updated now: %s", team.namespace, exc)
 
 
 def team_sharing_update(

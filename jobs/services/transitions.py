@@ -11,7 +11,8 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import DateTimeField, Subquery, Value
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from jobs.models import State, Workload, WorkloadEvent
@@ -60,12 +61,9 @@ def transition(
         if not moved:
             workload.refresh_from_db()
             return False
-        # Kubernetes' timestamps have whole seconds; never let an entry sort before the one it follows.
-        last = WorkloadEvent.objects.filter(workload=workload).aggregate(last=Max("at"))["last"]
-        at = max(at or now, last) if last else (at or now)
         WorkloadEvent.objects.create(
             workload=workload,
-            at=at,
+            at=not_before_last(workload.id, at or now),
             source=source,
             from_state=from_state,
             to_state=to_state,
@@ -86,6 +84,14 @@ def transition(
         # The one place workload news is recorded: in this transaction, sent by Celery after commit.
         workload_transitioned(workload, from_state=from_state, actor=actor)
     return True
+
+
+def not_before_last(workload_id: int, at: datetime) -> Greatest:
+    """`at`, or the time of the workload's latest timeline entry if that is later, computed by the INSERT
+    itself (one round trip): Kubernetes' timestamps have whole seconds, and an entry must never sort
+    before the one it follows."""
+    latest = WorkloadEvent.objects.filter(workload_id=workload_id).order_by("-at").values("at")[:1]
+    return Greatest(Value(at), Coalesce(Subquery(latest), Value(at)), output_field=DateTimeField())
 
 
 def note(workload: Workload, *, reason: str, message: str, source: str = WorkloadEvent.Source.KUBERNETES) -> None:

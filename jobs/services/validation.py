@@ -3,6 +3,12 @@
 `validate_submission` gathers no data itself; `jobs.services.intake` looks the facts up (GPU types,
 quotas, node sizes, registries, budget) and passes them in. That keeps every rule testable without a
 database, and lets a property test feed it generated specs.
+
+Each field has its own small check (`check_kind`, `check_image`, `check_gpu_count`, ...): a pure
+function from the raw value (and what it depends on) to `Checked(value, problems)`, where each problem
+names its field. `validate_submission` only composes them. The limits themselves (lengths, ranges,
+choices) are described once in jobs.services.spec_fields, which the launch form and the API's schema
+read too.
 """
 
 from __future__ import annotations
@@ -10,7 +16,26 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+from jobs.services.spec_fields import (
+    FIELDS,
+    MAX_COMMAND_TOTAL,
+    MAX_DATASETS,
+    MAX_ENV_NAME,
+    MAX_ENV_TOTAL,
+    MAX_ENV_VALUE,
+    MAX_ENV_VARS,
+    MAX_IMAGE,
+    MAX_ITEM_CHARS,
+    MAX_LIST_ITEMS,
+    MAX_NAME,
+    MAX_PORT,
+    MAX_PRIORITY,
+    MAX_SECRET_REFS,
+    MIN_PORT,
+    MIN_PRIORITY,
+)
 
 # --- image references (the grammar of OCI/distribution references) ---------------------------------
 _ALNUM = r"[a-z0-9]+"
@@ -32,19 +57,6 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # not given (the NVIDIA runtime honours NVIDIA_VISIBLE_DEVICES=all).
 RESERVED_ENV = {"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
 RESERVED_ENV_PREFIXES = ("GPUPORTAL_",)
-
-MAX_NAME = 40
-MAX_IMAGE = 255
-MAX_LIST_ITEMS = 256
-MAX_ITEM_CHARS = 4096
-MAX_COMMAND_TOTAL = 32 * 1024
-MAX_ENV_VARS = 100
-MAX_ENV_NAME = 128
-# A real workload's environment is a few settings and paths, well under a kilobyte; these caps leave
-# ample room and keep pod specs (stored in etcd, each object at most 1.5 MB) small.
-MAX_ENV_VALUE = 4 * 1024
-MAX_ENV_TOTAL = 16 * 1024
-MIN_PRIORITY, MAX_PRIORITY = -100, 100
 
 
 @dataclass(frozen=True)
@@ -155,192 +167,455 @@ class SubmissionInvalid(Exception):
         self.errors = errors
 
 
-FIELDS = ("name", "kind", "image", "catalog_image", "gpu_type", "gpu_count", "command", "args", "env",
-          "port", "time_limit_seconds", "priority", "restartable", "secrets", "datasets", "cpu_millicores", "memory_mib")  # fmt: skip
+# --- one check per field --------------------------------------------------------------------------
+T = TypeVar("T")
+Problem = tuple[str, str]  # (field, message)
 
 
+@dataclass(frozen=True)
+class Checked(Generic[T]):
+    """A field's clean value (a stand-in when it is wrong, so later checks can go on) and its problems."""
+
+    value: T
+    problems: tuple[Problem, ...] = ()
+
+
+def _refused(value: T, field_name: str, *messages: str) -> Checked[T]:
+    return Checked(value, tuple((field_name, m) for m in messages))
+
+
+CHOOSE_KIND = "Choose 'batch' or 'service'."
+CHOOSE_IMAGE = "Choose an image from the catalog or give an image reference."
+NOT_A_REFERENCE = "Not a valid image reference (expected [registry/]name[:tag][@sha256:digest])."
+NAME_RULE = "Lowercase letters, digits and '-', starting with a letter and not ending with '-'."
+CHOOSE_GPU_TYPE = "Choose a GPU type."
+AT_LEAST_ONE_GPU = "At least 1 GPU."
+WHOLE_NUMBER = "Must be a whole number."
+PORT_RANGE = f"A port number between {MIN_PORT} and {MAX_PORT}."
+BATCH_HAS_NO_PORT = "Only services listen on a port; leave it empty for a batch job."
+SERVICE_NEEDS_PORT = "A service needs the port it listens on."
+PRIORITY_RANGE = f"A whole number between {MIN_PRIORITY} and {MAX_PRIORITY}."
+MANAGERS_SET_PRIORITY = "Only team managers can set a priority."
+RESTARTABLE_SERVICE = "Only batch jobs can be restarted after preemption; a preempted service ends."
+BUDGET_USED = "Your team has used its GPU-hour budget for this month."
+
+
+def check_unknown_fields(raw: Mapping[str, Any]) -> Checked[None]:
+    return Checked(None, tuple((name, "Unknown field.") for name in sorted(set(raw) - set(FIELDS))))
+
+
+def check_kind(value: Any) -> Checked[str]:
+    kind = value or "batch"
+    if kind not in ("batch", "service"):
+        return _refused("batch", "kind", CHOOSE_KIND)
+    return Checked(kind)
+
+
+@dataclass(frozen=True)
+class ImageChoice:
+    image: str
+    catalog: CatalogFacts | None  # the catalog entry chosen, or the one a custom reference names
+
+
+def check_image(catalog_id: Any, image: Any, *, kind: str, facts: Facts) -> Checked[ImageChoice]:
+    """A catalog entry (by id), or a custom reference from an allowed registry (which may name a
+    catalog entry, whose defaults then apply)."""
+    if catalog_id not in (None, ""):
+        return _catalog_image(catalog_id, image, kind=kind, facts=facts)
+    if not isinstance(image, str) or not image:
+        return _refused(ImageChoice("", None), "image", CHOOSE_IMAGE)
+    return _custom_image(image, facts)
+
+
+def _catalog_image(catalog_id: Any, image: Any, *, kind: str, facts: Facts) -> Checked[ImageChoice]:
+    if not _is_int(catalog_id) or int(catalog_id) not in facts.catalog:
+        # A custom image given beside it is still judged on its own.
+        custom = _custom_image(image, facts) if isinstance(image, str) and image else Checked(ImageChoice("", None))
+        return Checked(custom.value, (("catalog_image", "No such image in the catalog."), *custom.problems))
+    entry = facts.catalog[int(catalog_id)]
+    problems: list[Problem] = []
+    if not entry.enabled:
+        problems.append(("catalog_image", "This catalog image is no longer offered."))
+    elif entry.suits not in ("any", kind):
+        problems.append(("catalog_image", f"This image is meant for {entry.suits} workloads, not {kind}."))
+    if image and image != entry.reference:
+        problems.append(("image", "Give either a catalog image or a custom image reference, not both."))
+    return Checked(ImageChoice(entry.reference, entry), tuple(problems))
+
+
+def _custom_image(image: str, facts: Facts) -> Checked[ImageChoice]:
+    reference = parse_image_reference(image)
+    if reference is None:
+        return _refused(ImageChoice(image, None), "image", NOT_A_REFERENCE)
+    named = next((c for c in facts.catalog.values() if c.reference == image and c.enabled), None)
+    if named is not None:
+        return Checked(ImageChoice(image, named))
+    if reference.registry not in facts.allowed_registries:
+        allowed = ", ".join(sorted(facts.allowed_registries)) or "none"
+        message = f"Images from {reference.registry} are not allowed here (allowed registries: {allowed})."
+        return _refused(ImageChoice(image, None), "image", message)
+    return Checked(ImageChoice(image, None))
+
+
+def check_root(catalog: CatalogFacts | None) -> Checked[None]:
+    """An image that needs root runs only once an admin allowed its catalog entry; every other workload
+    runs as a fixed non-root uid (jobs/kube/objects.py), so there is nothing to check for it."""
+    if catalog is not None and catalog.needs_root and not catalog.root_allowed:
+        return _refused(
+            None,
+            "image",
+            "This image needs to run as root, and an administrator has not allowed that for it. "
+            "Choose another image or ask a portal administrator.",
+        )
+    return Checked(None)
+
+
+def default_name(image: str) -> str:
+    """A DNS label made from the image's last path component (`pytorch` for nvcr.io/nvidia/pytorch:24)."""
+    base = image.rsplit("/", 1)[-1].split("@")[0].split(":")[0] if image else "workload"
+    name = re.sub(r"[^a-z0-9-]+", "-", base.lower()).strip("-")[:MAX_NAME].rstrip("-") or "workload"
+    if not name[0].isalpha():
+        name = f"w-{name}"[:MAX_NAME].rstrip("-")
+    return name
+
+
+def check_name(value: Any, *, image: str) -> Checked[str]:
+    if not isinstance(value, str):
+        return _refused(default_name(image), "name", "Must be text.")
+    if not value:
+        return Checked(default_name(image))
+    if len(value) > MAX_NAME:
+        return _refused(value, "name", f"At most {MAX_NAME} characters.")
+    if not NAME_RE.match(value):
+        return _refused(value, "name", NAME_RULE)
+    return Checked(value)
+
+
+def check_gpu_type(slug: Any, gpu_types: Mapping[str, GpuTypeFacts]) -> Checked[GpuTypeFacts | None]:
+    """The type's facts when the slug is known (even if it may not be used, so that later checks can
+    still name it); None when it is not."""
+    if not slug:
+        return _refused(None, "gpu_type", CHOOSE_GPU_TYPE)
+    gpu = gpu_types.get(slug) if isinstance(slug, str) else None
+    if gpu is None:
+        return _refused(None, "gpu_type", f"Unknown GPU type {slug!r}.")
+    if not gpu.enabled:
+        return _refused(gpu, "gpu_type", f"{gpu.display_name} GPUs are currently disabled.")
+    if gpu.quota is None:
+        return _refused(gpu, "gpu_type", f"Your team has no quota for {gpu.display_name} GPUs.")
+    return Checked(gpu)
+
+
+def check_gpu_count(value: Any, gpu: GpuTypeFacts | None) -> Checked[int]:
+    """At least one; within the team's quota and the largest ready node of a usable type."""
+    if not _is_int(value):
+        return _refused(0, "gpu_count", WHOLE_NUMBER, AT_LEAST_ONE_GPU)
+    count = int(value)
+    if count < 1:
+        return _refused(count, "gpu_count", AT_LEAST_ONE_GPU)
+    if gpu is None or not gpu.enabled or gpu.quota is None:
+        return Checked(count)  # the type is already wrong; its limits cannot be judged
+    if count > gpu.quota:
+        return _refused(count, "gpu_count", f"Your team's quota for {gpu.display_name} is {gpu.quota} GPUs.")
+    if gpu.largest_node == 0:
+        return _refused(count, "gpu_count", f"No ready {gpu.display_name} node is in the cluster right now.")
+    if count > gpu.largest_node:
+        return _refused(count, "gpu_count", f"The largest {gpu.display_name} node has {gpu.largest_node} GPUs.")
+    return Checked(count)
+
+
+def check_cuda_fit(
+    catalog: CatalogFacts | None, gpu: GpuTypeFacts | None, gpu_types: Mapping[str, GpuTypeFacts]
+) -> Checked[None]:
+    """A catalog image's CUDA version must run on the type's drivers; the message names the types it
+    would run on."""
+    if catalog is None or not catalog.cuda_version or gpu is None or not gpu.max_cuda:
+        return Checked(None)
+    needed = cuda_tuple(catalog.cuda_version)
+    if needed <= cuda_tuple(gpu.max_cuda):
+        return Checked(None)
+    fitting = sorted(
+        g.display_name
+        for g in gpu_types.values()
+        if g.enabled and g.quota and g.max_cuda and cuda_tuple(g.max_cuda) >= needed
+    )
+    hint = f" It runs on: {', '.join(fitting)}." if fitting else " No GPU type here runs it."
+    return _refused(
+        None,
+        "image",
+        f"This image needs CUDA {catalog.cuda_version}, but {gpu.display_name} drivers support "
+        f"up to CUDA {gpu.max_cuda}.{hint}",
+    )
+
+
+def check_arguments(value: Any, field_name: str, default: tuple[str, ...]) -> Checked[tuple[str, ...]]:
+    """`command` or `args`: a list of strings, each one argument (no shell parsing); empty: the default."""
+    if value in (None, ""):
+        return Checked(tuple(default))
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        return _refused((), field_name, "A list of strings (each one argument; no shell parsing is done).")
+    messages = []
+    if len(value) > MAX_LIST_ITEMS:
+        messages.append(f"At most {MAX_LIST_ITEMS} items.")
+    for item in value:  # the first bad item is named; one message is enough
+        if len(item) > MAX_ITEM_CHARS:
+            messages.append(f"Each item may be at most {MAX_ITEM_CHARS} characters.")
+            break
+        if "\x00" in item:
+            messages.append("Items may not contain NUL characters.")
+            break
+    return _refused(tuple(value), field_name, *messages)
+
+
+def check_command_total(command: tuple[str, ...], args: tuple[str, ...]) -> Checked[None]:
+    if sum(len(x) for x in command + args) > MAX_COMMAND_TOTAL:
+        return _refused(None, "args", f"Command and arguments together may be at most {MAX_COMMAND_TOTAL // 1024} KiB.")
+    return Checked(None)
+
+
+def _env_pairs(value: Any) -> list[tuple[Any, Any]] | None:
+    if isinstance(value, Mapping):
+        return list(value.items())
+    if isinstance(value, list | tuple) and all(isinstance(v, Mapping) for v in value):
+        return [(v.get("name"), v.get("value", "")) for v in value]
+    return None
+
+
+def _env_problem(name: Any, value: Any, seen: set[str]) -> str | None:
+    """What is wrong with one variable, or None."""
+    if not isinstance(name, str) or not ENV_NAME_RE.match(name) or len(name) > MAX_ENV_NAME:
+        return f"{str(name)[:40]!r} is not a valid variable name (letters, digits, '_'; not starting with a digit)."
+    if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
+        return f"{name} is set by the portal and cannot be overridden."
+    if name in seen:
+        return f"{name} is given twice."
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return f"The value of {name} must be text."
+    if len(str(value)) > MAX_ENV_VALUE:
+        return f"The value of {name} is longer than {MAX_ENV_VALUE // 1024} KiB."
+    if "\x00" in str(value):
+        return f"The value of {name} contains a NUL character."
+    return None
+
+
+def check_env(value: Any) -> Checked[tuple[tuple[str, str], ...]]:
+    """`env`: {NAME: value} or [{"name": ..., "value": ...}]; names valid, not the portal's, not twice;
+    values text (numbers are turned into text) within the size caps."""
+    if value in (None, "", [], {}):
+        return Checked(())
+    pairs = _env_pairs(value)
+    if pairs is None:
+        return _refused((), "env", 'A mapping of NAME to value, or a list of {"name": ..., "value": ...}.')
+    if len(pairs) > MAX_ENV_VARS:
+        return _refused((), "env", f"At most {MAX_ENV_VARS} variables.")
+    messages: list[str] = []
+    clean: list[tuple[str, str]] = []
+    for name, val in pairs:
+        problem = _env_problem(name, val, {n for n, _ in clean})
+        if problem:
+            messages.append(problem)
+        else:
+            clean.append((name, str(val)))
+    if sum(len(n) + len(v) for n, v in clean) > MAX_ENV_TOTAL:
+        messages.append(f"All variables together may be at most {MAX_ENV_TOTAL // 1024} KiB.")
+    return _refused(tuple(clean), "env", *messages)
+
+
+def check_secret_refs(
+    value: Any, available: Mapping[str, str], env_names: set[str]
+) -> Checked[tuple[tuple[str, str, str], ...]]:
+    """`secrets`: [{"name": <stored secret>, "env": <variable, optional>}] or a list of names.
+
+    Each must be a secret the user may use; no secret twice; an env variable neither reserved nor
+    clashing with a plain variable or another secret's. The value: (name, Kubernetes name, variable)."""
+    if value in (None, "", []):
+        return Checked(())
+    if not isinstance(value, list | tuple):
+        return _refused((), "secrets", 'A list of {"name": <secret>, "env": <VARIABLE>} (env optional).')
+    if len(value) > MAX_SECRET_REFS:
+        return _refused((), "secrets", f"At most {MAX_SECRET_REFS} secrets.")
+    messages: list[str] = []
+    clean: list[tuple[str, str, str]] = []
+    used_env = set(env_names)
+    for item in value:
+        ref = {"name": item} if isinstance(item, str) else item
+        problem = _secret_ref_problem(ref, available, {n for n, _, _ in clean}, used_env)
+        if problem:
+            messages.append(problem)
+            continue
+        env_name = ref.get("env") or ""
+        if env_name:
+            used_env.add(env_name)
+        clean.append((ref["name"], available[ref["name"]], env_name))
+    return _refused(tuple(clean), "secrets", *messages)
+
+
+def _secret_ref_problem(ref: Any, available: Mapping[str, str], seen: set[str], used_env: set[str]) -> str | None:
+    if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str) or set(ref) - {"name", "env"}:
+        return 'Each item is a secret name or {"name": <secret>, "env": <VARIABLE>}.'
+    name, env_name = ref["name"], ref.get("env") or ""
+    if name not in available:
+        return f"No secret named {name[:40]!r} is available to you (store it first)."
+    if name in seen:
+        return f"{name} is given twice."
+    if not env_name:
+        return None
+    if not isinstance(env_name, str) or not ENV_NAME_RE.match(env_name) or len(env_name) > MAX_ENV_NAME:
+        return f"{str(env_name)[:40]!r} is not a valid variable name."
+    if env_name in RESERVED_ENV or env_name.startswith(RESERVED_ENV_PREFIXES):
+        return f"{env_name} is set by the portal and cannot be overridden."
+    if env_name in used_env:
+        return f"{env_name} clashes with another variable of the same name."
+    return None
+
+
+def check_datasets(value: Any, allowed: Mapping[str, bool]) -> Checked[tuple[str, ...]]:
+    """`datasets`: names of datasets the team may use (each mounted read-only at /datasets/<name>)."""
+    if value in (None, "", []):
+        return Checked(())
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        return _refused((), "datasets", "A list of dataset names.")
+    if len(value) > MAX_DATASETS:
+        return _refused((), "datasets", f"At most {MAX_DATASETS} datasets.")
+    messages: list[str] = []
+    clean: list[str] = []
+    for name in value:
+        if name not in allowed:
+            messages.append(f"No dataset named {name[:40]!r}.")
+        elif not allowed[name]:
+            messages.append(f"Your team may not use the dataset {name}; ask an admin.")
+        elif name in clean:
+            messages.append(f"{name} is given twice.")
+        else:
+            clean.append(name)
+    return _refused(tuple(clean), "datasets", *messages)
+
+
+def check_pod_size(
+    raw: Mapping[str, Any], gpu: GpuTypeFacts | None, gpu_count: int
+) -> Checked[tuple[int | None, int | None]]:
+    """`cpu_millicores` / `memory_mib` for the whole pod: from the type's default per GPU up to its limit per
+    GPU (times the GPUs asked for). Empty: the default. `gpu` None: the type is wrong or disabled."""
+    sizes: list[int | None] = []
+    problems: list[Problem] = []
+    for name, default, limit, unit in (
+        ("cpu_millicores", gpu.cpu_per_gpu if gpu else 0, gpu.max_cpu_per_gpu if gpu else None, "millicores"),
+        ("memory_mib", gpu.memory_per_gpu if gpu else 0, gpu.max_memory_per_gpu if gpu else None, "MiB"),
+    ):
+        value = raw.get(name)
+        if value in (None, ""):
+            sizes.append(None)
+            continue
+        if not _is_int(value):
+            problems.append((name, WHOLE_NUMBER))
+            sizes.append(None)
+            continue
+        value = int(value)
+        sizes.append(value)
+        if gpu is None or gpu_count < 1:
+            continue  # the GPU type or count is already wrong; its limit cannot be judged
+        low, high = default * gpu_count, (limit or default) * gpu_count
+        if not low <= value <= high:
+            problems.append((name, f"Between {low} and {high} {unit} for {gpu_count} {gpu.display_name} GPU(s)."))
+    return Checked((sizes[0], sizes[1]), tuple(problems))
+
+
+def check_port(value: Any, *, kind: str, catalog: CatalogFacts | None) -> Checked[int | None]:
+    """A service listens on a port (the catalog's default when left empty); a batch job on none."""
+    given = value not in (None, "")
+    if not given:
+        value = catalog.default_port if catalog and kind == "service" else None
+    if value is None:
+        return _refused(None, "port", SERVICE_NEEDS_PORT) if kind == "service" else Checked(None)
+    if not _is_int(value) or not MIN_PORT <= int(value) <= MAX_PORT:
+        return _refused(None, "port", PORT_RANGE)
+    if kind == "batch":
+        return _refused(None, "port", BATCH_HAS_NO_PORT) if given else Checked(None)
+    return Checked(int(value))
+
+
+def check_time_limit(value: Any, *, kind: str, facts: Facts) -> Checked[int]:
+    """Seconds, between the portal's minimum and maximum; empty: the default for the kind."""
+    if value in (None, ""):
+        value = facts.default_time_limit[kind]
+    if not _is_int(value):
+        return _refused(0, "time_limit_seconds", "Must be a whole number of seconds.")
+    limit = int(value)
+    if not facts.min_time_limit <= limit <= facts.max_time_limit:
+        message = f"Between {_duration(facts.min_time_limit)} and {_duration(facts.max_time_limit)}."
+        return _refused(limit, "time_limit_seconds", message)
+    return Checked(limit)
+
+
+def check_priority(value: Any, *, may_set_priority: bool) -> Checked[int]:
+    if value in (None, ""):
+        value = 0
+    if not _is_int(value) or not MIN_PRIORITY <= int(value) <= MAX_PRIORITY:
+        return _refused(0, "priority", PRIORITY_RANGE)
+    if int(value) != 0 and not may_set_priority:
+        return _refused(int(value), "priority", MANAGERS_SET_PRIORITY)
+    return Checked(int(value))
+
+
+def check_restartable(value: Any, *, kind: str) -> Checked[bool]:
+    """A preempted batch job is requeued instead of failed when restartable; a service always ends."""
+    if value in (None, ""):
+        return Checked(False)
+    if not isinstance(value, bool):
+        return _refused(False, "restartable", "true or false.")
+    if value and kind == "service":
+        return _refused(True, "restartable", RESTARTABLE_SERVICE)
+    return Checked(value)
+
+
+def check_budget(facts: Facts) -> Checked[None]:
+    if facts.budget_exhausted:
+        return _refused(None, "team", facts.budget_message or BUDGET_USED)
+    return Checked(None)
+
+
+# --- the whole submission ---------------------------------------------------------------------------
 def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission:
     """Check every field of a submission; raise SubmissionInvalid naming each field that is wrong."""
-    errors: dict[str, list[str]] = {}
+    problems: list[Problem] = []
 
-    def fail(name: str, message: str) -> None:
-        errors.setdefault(name, []).append(message)
+    def take(checked: Checked[T]) -> T:
+        problems.extend(checked.problems)
+        return checked.value
 
-    for unknown in sorted(set(raw) - set(FIELDS)):
-        fail(unknown, "Unknown field.")
+    take(check_unknown_fields(raw))
+    kind = take(check_kind(raw.get("kind")))
+    chosen = take(check_image(raw.get("catalog_image"), raw.get("image") or "", kind=kind, facts=facts))
+    catalog = chosen.catalog
+    take(check_root(catalog))
+    name = take(check_name(raw.get("name") or "", image=chosen.image))
+    gpu = take(check_gpu_type(raw.get("gpu_type") or "", facts.gpu_types))
+    gpu_count = take(check_gpu_count(raw.get("gpu_count", 1), gpu))
+    take(check_cuda_fit(catalog, gpu, facts.gpu_types))
+    command = take(check_arguments(raw.get("command"), "command", catalog.default_command if catalog else ()))
+    args = take(check_arguments(raw.get("args"), "args", catalog.default_args if catalog else ()))
+    take(check_command_total(command, args))
+    env = take(check_env(raw.get("env")))
+    secrets = take(check_secret_refs(raw.get("secrets"), facts.secrets, {n for n, _ in env}))
+    datasets = take(check_datasets(raw.get("datasets"), facts.datasets))
+    cpu, memory = take(check_pod_size(raw, gpu if gpu and gpu.enabled else None, gpu_count))
+    port = take(check_port(raw.get("port"), kind=kind, catalog=catalog))
+    limit = take(check_time_limit(raw.get("time_limit_seconds"), kind=kind, facts=facts))
+    priority = take(check_priority(raw.get("priority", 0), may_set_priority=facts.may_set_priority))
+    restartable = take(check_restartable(raw.get("restartable", False), kind=kind))
+    take(check_budget(facts))
 
-    # kind
-    kind = raw.get("kind") or "batch"
-    if kind not in ("batch", "service"):
-        fail("kind", "Choose 'batch' or 'service'.")
-        kind = "batch"
-
-    # image: a catalog entry, or a custom reference from an allowed registry
-    catalog: CatalogFacts | None = None
-    catalog_id = raw.get("catalog_image")
-    image = raw.get("image") or ""
-    if catalog_id not in (None, ""):
-        if not _is_int(catalog_id) or int(catalog_id) not in facts.catalog:
-            fail("catalog_image", "No such image in the catalog.")
-        else:
-            catalog = facts.catalog[int(catalog_id)]
-            if not catalog.enabled:
-                fail("catalog_image", "This catalog image is no longer offered.")
-            elif catalog.suits not in ("any", kind):
-                fail("catalog_image", f"This image is meant for {catalog.suits} workloads, not {kind}.")
-            if image and image != catalog.reference:
-                fail("image", "Give either a catalog image or a custom image reference, not both.")
-            image = catalog.reference
-    if not isinstance(image, str) or not image:
-        if catalog_id in (None, ""):
-            fail("image", "Choose an image from the catalog or give an image reference.")
-        image = ""
-    elif catalog is None:
-        reference = parse_image_reference(image)
-        catalog_match = next((c for c in facts.catalog.values() if c.reference == image and c.enabled), None)
-        if reference is None:
-            fail("image", "Not a valid image reference (expected [registry/]name[:tag][@sha256:digest]).")
-        elif catalog_match is not None:
-            catalog = catalog_match
-        elif reference.registry not in facts.allowed_registries:
-            allowed = ", ".join(sorted(facts.allowed_registries)) or "none"
-            fail(
-                "image",
-                f"Images from {reference.registry} are not allowed here (allowed registries: {allowed}).",
-            )
-
-    validate_root(catalog, fail)
-
-    # name
-    name = raw.get("name") or ""
-    if not isinstance(name, str):
-        fail("name", "Must be text.")
-        name = ""
-    if name:
-        if len(name) > MAX_NAME:
-            fail("name", f"At most {MAX_NAME} characters.")
-        elif not NAME_RE.match(name):
-            fail("name", "Lowercase letters, digits and '-', starting with a letter and not ending with '-'.")
-    else:
-        base = image.rsplit("/", 1)[-1].split("@")[0].split(":")[0] if image else "workload"
-        name = re.sub(r"[^a-z0-9-]+", "-", base.lower()).strip("-")[:MAX_NAME].rstrip("-") or "workload"
-        if not name[0].isalpha():
-            name = f"w-{name}"[:MAX_NAME].rstrip("-")
-
-    # GPU type, count, quota, node size, CUDA fit
-    gpu_slug = raw.get("gpu_type") or ""
-    gpu_facts = facts.gpu_types.get(gpu_slug) if isinstance(gpu_slug, str) else None
-    if not gpu_slug:
-        fail("gpu_type", "Choose a GPU type.")
-    elif gpu_facts is None:
-        fail("gpu_type", f"Unknown GPU type {gpu_slug!r}.")
-    elif not gpu_facts.enabled:
-        fail("gpu_type", f"{gpu_facts.display_name} GPUs are currently disabled.")
-    elif gpu_facts.quota is None:
-        fail("gpu_type", f"Your team has no quota for {gpu_facts.display_name} GPUs.")
-    gpu_count = raw.get("gpu_count", 1)
-    if not _is_int(gpu_count):
-        fail("gpu_count", "Must be a whole number.")
-        gpu_count = 0
-    gpu_count = int(gpu_count)
-    if gpu_count < 1:
-        fail("gpu_count", "At least 1 GPU.")
-    elif gpu_facts is not None and gpu_facts.enabled and gpu_facts.quota is not None:
-        if gpu_count > gpu_facts.quota:
-            fail("gpu_count", f"Your team's quota for {gpu_facts.display_name} is {gpu_facts.quota} GPUs.")
-        elif gpu_facts.largest_node == 0:
-            fail("gpu_count", f"No ready {gpu_facts.display_name} node is in the cluster right now.")
-        elif gpu_count > gpu_facts.largest_node:
-            fail("gpu_count", f"The largest {gpu_facts.display_name} node has {gpu_facts.largest_node} GPUs.")
-    if catalog is not None and catalog.cuda_version and gpu_facts is not None and gpu_facts.max_cuda:
-        needed = cuda_tuple(catalog.cuda_version)
-        if needed > cuda_tuple(gpu_facts.max_cuda):
-            fitting = sorted(
-                g.display_name
-                for g in facts.gpu_types.values()
-                if g.enabled and g.quota and g.max_cuda and cuda_tuple(g.max_cuda) >= needed
-            )
-            hint = f" It runs on: {', '.join(fitting)}." if fitting else " No GPU type here runs it."
-            fail(
-                "image",
-                f"This image needs CUDA {catalog.cuda_version}, but {gpu_facts.display_name} drivers support "
-                f"up to CUDA {gpu_facts.max_cuda}.{hint}",
-            )
-
-    # command and arguments
-    command = _string_list(raw.get("command"), "command", fail, catalog.default_command if catalog else ())
-    args = _string_list(raw.get("args"), "args", fail, catalog.default_args if catalog else ())
-    if sum(len(x) for x in command + args) > MAX_COMMAND_TOTAL:
-        fail("args", f"Command and arguments together may be at most {MAX_COMMAND_TOTAL // 1024} KiB.")
-
-    env = _env(raw.get("env"), fail)
-    secrets = validate_secret_refs(raw.get("secrets"), facts.secrets, {n for n, _ in env}, fail)
-    datasets = validate_datasets(raw.get("datasets"), facts.datasets, fail)
-    cpu, memory = validate_pod_size(raw, gpu_facts if gpu_facts and gpu_facts.enabled else None, gpu_count, fail)
-
-    # port
-    port = raw.get("port")
-    if port in (None, ""):
-        port = catalog.default_port if catalog and kind == "service" else None
-    if port is not None:
-        if not _is_int(port) or not 1 <= int(port) <= 65535:
-            fail("port", "A port number between 1 and 65535.")
-            port = None
-        elif kind == "batch":
-            if raw.get("port") not in (None, ""):
-                fail("port", "Only services listen on a port; leave it empty for a batch job.")
-            port = None
-        else:
-            port = int(port)
-    if kind == "service" and port is None and "port" not in errors:
-        fail("port", "A service needs the port it listens on.")
-
-    # time limit
-    limit = raw.get("time_limit_seconds")
-    if limit in (None, ""):
-        limit = facts.default_time_limit[kind]
-    if not _is_int(limit):
-        fail("time_limit_seconds", "Must be a whole number of seconds.")
-        limit = 0
-    limit = int(limit)
-    if "time_limit_seconds" not in errors and not facts.min_time_limit <= limit <= facts.max_time_limit:
-        fail(
-            "time_limit_seconds",
-            f"Between {_duration(facts.min_time_limit)} and {_duration(facts.max_time_limit)}.",
-        )
-
-    # priority
-    priority = raw.get("priority", 0)
-    if priority in (None, ""):
-        priority = 0
-    if not _is_int(priority) or not MIN_PRIORITY <= int(priority) <= MAX_PRIORITY:
-        fail("priority", f"A whole number between {MIN_PRIORITY} and {MAX_PRIORITY}.")
-        priority = 0
-    elif int(priority) != 0 and not facts.may_set_priority:
-        fail("priority", "Only team managers can set a priority.")
-    priority = int(priority)
-
-    # restartable: a preempted batch job is requeued instead of failed (a service always ends)
-    restartable = raw.get("restartable", False)
-    if restartable in (None, ""):
-        restartable = False
-    if not isinstance(restartable, bool):
-        fail("restartable", "true or false.")
-        restartable = False
-    elif restartable and kind == "service":
-        fail("restartable", "Only batch jobs can be restarted after preemption; a preempted service ends.")
-
-    if facts.budget_exhausted:
-        fail("team", facts.budget_message or "Your team has used its GPU-hour budget for this month.")
-
-    if errors:
+    if problems:
+        errors: dict[str, list[str]] = {}
+        for field_name, message in problems:
+            errors.setdefault(field_name, []).append(message)
         raise SubmissionInvalid(errors)
     return CleanSubmission(
         name=name,
         kind=kind,
-        image=image,
+        image=chosen.image,
         catalog_image_id=catalog.id if catalog else None,
-        gpu_type=gpu_slug,
+        gpu_type=raw["gpu_type"],
         gpu_count=gpu_count,
         command=command,
         args=args,
@@ -352,122 +627,8 @@ def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission
         datasets=datasets,
         cpu_millicores=cpu,
         memory_mib=memory,
-        restartable=bool(restartable),
+        restartable=restartable,
     )
-
-
-MAX_DATASETS = 16
-
-
-def validate_root(catalog: CatalogFacts | None, fail) -> None:
-    """An image that needs root runs only once an admin allowed its catalog entry; every other workload
-    runs as a fixed non-root uid (jobs/kube/objects.py), so there is nothing to check for it."""
-    if catalog is not None and catalog.needs_root and not catalog.root_allowed:
-        fail(
-            "image",
-            "This image needs to run as root, and an administrator has not allowed that for it. "
-            "Choose another image or ask a portal administrator.",
-        )
-
-
-def validate_pod_size(
-    raw: Mapping[str, Any], gpu: GpuTypeFacts | None, gpu_count: int, fail
-) -> tuple[int | None, int | None]:
-    """`cpu_millicores` / `memory_mib` for the whole pod: from the type's default per GPU up to its limit per
-    GPU (times the GPUs asked for). Empty: the default."""
-    sizes: list[int | None] = []
-    for name, default, limit, unit in (
-        ("cpu_millicores", gpu.cpu_per_gpu if gpu else 0, gpu.max_cpu_per_gpu if gpu else None, "millicores"),
-        ("memory_mib", gpu.memory_per_gpu if gpu else 0, gpu.max_memory_per_gpu if gpu else None, "MiB"),
-    ):
-        value = raw.get(name)
-        if value in (None, ""):
-            sizes.append(None)
-            continue
-        if not _is_int(value):
-            fail(name, "Must be a whole number.")
-            sizes.append(None)
-            continue
-        value = int(value)
-        sizes.append(value)
-        if gpu is None or gpu_count < 1:
-            continue  # the GPU type or count is already wrong; its limit cannot be judged
-        low, high = default * gpu_count, (limit or default) * gpu_count
-        if not low <= value <= high:
-            fail(name, f"Between {low} and {high} {unit} for {gpu_count} {gpu.display_name} GPU(s).")
-    return sizes[0], sizes[1]
-
-
-def validate_datasets(value: Any, allowed: Mapping[str, bool], fail) -> tuple[str, ...]:
-    """`datasets`: names of datasets the team may use (each mounted read-only at /datasets/<name>)."""
-    if value in (None, "", []):
-        return ()
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        fail("datasets", "A list of dataset names.")
-        return ()
-    if len(value) > MAX_DATASETS:
-        fail("datasets", f"At most {MAX_DATASETS} datasets.")
-        return ()
-    clean: list[str] = []
-    for name in value:
-        if name not in allowed:
-            fail("datasets", f"No dataset named {name[:40]!r}.")
-        elif not allowed[name]:
-            fail("datasets", f"Your team may not use the dataset {name}; ask an admin.")
-        elif name in clean:
-            fail("datasets", f"{name} is given twice.")
-        else:
-            clean.append(name)
-    return tuple(clean)
-
-
-MAX_SECRET_REFS = 32
-
-
-def validate_secret_refs(
-    value: Any, available: Mapping[str, str], env_names: set[str], fail
-) -> tuple[tuple[str, str, str], ...]:
-    """`secrets`: [{"name": <stored secret>, "env": <variable, optional>}] or a list of names.
-
-    Each must be a secret the user may use; no secret twice; an env variable neither reserved nor
-    clashing with a plain variable or another secret's."""
-    if value in (None, "", []):
-        return ()
-    if not isinstance(value, list | tuple):
-        fail("secrets", 'A list of {"name": <secret>, "env": <VARIABLE>} (env optional).')
-        return ()
-    if len(value) > MAX_SECRET_REFS:
-        fail("secrets", f"At most {MAX_SECRET_REFS} secrets.")
-        return ()
-    clean: list[tuple[str, str, str]] = []
-    seen: set[str] = set()
-    used_env = set(env_names)
-    for item in value:
-        ref = {"name": item} if isinstance(item, str) else item
-        if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str) or set(ref) - {"name", "env"}:
-            fail("secrets", 'Each item is a secret name or {"name": <secret>, "env": <VARIABLE>}.')
-            continue
-        name, env_name = ref["name"], ref.get("env") or ""
-        if name not in available:
-            fail("secrets", f"No secret named {name[:40]!r} is available to you (store it first).")
-            continue
-        if name in seen:
-            fail("secrets", f"{name} is given twice.")
-            continue
-        if env_name:
-            if not isinstance(env_name, str) or not ENV_NAME_RE.match(env_name) or len(env_name) > MAX_ENV_NAME:
-                fail("secrets", f"{str(env_name)[:40]!r} is not a valid variable name.")
-                continue
-            if env_name in RESERVED_ENV or env_name.startswith(RESERVED_ENV_PREFIXES):
-                fail("secrets", f"{env_name} is set by the portal and cannot be overridden.")
-                continue
-            if env_name in used_env:
-                fail("secrets", f"{env_name} clashes with another variable of the same name.")
-                continue
-            used_env.add(env_name)
-        seen.add(name)
-        clean.append((name, available[name], env_name))
-    return tuple(clean)
 
 
 def _is_int(value: Any) -> bool:
@@ -476,72 +637,6 @@ def _is_int(value: Any) -> bool:
     if isinstance(value, int):
         return True
     return isinstance(value, str) and re.fullmatch(r"-?\d{1,9}", value.strip()) is not None
-
-
-def _string_list(value: Any, field_name: str, fail, default: tuple[str, ...]) -> tuple[str, ...]:
-    if value in (None, ""):
-        return tuple(default)
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        fail(field_name, "A list of strings (each one argument; no shell parsing is done).")
-        return ()
-    if len(value) > MAX_LIST_ITEMS:
-        fail(field_name, f"At most {MAX_LIST_ITEMS} items.")
-    for item in value:
-        if len(item) > MAX_ITEM_CHARS:
-            fail(field_name, f"Each item may be at most {MAX_ITEM_CHARS} characters.")
-            break
-        if "\x00" in item:
-            fail(field_name, "Items may not contain NUL characters.")
-            break
-    return tuple(value)
-
-
-def _env(value: Any, fail) -> tuple[tuple[str, str], ...]:
-    if value in (None, "", [], {}):
-        return ()
-    if isinstance(value, Mapping):
-        pairs = list(value.items())
-    elif isinstance(value, list | tuple) and all(isinstance(v, Mapping) for v in value):
-        pairs = [(v.get("name"), v.get("value", "")) for v in value]
-    else:
-        fail("env", 'A mapping of NAME to value, or a list of {"name": ..., "value": ...}.')
-        return ()
-    if len(pairs) > MAX_ENV_VARS:
-        fail("env", f"At most {MAX_ENV_VARS} variables.")
-        return ()
-    seen: set[str] = set()
-    total = 0
-    clean: list[tuple[str, str]] = []
-    for name, val in pairs:
-        if not isinstance(name, str) or not ENV_NAME_RE.match(name) or len(name) > MAX_ENV_NAME:
-            fail(
-                "env",
-                f"{str(name)[:40]!r} is not a valid variable name (letters, digits, '_'; not starting with a digit).",
-            )
-            continue
-        if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
-            fail("env", f"{name} is set by the portal and cannot be overridden.")
-            continue
-        if name in seen:
-            fail("env", f"{name} is given twice.")
-            continue
-        if not isinstance(val, str):
-            if isinstance(val, bool) or not isinstance(val, int | float):
-                fail("env", f"The value of {name} must be text.")
-                continue
-            val = str(val)
-        if len(val) > MAX_ENV_VALUE:
-            fail("env", f"The value of {name} is longer than {MAX_ENV_VALUE // 1024} KiB.")
-            continue
-        if "\x00" in val:
-            fail("env", f"The value of {name} contains a NUL character.")
-            continue
-        total += len(name) + len(val)
-        seen.add(name)
-        clean.append((name, val))
-    if total > MAX_ENV_TOTAL:
-        fail("env", f"All variables together may be at most {MAX_ENV_TOTAL // 1024} KiB.")
-    return tuple(clean)
 
 
 def _duration(seconds: int) -> str:

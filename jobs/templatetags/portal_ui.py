@@ -114,3 +114,9 @@ def openable(workload, user) -> bool:
 @register.filter
 def open_path(workload) -> str:
     return opening.open_path(workload)
+
+
+@register.filter
+def open_link(workload) -> str:
+    """Where an Open button goes (the portal's handoff when services have an origin of their own)."""
+    return opening.open_link(workload)

@@ -17,9 +17,8 @@ from jobs.selectors import (
 )
 from jobs.services.accounting import budget_use
 from jobs.services.intake import gather_facts, workload_submit
-from jobs.services.secrets import secrets_available
 from jobs.services.validation import SubmissionInvalid, cuda_tuple
-from jobs.services.workspaces import datasets_allowed, workspace_mounts
+from jobs.services.workspaces import workspace_mounts
 from jobs.views.common import team_page
 
 
@@ -49,21 +48,22 @@ def launch(request: HttpRequest) -> HttpResponse:
     acting = request.acting
     catalog = list(CatalogImage.objects.filter(enabled=True))
     gpu_types = list(GpuType.objects.filter(enabled=True))
+    # What submission judges against (quotas, node sizes, driver CUDA versions, datasets, secrets):
+    # gathered once, for the form's choices and the picker, and handed to the submission.
+    facts = gather_facts(team=acting.team, user=request.user)
     options = {
         "catalog": catalog,
         "gpu_types": gpu_types,
-        "may_set_priority": policy.may_set_priority(request.user, acting.team),
-        "datasets": sorted(name for name, allowed in datasets_allowed(acting.team).items() if allowed),
-        "secrets": sorted(secrets_available(team=acting.team, user=request.user)),
+        "may_set_priority": facts.may_set_priority,
+        "datasets": sorted(name for name, allowed in facts.datasets.items() if allowed),
+        "secrets": sorted(facts.secrets),
+        "default_time_limit": facts.default_time_limit,
     }
-    # What submission judges against (quotas, node sizes, driver CUDA versions): the picker shows it.
-    facts = gather_facts(team=acting.team, user=request.user)
-    options["default_time_limit"] = facts.default_time_limit
     if request.method == "POST":
         form = LaunchForm(request.POST, **options)
         if form.is_valid():
             try:
-                workload = workload_submit(team=acting.team, owner=request.user, spec=form.spec())
+                workload = workload_submit(team=acting.team, owner=request.user, spec=form.spec(), facts=facts)
             except SubmissionInvalid as exc:
                 form.add_submission_errors(exc.errors)
             else:

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 from django.conf import settings
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -89,6 +90,8 @@ def _detail_context(request: HttpRequest, workload: Workload) -> dict:
         "may_open": policy.may_open(request.user, workload),
         "may_share": policy.may_share(request.user, workload),
         "open_path": opening.open_path(workload),
+        "open_link": opening.open_link(workload),
+        "open_address": opening.service_origin(workload.uid) + opening.open_path(workload),
         "position": position,
         "quota": quota,
         "timeline": list(workload.events.all()),
@@ -197,6 +200,23 @@ def workload_cancel_view(request: HttpRequest, uid: str) -> HttpResponse:
     else:
         messages.success(request, f"{workload.name} was cancelled; its GPUs are free again.")
     return redirect("workload_detail", uid=workload.uid)
+
+
+@login_required
+def workload_open(request: HttpRequest, uid: str) -> HttpResponse:
+    """An Open button's target when services have an origin of their own: the browser leaves with a
+    single-use ticket for the proxy there (jobs.services.opening). Without one, the service's own path."""
+    workload = _workload(request, uid)
+    if not policy.may_open(request.user, workload):
+        raise Http404("No such workload.")
+    if not settings.PROXY_ORIGIN:
+        return redirect(opening.open_path(workload))
+    response = redirect(
+        opening.handoff_url(user=request.user, workload=workload, next_path=request.GET.get("next", ""))
+    )
+    response["Cache-Control"] = "no-store"
+    response["Referrer-Policy"] = "no-referrer"  # the ticket is in the URL
+    return response
 
 
 @team_page

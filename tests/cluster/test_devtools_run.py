@@ -37,13 +37,46 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
-@pytest.mark.cluster
-@pytest.mark.slow
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args, **kwargs):
         return None  # surface the 302 itself
 
 
+def _portal_processes(pids: set[int]) -> dict[str, tuple[int, dict[str, str]]]:
+    """The portal's own processes among `pids` (by role), each with its environment as the kernel has it."""
+    roles = {"runserver": "web", "queues=provision": "provisioner", " worker ": "worker", " beat ": "beat",
+             "manage.py track": "track", "-m proxy": "proxy"}  # fmt: skip
+    found: dict[str, tuple[int, dict[str, str]]] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            cmdline = " " + Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            env = dict(e.decode(errors="replace").split("=", 1) for e in environ if b"=" in e)
+            for marker, role in roles.items():
+                if marker in cmdline and role not in found:
+                    found[role] = (pid, env)
+                    break
+    return found
+
+
+def _may_create_namespace(kubeconfig: str) -> tuple[bool, int]:
+    """Try it for real with these credentials: (created?, HTTP status)."""
+    from kubernetes import client as k8s
+    from kubernetes import config
+    from kubernetes.client.exceptions import ApiException
+
+    api = config.new_client_from_config(config_file=kubeconfig)
+    try:
+        k8s.CoreV1Api(api).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name="run-escalation-probe")))
+    except ApiException as exc:
+        return False, exc.status
+    finally:
+        api.close()
+    return True, 201
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
 def test_make_run_serves_the_portal_and_ctrl_c_stops_everything(tmp_path):
     if not (default_bin_dir() / "SHA256SUMS").exists():
         pytest.skip("Kubernetes binaries not built (make cluster-build)")
@@ -99,6 +132,19 @@ def test_make_run_serves_the_portal_and_ctrl_c_stops_everything(tmp_path):
         assert "worker  |" in text
         assert "web     |" in text
         assert f"http://127.0.0.1:{port}/" in text
+        # Least privilege: the admin kubeconfig set the cluster up; no portal process holds it, and the web
+        # process's own credentials cannot create a namespace (nor can the worker's).
+        admin_kubeconfig = str(tmp_path / "cluster" / "kubeconfig")
+        processes = _portal_processes(children)
+        assert {"web", "proxy", "worker", "beat", "provisioner"} <= set(processes), processes.keys()
+        for role, (_, process_env) in processes.items():
+            assert process_env.get("KUBECONFIG") not in (None, admin_kubeconfig), role
+        assert _may_create_namespace(admin_kubeconfig) == (True, 201)  # the probe itself can succeed
+        web_kubeconfig = processes["web"][1]["KUBECONFIG"]
+        assert web_kubeconfig.endswith("web-kubeconfig")
+        assert _may_create_namespace(web_kubeconfig) == (False, 403)
+        assert _may_create_namespace(processes["worker"][1]["KUBECONFIG"]) == (False, 403)
+        assert processes["provisioner"][1]["KUBECONFIG"].endswith("provisioner-kubeconfig")
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGINT)

@@ -383,7 +383,10 @@ def test_the_portal_sets_up_a_team_namespace_with_the_charts_config_and_account(
             ("ServiceAccount", f"{release.fullname}-web", release.namespace)
         ]
         [quota] = release.core.list_namespaced_resource_quota(namespace).items
-        assert quota.spec.hard == {"requests.nvidia.com/gpu": "4"}
+        # 4 GPUs, and for each the type's CPU and memory per GPU (the factory's 1000m and 1024 MiB).
+        assert quota.spec.hard == {
+            "requests.nvidia.com/gpu": "4", "requests.cpu": "4", "requests.memory": "4Gi", "limits.memory": "4Gi",
+        }  # fmt: skip
         assert eventually_can_i(release.kubeconfig, release.sa_user, "create", "jobs.batch", namespace)
         assert eventually_can_i(release.kubeconfig, release.web_user, "get", "pods/log", namespace)
         assert not can_i(release.kubeconfig, release.web_user, "create", "jobs.batch", namespace)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from tests.deploy.helm import CHART_DIR, find, render
+from tests.deploy.helm import CHART_DIR, find, render, render_error
 
 
 def _by_component(manifests, kind: str, component: str) -> list[dict]:
@@ -53,3 +53,26 @@ def test_proxy_can_be_left_out() -> None:
     assert not _by_component(manifests, "Deployment", "proxy")
     [ingress] = [m.obj for m in manifests if m.kind == "Ingress"]
     assert all(p["path"] != "/w/" for p in ingress["spec"]["rules"][0]["http"]["paths"])
+
+
+def test_a_separate_origin_gets_its_own_host_and_the_portals_host_loses_w() -> None:
+    values = {
+        "ingress": {"enabled": True, "hosts": [{"host": "gpus.example.org", "paths": ["/"]}]},
+        "proxy": {"origin": "https://apps.example.org"},
+    }
+    manifests = render(values)
+    [ingress] = [m.obj for m in manifests if m.kind == "Ingress"]
+    routes = {
+        rule["host"]: {p["path"]: p["backend"]["service"]["name"] for p in rule["http"]["paths"]}
+        for rule in ingress["spec"]["rules"]
+    }
+    assert routes == {"gpus.example.org": {"/": "gp-gpuportal-web"}, "apps.example.org": {"/": "gp-gpuportal-proxy"}}
+    config = next(m.obj for m in manifests if m.kind == "ConfigMap" and "PROXY_ORIGIN" in m.obj.get("data", {}))
+    assert config["data"]["PROXY_ORIGIN"] == "https://apps.example.org"
+    wildcard = render({**values, "proxy": {"origin": "https://{uid}.apps.example.org"}})
+    [ingress] = [m.obj for m in wildcard if m.kind == "Ingress"]
+    assert [rule["host"] for rule in ingress["spec"]["rules"]] == ["gpus.example.org", "*.apps.example.org"]
+
+
+def test_an_origin_with_a_path_is_refused_by_the_schema() -> None:
+    assert "origin" in render_error({"proxy": {"origin": "https://apps.example.org/w"}})

@@ -592,6 +592,23 @@ def test_agent_is_off_by_default() -> None:
             id="duplicate-gpu-type",
         ),
         pytest.param(
+            {
+                "seed": {
+                    "gpuTypes": [
+                        {"slug": "k2", "display_name": "K2", "node_label_value": "grid"},
+                        {
+                            "slug": "k2-big",
+                            "display_name": "K2 big",
+                            "node_label_key": "gputype",
+                            "node_label_value": "grid",
+                        },
+                    ]
+                }
+            },
+            'seed.gpuTypes[1].node_label_value: gputype=grid is already the node label of GPU type "k2"',
+            id="gpu-types-sharing-a-node-label",
+        ),
+        pytest.param(
             {"seed": {"defaultQuotas": [{"team": "vision", "gpu_type": "k2", "max_gpus": -1}]}},
             "at '/seed/defaultQuotas/0/max_gpus': minimum: got -1, want 0",
             id="negative-quota",

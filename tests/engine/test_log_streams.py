@@ -1,14 +1,19 @@
 """Log streams stay bounded: lines shown as a terminal would (progress bars), cut when endless, streams
-ended at their deadline, and caps on how many one user, one process and the whole site follow at once."""
+ended at their deadline, and caps on how many one user, one process and the whole site follow at once
+(the per-user and site-wide caps counted in PostgreSQL; tests/integration/test_log_stream_burst.py shows
+them holding across processes with Redis stopped)."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
+from jobs.models import LogFollowSlot
 from jobs.services.log_streams import HeldStream, TooManyStreams, stream_slot
 from jobs.services.logs import shown_line, shown_text, split_stream
 
@@ -53,7 +58,7 @@ def test_a_stream_ends_at_its_deadline_even_while_lines_keep_coming():
 
 
 @pytest.fixture
-def caps(settings):
+def caps(settings, db):
     settings.LOG_FOLLOW_MAX_PER_USER = 2
     settings.LOG_FOLLOW_MAX_TOTAL = 3
     settings.LOG_FOLLOW_MAX_PER_PROCESS = 10
@@ -89,3 +94,19 @@ def test_a_held_stream_gives_its_slot_back_when_closed_unread(caps):
     second = HeldStream(iter(["b"]), user_id=7, seconds=60)
     assert list(second) == ["b"]  # read to the end: closed by itself
     HeldStream(iter(["c"]), user_id=7, seconds=60).close()
+
+
+def test_a_slot_left_by_a_dead_process_frees_itself_at_its_deadline(caps):
+    caps.LOG_FOLLOW_MAX_PER_USER = 1
+    with stream_slot(user_id=9, seconds=60):
+        assert LogFollowSlot.objects.filter(user_id=9).count() == 1
+        with pytest.raises(TooManyStreams):
+            HeldStream(iter(["b"]), user_id=9, seconds=60)
+    assert not LogFollowSlot.objects.exists()  # closed: given back at once
+    # A process killed while streaming never gives its slot back; it counts until its deadline only.
+    LogFollowSlot.objects.create(user_id=9, expires_at=timezone.now() + timedelta(seconds=30))
+    with pytest.raises(TooManyStreams):
+        HeldStream(iter(["b"]), user_id=9, seconds=60)
+    LogFollowSlot.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert list(HeldStream(iter(["b"]), user_id=9, seconds=60)) == ["b"]
+    assert not LogFollowSlot.objects.exists()

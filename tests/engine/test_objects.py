@@ -154,9 +154,17 @@ def test_service_renders_a_recreate_deployment_and_a_cluster_ip_service():
     }
 
 
-def test_resource_quota_mirrors_team_quota_per_resource():
-    quota = as_dict(objects.make_resource_quota("gpuportal-vision", {"nvidia.com/gpu": 12}))
-    assert quota["spec"] == {"hard": {"requests.nvidia.com/gpu": "12"}}
+def test_resource_quota_mirrors_team_quota_per_resource_with_cpu_and_memory():
+    caps = objects.NamespaceCaps(gpus_by_resource={"nvidia.com/gpu": 12}, cpu_millicores=48000, memory_mib=196608)
+    quota = as_dict(objects.make_resource_quota("gpuportal-vision", caps))
+    assert quota["spec"] == {
+        "hard": {
+            "requests.nvidia.com/gpu": "12",
+            "requests.cpu": "48000m",
+            "requests.memory": "196608Mi",
+            "limits.memory": "196608Mi",
+        }
+    }
 
 
 def test_object_names_are_valid_and_deterministic():

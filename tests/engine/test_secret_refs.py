@@ -1,4 +1,4 @@
-"""Secret references in a submission (validate_secret_refs) and their rendering: names and
+"""Secret references in a submission (check_secret_refs) and their rendering: names and
 secretKeyRefs only, never a value."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from kubernetes.client import ApiClient
 
 from jobs.kube import objects
 from jobs.policy import visible_env
-from jobs.services.validation import SubmissionInvalid, validate_secret_refs, validate_submission
+from jobs.services.validation import SubmissionInvalid, check_secret_refs, validate_submission
 from tests.engine.test_objects import spec
 from tests.engine.test_validation import facts
 
@@ -16,9 +16,11 @@ AVAILABLE = {"wandb": "secret-u1234abcd-wandb", "hf": "secret-team-hf"}
 
 
 def refs(value, env_names=()):
+    checked = check_secret_refs(value, AVAILABLE, set(env_names))
     errors: dict[str, list[str]] = {}
-    clean = validate_secret_refs(value, AVAILABLE, set(env_names), lambda f, m: errors.setdefault(f, []).append(m))
-    return clean, errors
+    for field, message in checked.problems:
+        errors.setdefault(field, []).append(message)
+    return checked.value, errors
 
 
 def test_names_and_env_variables_resolve_to_kubernetes_secrets():

@@ -75,3 +75,46 @@ def test_admin_shows_a_provider_kept_team_read_only_and_a_portal_kept_one_editab
     assert not inline.has_add_permission(request, kept)
     assert not inline.has_delete_permission(request, kept)
     assert inline.has_change_permission(request, by_hand)
+
+
+def test_a_team_that_had_members_can_be_deleted_and_its_history_stays_readable(admin_client):
+    team, user = TeamFactory(slug="old-lab", name="Old Lab"), UserFactory(username="kim")
+    Membership.objects.create(user=user, team=team, role=Role.MANAGER)
+    Membership.objects.filter(user=user, team=team).update(role=Role.MEMBER)  # history: one row so far
+    other = TeamFactory(slug="stays")
+    Membership.objects.create(user=user, team=other)
+
+    page = admin_client.post(f"/admin/jobs/team/{team.pk}/delete/", {"post": "yes"})
+    assert page.status_code == 302  # back to the list: deleted
+    assert not Team.objects.filter(pk=team.pk).exists()
+    rows = list(
+        MembershipChange.objects.filter(username="kim")
+        .order_by("id")
+        .values_list("team_id", "team_name", "old_role", "new_role", "note")
+    )
+    assert rows == [
+        (None, "Old Lab", "", "manager", ""),  # the link is cleared, the name is kept
+        (other.pk, "Team stays", "", "member", ""),
+        (None, "Old Lab", "member", "", "the team was deleted"),
+    ]
+
+
+def test_a_person_who_was_in_teams_can_be_deleted_and_the_teams_history_keeps_their_name(admin_client):
+    team, user = TeamFactory(slug="lab2", name="Lab Two"), UserFactory(username="lee")
+    Membership.objects.create(user=user, team=team)
+    page = admin_client.post(f"/admin/auth/user/{user.pk}/delete/", {"post": "yes"})
+    assert page.status_code == 302
+    rows = list(
+        MembershipChange.objects.filter(team=team).order_by("id").values_list("user_id", "username", "new_role")
+    )
+    assert rows == [(None, "lee", "member"), (None, "lee", "")]
+
+
+def test_deleting_several_teams_at_once_keeps_every_record(admin_client):
+    first, second = TeamFactory(slug="t-one", name="T One"), TeamFactory(slug="t-two", name="T Two")
+    user = UserFactory(username="mo")
+    for team in (first, second):
+        Membership.objects.create(user=user, team=team)
+    Team.objects.filter(pk__in=[first.pk, second.pk]).delete()
+    removed = MembershipChange.objects.filter(username="mo", new_role="").values_list("team_id", "team_name", "note")
+    assert sorted(removed) == [(None, "T One", "the team was deleted"), (None, "T Two", "the team was deleted")]

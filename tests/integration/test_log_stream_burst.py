@@ -1,5 +1,6 @@
 """A burst of 100 followed log streams from one person, against the real app server (gunicorn with
-threaded workers, as the image and the chart run it), leaves the pages answering for everyone."""
+threaded workers, as the image and the chart run it), leaves the pages answering for everyone; and the
+per-user and site-wide caps hold across processes with Redis stopped."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,7 @@ import requests
 from django.conf import settings
 from django.test import Client
 
+from devtools.services import RedisServer
 from jobs.models import State
 
 pytestmark = [pytest.mark.cluster, pytest.mark.celery, pytest.mark.slow]
@@ -31,8 +35,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def app_server(engine, tmp_path):
+@contextmanager
+def gunicorn(engine, tmp_path, *, workers: int = 1, threads: int = THREADS, **env_extra: str) -> Iterator[str]:
+    """The production app server on a free port, against the engine's database; yields its URL."""
     port = free_port()
     env = {
         **engine.processes.env,
@@ -41,13 +46,13 @@ def app_server(engine, tmp_path):
         # Sessions made here (force_login) are signed with this process's key.
         "SECRET_KEY": settings.SECRET_KEY,
         "ALLOWED_HOSTS": "127.0.0.1",
-        "LOG_FOLLOW_MAX_PER_USER": str(PER_USER),
-        "LOG_FOLLOW_MAX_PER_PROCESS": str(THREADS // 2),
         "LOG_FOLLOW_PAGE_SECONDS": "60",
+        **env_extra,
     }
     log = open(tmp_path / "gunicorn.log", "wb")  # noqa: SIM115 - the child owns it
     argv = [sys.executable, "-m", "gunicorn", "portal.wsgi:application", "--bind", f"127.0.0.1:{port}",
-            "--workers", "1", "--worker-class", "gthread", "--threads", str(THREADS), "--timeout", "120"]  # fmt: skip
+            "--workers", str(workers), "--worker-class", "gthread", "--threads", str(threads),
+            "--timeout", "120"]  # fmt: skip
     server = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -68,6 +73,14 @@ def app_server(engine, tmp_path):
             server.wait(timeout=15)
         except subprocess.TimeoutExpired:
             server.kill()
+
+
+@pytest.fixture
+def app_server(engine, tmp_path):
+    with gunicorn(
+        engine, tmp_path, LOG_FOLLOW_MAX_PER_USER=str(PER_USER), LOG_FOLLOW_MAX_PER_PROCESS=str(THREADS // 2)
+    ) as url:
+        yield url
 
 
 def session_cookie(user) -> str:
@@ -120,3 +133,49 @@ def test_100_follows_from_one_user_leave_pages_answering_for_everyone(engine, ap
     finally:
         for response in held:
             response.close()
+
+
+def test_the_user_and_site_caps_hold_across_processes_with_redis_stopped(engine, tmp_path):
+    """Two gunicorn processes whose Redis is stopped (the one started here, then stopped: connections are
+    refused). Each process alone would admit 8 streams; the person and the site are still capped."""
+    redis = RedisServer()
+    redis.start()
+    dead = redis.url
+    redis.stop()
+    workload = engine.submit(kind="service", port=8888, gpu_type="k2", gpu_count=1)
+    engine.wait_for(workload, State.RUNNING, timeout=180)
+    people = {
+        "owner": {"Cookie": f"sessionid={session_cookie(engine.owner)}"},
+        "teammate": {"Cookie": f"sessionid={session_cookie(engine.teammate)}"},
+    }
+    held: list[requests.Response] = []
+    lock = threading.Lock()
+    caps = {"LOG_FOLLOW_MAX_PER_USER": "3", "LOG_FOLLOW_MAX_TOTAL": "5", "LOG_FOLLOW_MAX_PER_PROCESS": "8"}
+    with gunicorn(engine, tmp_path, workers=2, threads=12, REDIS_URL=dead, CELERY_BROKER_URL=dead, **caps) as url:
+        stream_url = f"{url}/workloads/{workload.uid}/logs/stream/"
+
+        def follow(who: str) -> tuple[str, str]:
+            try:
+                response = requests.get(stream_url, headers=people[who], stream=True, timeout=(5, 20))
+                assert response.status_code == 200, response.status_code
+                first = next(response.iter_content(chunk_size=None), b"").decode()
+            except requests.RequestException as exc:
+                return who, f"error {exc.__class__.__name__}"
+            if "event: unavailable" in first:
+                response.close()
+                return who, "you have" if "You have 3 log streams" in first else "site"
+            with lock:
+                held.append(response)  # kept open to the end: it holds its slot
+            return who, "following"
+
+        try:
+            with ThreadPoolExecutor(max_workers=20) as pool:
+                outcomes = list(pool.map(follow, ["owner", "teammate"] * 10))
+        finally:
+            for response in held:
+                response.close()
+    following = [who for who, outcome in outcomes if outcome == "following"]
+    assert len(following) == 5, outcomes  # the site-wide cap, across both processes
+    assert following.count("owner") <= 3, outcomes  # the per-user cap
+    assert following.count("teammate") <= 3, outcomes
+    assert {outcome for _, outcome in outcomes} <= {"following", "you have", "site"}

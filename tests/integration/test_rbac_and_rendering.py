@@ -46,9 +46,12 @@ def test_the_portal_account_writes_only_in_team_namespaces(portal_account, kube_
     with pytest.raises(ApiException) as nodes:
         kube.core().delete_node("gpu-p100-0")
     assert nodes.value.status == 403
-    # And the namespace carries the GPU quota backstop mirroring the team's quota (none yet: 0).
+    # And the namespace carries the quota backstop mirroring the team's quota (none yet: 0 GPUs, and so no
+    # CPU or memory either).
     quota = kube.core().read_namespaced_resource_quota(objects.QUOTA_NAME, namespace)
-    assert quota.spec.hard == {"requests.nvidia.com/gpu": "0"}
+    assert quota.spec.hard == {
+        "requests.nvidia.com/gpu": "0", "requests.cpu": "0", "requests.memory": "0", "limits.memory": "0",
+    }  # fmt: skip
     # Deleting namespaces is not among its rights either; the admin cleans up.
     with pytest.raises(ApiException) as delete:
         kube.core().delete_namespace(namespace)

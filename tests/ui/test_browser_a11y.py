@@ -15,6 +15,9 @@ import pytest
 
 from api.tokens import token_create
 from jobs.models import Kind, State, TeamSecret
+from proxy.app import ServiceProxy
+from tests.proxy.backend import Backend
+from tests.proxy.conftest import _free_port, serve
 from tests.ui.conftest import CHROMIUM, PASSWORD, SCREENSHOTS, World, make_workload
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -101,8 +104,8 @@ def _workloads(world: World) -> dict:
     return made
 
 
-CHECK = """async () => {
-  const result = await axe.run(document, {resultTypes: ["violations"]});
+CHECK = """async (preload) => {
+  const result = await axe.run(document, {resultTypes: ["violations"], preload: preload !== false});
   return {
     violations: result.violations
       .filter((v) => ["critical", "serious"].includes(v.impact))
@@ -158,6 +161,87 @@ def test_every_page_passes_axe_and_fits_a_phone(chromium, live_server, world):
                 failures += [f"{label}: console error {e}" for e in console if expected not in e]
                 tab.screenshot(path=str(SCREENSHOTS / f"a11y_{page.name}_{width_name}.png"), full_page=True)
     context.close()
+    assert not failures, "\n".join(failures)
+
+
+# The proxy's own pages at /w/<uid>/ (served by proxy/, not the web): each with the status it answers.
+PROXY_PAGES = [
+    Page("proxy-starting", lambda made: f"/w/{made['service-pending'].uid}/", status=503),
+    Page("proxy-ended", lambda made: f"/w/{made['service-cancelled'].uid}/", status=410),
+    Page("proxy-timeout", lambda made: f"/w/{made['service-slow'].uid}/hang", status=504),
+    Page("proxy-unreachable", lambda made: f"/w/{made['service-running'].uid}/", status=502),
+    Page("proxy-not-found", lambda made: "/w/ffffffffffffffff/", status=404),
+    Page("proxy-handoff", lambda made: "/w/_login?ticket=expired", status=403, signed_in=False),
+]
+
+
+def test_the_proxys_pages_pass_axe_and_fit_a_phone(chromium, live_server, world, settings):
+    """Starting, ended, timeout, unreachable, not found: the proxy in front of the live portal (one origin,
+    as `make run` serves it); the handoff page on a separate apps' origin, styled from the portal's."""
+    if not AXE.exists():
+        pytest.skip("axe-core is not installed (`npm ci` installs it)")
+    settings.PROXY_STARTING_REFRESH_SECONDS = 600  # the starting page must hold still while it is checked
+    settings.PROXY_RESPONSE_TIMEOUT = 1
+    settings.PROXY_ACCESS_CACHE_SECONDS = 0
+    made = _workloads(world)
+    made["service-pending"] = make_workload(
+        world, owner=world.manager, state=State.PENDING, name="service-pending", kind=Kind.SERVICE, port=8888
+    )
+    made["service-slow"] = make_workload(
+        world, owner=world.manager, state=State.RUNNING, name="service-slow", kind=Kind.SERVICE, port=8888
+    )
+    slow = Backend().start()
+    closed_port = _free_port()  # nothing listens there: the unreachable page
+    pods = {made["service-slow"].k8s_name: ("127.0.0.1", slow.port)}
+    proxy = ServiceProxy(
+        portal_upstream=live_server.url,
+        endpoints=lambda namespace, service: pods.get(service, ("127.0.0.1", closed_port)),
+    )
+    port = _free_port()
+    server, thread = serve(proxy, port)
+    origin = f"http://127.0.0.1:{port}"
+    axe = AXE.read_text()
+    context = chromium.new_context(base_url=origin)
+    context.set_default_timeout(15_000)
+    tab = context.new_page()
+    console: list[str] = []
+    tab.on("console", lambda message: message.type == "error" and console.append(message.text))
+    failures: list[str] = []
+    SCREENSHOTS.mkdir(exist_ok=True)
+    try:
+        tab.goto("/login/")
+        tab.get_by_label("Username").fill("maria")
+        tab.get_by_label("Password").fill(PASSWORD)
+        tab.get_by_role("button", name="Sign in").click()
+        tab.wait_for_url("**/")
+        for page in PROXY_PAGES:
+            if not page.signed_in:  # the handoff page lives on a separate apps' origin only
+                settings.SITE_URL = live_server.url
+                settings.PROXY_ORIGIN = origin
+            for width_name, (width, height) in WIDTHS.items():
+                tab.set_viewport_size({"width": width, "height": height})
+                console.clear()
+                tab.goto(page.path(made))
+                tab.wait_for_load_state("networkidle")
+                tab.evaluate(axe)
+                # On the apps' origin axe would fetch the portal's style sheet itself (for its CSS rules) and
+                # trip over CORS: a checker's request, not the page's (the page loads it as a style sheet).
+                found = tab.evaluate(CHECK, page.signed_in)
+                label = f"{page.name} at {width} px"
+                if page.name == "proxy-starting" and not tab.get_by_role("button", name="Stop checking").is_visible():
+                    failures.append(f"{label}: no way to stop the page from reloading itself")
+                failures += [f"{label}: axe {v['impact']} {v['id']} on {v['nodes']}" for v in found["violations"]]
+                if width_name == "phone" and found["overflow"] > 0:
+                    failures.append(f"{label}: scrolls sideways by {found['overflow']} px ({found['wide']})")
+                failures += [f"{label}: console error {e}" for e in console if f"status of {page.status} " not in e]
+                if not tab.evaluate("() => getComputedStyle(document.body).fontFamily.includes('system-ui')"):
+                    failures.append(f"{label}: the portal's style sheet did not load")
+                tab.screenshot(path=str(SCREENSHOTS / f"a11y_{page.name}_{width_name}.png"), full_page=True)
+    finally:
+        context.close()
+        server.should_exit = True
+        thread.join(10)
+        slow.stop()
     assert not failures, "\n".join(failures)
 
 

@@ -196,7 +196,7 @@ def test_list_is_paginated_newest_first(login, world):
 def test_long_lists_are_not_counted_to_the_end(login, world, monkeypatch):
     """A team with 100,000 workloads made every view of the list count them all; now the count stops
     `cap` rows past the page, and the pager says "more than N" where it stopped."""
-    from jobs import views_workloads
+    from jobs.views import workloads as views_workloads
 
     monkeypatch.setattr(views_workloads, "LIST_COUNT_CAP", 10)
     for _ in range(40):

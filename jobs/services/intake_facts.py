@@ -1,0 +1,213 @@
+"""What the intake reads before it judges a submission, in one query when nothing has changed.
+
+Most facts a submission is judged against change rarely: the GPU types with their nodes' sizes and
+drivers, the image catalog, the allowed registries and datasets (site facts), and a team's quotas, the
+datasets it may use and its secrets (team facts). Each process keeps the last copy it read, with a
+fingerprint of the rows it came from, and one query per submission asks the database for the current
+fingerprints together with what must always be read fresh (the person's role in the team). A copy whose fingerprint changed is read again there and
+then, so an admin who disables a GPU type, withdraws a catalog image or lowers a quota is obeyed by the
+very next submission, and so is a node the inventory marks not ready.
+
+A table's fingerprint is its row count, the sum of its rows' version ids (PostgreSQL's `xmin`, the id
+of the transaction that wrote each row version) and the sum of where those versions lie (`ctid`): any
+insert, update or delete changes one of them, committed by others or made earlier in one's own
+transaction. (The largest id would miss two writers committing out of id order; the sum does not.)
+Other databases (SQLite in development) have no such columns: there every submission reads the facts
+afresh.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from django.db import connection
+
+from jobs.models import (
+    AllowedRegistry,
+    CatalogImage,
+    Dataset,
+    GpuNode,
+    GpuType,
+    Membership,
+    Quota,
+    Team,
+    TeamSecret,
+)
+from jobs.selectors import cluster_capacity
+from jobs.services.secrets import secrets_available
+from jobs.services.validation import CatalogFacts, GpuTypeFacts, cuda_tuple
+
+# The tables site facts come from, and those team facts come from (rows of the one team).
+SITE_TABLES = (GpuType, GpuNode, CatalogImage, AllowedRegistry, Dataset)
+TEAM_TABLES = (Quota, Dataset.teams.through, TeamSecret)
+TEAM_CACHE_SIZE = 2048  # (team, person) pairs kept per process
+
+
+@dataclass(frozen=True)
+class SiteFacts:
+    gpu_types: Mapping[str, GpuTypeFacts]  # by slug; `quota` left None (it is the team's)
+    gpu_type_ids: Mapping[str, int]
+    catalog: Mapping[int, CatalogFacts]
+    allowed_registries: frozenset[str]
+    datasets: Mapping[int, str]  # every enabled dataset: id -> name
+
+
+@dataclass(frozen=True)
+class TeamFacts:
+    quotas: Mapping[int, int]  # GPU type id -> max GPUs
+    datasets: frozenset[int]  # ids of the datasets the team may use (when enabled)
+    secrets: Mapping[str, str]  # secret names the person may use -> Kubernetes Secret name
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one submission is judged against, as read at its start."""
+
+    role: str | None  # the person's role in the team; None: not a member
+    site: SiteFacts
+    team: TeamFacts
+
+    def gpu_types(self) -> dict[str, GpuTypeFacts]:
+        return {
+            slug: replace(facts, quota=self.team.quotas.get(self.site.gpu_type_ids[slug]))
+            for slug, facts in self.site.gpu_types.items()
+        }
+
+    def datasets_allowed(self) -> dict[str, bool]:
+        return {name: dataset_id in self.team.datasets for dataset_id, name in self.site.datasets.items()}
+
+
+_lock = threading.Lock()
+_site: tuple[str, SiteFacts] | None = None
+_teams: OrderedDict[tuple[int, int], tuple[str, TeamFacts]] = OrderedDict()
+
+
+def forget() -> None:
+    """Drop every cached copy (tests that change facts behind the database's back)."""
+    global _site
+    with _lock:
+        _site = None
+        _teams.clear()
+
+
+# Where a row version lies in its table: a row updated twice in one transaction keeps its `xmin` but
+# each new version lies somewhere new (the old one stays until vacuumed).
+_POSITION = "((ctid::text::point)[0] * 65536 + (ctid::text::point)[1])::bigint"
+
+
+def _fingerprint_sql(tables, where: str = "") -> str:
+    if connection.vendor != "postgresql":
+        return "NULL"
+    columns = f"count(*) || '.' || coalesce(sum(xmin::text::bigint), 0) || '.' || coalesce(sum({_POSITION}), 0)"
+    parts = [f"(SELECT {columns} FROM {model._meta.db_table}{where})" for model in tables]  # noqa: S608
+    return " || '/' || ".join(parts)
+
+
+def _snapshot_sql() -> str:
+    # Table names come from the models; every value is a parameter.
+    membership = Membership._meta.db_table
+    columns = [
+        f"(SELECT role FROM {membership} WHERE user_id = %(user)s AND team_id = %(team)s)",  # noqa: S608
+        _fingerprint_sql(SITE_TABLES),
+        _fingerprint_sql(TEAM_TABLES, " WHERE team_id = %(team)s"),
+    ]
+    return "SELECT " + ", ".join(columns)
+
+
+def snapshot(*, team: Team, user) -> Snapshot:
+    """The facts for one submission: one query, plus a re-read of whatever changed since the last one."""
+    global _site
+    with connection.cursor() as cursor:
+        cursor.execute(_snapshot_sql(), {"user": user.pk, "team": team.id})
+        role, site_print, team_print = cursor.fetchone()
+    cached_site = _site
+    if site_print is not None and cached_site is not None and cached_site[0] == site_print:
+        site = cached_site[1]
+    else:
+        site = read_site_facts()
+        if site_print is not None:
+            _site = (site_print, site)
+    key = (team.id, user.pk)
+    with _lock:
+        cached_team = _teams.get(key)
+    if team_print is not None and cached_team is not None and cached_team[0] == team_print:
+        team_facts = cached_team[1]
+    else:
+        team_facts = read_team_facts(team=team, user=user)
+        if team_print is not None:
+            with _lock:
+                _teams[key] = (team_print, team_facts)
+                _teams.move_to_end(key)
+                while len(_teams) > TEAM_CACHE_SIZE:
+                    _teams.popitem(last=False)
+    return Snapshot(role=role, site=site, team=team_facts)
+
+
+def gpu_type_max_cuda(gpu_type: GpuType, node_cuda: Mapping[int, list[str]]) -> str | None:
+    """What an admin set, else the lowest driver CUDA among the type's nodes (a pod may land on any)."""
+    if gpu_type.max_cuda_version:
+        return gpu_type.max_cuda_version
+    versions = node_cuda.get(gpu_type.id) or []
+    if not versions:
+        return None
+    return min(versions, key=cuda_tuple)
+
+
+def read_site_facts() -> SiteFacts:
+    types = list(GpuType.objects.all())
+    capacity = cluster_capacity(types)
+    node_cuda: dict[int, list[str]] = {}
+    for type_id, version in (
+        GpuNode.objects.filter(ready=True)
+        .exclude(cuda_driver_version="")
+        .values_list("gpu_type_id", "cuda_driver_version")
+    ):
+        node_cuda.setdefault(type_id, []).append(version)
+    gpu_types = {
+        t.slug: GpuTypeFacts(
+            slug=t.slug,
+            display_name=t.display_name,
+            enabled=t.enabled,
+            quota=None,
+            largest_node=capacity[t.id].largest_node,
+            max_cuda=gpu_type_max_cuda(t, node_cuda),
+            cpu_per_gpu=t.cpu_per_gpu_millicores,
+            max_cpu_per_gpu=t.max_cpu_per_gpu_millicores,
+            memory_per_gpu=t.memory_per_gpu_mib,
+            max_memory_per_gpu=t.max_memory_per_gpu_mib,
+        )
+        for t in types
+    }
+    catalog = {
+        c.id: CatalogFacts(
+            id=c.id,
+            reference=c.reference,
+            suits=c.suits,
+            enabled=c.enabled,
+            cuda_version=c.cuda_version or None,
+            default_command=tuple(c.default_command or ()),
+            default_args=tuple(c.default_args or ()),
+            default_port=c.default_port,
+            needs_root=c.needs_root,
+            root_allowed=c.root_allowed,
+        )
+        for c in CatalogImage.objects.all()
+    }
+    return SiteFacts(
+        gpu_types=gpu_types,
+        gpu_type_ids={t.slug: t.id for t in types},
+        catalog=catalog,
+        allowed_registries=frozenset(AllowedRegistry.objects.values_list("host", flat=True)),
+        datasets=dict(Dataset.objects.filter(enabled=True).values_list("id", "name")),
+    )
+
+
+def read_team_facts(*, team: Team, user) -> TeamFacts:
+    return TeamFacts(
+        quotas=dict(Quota.objects.filter(team=team).values_list("gpu_type_id", "max_gpus")),
+        datasets=frozenset(team.datasets.values_list("id", flat=True)),
+        secrets=secrets_available(team=team, user=user),
+    )

@@ -1,0 +1,54 @@
+"""A transition is two statements (the guarded UPDATE, the timeline INSERT), and its timeline entry never
+sorts before the one it follows, even when Kubernetes' whole-second timestamp says it happened earlier."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from jobs.models import State, Workload, WorkloadEvent
+from jobs.services.transitions import transition
+from tests.engine.factories import GpuTypeFactory, MembershipFactory, TeamFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def workload():
+    team = TeamFactory(slug="lab")
+    owner = MembershipFactory(team=team).user
+    return Workload.objects.create(
+        team=team, owner=owner, name="w", kind="batch", image="ubuntu", gpu_type=GpuTypeFactory(slug="p100"),
+        gpu_count=1, time_limit_seconds=3600, state=State.SUBMITTING,
+    )  # fmt: skip
+
+
+def test_a_transition_costs_two_statements(workload):
+    with CaptureQueriesContext(connection) as captured:
+        assert transition(workload, State.PENDING, reason="Created", message="Job created.")
+    statements = [q["sql"].split()[0] for q in captured.captured_queries]
+    assert sorted(s for s in statements if s in ("UPDATE", "INSERT", "SELECT")) == ["INSERT", "UPDATE"]
+    assert Workload.objects.get(id=workload.id).state == State.PENDING
+
+
+def test_an_earlier_kubernetes_timestamp_is_moved_up_to_the_entry_it_follows(workload):
+    pending_at = timezone.now()
+    WorkloadEvent.objects.create(workload=workload, at=pending_at, to_state=State.SUBMITTING, reason="Admitted")
+    transition(workload, State.PENDING, reason="Created")
+    created = WorkloadEvent.objects.filter(workload=workload).latest("id")
+    assert created.at >= pending_at
+    whole_second = created.at.replace(microsecond=0) - timedelta(seconds=1)  # as the pod's status says
+    transition(workload, State.RUNNING, reason="Started", at=whole_second, source=WorkloadEvent.Source.KUBERNETES)
+    running = WorkloadEvent.objects.filter(workload=workload).latest("id")
+    assert running.at == created.at
+    assert [e.to_state for e in workload.events.order_by("at", "id")][-2:] == [State.PENDING, State.RUNNING]
+
+
+def test_a_later_timestamp_is_kept(workload):
+    later = timezone.now() + timedelta(seconds=30)
+    transition(workload, State.PENDING, reason="Created", at=later)
+    assert WorkloadEvent.objects.filter(workload=workload).latest("id").at == later
