@@ -1,4 +1,9 @@
-"""/api/v1/secrets/: store, list and delete named secrets. Values go in and never come back out."""
+"""/api/v1/secrets/: store, list and delete named secrets. Values go in and never come back out.
+
+A store seals the value for the engine, which writes the Kubernetes Secret (the web's identity may not):
+the answer waits briefly for it, then says 201 (written, `status: ready`), or 202 (`status: pending`:
+the engine has not confirmed it yet; a launch that uses it waits for it), or 503 when the engine could not
+write it (the reason is in the message and in the listing's `message`)."""
 
 from __future__ import annotations
 
@@ -11,18 +16,30 @@ from rest_framework.views import APIView
 from api import access
 from api.errors import Invalid, error_body
 from api.serializers import ErrorSerializer
-from api.views import TEAM_PARAM, ApiViewMixin, cluster_call
+from api.views import TEAM_PARAM, ApiViewMixin
 from jobs import policy
-from jobs.models import TeamSecret
-from jobs.services.secrets import secret_delete, secret_save, secrets_listed
+from jobs.models import SecretState, TeamSecret
+from jobs.services.secrets import (
+    SecretNotWritable,
+    secret_delete,
+    secret_save,
+    secret_wait_written,
+    secrets_listed,
+)
 
 E = OpenApiResponse(ErrorSerializer)
+NOT_CONFIGURED = "The portal cannot store secrets: it has no key to seal them for its engine. Tell an admin."
 
 
 class SecretSerializer(serializers.Serializer):
     name = serializers.CharField()
     shared = serializers.BooleanField(help_text="Usable by the whole team (stored by a manager).")
     owner = serializers.CharField(help_text="Who stored it.")
+    status = serializers.ChoiceField(
+        choices=["pending", "ready", "failed"],
+        help_text="ready: written in the cluster; pending: the engine is writing it; failed: store it again.",
+    )
+    message = serializers.CharField(help_text="Why the engine could not write it (status failed).")
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 
@@ -31,6 +48,8 @@ class SecretSerializer(serializers.Serializer):
             "name": secret.name,
             "shared": secret.shared,
             "owner": secret.owner.get_username(),
+            "status": secret.state,
+            "message": secret.message,
             "created_at": serializers.DateTimeField().to_representation(secret.created_at),
             "updated_at": serializers.DateTimeField().to_representation(secret.updated_at),
         }
@@ -39,7 +58,9 @@ class SecretSerializer(serializers.Serializer):
 class SecretCreateSerializer(serializers.Serializer):
     team = serializers.CharField(required=False, help_text="Team slug; may be left out if you are in one team.")
     name = serializers.CharField(help_text="Lowercase letters, digits and '-'; how submissions refer to it.")
-    value = serializers.CharField(write_only=True, help_text="Stored in Kubernetes; never shown again.")
+    value = serializers.CharField(
+        write_only=True, help_text="Sealed for the engine, which stores it in Kubernetes; never shown again."
+    )
     shared = serializers.BooleanField(required=False, default=False, help_text="Managers only.")
 
 
@@ -51,7 +72,7 @@ class SecretListView(ApiViewMixin, APIView):
         return Response(SecretSerializer(secrets_listed(team=team, user=request.user), many=True).data)
 
     @extend_schema(summary="Store or replace a secret", request=SecretCreateSerializer,
-                   responses={201: SecretSerializer, 400: E, 503: E})  # fmt: skip
+                   responses={201: SecretSerializer, 202: SecretSerializer, 400: E, 503: E})  # fmt: skip
     def post(self, request: Request) -> Response:
         body = request.data
         if not isinstance(body, dict):
@@ -60,10 +81,16 @@ class SecretListView(ApiViewMixin, APIView):
         if unknown:
             raise Invalid({name: ["Unknown field."] for name in sorted(unknown)})
         team = access.resolve_team(request.user, body.get("team"))
-        with cluster_call():
+        try:
             secret = secret_save(team=team, user=request.user, name=body.get("name"), value=body.get("value"),
                                  shared=body.get("shared", False))  # fmt: skip
-        return Response(SecretSerializer(secret).data, status=status.HTTP_201_CREATED)
+        except SecretNotWritable:
+            return Response(error_body(503, "secrets_unavailable", NOT_CONFIGURED), status=503)
+        secret = secret_wait_written(secret)
+        if secret.state == SecretState.FAILED:
+            return Response(error_body(503, "secret_not_written", secret.message), status=503)
+        answer = status.HTTP_201_CREATED if secret.state == SecretState.READY else status.HTTP_202_ACCEPTED
+        return Response(SecretSerializer(secret).data, status=answer)
 
 
 class SecretDetailView(ApiViewMixin, APIView):
@@ -75,6 +102,5 @@ class SecretDetailView(ApiViewMixin, APIView):
             return Response(error_body(404, "not_found", "No such secret among yours."), status=404)
         if not policy.may_delete_secret(request.user, secret):
             raise Invalid({"name": ["Only its owner or a team manager can delete this secret."]})
-        with cluster_call():
-            secret_delete(secret=secret)
+        secret_delete(secret=secret)
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -6,6 +6,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import requests
 
@@ -85,6 +86,15 @@ class PortalClient:
         """A read under /api/v1 (teams, GPU types, usage, a team's queue), as JSON."""
         params = {k: v for k, v in params.items() if v not in (None, "")}
         return self._request("GET", path, retry=True, params=params).json()
+
+    # --- secrets --------------------------------------------------------------------------------
+    def store_secret(self, body: dict[str, Any]) -> tuple[dict, int]:
+        """Store or replace a secret: (its listing entry, 201 written or 202 still being written)."""
+        response = self._request("POST", "/secrets/", json=body)
+        return response.json(), response.status_code
+
+    def delete_secret(self, name: str, *, team: str | None = None) -> None:
+        self._request("DELETE", f"/secrets/{quote(name, safe='')}/", params={"team": team} if team else {})
 
     def workload(self, uid: str) -> dict:
         return self._request("GET", f"/workloads/{uid}/", retry=True).json()

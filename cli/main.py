@@ -7,6 +7,7 @@ Exit codes: 0 success; 1 the portal refused the request, or the workload waited 
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import sys
 import time
@@ -110,6 +111,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     gpu_types = commands.add_parser("gpu-types", help="GPU types: free in the cluster, and your team's quota")
     gpu_types.add_argument("--team")
+
+    secrets = commands.add_parser("secrets", help="your stored secrets and your team's shared ones (names only)")
+    secrets.add_argument("--team")
+    secret_set = commands.add_parser(
+        "secret-set",
+        help="store or replace a secret; the value is read from standard input (or asked for, not echoed)",
+    )
+    secret_set.add_argument("name", help="lowercase letters, digits and '-'; how --secret refers to it")
+    secret_set.add_argument("--team")
+    secret_set.add_argument("--shared", action="store_true", help="usable by the whole team (managers only)")
+    secret_delete = commands.add_parser("secret-delete", help="delete a stored secret")
+    secret_delete.add_argument("name")
+    secret_delete.add_argument("--team")
 
     opening = commands.add_parser("open", help="print the address a service opens at (in a signed-in browser)")
     opening.add_argument("uid")
@@ -354,6 +368,50 @@ def cmd_gpu_types(client: PortalClient, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_secrets(client: PortalClient, args: argparse.Namespace) -> int:
+    secrets = client.get("/secrets/", team=args.team)
+    if args.json:
+        print(json.dumps(secrets, indent=2))
+        return EXIT_OK
+    rows = [
+        (
+            s["name"],
+            "team" if s["shared"] else "yours",
+            s["owner"],
+            s["status"] + (f": {s['message']}" if s["message"] else ""),
+        )
+        for s in secrets
+    ]
+    _table(("NAME", "SCOPE", "STORED BY", "STATUS"), rows)
+    return EXIT_OK
+
+
+def cmd_secret_set(client: PortalClient, args: argparse.Namespace) -> int:
+    # Never an argument: those end up in shell history and in every process listing.
+    if sys.stdin.isatty():
+        value = getpass.getpass(f"Value of {args.name} (not shown): ")
+    else:
+        value = sys.stdin.read().removesuffix("\n")
+    body = {"name": args.name, "value": value, "shared": args.shared}
+    if args.team:
+        body["team"] = args.team
+    stored, status = client.store_secret(body)
+    if args.json:
+        print(json.dumps(stored, indent=2))
+    elif status == 201:
+        print(f"{args.name}: stored. Attach it with --secret {args.name}[=VARIABLE].")
+    else:
+        print(f"{args.name}: being written by the portal; a workload that uses it waits until it is.")
+    return EXIT_OK
+
+
+def cmd_secret_delete(client: PortalClient, args: argparse.Namespace) -> int:
+    client.delete_secret(args.name, team=args.team)
+    if not args.json:
+        print(f"{args.name}: deleted.")
+    return EXIT_OK
+
+
 COMMANDS = {
     "submit": cmd_submit,
     "list": cmd_list,
@@ -365,6 +423,9 @@ COMMANDS = {
     "usage": cmd_usage,
     "queue": cmd_queue,
     "gpu-types": cmd_gpu_types,
+    "secrets": cmd_secrets,
+    "secret-set": cmd_secret_set,
+    "secret-delete": cmd_secret_delete,
 }
 
 

@@ -160,9 +160,15 @@ def provision_now(identity: PortalIdentity, team: Any, *, timeout: float = 30) -
     return namespace
 
 
+ENGINE_ONLY = ("PORTAL_SEAL_PRIVATE_KEY", "PORTAL_SEAL_PRIVATE_KEY_FILE")
+
+
 def process_env(name: str, env: dict[str, str]) -> dict[str, str]:
-    """Only the provisioner gets the provisioner's credentials (PROVISIONER_KUBECONFIG, when given)."""
+    """Only the provisioner gets the provisioner's credentials (PROVISIONER_KUBECONFIG, when given), and
+    only the worker the private key that opens sealed values, as in the chart."""
     own = {k: v for k, v in env.items() if k != "PROVISIONER_KUBECONFIG"}
+    if name != "worker":
+        own = {k: v for k, v in own.items() if k not in ENGINE_ONLY}
     if name == "provisioner" and env.get("PROVISIONER_KUBECONFIG"):
         own["KUBECONFIG"] = env["PROVISIONER_KUBECONFIG"]
     return own

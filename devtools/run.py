@@ -12,8 +12,10 @@ On the local cluster the admin's kubeconfig only sets the cluster up: the portal
 chart's least-privilege identities (jobs/kube/rbac.py, helm/files/rbac-rules.yaml), installed into
 `portal-system` with a kubeconfig each (mode 0600) in <state dir>/portal-identity/: the worker, tracker,
 migrations and seed as the engine, the provisioner as the provisioner, the web, proxy and beat as the web
-(which may write nothing outside team namespaces, and there only users' stored secrets).
+(which writes nothing in the cluster).
 Every child's output is prefixed with its name. SIGINT/SIGTERM stop the children in reverse order.
+Secrets are sealed to a key pair made once in var/seal-private.key (kept, so what an earlier run sealed
+still opens): the public half goes to every process, the private half to the worker only.
 Environment: PORT (default 8000), LOCALCLUSTER_STATE_DIR (default var/cluster).
 """
 
@@ -30,8 +32,10 @@ import time
 from pathlib import Path
 from typing import IO
 
-from devtools.engine import PortalIdentity, install_identity, provisioner_argv
+from devtools.engine import ENGINE_ONLY, PortalIdentity, install_identity, provisioner_argv
 from devtools.services import RedisServer, ServiceError, free_port
+from portal.env import ConfigError
+from portal.sealing import generate_keypair, public_half
 
 REPO = Path(__file__).resolve().parent.parent
 VAR = REPO / "var"
@@ -135,6 +139,26 @@ def start_cluster(env: dict[str, str], stack: contextlib.ExitStack) -> str:
     return str(cluster.kubeconfig)
 
 
+def seal_keys(env: dict[str, str]) -> dict[str, str]:
+    """Give `env` (every process) the public key and return what only the worker gets: the private key."""
+    worker = {name: env.pop(name) for name in ENGINE_ONLY if env.get(name)}
+    if not worker:
+        path = VAR / "seal-private.key"
+        if not path.exists():
+            _, private = generate_keypair()
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(private + "\n")
+            say(f"made the key pair for sealed secrets ({path}, for the worker only)")
+        worker = {"PORTAL_SEAL_PRIVATE_KEY_FILE": str(path)}
+    private = worker.get("PORTAL_SEAL_PRIVATE_KEY") or Path(worker["PORTAL_SEAL_PRIVATE_KEY_FILE"]).read_text().strip()
+    try:
+        env.setdefault("PORTAL_SEAL_PUBLIC_KEY", public_half(private, name="the worker's private key"))
+    except ConfigError as exc:
+        raise ServiceError(str(exc)) from exc
+    return worker
+
+
 IDENTITY_NAMESPACE = "portal-system"
 
 
@@ -204,6 +228,7 @@ def main() -> int:
 
     with contextlib.ExitStack() as stack:
         try:
+            worker_only = seal_keys(env)  # before the identities' environments are copied from env
             if not env.get("KUBECONFIG"):
                 env["KUBECONFIG"] = start_cluster(env, stack)
                 # The local cluster's node simulator provisions this class from directories in var/.
@@ -227,7 +252,7 @@ def main() -> int:
                 seeded = run_once("seed", [python, "manage.py", "seed_demo"], env_of("engine"))
             stack.callback(children.stop)
             worker = [python, "-m", "celery", "-A", "portal", "worker", "-l", "info"]
-            children.start("worker", worker, env_of("engine"))
+            children.start("worker", worker, {**env_of("engine"), **worker_only})  # the private key: its alone
             # Team namespaces are made only by the provisioner, a worker on its own queue (as in the chart).
             children.start("provisioner", provisioner_argv(python), env_of("provisioner"))
             children.start(

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 from devtools.services import PostgresServer, RedisServer, ServiceError
+from portal.sealing import generate_keypair
 
 
 def main(argv: list[str]) -> int:
@@ -35,6 +36,9 @@ def main(argv: list[str]) -> int:
         env.setdefault("DEBUG", "0")
         env.setdefault("ALLOWED_HOSTS", "localhost,127.0.0.1,testserver")
         env.setdefault("SECRET_KEY", "test-suite-secret-key-not-for-production")
+        if not env.get("PORTAL_SEAL_PUBLIC_KEY") and not env.get("PORTAL_SEAL_PRIVATE_KEY"):
+            # A fresh pair for the run: the test process seals as the web does, the engine's worker opens.
+            env["PORTAL_SEAL_PUBLIC_KEY"], env["PORTAL_SEAL_PRIVATE_KEY"] = generate_keypair()
         return subprocess.call(argv, env=env)
     except ServiceError as exc:
         print(f"[testenv] ERROR: {exc}", file=sys.stderr)

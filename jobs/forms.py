@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from jobs.models import CatalogImage, GpuType, Kind, State, Workload
 from jobs.services import reports
-from jobs.services.spec_fields import MAX_COMMAND_TOTAL, field_limits
+from jobs.services.spec_fields import MAX_COMMAND_TOTAL, MAX_ENV_NAME, field_limits
+from jobs.services.validation import ENV_NAME_RE, RESERVED_ENV, RESERVED_ENV_PREFIXES
 
 CUSTOM_IMAGE = ""
 TIME_UNITS = {"minutes": 60, "hours": 3600, "days": 86400}
@@ -85,7 +86,8 @@ class LaunchForm(forms.Form):
     secrets = forms.MultipleChoiceField(
         required=False,
         widget=forms.CheckboxSelectMultiple,
-        help_text="Each a read-only file /var/run/secrets/gpuportal/<name> (as a variable: API or CLI --secret).",
+        help_text="Each a read-only file /var/run/secrets/gpuportal/<name>; give a variable name to get it as "
+        "that environment variable too.",
     )
     restartable = forms.BooleanField(
         required=False,
@@ -130,6 +132,12 @@ class LaunchForm(forms.Form):
         self.fields["secrets"].choices = [(name, name) for name in secrets]
         if not secrets:
             del self.fields["secrets"]
+        # Each secret's optional variable name: secret_env_<name> (secret names are [a-z0-9-]).
+        if self.is_bound:
+            self.secret_env = {name: (self.data.get(f"secret_env_{name}") or "").strip() for name in secrets}
+        else:
+            self.secret_env = {name: (self.initial.get("secret_env") or {}).get(name, "") for name in secrets}
+        self.secret_env_errors: dict[str, str] = {}
         # Environment variables come as parallel env_name/env_value lists, one pair per row on the page.
         source = self.data if self.is_bound else {}
         if self.is_bound:
@@ -161,7 +169,40 @@ class LaunchForm(forms.Form):
         if any(not r["name"] for r in rows):
             self.env_errors.append("Every value needs a variable name.")
         self.env_rows = rows
+        self._clean_secret_env(set(cleaned.get("secrets") or ()))
         return cleaned
+
+    def _clean_secret_env(self, chosen: set[str]) -> None:
+        """Each secret's variable name: well formed, not the portal's, not given twice, and only for a
+        secret that is attached. The submission checks the rest (a clash with a plain variable)."""
+        seen: dict[str, str] = {}
+        for name, variable in self.secret_env.items():
+            if not variable:
+                continue
+            if name not in chosen:
+                error = f"Tick {name} to attach it as ${variable}, or clear its variable name."
+            elif not ENV_NAME_RE.match(variable) or len(variable) > MAX_ENV_NAME:
+                error = f"{variable[:40]!r} is not a variable name: letters, digits and _, not starting with a digit."
+            elif variable in RESERVED_ENV or variable.startswith(RESERVED_ENV_PREFIXES):
+                error = f"{variable} is set by the portal and cannot be overridden."
+            elif variable in seen:
+                error = f"{variable} is already the variable of {seen[variable]}."
+            else:
+                seen[variable] = name
+                continue
+            self.secret_env_errors[name] = error
+            self.add_error("secrets", error)
+
+    def secret_rows(self) -> list[dict[str, Any]]:
+        """The secrets offered, each with whether it is ticked, its variable name and its error."""
+        if "secrets" not in self.fields:
+            return []
+        ticked = set(self["secrets"].value() or ())
+        return [
+            {"name": name, "checked": name in ticked, "env": self.secret_env.get(name, ""),
+             "error": self.secret_env_errors.get(name, "")}
+            for name, _ in self.fields["secrets"].choices
+        ]  # fmt: skip
 
     def is_valid(self) -> bool:
         # The environment rows are not a Django field; their errors are kept (and shown) apart.
@@ -192,7 +233,7 @@ class LaunchForm(forms.Form):
         if data.get("datasets"):
             spec["datasets"] = list(data["datasets"])
         if data.get("secrets"):
-            spec["secrets"] = list(data["secrets"])
+            spec["secrets"] = [{"name": name, "env": self.secret_env.get(name, "")} for name in data["secrets"]]
         if data.get("restartable") and data["kind"] == Kind.BATCH:
             spec["restartable"] = True
         if data["kind"] == Kind.SERVICE:
@@ -243,6 +284,8 @@ def initial_from_workload(workload: Workload, *, show_env_values: bool = True) -
         "time_limit_unit": unit,
         "priority": workload.priority or None,
         "restartable": workload.restartable,
+        "secrets": [ref["name"] for ref in workload.secrets or []],
+        "secret_env": {ref["name"]: ref.get("env") or "" for ref in workload.secrets or []},
     }
 
 

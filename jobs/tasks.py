@@ -25,6 +25,7 @@ from jobs.services import (
     object_creation,
     preemption,
     provisioning,
+    secrets,
     workspaces,
 )
 
@@ -39,6 +40,9 @@ RETRY = {
     "max_retries": None,
 }
 
+# A submission also waits, retrying, for a secret it names that the engine is still writing.
+SUBMIT_RETRY = (*TRANSIENT, object_creation.SecretPending)
+
 
 @shared_task(name="jobs.tasks.admit")
 def admit(team_id: int, gpu_type_id: int) -> list[int]:
@@ -46,7 +50,7 @@ def admit(team_id: int, gpu_type_id: int) -> list[int]:
     return admission.quota_admit(team_id=team_id, gpu_type_id=gpu_type_id)
 
 
-@shared_task(name="jobs.tasks.submit", bind=True, acks_late=True, **RETRY)
+@shared_task(name="jobs.tasks.submit", bind=True, acks_late=True, **{**RETRY, "autoretry_for": SUBMIT_RETRY})
 def submit(self, workload_id: int) -> None:
     object_creation.workload_create_objects(workload_id)
 
@@ -75,6 +79,18 @@ def delete_objects(workload_id: int) -> None:
     workload = Workload.objects.select_related("team").filter(id=workload_id).first()
     if workload is not None:
         object_creation.workload_delete_objects(workload)
+
+
+@shared_task(name="jobs.tasks.write_secret", acks_late=True, **RETRY)
+def write_secret(secret_id: int, version: int, sealed: str) -> str:
+    """A user's secret, sealed by the web to this engine's key: opened and written here, in the engine,
+    because the web's identity may write nothing in the cluster. Returns the outcome, never the value."""
+    return secrets.secret_write(secret_id=secret_id, version=version, sealed=sealed)
+
+
+@shared_task(name="jobs.tasks.remove_secret", acks_late=True, **RETRY)
+def remove_secret(secret_id: int, version: int) -> str:
+    return secrets.secret_remove(secret_id=secret_id, version=version)
 
 
 @shared_task(name="jobs.tasks.delete_workspace_data", acks_late=True, **RETRY)

@@ -20,6 +20,7 @@ from portal.env import (
     env_int,
     env_list,
     env_networks,
+    env_seal_keys,
     env_str,
 )
 
@@ -256,6 +257,17 @@ TEAM_EPHEMERAL_STORAGE_DEFAULT = env_str("TEAM_EPHEMERAL_STORAGE_DEFAULT", "20Gi
 WORKSPACE_STORAGE_CLASS = env_str("WORKSPACE_STORAGE_CLASS")
 WORKSPACE_HOME_GIB = env_int("WORKSPACE_HOME_GIB", 10, minimum=1)
 WORKSPACE_TEAM_GIB = env_int("WORKSPACE_TEAM_GIB", 50, minimum=1)
+
+# --- sealed values (portal/sealing.py) ------------------------------------------------------------
+# Users' secrets and registry passwords are sealed to the engine's public key: the web (and admin, and the
+# migration that seals old rows) needs PORTAL_SEAL_PUBLIC_KEY; only the worker gets PORTAL_SEAL_PRIVATE_KEY
+# (or _FILE, a mounted Secret), opens them and writes the Kubernetes Secrets. `manage.py seal_keypair`.
+PORTAL_SEAL_PUBLIC_KEY, PORTAL_SEAL_PRIVATE_KEY = env_seal_keys()
+# Storing a secret waits this long for the engine to confirm it is written (then answers "pending"); the
+# first secret of a new team waits for its namespace too.
+PORTAL_SECRET_CONFIRM_SECONDS = env_int("PORTAL_SECRET_CONFIRM_SECONDS", 20, minimum=0, maximum=60)
+# A launch that needs a secret the engine has not confirmed within this long fails, saying so.
+PORTAL_SECRET_WRITE_TIMEOUT = env_int("PORTAL_SECRET_WRITE_TIMEOUT", 300, minimum=10)
 
 # --- the workload engine ---------------------------------------------------------------------------
 # Objects this installation manages carry this label value, so two portals (or test runs) can share a

@@ -12,6 +12,15 @@ def pytest_configure(config):
         **settings.STORAGES,
         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     }
+    if not settings.PORTAL_SEAL_PUBLIC_KEY:
+        # Run without devtools.testenv: a pair for this run, in the environment the engine's processes get.
+        import os
+
+        from portal.sealing import generate_keypair
+
+        public, private = generate_keypair()
+        os.environ["PORTAL_SEAL_PUBLIC_KEY"], os.environ["PORTAL_SEAL_PRIVATE_KEY"] = public, private
+        settings.PORTAL_SEAL_PUBLIC_KEY, settings.PORTAL_SEAL_PRIVATE_KEY = public, private
 
 
 def _retry_flush_on_deadlock() -> None:

@@ -95,6 +95,11 @@ true
 {{- include "gpuportal.fullname" . -}}
 {{- end -}}
 
+{{/* The Secret holding the private half of the seal key pair (the worker's only). */}}
+{{- define "gpuportal.sealSecretName" -}}
+{{- .Values.seal.existingSecret | default (include "gpuportal.partname" (list . "seal")) -}}
+{{- end -}}
+
 {{- define "gpuportal.postgresqlHost" -}}
 {{- include "gpuportal.partname" (list . "postgresql") -}}
 {{- end -}}
@@ -141,6 +146,7 @@ TEAM_EGRESS_DENY_CIDRS: {{ .Values.networkPolicy.teamEgress.denyCidrs | join ","
 TEAM_INGRESS_PROXY_LABELS: {{ printf "app.kubernetes.io/instance=%s,app.kubernetes.io/component=proxy" .Release.Name | quote }}
 TEAM_INGRESS_PORTAL_NAMESPACE_LABELS: {{ printf "kubernetes.io/metadata.name=%s" .Release.Namespace | quote }}
 PORTAL_INSTANCE: {{ include "gpuportal.instance" . | quote }}
+PORTAL_SEAL_PUBLIC_KEY: {{ .Values.seal.publicKey | quote }}
 WORKSPACE_STORAGE_CLASS: {{ $cfg.workspaceStorageClass | quote }}
 WORKSPACE_HOME_GIB: {{ $cfg.workspaceHomeGib | toString | quote }}
 WORKSPACE_TEAM_GIB: {{ $cfg.workspaceTeamGib | toString | quote }}
@@ -248,7 +254,7 @@ OIDC_END_PROVIDER_SESSION: {{ ternary "1" "0" .Values.oidc.endProviderSession | 
 {{- define "gpuportal.checksums" -}}
 checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
 {{- /* The Secret may hold generated values, so hash what feeds it, not a fresh render of it. */}}
-checksum/secret: {{ list .Values.secret .Values.externalDatabase .Values.externalRedis .Values.postgresql.auth .Values.redis.password .Values.email .Values.oidc | toJson | sha256sum }}
+checksum/secret: {{ list .Values.secret .Values.externalDatabase .Values.externalRedis .Values.postgresql.auth .Values.redis.password .Values.email .Values.oidc .Values.seal | toJson | sha256sum }}
 {{- end -}}
 
 {{/* Volumes every portal pod gets: a writable /tmp on a read-only root filesystem. */}}
@@ -290,6 +296,15 @@ rendered, so `helm install`, `helm upgrade` and `helm template` all stop here wi
 {{- if and $v.oidc.enabled (not $v.oidc.clientSecret) (not $v.oidc.existingSecret) -}}
 {{- fail "oidc.enabled is true but the client has no secret: set oidc.clientSecret or oidc.existingSecret" -}}
 {{- end -}}
+{{- if not $v.seal.publicKey -}}
+{{- fail "seal.publicKey is required: the web seals users' secrets to it for the worker. Make a pair with `python -m portal.sealing` (in the portal image) and set seal.publicKey, and seal.privateKey or seal.existingSecret" -}}
+{{- end -}}
+{{- if and (not $v.seal.privateKey) (not $v.seal.existingSecret) -}}
+{{- fail "seal.privateKey or seal.existingSecret is required: the worker opens what the web sealed with the private half of seal.publicKey's pair" -}}
+{{- end -}}
+{{- if and $v.seal.privateKey $v.seal.existingSecret -}}
+{{- fail "seal.privateKey and seal.existingSecret are both set: give the private half in one place only" -}}
+{{- end -}}
 {{- if and $v.ingress.enabled (not $v.ingress.hosts) -}}
 {{- fail "ingress.enabled is true but ingress.hosts is empty: name at least one host" -}}
 {{- end -}}
@@ -318,7 +333,8 @@ rendered, so `helm install`, `helm upgrade` and `helm template` all stop here wi
 The pod template of a portal process (web, worker, beat, tracker). Call with a dict:
   root: $, component: "web", spec: .Values.web, command: list, automountToken: bool,
   account: the ServiceAccount's name (optional; the engine's by default),
-  ports/probes: YAML strings for the container (optional).
+  ports/probes: YAML strings for the container (optional),
+  sealPrivateKey: true for the worker alone (the private half of the seal key pair, as a file).
 */}}
 {{- define "gpuportal.portalPodTemplate" -}}
 {{- $root := .root -}}
@@ -361,6 +377,10 @@ spec:
         {{- include "gpuportal.envFrom" $root | nindent 8 }}
       env:
         {{- include "gpuportal.secretEnv" $root | nindent 8 }}
+        {{- if .sealPrivateKey }}
+        - name: PORTAL_SEAL_PRIVATE_KEY_FILE
+          value: /etc/gpuportal/seal/private-key
+        {{- end }}
       {{- with .ports }}
       ports:
         {{- . | nindent 8 }}
@@ -374,8 +394,22 @@ spec:
         {{- toYaml $root.Values.securityContext | nindent 8 }}
       volumeMounts:
         {{- include "gpuportal.tmpVolumeMount" $root | nindent 8 }}
+        {{- if .sealPrivateKey }}
+        - name: seal
+          mountPath: /etc/gpuportal/seal
+          readOnly: true
+        {{- end }}
   volumes:
     {{- include "gpuportal.tmpVolume" $root | nindent 4 }}
+    {{- if .sealPrivateKey }}
+    - name: seal
+      secret:
+        secretName: {{ include "gpuportal.sealSecretName" $root }}
+        defaultMode: 0400
+        items:
+          - key: {{ ternary $root.Values.seal.existingSecretKey "private-key" (ne $root.Values.seal.existingSecret "") }}
+            path: private-key
+    {{- end }}
   {{- with $spec.nodeSelector }}
   nodeSelector:
     {{- toYaml . | nindent 4 }}

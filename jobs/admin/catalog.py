@@ -6,6 +6,7 @@ from django.contrib import admin
 from jobs.models import AllowedRegistry, CatalogImage, GpuNode, GpuType
 from jobs.services.object_creation import forget_namespaces
 from jobs.services.quota_changes import gpu_type_changed
+from portal import sealing
 
 
 @admin.register(GpuType)
@@ -54,20 +55,37 @@ class CatalogImageAdmin(admin.ModelAdmin):
 
 
 class AllowedRegistryForm(forms.ModelForm):
-    """The password is write-only: never rendered back; left empty on edit, the stored one stays."""
+    """The password is write-only: sealed to the engine's key on save (portal/sealing.py), so neither the
+    database nor this page ever holds it in the clear; left empty on edit, the stored one stays; clearing
+    the username removes the credentials."""
 
-    pull_password = forms.CharField(required=False, widget=forms.PasswordInput(render_value=False))
+    pull_password = forms.CharField(
+        required=False,
+        strip=False,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Sealed for the portal's engine, which alone can read it; never shown again. "
+        "Leave empty to keep the stored one.",
+    )
 
     class Meta:
         model = AllowedRegistry
-        fields = ["host", "note", "pull_username", "pull_password"]
+        fields = ["host", "note", "pull_username"]
 
     def clean(self):
         cleaned = super().clean()
-        if not cleaned.get("pull_password") and self.instance.pk:
-            cleaned["pull_password"] = self.instance.pull_password
-        if bool(cleaned.get("pull_username")) != bool(cleaned.get("pull_password")):
-            raise forms.ValidationError("Give both the pull username and password, or neither.")
+        username, password = cleaned.get("pull_username"), cleaned.get("pull_password")
+        stored = bool(self.instance.pk and self.instance.pull_password_sealed)
+        if password and not username:
+            self.add_error("pull_username", "Give the pull username with the password (or neither).")
+        elif username and not password and not stored:
+            self.add_error("pull_password", "Give the pull password with the username (or neither).")
+        elif password:
+            try:
+                self.instance.pull_password_sealed = sealing.seal(password)
+            except sealing.SealError as exc:
+                self.add_error("pull_password", f"It cannot be stored: the portal has no key to seal it ({exc}).")
+        elif not username:
+            self.instance.pull_password_sealed = ""
         return cleaned
 
 
@@ -79,7 +97,7 @@ class AllowedRegistryAdmin(admin.ModelAdmin):
 
     @admin.display(boolean=True, description="Pull credentials")
     def has_credentials(self, registry: AllowedRegistry) -> bool:
-        return bool(registry.pull_secret_name)
+        return registry.has_credentials
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)

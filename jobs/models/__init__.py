@@ -6,7 +6,7 @@ from jobs.models.audit import QuotaChange
 from jobs.models.catalog import AllowedRegistry, CatalogImage, GpuNode, GpuType
 from jobs.models.datasets import Dataset
 from jobs.models.opening import RedeemedTicket
-from jobs.models.secrets import TeamSecret
+from jobs.models.secrets import SecretState, TeamSecret
 from jobs.models.sharing import Cohort
 from jobs.models.streams import LogFollowSlot
 from jobs.models.teams import Membership, Quota, Role, Team
@@ -30,6 +30,7 @@ __all__ = [
     "RedeemedTicket",
     "Role",
     "RolledUpDay",
+    "SecretState",
     "State",
     "Team",
     "TeamSecret",

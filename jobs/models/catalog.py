@@ -179,9 +179,9 @@ class AllowedRegistry(models.Model):
     pull_username = models.CharField(
         max_length=255, blank=True, help_text="Pull credentials for a private registry (both, or neither)."
     )
-    pull_password = models.CharField(
-        max_length=4096, blank=True, help_text="Kept for the image pull Secret in each team namespace; never shown."
-    )
+    # Sealed to the engine's public key (portal/sealing.py) by admin: only the engine's worker, which
+    # writes the pull Secrets, can open it. Never shown back.
+    pull_password_sealed = models.TextField(blank=True, editable=False)
 
     class Meta:
         ordering = ["host"]
@@ -193,4 +193,8 @@ class AllowedRegistry(models.Model):
     @property
     def pull_secret_name(self) -> str:
         """The image pull Secret the portal keeps in every team namespace; empty without credentials."""
-        return names.pull_secret_name(self.host) if self.pull_username and self.pull_password else ""
+        return names.pull_secret_name(self.host) if self.has_credentials else ""
+
+    @property
+    def has_credentials(self) -> bool:
+        return bool(self.pull_username and self.pull_password_sealed)

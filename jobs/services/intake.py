@@ -22,6 +22,7 @@ from jobs.models import workloads as workloads_model
 from jobs.services import intake_facts
 from jobs.services.dispatch import enqueue_admission, request_admission
 from jobs.services.limits import queue_slot_take
+from jobs.services.secrets import secrets_unusable
 from jobs.services.validation import Facts, SubmissionInvalid, validate_submission
 from jobs.services.workspaces import dataset_mounts, workspace_mounts
 
@@ -86,6 +87,15 @@ def workload_submit(
     if not isinstance(shared, bool):
         raise SubmissionInvalid({"shared_with_team": ["Must be true or false."]})
     clean = validate_submission(spec, facts or facts_from(snapshot, team=team, user=owner))
+    unusable = secrets_unusable(team=team, k8s_names=[k8s_name for _, k8s_name, _ in clean.secrets])
+    if unusable:
+        raise SubmissionInvalid(
+            {
+                "secrets": [
+                    f"The secret {name} could not be stored ({why}); store it again." for name, why in unusable.items()
+                ]
+            }
+        )
     if shared and clean.kind != "service":
         raise SubmissionInvalid(
             {"shared_with_team": ["Only a service can be shared: a batch job has nothing to open."]}

@@ -22,10 +22,11 @@ from kubernetes.client.exceptions import ApiException
 
 from jobs.kube import client as kube
 from jobs.kube import names, objects
-from jobs.models import AllowedRegistry, State, Team, Workload, WorkloadEvent
+from jobs.models import AllowedRegistry, SecretState, State, Team, TeamSecret, Workload, WorkloadEvent
 from jobs.services import opening, workspaces
 from jobs.services.transitions import transition
 from jobs.services.validation import parse_image_reference
+from portal import sealing
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,21 @@ _ready: set[tuple[str, str]] = set()  # (team namespace, resource) this process 
 
 class SubmitRejected(Exception):
     """Kubernetes refused the objects for a reason retrying will not fix."""
+
+    reason = "SubmitRejected"
+
+
+class SecretUnavailable(SubmitRejected):
+    """A secret the workload names was deleted, or the engine could not write it: it must not run without."""
+
+    reason = "SecretUnavailable"
+
+
+class SecretPending(Exception):
+    """A secret the workload names is not written yet (just stored or replaced): the submit task retries."""
+
+
+SECRET_WAIT_INLINE_SECONDS = 3.0
 
 
 def spec_for(workload: Workload, *, pull_secrets: dict[str, str] | None = None) -> objects.WorkloadSpec:
@@ -124,12 +140,26 @@ def namespace_ensure(team: Team, *, force: bool = False) -> str:
     return namespace
 
 
-def pull_secrets_ensure(namespace: str) -> None:
-    """Every private registry's image pull Secret exists (and is current) in the namespace."""
+def pull_secrets_ensure(namespace: str, needed: tuple[str, ...] = ()) -> None:
+    """Every private registry's image pull Secret exists (and is current) in the namespace.
+
+    The passwords are sealed to this engine's key (admin sealed them): opened here, in the worker, and
+    nowhere else. One this engine cannot open fails the workload that `needed` it, saying so; the others
+    are skipped with an error in the log."""
     core = kube.core()
-    for registry in AllowedRegistry.objects.exclude(pull_username="").exclude(pull_password=""):
+    for registry in AllowedRegistry.objects.exclude(pull_username="").exclude(pull_password_sealed=""):
+        try:
+            password = sealing.unseal(registry.pull_password_sealed)
+        except sealing.SealError as exc:
+            log.error("registry %s: cannot open its pull password: %s", registry.host, exc)
+            if registry.pull_secret_name in needed:
+                raise SubmitRejected(
+                    f"The pull credentials of {registry.host} cannot be opened by the portal's engine ({exc}); "
+                    "an admin must enter the password again."
+                ) from exc
+            continue
         secret = objects.make_pull_secret(namespace=namespace, name=registry.pull_secret_name, registry=registry.host,
-                                          username=registry.pull_username, password=registry.pull_password)  # fmt: skip
+                                          username=registry.pull_username, password=password)  # fmt: skip
         try:
             core.create_namespaced_secret(namespace, secret, _request_timeout=kube.timeout())
         except ApiException as exc:
@@ -154,9 +184,44 @@ def registry_pull_secrets() -> dict[str, str]:
     """Every allowed registry's pull Secret name by host (one query), for rendering a batch."""
     return {
         registry.host: registry.pull_secret_name
-        for registry in AllowedRegistry.objects.exclude(pull_username="").exclude(pull_password="")
+        for registry in AllowedRegistry.objects.all()
         if registry.pull_secret_name
     }
+
+
+def secrets_written(workload: Workload, refs: tuple[objects.SecretRef, ...]) -> None:
+    """Every secret the workload names holds its latest value in Kubernetes: wait briefly for ones the
+    engine is still writing (raising SecretPending after that, so the task retries); SecretUnavailable
+    for one deleted, refused, or never confirmed within PORTAL_SECRET_WRITE_TIMEOUT. A pod never starts
+    with an older value of a secret its owner just replaced, nor without one."""
+    if not refs:
+        return
+    deadline = time.monotonic() + SECRET_WAIT_INLINE_SECONDS
+    while True:
+        rows = {
+            row.k8s_name: row
+            for row in TeamSecret.objects.filter(team_id=workload.team_id, k8s_name__in=[r.k8s_name for r in refs])
+        }
+        pending = []
+        for ref in refs:
+            row = rows.get(ref.k8s_name)
+            if row is None or row.state == SecretState.DELETING:
+                raise SecretUnavailable(f"The secret {ref.name} was deleted after this was submitted; store it again.")
+            if row.state == SecretState.FAILED:
+                raise SecretUnavailable(f"The secret {ref.name} could not be written: {row.message}")
+            if row.state == SecretState.PENDING:
+                waited = (timezone.now() - row.updated_at).total_seconds()
+                if waited > settings.PORTAL_SECRET_WRITE_TIMEOUT:
+                    raise SecretUnavailable(
+                        f"The secret {ref.name} was not confirmed written within {settings.PORTAL_SECRET_WRITE_TIMEOUT} s; "
+                        "store it again."
+                    )
+                pending.append(ref.name)
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            raise SecretPending(f"Waiting for the engine to write the secret {', '.join(pending)}.")
+        time.sleep(0.1)
 
 
 def forget_namespaces() -> None:
@@ -280,16 +345,21 @@ def workloads_create_objects(workload_ids: list[int]) -> int:
     pull_secrets = registry_pull_secrets()
     specs = {w.id: spec_for(w, pull_secrets=pull_secrets) for w in batch}
     created: list[Workload] = []
+    pulled: set[tuple[str, tuple[str, ...]]] = set()
     failure: BaseException | None = None
     try:
         _prepare_namespaces(batch, specs)
         for workload in batch:
             spec = specs[workload.id]
             try:
+                secrets_written(workload, spec.secrets)
+                if spec.image_pull_secrets and (spec.namespace, spec.image_pull_secrets) not in pulled:
+                    pull_secrets_ensure(spec.namespace, spec.image_pull_secrets)
+                    pulled.add((spec.namespace, spec.image_pull_secrets))
                 for obj in objects.make_objects(spec):
                     _create_or_adopt(obj, spec, workload.team)
             except SubmitRejected as exc:
-                transition(workload, State.FAILED, reason="SubmitRejected", message=str(exc), finished_at=None)
+                transition(workload, State.FAILED, reason=exc.reason, message=str(exc), finished_at=None)
                 workload_delete_objects(workload)
                 continue
             created.append(workload)
@@ -300,6 +370,12 @@ def workloads_create_objects(workload_ids: list[int]) -> int:
         Workload.objects.filter(id__in=[w.id for w in batch if w.id not in done], state=State.SUBMITTING).update(
             message=message[:2000]
         )
+    except SecretPending as exc:  # a secret not written yet: the task retries the rest
+        failure = exc
+        done = {w.id for w in created}
+        Workload.objects.filter(id__in=[w.id for w in batch if w.id not in done], state=State.SUBMITTING).update(
+            message=str(exc)[:2000]
+        )
     except Exception as exc:  # unreachable API server and the like: record what was made, then retry
         failure = exc
     moved = _mark_created(created, specs)
@@ -309,11 +385,10 @@ def workloads_create_objects(workload_ids: list[int]) -> int:
 
 
 def _prepare_namespaces(batch: list[Workload], specs: dict[int, objects.WorkloadSpec]) -> None:
-    """What must exist before the objects, once per batch: each namespace usable by us, the workspace
-    claims (once per distinct claim set), the pull Secrets of namespaces whose images need them."""
+    """What must exist before the objects, once per batch: each namespace usable by us and the workspace
+    claims (once per distinct claim set). Secrets and pull Secrets are per workload (they may refuse one)."""
     ready: set[tuple[int, str]] = set()
     claims_done: set[tuple] = set()
-    secrets_done: set[str] = set()
     for workload in batch:
         spec = specs[workload.id]
         group, resource = ("batch", "jobs") if spec.kind == "batch" else ("apps", "deployments")
@@ -327,9 +402,6 @@ def _prepare_namespaces(batch: list[Workload], specs: dict[int, objects.Workload
         if len(claims) > 1 and claims not in claims_done:
             workspaces.workspaces_ensure(workload)
             claims_done.add(claims)
-        if spec.image_pull_secrets and spec.namespace not in secrets_done:
-            pull_secrets_ensure(spec.namespace)
-            secrets_done.add(spec.namespace)
 
 
 def _mark_created(created: list[Workload], specs: dict[int, objects.WorkloadSpec]) -> int:

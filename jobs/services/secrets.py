@@ -1,44 +1,63 @@
 """Stored secrets: a user's (or, shared with the team, a manager's) named values for their workloads.
 
-The value goes straight into a Kubernetes Secret in the team namespace and nowhere else: not the
-database, not a workload's stored spec, not the Job or Deployment (pods reference it with secretKeyRef
-and a projected volume), not a log line (errors are logged by status code only).
+The web never writes into the cluster (its identity may not): `secret_save` seals the value to the
+engine's public key (portal/sealing.py) and hands only the sealed text to the engine's worker through
+Celery; `secret_write` runs there, opens it and writes the Kubernetes Secret in the team namespace. The
+plaintext is never in the database, the broker, a workload's stored spec, the Job or Deployment (pods
+reference it with secretKeyRef and a projected volume) or a log line (errors are logged by status only).
+
+Each store is a new `version` of the row, PENDING until the engine has written exactly that version
+(then READY, or FAILED with the reason). The engine writes under the row's lock, so of two quick
+replaces the later value always wins. A launch that needs a secret still PENDING waits for it
+(jobs/services/object_creation.py); one whose secret FAILED is refused, naming it.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 from kubernetes.client.exceptions import ApiException
 
 from jobs.kube import client as kube
 from jobs.kube import names, objects
-from jobs.models import Membership, Role, Team, TeamSecret
+from jobs.models import Membership, Role, SecretState, Team, TeamSecret
 from jobs.services.object_creation import namespace_wait_ready
 from jobs.services.validation import NAME_RE, SubmissionInvalid
+from portal import sealing
 
 log = logging.getLogger(__name__)
 MAX_SECRET_NAME = 40
 MAX_SECRET_BYTES = 64 * 1024
+WAIT_POLL_SECONDS = 0.1
 
 
 class SecretInvalid(SubmissionInvalid):
     """A secret could not be stored; `errors` names each field."""
 
 
+class SecretNotWritable(Exception):
+    """The portal cannot seal a value for the engine (it has no public key): a configuration fault."""
+
+
+def _visible(team: Team):
+    return TeamSecret.objects.filter(team=team).exclude(state=SecretState.DELETING)
+
+
 def secrets_available(*, team: Team, user) -> dict[str, str]:
     """Secret names a user may use in this team -> their Kubernetes Secret: theirs and the team's."""
-    rows = TeamSecret.objects.filter(team=team).filter(shared=True) | TeamSecret.objects.filter(team=team, owner=user)
+    rows = _visible(team).filter(shared=True) | _visible(team).filter(owner=user)
     return dict(rows.values_list("name", "k8s_name"))
 
 
 def secrets_listed(*, team: Team, user):
     """The secrets a user sees: their own and the team's shared ones (names only, of course)."""
     return (
-        (TeamSecret.objects.filter(team=team, shared=True) | TeamSecret.objects.filter(team=team, owner=user))
+        (_visible(team).filter(shared=True) | _visible(team).filter(owner=user))
         .select_related("owner")
         .order_by("name")
     )
@@ -64,7 +83,7 @@ def _check(*, team: Team, user, name, value, shared) -> dict[str, list[str]]:
         errors["shared"] = ["Only team managers can store secrets shared with the team."]
     if "name" not in errors:
         # A personal secret and a shared one of the same name would make `name` in a submission ambiguous.
-        other = TeamSecret.objects.filter(team=team, name=name)
+        other = _visible(team).filter(name=name)
         other = other.exclude(shared=True) if shared else other.filter(shared=True)
         if shared:
             if other.exists():
@@ -75,48 +94,158 @@ def _check(*, team: Team, user, name, value, shared) -> dict[str, list[str]]:
 
 
 def secret_save(*, team: Team, user, name, value, shared=False) -> TeamSecret:
-    """Store (or replace) a secret. Raises SecretInvalid naming the field; nothing is written then."""
+    """Store (or replace) a secret: a new version, PENDING until the engine has written it.
+
+    Raises SecretInvalid naming the field (nothing is stored then), SecretNotWritable when this process
+    cannot seal. Returns at once; `secret_wait_written` waits for the engine's answer."""
     if not user.is_superuser and not Membership.objects.filter(user=user, team=team).exists():
         raise SecretInvalid({"team": ["You are not a member of this team."]})
     errors = _check(team=team, user=user, name=name, value=value, shared=shared)
     if errors:
         raise SecretInvalid(errors)
-    k8s_name = names.secret_object_name(name, username=user.get_username(), shared=shared)
-    # The namespace is the provisioner's to make: ask for it and wait until this identity may write there.
-    namespace = team.namespace
-    namespace_wait_ready(team, group="", resource="secrets")
-    body = objects.make_secret(namespace=namespace, name=k8s_name, value=value, team_slug=team.slug,
-                               instance=_instance())  # fmt: skip
-    core = kube.core()
     try:
-        try:
-            core.create_namespaced_secret(namespace, body, _request_timeout=kube.timeout())
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            core.replace_namespaced_secret(k8s_name, namespace, body, _request_timeout=kube.timeout())
-    except ApiException as exc:
-        # Status only: the request body (the value) must never reach a log line.
-        log.warning("secret %s in %s: Kubernetes answered %s", k8s_name, namespace, exc.status)
-        raise
+        sealed = sealing.seal(value)
+    except sealing.SealError as exc:
+        raise SecretNotWritable(str(exc)) from exc
+    k8s_name = names.secret_object_name(name, username=user.get_username(), shared=shared)
+    now = timezone.now()
     with transaction.atomic():
-        secret, created = TeamSecret.objects.get_or_create(
-            team=team, k8s_name=k8s_name, defaults={"owner": user, "name": name, "shared": shared}
+        secret, created = TeamSecret.objects.select_for_update().get_or_create(
+            team=team, k8s_name=k8s_name, defaults={"owner": user, "name": name, "shared": shared, "updated_at": now}
         )
         if not created:
-            TeamSecret.objects.filter(id=secret.id).update(updated_at=timezone.now())
-    log.info("secret %s stored for %s in %s", name, user.get_username(), team.slug)
+            revived = secret.state == SecretState.DELETING
+            secret.version += 1
+            secret.state, secret.message, secret.updated_at = SecretState.PENDING, "", now
+            if revived:  # deleted a moment ago and stored again: it is the new storer's now
+                secret.owner, secret.created_at = user, now
+            secret.save(update_fields=["version", "state", "message", "updated_at", "owner", "created_at"])
+        secret_id, version = secret.id, secret.version
+        transaction.on_commit(lambda: _hand_to_engine(secret_id, version, sealed))
+    log.info("secret %s (version %s) sealed for %s in %s", name, version, user.get_username(), team.slug)
+    return secret
+
+
+def _hand_to_engine(secret_id: int, version: int, sealed: str) -> None:
+    from jobs import tasks  # the tasks import the services
+
+    tasks.write_secret.delay(secret_id, version, sealed)
+
+
+def secret_wait_written(secret: TeamSecret, *, timeout: float | None = None) -> TeamSecret:
+    """The secret once the engine has answered for this version (READY or FAILED), or still PENDING
+    after `timeout` seconds (PORTAL_SECRET_CONFIRM_SECONDS by default)."""
+    limit = settings.PORTAL_SECRET_CONFIRM_SECONDS if timeout is None else timeout
+    deadline = time.monotonic() + limit
+    version = secret.version
+    while True:
+        row = TeamSecret.objects.filter(id=secret.id).values("state", "version", "message").first()
+        if row is None or row["version"] != version or row["state"] != SecretState.PENDING:
+            break
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(WAIT_POLL_SECONDS)
+    if row is not None and row["version"] == version:
+        secret.state, secret.message = row["state"], row["message"]
     return secret
 
 
 def secret_delete(*, secret: TeamSecret) -> None:
+    """Forget a secret now (no launch may use it from here on); the engine deletes its Kubernetes Secret."""
+    with transaction.atomic():
+        updated = TeamSecret.objects.filter(id=secret.id).exclude(state=SecretState.DELETING)
+        if not updated.update(state=SecretState.DELETING, version=F("version") + 1, updated_at=timezone.now()):
+            return
+        version = TeamSecret.objects.values_list("version", flat=True).get(id=secret.id)
+        secret_id = secret.id
+        transaction.on_commit(lambda: _remove_in_engine(secret_id, version))
+
+
+def _remove_in_engine(secret_id: int, version: int) -> None:
+    from jobs import tasks
+
+    tasks.remove_secret.delay(secret_id, version)
+
+
+def secrets_unusable(*, team: Team, k8s_names) -> dict[str, str]:
+    """Of the secrets a submission names, those the engine could not write: name -> why."""
+    rows = _visible(team).filter(k8s_name__in=list(k8s_names), state=SecretState.FAILED)
+    return {row.name: row.message for row in rows}
+
+
+# --- the engine's side (Celery tasks in the worker; the only place a value is opened) -------------------
+
+
+def secret_write(*, secret_id: int, version: int, sealed: str) -> str:
+    """Open a sealed value and write its Kubernetes Secret, if `version` is still the one to write.
+
+    Returns what happened ("written", "superseded", "failed"). Transient API failures propagate (the task
+    retries); a value this engine cannot open, or a Secret Kubernetes refuses, marks the version FAILED."""
+    secret = TeamSecret.objects.select_related("team").filter(id=secret_id).first()
+    if secret is None or secret.version != version or secret.state != SecretState.PENDING:
+        return "superseded"
     try:
-        kube.core().delete_namespaced_secret(secret.k8s_name, secret.team.namespace, _request_timeout=kube.timeout())
+        value = sealing.unseal(sealed)
+    except sealing.SealError as exc:
+        log.error("secret %s in %s: cannot open the sealed value: %s", secret.name, secret.team.slug, exc)
+        return _fail(secret_id, version, f"The portal's engine could not open it: {exc}. Ask an admin.")
+    team = secret.team
+    namespace_wait_ready(team, group="", resource="secrets")
+    body = objects.make_secret(namespace=team.namespace, name=secret.k8s_name, value=value, team_slug=team.slug,
+                               instance=settings.PORTAL_INSTANCE)  # fmt: skip
+    with transaction.atomic():
+        # Under the row's lock: a newer store waits for this write to finish, then its own write follows,
+        # so Kubernetes never ends up holding an older value than the row's latest version.
+        locked = TeamSecret.objects.select_for_update().filter(id=secret_id).first()
+        if locked is None or locked.version != version or locked.state != SecretState.PENDING:
+            return "superseded"
+        try:
+            _create_or_replace(body)
+        except ApiException as exc:
+            # Status only: the request body (the value) must never reach a log line.
+            log.warning("secret %s in %s: Kubernetes answered %s", secret.k8s_name, team.namespace, exc.status)
+            failure = kube.classify(exc)
+            if failure.transient or exc.status in (403, 404):  # also: the namespace is not bound for us yet
+                raise
+            locked.state, locked.message = SecretState.FAILED, f"Kubernetes refused it: {failure.message}"[:500]
+            locked.save(update_fields=["state", "message"])
+            return "failed"
+        locked.state, locked.message = SecretState.READY, ""
+        locked.save(update_fields=["state", "message"])
+    log.info("secret %s (version %s) written in %s", secret.name, version, team.namespace)
+    return "written"
+
+
+def _create_or_replace(body) -> None:
+    core = kube.core()
+    namespace, name = body.metadata.namespace, body.metadata.name
+    try:
+        core.create_namespaced_secret(namespace, body, _request_timeout=kube.timeout())
     except ApiException as exc:
-        if exc.status != 404:
+        if exc.status != 409:
             raise
-    secret.delete()
+        core.replace_namespaced_secret(name, namespace, body, _request_timeout=kube.timeout())
 
 
-def _instance() -> str:
-    return settings.PORTAL_INSTANCE
+def _fail(secret_id: int, version: int, message: str) -> str:
+    TeamSecret.objects.filter(id=secret_id, version=version, state=SecretState.PENDING).update(
+        state=SecretState.FAILED, message=message[:500]
+    )
+    return "failed"
+
+
+def secret_remove(*, secret_id: int, version: int) -> str:
+    """Delete a forgotten secret's Kubernetes Secret and then its row, unless it was stored again since."""
+    with transaction.atomic():
+        locked = TeamSecret.objects.select_for_update().select_related("team").filter(id=secret_id).first()
+        if locked is None or locked.version != version or locked.state != SecretState.DELETING:
+            return "superseded"
+        try:
+            kube.core().delete_namespaced_secret(
+                locked.k8s_name, locked.team.namespace, _request_timeout=kube.timeout()
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        locked.delete()
+    return "deleted"

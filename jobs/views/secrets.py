@@ -2,29 +2,36 @@
 
 Values go in through the form and never come back out: the form's value field is never pre-filled, and
 neither the page nor a message repeats it. The rules are the API's (jobs.services.secrets, jobs.policy).
+A store is written by the engine; the page waits briefly for it and otherwise shows it "being written"
+(refreshing itself until the engine has answered).
 """
 
 from __future__ import annotations
 
 import logging
 
-import urllib3
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
-from kubernetes.client.exceptions import ApiException
 
 from jobs import policy
 from jobs.forms import SecretForm
-from jobs.kube.client import KubeConfigError
-from jobs.services.secrets import SecretInvalid, secret_delete, secret_save, secrets_listed
+from jobs.models import SecretState
+from jobs.services.secrets import (
+    SecretInvalid,
+    SecretNotWritable,
+    secret_delete,
+    secret_save,
+    secret_wait_written,
+    secrets_listed,
+)
 from jobs.views.common import team_page
 
 log = logging.getLogger(__name__)
-# What a cluster that cannot answer raises (as api.views.cluster_call catches).
-CLUSTER_ERRORS = (ApiException, KubeConfigError, urllib3.exceptions.HTTPError, OSError)
-CLUSTER_DOWN = "The Kubernetes cluster could not answer; nothing was changed. Try again in a minute."
+NOT_CONFIGURED = (
+    "The portal cannot store secrets right now (it has no key to seal them); nothing was stored. Tell an admin."
+)
 
 
 def _page(request: HttpRequest, form: SecretForm, status: int = 200) -> HttpResponse:
@@ -33,7 +40,13 @@ def _page(request: HttpRequest, form: SecretForm, status: int = 200) -> HttpResp
         {"secret": s, "may_delete": policy.may_delete_secret(request.user, s)}
         for s in secrets_listed(team=team, user=request.user)
     ]
-    context = {"team": team, "rows": rows, "form": form, "is_manager": policy.may_set_priority(request.user, team)}
+    context = {
+        "team": team,
+        "rows": rows,
+        "form": form,
+        "is_manager": policy.may_set_priority(request.user, team),
+        "writing": any(row["secret"].state == SecretState.PENDING for row in rows),
+    }
     return render(request, "jobs/secrets.html", context, status=status)
 
 
@@ -53,11 +66,21 @@ def secrets_page(request: HttpRequest) -> HttpResponse:
             for error in errors:
                 form.add_error(field if field in form.fields else None, error)
         return _page(request, form, status=400)
-    except CLUSTER_ERRORS as exc:
-        log.warning("storing a secret: the cluster could not answer (%s)", type(exc).__name__)
-        form.add_error(None, CLUSTER_DOWN)
+    except SecretNotWritable as exc:
+        log.error("storing a secret: %s", exc)
+        form.add_error(None, NOT_CONFIGURED)
         return _page(request, form, status=503)
-    messages.success(request, f"Secret {secret.name} is stored. Attach it at launch by its name.")
+    secret = secret_wait_written(secret)
+    if secret.state == SecretState.READY:
+        messages.success(request, f"Secret {secret.name} is stored. Attach it at launch by its name.")
+    elif secret.state == SecretState.PENDING:
+        messages.info(
+            request,
+            f"Secret {secret.name} is being written; a launch that uses it waits until it is. "
+            "This page shows when it is ready.",
+        )
+    else:
+        messages.error(request, f"Secret {secret.name} could not be stored: {secret.message}")
     return redirect("secrets")
 
 
@@ -71,11 +94,6 @@ def secret_delete_view(request: HttpRequest, name: str) -> HttpResponse:
     if not policy.may_delete_secret(request.user, secret):
         messages.error(request, "Only its owner or a team manager can delete this secret.")
         return redirect("secrets")
-    try:
-        secret_delete(secret=secret)
-    except CLUSTER_ERRORS as exc:
-        log.warning("deleting a secret: the cluster could not answer (%s)", type(exc).__name__)
-        messages.error(request, CLUSTER_DOWN)
-        return redirect("secrets")
+    secret_delete(secret=secret)
     messages.success(request, f"Secret {name} is deleted.")
     return redirect("secrets")

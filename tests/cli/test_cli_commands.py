@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from jobs.models import State, Workload
+from jobs.models import State, TeamSecret, Workload
 from tests.cli import test_cli_e2e
 
 pytestmark = pytest.mark.slow
@@ -82,3 +82,24 @@ def test_usage_with_a_bad_date_names_the_field(run_cli, world):
     result = run_cli("usage", "--start", "yesterday")
     assert result.returncode == 1
     assert "start" in result.stderr
+
+
+def test_secrets_are_stored_listed_and_deleted_with_the_value_from_standard_input(run_cli, world, settings):
+    settings.PORTAL_SECRET_CONFIRM_SECONDS = 0  # no engine here: the store is accepted as being written
+    value = "cli-secret-5d2e-never-printed"
+    stored = run_cli("secret-set", "wandb", stdin=value + "\n")
+    assert stored.returncode == 0, stored.stderr
+    assert "wandb: being written by the portal" in stored.stdout
+    assert value not in stored.stdout + stored.stderr
+    secret = TeamSecret.objects.get(team=world.team, name="wandb")
+    assert secret.owner == world.owner
+    listed = run_cli("secrets")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[1].split()[:4] == ["wandb", "yours", world.owner.username, "pending"]
+    assert value not in listed.stdout
+    refused = run_cli("secret-set", "Bad Name", stdin=value)
+    assert refused.returncode == 1
+    assert "name:" in refused.stderr
+    assert value not in refused.stderr
+    assert run_cli("secret-delete", "wandb").returncode == 0
+    assert run_cli("-o", "json", "secrets").stdout.strip() == "[]"

@@ -30,6 +30,7 @@ def run_cli(live_server, world, tmp_path):
         token: str | None = "owner",  # noqa: S107 (a person, not a secret)
         env: dict | None = None,
         timeout: float = 60,
+        stdin: str | None = None,
     ):
         environment = {
             "PATH": os.environ.get("PATH", ""),
@@ -40,8 +41,9 @@ def run_cli(live_server, world, tmp_path):
             environment["GPUPORTAL_TOKEN"] = world.tokens.get(token, token)
         environment.update(env or {})
         return subprocess.run(
-            [gpuportal_binary(), *args], env=environment, capture_output=True, text=True, timeout=timeout
-        )
+            [gpuportal_binary(), *args], env=environment, capture_output=True, text=True, timeout=timeout,
+            input=stdin,
+        )  # fmt: skip
 
     return run
 

@@ -7,10 +7,20 @@ from typing import Any
 
 import helm_python
 
-from devtools.chart import CHART_DIR, CI_VALUES, HOOK_ANNOTATION, REPO_ROOT, Manifest, load_values, render
+from devtools.chart import (
+    CHART_DIR,
+    CI_VALUES,
+    HOOK_ANNOTATION,
+    REPO_ROOT,
+    TEST_SEAL,
+    Manifest,
+    load_values,
+    render,
+    with_seal,
+)
 
-__all__ = ["CHART_DIR", "CI_VALUES", "HOOK_ANNOTATION", "REPO_ROOT", "Manifest", "find", "load_values", "render",
-           "render_error"]  # fmt: skip
+__all__ = ["CHART_DIR", "CI_VALUES", "HOOK_ANNOTATION", "REPO_ROOT", "TEST_SEAL", "Manifest", "find", "load_values",
+           "render", "render_error", "with_seal"]  # fmt: skip
 
 
 def find(manifests: list[Manifest], kind: str, name: str) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import helm_python
 import pytest
 import yaml
 
-from tests.deploy.helm import CHART_DIR, CI_VALUES, load_values, render
+from tests.deploy.helm import CHART_DIR, CI_VALUES, load_values, render, with_seal
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -131,7 +131,7 @@ class Release:
         return {k: base64.b64decode(v).decode() for k, v in secret.data.items()}
 
 
-INSTALL_VALUES = {"migrations": QUICK_POD, "seed": QUICK_POD}
+INSTALL_VALUES = with_seal({"migrations": QUICK_POD, "seed": QUICK_POD})
 
 
 @pytest.fixture(scope="module")
@@ -335,7 +335,7 @@ def test_install_refuses_bad_values_before_creating_anything(kube_cluster, kube_
         helm_python.Config(kubeconfig_path=kube_cluster.kubeconfig, namespace=kube_namespace) as cfg,
         pytest.raises(helm_python.HelmError) as refused,
     ):
-        cfg.install(CHART_DIR, name, values, namespace=kube_namespace, timeout=60)
+        cfg.install(CHART_DIR, name, with_seal(values), namespace=kube_namespace, timeout=60)
     assert message in str(refused.value)
     leftovers = kubectl(kube_cluster.kubeconfig, "get", "all,secrets,configmaps", "-n", kube_namespace, "-o", "name")
     assert name not in leftovers

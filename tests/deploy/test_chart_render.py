@@ -13,7 +13,17 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.deploy.helm import CHART_DIR, CI_VALUES, Manifest, find, load_values, render, render_error
+from tests.deploy.helm import (
+    CHART_DIR,
+    CI_VALUES,
+    TEST_SEAL,
+    Manifest,
+    find,
+    load_values,
+    render,
+    render_error,
+    with_seal,
+)
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # apiVersion of every kind the chart may render, as served by Kubernetes 1.20 (our local cluster).
@@ -192,7 +202,7 @@ def test_web_probes_ask_healthz_with_an_allowed_host(values_file: Path | None) -
 @pytest.mark.parametrize("values_file", VALUE_SETS)
 def test_helm_lint_strict_for_kubernetes_1_20_finds_nothing_above_info(values_file: Path | None) -> None:
     report = helm_python.lint(
-        CHART_DIR, values_of(values_file) or None, strict=True, kube_version="1.20.2", namespace="portal"
+        CHART_DIR, with_seal(values_of(values_file)), strict=True, kube_version="1.20.2", namespace="portal"
     )
     assert report["errors"] == []
     worse_than_info = [m for m in report["messages"] if m["severity"] > 1]  # Helm: 1 info, 2 warning, 4 error
@@ -246,9 +256,10 @@ def test_rbac_is_exactly_the_rules_file_split_by_exposure() -> None:
             "resourceNames": [workloads_role, reader_role],
         }
     ]
-    # The web's role reads only, but for writing users' secrets into Secrets (never reading them).
+    # The web's role reads only: users' secrets are sealed for the engine, which writes them.
     writes = [r for r in rules["reader"] if set(r["verbs"]) - {"get", "list", "watch"}]
-    assert writes == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "update", "delete"]}]
+    assert writes == []
+    assert not [r for r in rules["reader"] if "secrets" in r["resources"]]
     assert {v for r in rules["engine"] for v in r["verbs"]} <= {"get", "list", "watch"}
 
 
@@ -277,6 +288,36 @@ def test_each_process_runs_as_the_identity_its_exposure_allows() -> None:
     off = render({"provisioner": {"enabled": False}})
     assert not [m for m in off if "provisioner" in m.name]
     assert {m.name for m in off if m.kind == "ClusterRoleBinding"} == {"gp-gpuportal-engine", "gp-gpuportal-proxy"}
+
+
+def test_only_the_worker_holds_the_private_half_of_the_seal_pair() -> None:
+    manifests = render({})
+    assert config_map(manifests)["PORTAL_SEAL_PUBLIC_KEY"] == TEST_SEAL["publicKey"]
+    sealed = find(manifests, "Secret", "gp-gpuportal-seal")
+    assert sealed["stringData"] == {"private-key": TEST_SEAL["privateKey"]}
+    assert "helm.sh/hook" not in (sealed["metadata"].get("annotations") or {})
+    holders = []
+    for name, spec in pod_specs(manifests).items():
+        volumes = [v for v in spec.get("volumes", []) if v.get("secret", {}).get("secretName") == "gp-gpuportal-seal"]
+        env = [e["name"] for c in spec["containers"] for e in c.get("env", [])]
+        if volumes or "PORTAL_SEAL_PRIVATE_KEY_FILE" in env:
+            holders.append(name)
+    assert holders == ["Deployment/gp-gpuportal-worker"]
+    worker = deployment(manifests, "worker")["spec"]["template"]["spec"]
+    [container] = worker["containers"]
+    assert {"name": "PORTAL_SEAL_PRIVATE_KEY_FILE", "value": "/etc/gpuportal/seal/private-key"} in container["env"]
+    assert {"name": "seal", "mountPath": "/etc/gpuportal/seal", "readOnly": True} in container["volumeMounts"]
+    # The migration seals registry passwords stored in the clear: it gets the public half too.
+    migrate = find(manifests, "Job", "gp-gpuportal-migrate")["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "PORTAL_SEAL_PUBLIC_KEY", "value": TEST_SEAL["publicKey"]} in migrate["env"]
+    # A Secret the admin manages instead: the chart makes none and mounts that one's key.
+    own = render(
+        {"seal": {"publicKey": TEST_SEAL["publicKey"], "existingSecret": "portal-seal", "existingSecretKey": "k"}}
+    )
+    assert not [m for m in own if m.kind == "Secret" and m.name == "gp-gpuportal-seal"]
+    [volume] = [v for v in deployment(own, "worker")["spec"]["template"]["spec"]["volumes"] if v["name"] == "seal"]
+    assert volume["secret"]["secretName"] == "portal-seal"
+    assert volume["secret"]["items"] == [{"key": "k", "path": "private-key"}]
 
 
 def test_admission_policy_guards_the_provisioner_where_the_cluster_has_it() -> None:
@@ -642,6 +683,18 @@ def test_agent_is_off_by_default() -> None:
         ),
         pytest.param({"config": {"workspaceHomeGib": 0}}, "/config/workspaceHomeGib", id="zero-home-workspace"),
         pytest.param({"ingress": {"enabled": True, "hosts": []}}, "ingress.hosts is empty", id="ingress-without-hosts"),
+        pytest.param({"seal": {"privateKey": TEST_SEAL["privateKey"]}}, "seal.publicKey is required", id="no-seal-key"),
+        pytest.param(
+            {"seal": {"publicKey": TEST_SEAL["publicKey"]}},
+            "seal.privateKey or seal.existingSecret is required",
+            id="no-private-seal-key",
+        ),
+        pytest.param(
+            {"seal": {**TEST_SEAL, "existingSecret": "mine"}},
+            "seal.privateKey and seal.existingSecret are both set",
+            id="two-private-seal-keys",
+        ),
+        pytest.param({"seal": {**TEST_SEAL, "publicKey": "not-a-key"}}, "/seal/publicKey", id="malformed-seal-key"),
         pytest.param(
             {"agent": {"enabled": True, "push": {"enabled": True}}},
             "agent.push.tokenSecret is empty",

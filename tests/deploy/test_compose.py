@@ -19,6 +19,7 @@ import jsonschema
 import pytest
 import yaml
 
+from portal.sealing import generate_keypair
 from tests.deploy.helm import REPO_ROOT
 
 SCHEMA_PATH = (
@@ -110,8 +111,15 @@ def test_env_example_sets_what_the_compose_file_requires(compose) -> None:
     example = (REPO_ROOT / ".env.example").read_text()
     defined = set(re.findall(r"^([A-Z_][A-Z0-9_]*)=", example, flags=re.MULTILINE))
     required = set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*):\?", (REPO_ROOT / "docker-compose.yml").read_text()))
-    assert required == {"POSTGRES_PASSWORD", "REDIS_PASSWORD", "KUBECONFIG_HOST_PATH"}
+    assert required == {
+        "POSTGRES_PASSWORD",
+        "REDIS_PASSWORD",
+        "KUBECONFIG_HOST_PATH",
+        "PORTAL_SEAL_PUBLIC_KEY",
+        "SEAL_PRIVATE_KEY_PATH",
+    }
     assert required <= defined
+    assert "seal-private.key" in Path(REPO_ROOT / ".gitignore").read_text()
     assert {"SECRET_KEY", "ALLOWED_HOSTS", "KUBE_WORKLOADS_CLUSTERROLE"} <= defined
     # The web health check sends Host: 127.0.0.1, which Django must allow.
     allowed = re.search(r"^ALLOWED_HOSTS=(.*)$", example, flags=re.MULTILINE).group(1).split(",")
@@ -136,6 +144,8 @@ def interpolate(text: str, variables: dict[str, str]) -> str:
 
 def test_the_example_environment_gives_settings_the_portal_accepts(compose, tmp_path) -> None:
     example = dict(re.findall(r"^([A-Z_][A-Z0-9_]*)=(.*)$", (REPO_ROOT / ".env.example").read_text(), re.MULTILINE))
+    # The one value .env.example cannot hold: a key pair made on the spot (`manage.py seal_keypair`).
+    example["PORTAL_SEAL_PUBLIC_KEY"] = generate_keypair()[0]
     web = compose["services"]["web"]
     env = {k: v for k, v in os.environ.items() if k in {"PATH", "HOME", "LANG"}}
     env.update(example)  # env_file: .env
@@ -157,6 +167,20 @@ def test_the_example_environment_gives_settings_the_portal_accepts(compose, tmp_
     assert broker == "redis://:change-me-too@redis:6379/0"
     assert kubeconfig == "/etc/gpuportal/kubeconfig"
     assert account == ""
+
+
+def test_only_the_worker_gets_the_private_half_of_the_seal_pair(compose) -> None:
+    holders = sorted(name for name, service in compose["services"].items() if service.get("secrets"))
+    assert holders == ["worker"]
+    worker = compose["services"]["worker"]
+    assert worker["secrets"] == ["seal_private_key"]
+    assert worker["environment"]["PORTAL_SEAL_PRIVATE_KEY_FILE"] == "/run/secrets/seal_private_key"
+    # The worker keeps the shared environment (the merge is of the whole map, not a replacement).
+    assert worker["environment"]["DATABASE_URL"] == compose["services"]["web"]["environment"]["DATABASE_URL"]
+    for name, service in compose["services"].items():
+        assert "PORTAL_SEAL_PRIVATE_KEY" not in (service.get("environment") or {}), name
+    assert compose["secrets"]["seal_private_key"]["file"].startswith("${SEAL_PRIVATE_KEY_PATH:?")
+    assert "PORTAL_SEAL_PRIVATE_KEY" not in (REPO_ROOT / ".env.example").read_text().replace("_FILE", "")
 
 
 def test_only_the_proxy_is_published_and_on_loopback_unless_told_otherwise(compose) -> None:

@@ -158,7 +158,7 @@ def test_the_engine_writes_only_workloads_inside_its_team_namespaces(escalation_
     assert not can_i(kube_api, who, "patch", "namespaces", name=team)
 
 
-def test_the_web_identity_writes_nothing_but_team_secrets(escalation_scene, portal_account, kube_api):
+def test_the_web_identity_writes_nothing_at_all(escalation_scene, portal_account, kube_api):
     who = user(portal_account, "web")
     team = escalation_scene["team"]
     allowed = []
@@ -166,20 +166,22 @@ def test_the_web_identity_writes_nothing_but_team_secrets(escalation_scene, port
         for verb in sorted(set(WRITE_VERBS) & verbs):
             where = [team, "kube-system", "default"] if namespaced else [""]
             allowed += [(verb, group, resource, ns) for ns in where if can_i(kube_api, who, verb, resource, ns, group)]
-    # The single exception: users' stored secrets go from the request straight into a Secret of their own
-    # team's namespace (write-only: the web cannot read one back).
-    assert allowed == [(verb, "", "secrets", team) for verb in ("create", "delete", "update")]
-    assert not can_i(kube_api, who, "get", "secrets", team)
+    # Not even users' stored secrets: the web seals them for the engine, which writes them.
+    assert allowed == []
+    for verb in ("get", "create", "update", "delete"):
+        assert not can_i(kube_api, who, verb, "secrets", team)
     # What it may do: read its team's pods, logs and events.
     assert can_i(kube_api, who, "get", "pods", team, name="x")
     assert can_i(kube_api, who, "get", "pods/log", team)
     assert can_i(kube_api, who, "list", "events", team)
     assert can_i(kube_api, who, "list", "endpoints", team)
     assert not can_i(kube_api, who, "list", "pods", "kube-system")
-    # And really: with its own token it cannot create even a ConfigMap in its team's namespace.
+    # And really: with its own token it cannot create a ConfigMap or a Secret in its team's namespace.
     core = k8s.CoreV1Api(escalation_scene["clients"]["web"])
     body = k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="probe"))
     assert _refused(lambda: core.create_namespaced_config_map(team, body)) == 403
+    secret = objects.make_secret(namespace=team, name="secret-probe", value="x", team_slug="t", instance="i")
+    assert _refused(lambda: core.create_namespaced_secret(team, secret)) == 403
 
 
 def test_the_provisioner_can_make_namespaces_but_never_run_or_grant_more(escalation_scene, portal_account, kube_api):
