@@ -32,11 +32,13 @@ RUN pip install -r /app/requirements/base.txt
 COPY . /app
 COPY --from=assets /assets/vendor /app/static/vendor
 WORKDIR /app
+# devtools/ (in the context for vendor.sh only) goes first: the image ships no development code.
 # Editable, so the project's console scripts (gpuportal-agent) exist while BASE_DIR stays /app (settings
 # find templates/ and static/ next to the code). Then collect and compress the static files for
 # WhiteNoise; the settings need a secret key to load with DEBUG off, so this step gets a throwaway one
 # that is not kept (tests/deploy/test_dockerfile.py runs this same step).
-RUN pip install --no-deps -e . \
+RUN rm -rf /app/devtools \
+ && pip install --no-deps -e . \
  && DEBUG=0 SECRET_KEY=collectstatic-only STATIC_ROOT=/app/staticfiles \
     python manage.py collectstatic --noinput -v 0 \
  && python -m compileall -q /app

@@ -30,7 +30,14 @@ class UsageCsvRenderer(BaseRenderer):
             return JSONRenderer().render(data)
         out = io.StringIO()
         writer = SafeCsvWriter(out)
-        writer.writerow([data["group_by"], "gpu_hours", "weighted_gpu_hours"])
+        writer.writerow([data["group_by"], "gpu_hours", "weighted_gpu_hours", "borrowed_gpu_hours"])
         for row in data["rows"]:
-            writer.writerow([row["key"], f"{row['gpu_hours']:.6f}", f"{row['weighted_gpu_hours']:.6f}"])
+            writer.writerow(
+                [
+                    row["key"],
+                    f"{row['gpu_hours']:.6f}",
+                    f"{row['weighted_gpu_hours']:.6f}",
+                    f"{row.get('borrowed_gpu_hours', 0.0):.6f}",
+                ]
+            )
         return out.getvalue().encode(self.charset)

@@ -8,6 +8,8 @@ submit     submit_throughput_ratio: portal (submission -> Job held by the API se
            alternating A/B rounds, fresh namespaces, counted by our own watch (engine_flow.py)
 lag        tracking_lag_*: the simulator's successful status write -> the transition recorded in PostgreSQL
 crash      crash_duplicates/_lost: kill -9 of the worker at random points; Jobs and pods ever created
+drain      drain_10k_ratio: 10,000 queued workloads whose quota opens at once, until the API server holds all
+           their Jobs / the raw client creating the same Jobs (engine_drain.py)
 usage      usage_report_1m_*: a month's report over 1,000,000 workloads (roll-up, fully live, and the current
            month with days reset by late-finishing workloads)
 benchmarks/README.md says what each figure measures and what could make it lie.
@@ -26,6 +28,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
+from benchmarks import engine_drain
 from benchmarks.context import BenchContext
 from benchmarks.engine import Engine
 from benchmarks.engine_flow import LAG_FIGURES, crash, submit_throughput, tracking_lag
@@ -39,12 +42,13 @@ PARTS: dict[str, tuple[str, ...]] = {
     ),
     "lag": LAG_FIGURES,
     "crash": ("crash_kills", "crash_kills_in_flight", "crash_duplicates", "crash_lost"),
+    "drain": engine_drain.FIGURES,
     "usage": (
         "usage_report_1m_live_ms", "usage_report_1m_ms", "usage_report_1m_speedup", "usage_rollup_month_s",
         "usage_report_1m_current_month_ms", "usage_report_1m_current_month_live_days",
     ),
 }  # fmt: skip
-ENGINE_PARTS = ("submit", "lag", "crash")
+ENGINE_PARTS = ("submit", "lag", "crash", "drain")
 
 
 def selected_parts() -> list[str]:
@@ -282,6 +286,7 @@ PART_RUNNERS: dict[str, Callable[..., Iterator[tuple[str, float]]]] = {
     "submit": submit_throughput,
     "lag": tracking_lag,
     "crash": crash,
+    "drain": engine_drain.drain,
     "usage": usage_report_1m,
 }
 

@@ -103,7 +103,7 @@ def install_identity(
     """Install the portal's accounts and roles with the admin's client, and write a kubeconfig for each
     identity (mode 0600) into `directory`. Names default to fresh ones per call (tests, benchmarks: side by
     side in one cluster); `make run` passes fixed ones so a cluster it reuses keeps its team namespaces."""
-    from jobs.kube.rbac import PortalNames, install_portal_identity, kubeconfig_for_token
+    from devtools.rbac import PortalNames, install_portal_identity, kubeconfig_for_token
 
     run = uuid.uuid4().hex[:6]
     namespace = namespace or f"gpuportal-system-{run}"

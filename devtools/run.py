@@ -9,7 +9,7 @@
    services researchers open) and passes every other path to the development server, so one origin
    serves both, as the ingress does in production.
 On the local cluster the admin's kubeconfig only sets the cluster up: the portal's processes run as the
-chart's least-privilege identities (jobs/kube/rbac.py, helm/files/rbac-rules.yaml), installed into
+chart's least-privilege identities (devtools/rbac.py, helm/files/rbac-rules.yaml), installed into
 `portal-system` with a kubeconfig each (mode 0600) in <state dir>/portal-identity/: the worker, tracker,
 migrations and seed as the engine, the provisioner as the provisioner, the web, proxy and beat as the web
 (which writes nothing in the cluster).
@@ -191,9 +191,9 @@ def connect_telemetry(env: dict[str, str], stack: contextlib.ExitStack, python: 
     """The local cluster's simulated node agents report to this portal, so the GPU charts fill (a real
     deployment runs the agent DaemonSet instead). Only for a local cluster: it has a simulator."""
     state_dir = Path(env.get("LOCALCLUSTER_STATE_DIR") or VAR / "cluster")
-    if not (state_dir / "simulator.json").exists() or not management_command_exists("telemetry_local_cluster"):
+    if not (state_dir / "simulator.json").exists():
         return
-    command = [python, "manage.py", "telemetry_local_cluster", "--state-dir", str(state_dir)]
+    command = [python, "-m", "devtools.local_telemetry", "--state-dir", str(state_dir)]
     run_once("telemetry", [*command, "--portal-url", f"http://127.0.0.1:{PORT}"], env)
     stack.callback(_quietly, lambda: run_once("telemetry", [*command, "--disconnect"], env))
 

@@ -78,6 +78,11 @@ class MembershipChange(models.Model):
     old_role = models.CharField(max_length=10, blank=True, help_text="Empty: was not a member.")
     new_role = models.CharField(max_length=10, blank=True, help_text="Empty: no longer a member.")
     source = models.CharField(max_length=10, choices=Source.choices)
+    changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+        help_text="Who made the change in the portal (a manager on the members page, an admin).",
+    )  # fmt: skip
+    changed_by_name = models.CharField(max_length=150, blank=True, help_text="Their username at the time.")
     at = models.DateTimeField(default=timezone.now)
     note = models.CharField(max_length=300, blank=True)
 
@@ -93,4 +98,6 @@ class MembershipChange(models.Model):
             self.username = self.user.get_username()
         if not self.team_name and self.team_id is not None:
             self.team_name = self.team.name
+        if not self.changed_by_name and self.changed_by_id is not None:
+            self.changed_by_name = self.changed_by.get_username()
         super().save(*args, **kwargs)

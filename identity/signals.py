@@ -31,6 +31,26 @@ def _from_sync() -> bool:
     return getattr(_syncing, "active", False)
 
 
+class changes_by:
+    """Changes made inside this block are recorded as made by `user` (the manager on the members page, the
+    admin saving a team): the record says who, not only what."""
+
+    def __init__(self, user: Any) -> None:
+        self.user = user
+
+    def __enter__(self) -> None:
+        self.outer = getattr(_syncing, "actor", None)
+        _syncing.actor = self.user
+
+    def __exit__(self, *exc: Any) -> None:
+        _syncing.actor = self.outer
+
+
+def _actor_id() -> int | None:
+    actor = getattr(_syncing, "actor", None)
+    return actor.pk if actor is not None and actor.is_authenticated else None
+
+
 @receiver(pre_save, sender=Membership)
 def _remember_role(sender, instance: Membership, **kwargs) -> None:
     instance._old_role = (
@@ -45,7 +65,7 @@ def _record_save(sender, instance: Membership, created: bool, **kwargs) -> None:
         return
     MembershipChange.objects.create(
         user_id=instance.user_id, team_id=instance.team_id, old_role=old, new_role=instance.role,
-        source=MembershipChange.Source.PORTAL,
+        source=MembershipChange.Source.PORTAL, changed_by_id=_actor_id(),
     )  # fmt: skip
 
 
@@ -75,5 +95,6 @@ def _record_delete(sender, instance: Membership, origin: Any = None, **kwargs) -
         old_role=instance.role,
         new_role="",
         source=MembershipChange.Source.PORTAL,
+        changed_by_id=None if user_gone and _actor_id() == instance.user_id else _actor_id(),
         note="the team was deleted" if team_gone else "the account was deleted" if user_gone else "",
     )

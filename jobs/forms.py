@@ -11,7 +11,7 @@ from typing import Any
 from django import forms
 from django.utils import timezone
 
-from jobs.models import CatalogImage, GpuType, Kind, State, Workload
+from jobs.models import CatalogImage, GpuType, Kind, Role, State, Workload
 from jobs.services import reports
 from jobs.services.spec_fields import MAX_COMMAND_TOTAL, MAX_ENV_NAME, field_limits
 from jobs.services.validation import ENV_NAME_RE, RESERVED_ENV, RESERVED_ENV_PREFIXES
@@ -401,3 +401,14 @@ class SecretForm(forms.Form):
         help_text="Stored in Kubernetes only; never shown again.",
     )
     shared = forms.BooleanField(required=False, label="Shared with the team", help_text="Team managers only.")
+
+
+class MemberInviteForm(forms.Form):
+    """Add an existing portal user to the acting team (identity.members checks the rest)."""
+
+    username = forms.CharField(max_length=150, help_text="Their portal username; they must have signed in once.")
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+
+
+class MemberRoleForm(forms.Form):
+    role = forms.ChoiceField(choices=Role.choices)

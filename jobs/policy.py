@@ -20,6 +20,11 @@ Roles, relative to a workload's team: its **owner**, a **teammate** (member), a 
 - **Open a service** (the `/w/<uid>/` proxy) — the owner; teammates only when the owner marked it
   "shared with my team". Not managers, not superusers: an open notebook is a shell running as its owner
   with the owner's files, so nobody else walks in unless the owner says so. Outsiders get a 404.
+- **See a team's members** — its members (read-only for plain members: they already see each other's
+  work and usage totals) and superusers. Outsiders get a 404, as for a workload.
+- **Manage a team's members** (invite, change a role, remove) — the team's managers, and superusers.
+  Managers answer for who spends the team's quota; plain members may not add people to it. Where the
+  identity provider keeps the team, nobody changes it in the portal (identity.members says why).
 - **See plain environment values** — the owner (and superusers). Teammates see the variables' names only:
   people paste tokens into environment variables; stored secrets (names only, everywhere) are the right
   place for them, but a value typed into the environment is still the owner's.
@@ -172,6 +177,32 @@ def may_open_as_member(user, workload: Workload) -> bool:
 def may_share(user, workload: Workload) -> bool:
     """Only the owner decides who else walks into their service."""
     return workload.kind == Kind.SERVICE and _signed_in(user) and workload.owner_id == user.id
+
+
+# --- members -------------------------------------------------------------------------------------
+def may_see_members(user, team: Team | int) -> bool:
+    if not _signed_in(user):
+        return False
+    team_id = team.id if isinstance(team, Team) else team
+    return user.is_superuser or _role(user, team_id) is not None
+
+
+def may_manage_members(user, team: Team | int, *, role: str | object | None = UNREAD) -> bool:
+    """`role`: the user's role in the team when the caller has read it already (None: not a member)."""
+    if not _signed_in(user):
+        return False
+    if user.is_superuser:
+        return True
+    team_id = team.id if isinstance(team, Team) else team
+    return (_role(user, team_id) if role is UNREAD else role) == Role.MANAGER
+
+
+def membership_or_404(user, membership_id: int) -> Membership:
+    """A membership row in a team whose members the user may see, else Http404 (the same as none)."""
+    membership = Membership.objects.select_related("team", "user").filter(id=membership_id).first()
+    if membership is None or not may_see_members(user, membership.team_id):
+        raise Http404("No such member.")
+    return membership
 
 
 # --- environment -----------------------------------------------------------------------------------

@@ -55,6 +55,12 @@ def submit(self, workload_id: int) -> None:
     object_creation.workload_create_objects(workload_id)
 
 
+@shared_task(name="jobs.tasks.submit_batch", bind=True, acks_late=True, **RETRY)
+def submit_batch(self, workload_ids: list[int]) -> int:
+    """An admission pass's creates, a batch at a time (see dispatch.enqueue_submits)."""
+    return object_creation.workloads_create_objects(workload_ids)
+
+
 @shared_task(name="jobs.tasks.provision_namespace", acks_late=True, **RETRY)
 def provision_namespace(team_id: int) -> str | None:
     """Runs only in the provisioner (the provision queue); see jobs/services/provisioning.py."""

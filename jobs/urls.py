@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from jobs.views import account, dashboard, health, launch, queue, secrets, usage, workloads
+from jobs.views import account, dashboard, health, launch, members, queue, secrets, usage, workloads
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
@@ -29,4 +29,7 @@ urlpatterns = [
     path("queue/", queue.queue, name="queue"),
     path("secrets/", secrets.secrets_page, name="secrets"),
     path("secrets/<str:name>/delete/", secrets.secret_delete_view, name="secret_delete"),
+    path("members/", members.members_page, name="members"),
+    path("members/<int:membership_id>/role/", members.member_role_view, name="member_role"),
+    path("members/<int:membership_id>/remove/", members.member_remove_view, name="member_remove"),
 ]

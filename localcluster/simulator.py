@@ -664,8 +664,8 @@ def _gpu_utilization(pod: dict[str, Any]) -> float | None:
 class TelemetryPublisher:
     """Pushes simulated agent reports for every simulated node to the portals that asked for them.
 
-    A portal asks by a JSON file in <state dir>/telemetry-targets/ (written by `manage.py
-    telemetry_local_cluster`, or a test): {"portal_url": ..., "tokens": {node: token}, "interval_seconds": 5}
+    A portal asks by a JSON file in <state dir>/telemetry-targets/ (written by `python -m
+    devtools.local_telemetry`, or a test): {"portal_url": ..., "tokens": {node: token}, "interval_seconds": 5}
     (each node pushes with its own token, as real agents do; a single "token" for all nodes is still read).
     The directory is re-read every pass, so portals come and go without restarting the cluster; with no
     file nothing is sampled. Readings come from agent.simulated.SimulatedSampler: every report says

@@ -4,6 +4,7 @@ from django.contrib import admin, messages
 from django.db.models import IntegerField, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 
+from identity.signals import changes_by
 from identity.teams import membership_edited_by_hand
 from jobs.models import Membership, Quota, QuotaChange, State, Team, Workload
 from jobs.services.quota_changes import quota_change_record
@@ -102,6 +103,9 @@ class TeamAdmin(admin.ModelAdmin):
             messages.info(request, f"Sharing settings applied; admission admitted {admitted} queued workload(s).")
 
     def save_formset(self, request, form, formset, change):
+        if formset.model is Membership:
+            with changes_by(request.user):  # the record of membership changes names the admin
+                return super().save_formset(request, form, formset, change)
         if formset.model is not Quota:
             return super().save_formset(request, form, formset, change)
         team = form.instance

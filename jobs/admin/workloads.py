@@ -150,6 +150,7 @@ def build_report(*, days: reports.DayRange, teams, **_ignored) -> dict:
             "billing_weight": Decimal(f"{sums.billing_weight:.3f}"),
             "gpu_hours": round(sums.gpu_hours, 3),
             "weighted_gpu_hours": round(sums.weighted_gpu_hours, 3),
+            "borrowed_gpu_hours": round(sums.borrowed_gpu_hours, 3),
         }
         for (team_id, type_id), sums in report.group("team", "gpu_type").items()
     ]
@@ -158,6 +159,7 @@ def build_report(*, days: reports.DayRange, teams, **_ignored) -> dict:
         "lines": lines,
         "total_gpu_hours": round(sum(line["gpu_hours"] for line in lines), 3),
         "total_weighted_gpu_hours": round(sum(line["weighted_gpu_hours"] for line in lines), 3),
+        "total_borrowed_gpu_hours": round(sum(line["borrowed_gpu_hours"] for line in lines), 3),
     }
 
 
@@ -165,9 +167,16 @@ def report_csv(report: dict, params: dict) -> HttpResponse:
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="gpu-usage-{params["start"]}-{params["end"]}.csv"'
     writer = SafeCsvWriter(response)
-    writer.writerow(["team", "gpu_type", "billing_weight", "gpu_hours", "weighted_gpu_hours"])
+    writer.writerow(["team", "gpu_type", "billing_weight", "gpu_hours", "weighted_gpu_hours", "borrowed_gpu_hours"])
     for line in report["lines"]:
         writer.writerow(
-            [line["team"], line["gpu_type"], line["billing_weight"], line["gpu_hours"], line["weighted_gpu_hours"]]
+            [
+                line["team"],
+                line["gpu_type"],
+                line["billing_weight"],
+                line["gpu_hours"],
+                line["weighted_gpu_hours"],
+                line["borrowed_gpu_hours"],
+            ]
         )
     return response

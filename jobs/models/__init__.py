@@ -10,7 +10,7 @@ from jobs.models.secrets import SecretState, TeamSecret
 from jobs.models.sharing import Cohort
 from jobs.models.streams import LogFollowSlot
 from jobs.models.teams import Membership, Quota, Role, Team
-from jobs.models.usage import BillingWeight, RolledUpDay, UsageDaily
+from jobs.models.usage import BillingWeight, RolledUpDay, RunSegment, UsageDaily
 from jobs.models.workloads import Kind, State, Workload, WorkloadEvent
 from jobs.models.workspaces import Workspace, WorkspaceDeletion
 
@@ -30,6 +30,7 @@ __all__ = [
     "RedeemedTicket",
     "Role",
     "RolledUpDay",
+    "RunSegment",
     "SecretState",
     "State",
     "Team",

@@ -53,3 +53,37 @@ class BillingWeight(models.Model):
 
     def __str__(self) -> str:
         return f"{self.gpu_type_id} from {self.valid_from}: {self.weight}"
+
+
+class RunSegment(models.Model):
+    """A closed stretch of a workload's GPU time, kept apart because the workload itself went on.
+
+    Two things close one: a preemption that sends a restartable job back to the queue (the run it had
+    is over, the workload is not; its next run starts afresh), and a change of the run's borrowed mark
+    (the stretch before it is billed as it was marked). Usage counts these rows beside each workload's
+    current stretch, which begins at `Workload.counted_from` when it is later than the container start.
+    Team, owner and GPU type are copied so the same report filters apply to both tables.
+    """
+
+    workload = models.ForeignKey("jobs.Workload", on_delete=models.CASCADE, related_name="segments")
+    team = models.ForeignKey("jobs.Team", on_delete=models.PROTECT, related_name="+")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    gpu_type = models.ForeignKey("jobs.GpuType", on_delete=models.PROTECT, related_name="+")
+    gpu_count = models.PositiveIntegerField()
+    attempt = models.PositiveIntegerField(help_text="The run it belongs to (the workload's attempt then).")
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    borrowed = models.BooleanField(help_text="It ran on GPUs borrowed from the cohort.")
+    reason = models.CharField(max_length=32, help_text="What closed it: Preempted, or BorrowedMarkChanged.")
+
+    class Meta:
+        ordering = ["started_at", "id"]
+        indexes = [models.Index(fields=["started_at", "finished_at"], name="segment_interval")]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(finished_at__gte=models.F("started_at")), name="segment_ends_after_start"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workload_id}#{self.attempt} {self.started_at:%Y-%m-%d %H:%M}-{self.finished_at:%H:%M}"

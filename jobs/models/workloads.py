@@ -141,6 +141,12 @@ class Workload(models.Model):
     submitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True, help_text="Container start, from Kubernetes.")
     finished_at = models.DateTimeField(null=True, blank=True, help_text="Container end or deletion.")
+    counted_from = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Usage of this run counts from here where it is later than the start: the stretch before "
+        "is a RunSegment (its borrowed mark changed).",
+    )
     state_changed_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
     last_activity_at = models.DateTimeField(

@@ -22,7 +22,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from jobs.models import GpuType, Team, Workload
-from jobs.models.usage import BillingWeight, RolledUpDay, UsageDaily
+from jobs.models.usage import BillingWeight, RolledUpDay, RunSegment, UsageDaily
 
 Key = tuple[date, int, int, int]  # day, team, user, gpu type
 
@@ -51,7 +51,10 @@ def split_by_day(start: datetime, end: datetime, tz: zoneinfo.ZoneInfo) -> Itera
 
 
 def live_usage(start: datetime, end: datetime, *, now: datetime, filters: Q | None = None) -> dict[Key, float]:
-    """GPU-seconds per (day, team, user, gpu type) from the workloads table, clipped to [start, end)."""
+    """GPU-seconds per (day, team, user, gpu type) from the workloads table and the closed run segments
+    (runs preempted and requeued, stretches before a borrowed mark changed), clipped to [start, end).
+
+    `filters` may name team_id, owner_id, gpu_type_id and borrowed: both tables have them."""
     tz = local_tz()
     end = min(end, now)
     if end <= start:
@@ -60,13 +63,24 @@ def live_usage(start: datetime, end: datetime, *, now: datetime, filters: Q | No
         Workload.objects.filter(started_at__lt=end)
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=start))
         .filter(filters or Q())
+        .values_list("team_id", "owner_id", "gpu_type_id", "gpu_count", "started_at", "finished_at", "counted_from")
+    )
+    segments = (
+        RunSegment.objects.filter(started_at__lt=end, finished_at__gt=start)
+        .filter(filters or Q())
         .values_list("team_id", "owner_id", "gpu_type_id", "gpu_count", "started_at", "finished_at")
     )
     usage: dict[Key, float] = defaultdict(float)
-    for team_id, user_id, type_id, gpus, started, finished in rows.iterator(chunk_size=5000):
-        lo, hi = max(started, start), min(finished or now, end)
+
+    def add(team_id: int, user_id: int, type_id: int, gpus: int, lo: datetime, hi: datetime) -> None:
         for day, seconds in split_by_day(lo, hi, tz):
             usage[(day, team_id, user_id, type_id)] += seconds * gpus
+
+    for team_id, user_id, type_id, gpus, started, finished, counted_from in rows.iterator(chunk_size=5000):
+        began = max(started, counted_from) if counted_from else started
+        add(team_id, user_id, type_id, gpus, max(began, start), min(finished or now, end))
+    for team_id, user_id, type_id, gpus, started, finished in segments.iterator(chunk_size=5000):
+        add(team_id, user_id, type_id, gpus, max(started, start), min(finished, end))
     return usage
 
 
@@ -178,9 +192,9 @@ def usage_report_days(*, first_day: date, last_day: date, **kwargs) -> list[Usag
 def borrowed_usage_days(
     *, first_day: date, last_day: date, team_ids: list[int] | None, user_ids: list[int] | None = None
 ) -> list[UsageRow]:
-    """The part of the usage that ran on GPUs borrowed from the cohort (workloads admitted beyond their
-    team's quota), counted apart from the team's own, from the workloads table (clipped to the days).
-    team_ids None: every team's."""
+    """The part of the usage that ran on GPUs borrowed from the cohort (beyond the team's quota), counted
+    apart from the team's own: workloads while marked borrowed, and borrowed segments of earlier runs
+    (computed live, clipped to the days). team_ids None: every team's."""
     tz = local_tz()
     weight = weights_by_day()
     filters = Q(borrowed=True)

@@ -183,6 +183,7 @@ def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requ
     never deadlock and never over-admit). `requesting`: a team that must hold a quota for the (single)
     type, else nothing is done (a submission's own pass). Returns the admitted ids in queue order."""
     from jobs.services.preemption import preempt
+    from jobs.services.sharing import settle_running
 
     types = sorted(set(gpu_type_ids))
     with transaction.atomic():
@@ -194,10 +195,14 @@ def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requ
         if not groups:
             return []
         members = {q.team_id for q in quotas}
+        held = _held_by_group(members, types, cohort_of)
+        # Borrowed marks that no longer hold, and borrowed work beyond lowered limits (jobs.services.sharing).
+        for key, group_quotas in groups.items():
+            if held.get(key):
+                held[key] = settle_running(_team_quotas(group_quotas), held[key], gpu_type_id=key[1], at=timezone.now())
         queue = _queued_by_group(members, types, cohort_of, skip_teams=_budgets_spent(q.team for q in quotas))
         if not queue:
             return []
-        held = _held_by_group(members, types, cohort_of)
         fair = fair_share_usage({w.team_id for entries in queue.values() for w in entries})
         now = timezone.now()
         admitted: list[int] = []

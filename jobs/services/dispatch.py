@@ -7,6 +7,7 @@ already stored in a state that the periodic sweep recognises, and the sweep hand
 from __future__ import annotations
 
 import logging
+import math
 
 from django.db import transaction
 
@@ -88,10 +89,31 @@ def enqueue_submit(workload_id: int) -> None:
     transaction.on_commit(lambda: _send("jobs.tasks.submit", workload_id))
 
 
+# An admission pass hands its creates to the worker in batches: at most SUBMIT_BATCH workloads a task
+# (one load, one namespace check, one transaction for all of them), and at least SUBMIT_SPREAD tasks
+# when there are that many workloads, so every worker thread creates (the worker runs 8 threads). A
+# batch creates one object after another: the API calls in flight are the worker's threads, no more.
+SUBMIT_BATCH = 50
+SUBMIT_SPREAD = 8
+
+
+def submit_batches(workload_ids: list[int]) -> list[list[int]]:
+    """Pure: the ids split into batches, in order (see SUBMIT_BATCH and SUBMIT_SPREAD). The number of
+    batches is a multiple of SUBMIT_SPREAD where there are enough ids, so the last round of batches keeps
+    every worker thread busy instead of leaving half of them idle at the end."""
+    n = len(workload_ids)
+    if not n:
+        return []
+    count = math.ceil(math.ceil(n / SUBMIT_BATCH) / SUBMIT_SPREAD) * SUBMIT_SPREAD
+    size = max(1, math.ceil(n / count))
+    return [workload_ids[i : i + size] for i in range(0, n, size)]
+
+
 def enqueue_submits(workload_ids: list[int]) -> None:
-    """enqueue_submit for many, on one broker connection (an admission pass admits many at once)."""
-    ids = list(workload_ids)
-    if not ids:
+    """Create the objects of many admitted workloads (an admission pass's), in batches, on one broker
+    connection, once the admission is committed."""
+    batches = submit_batches(list(workload_ids))
+    if not batches:
         return
 
     def send() -> None:
@@ -99,10 +121,11 @@ def enqueue_submits(workload_ids: list[int]) -> None:
 
         try:
             with app.producer_or_acquire() as producer:
-                for workload_id in ids:
-                    app.send_task("jobs.tasks.submit", args=[workload_id], producer=producer)
+                for batch in batches:
+                    app.send_task("jobs.tasks.submit_batch", args=[batch], producer=producer)
         except Exception as exc:  # kombu raises several types; any of them means "not now"
-            log.warning("could not enqueue %d submit task(s) (%s); the periodic sweep will pick them up", len(ids), exc)
+            count = sum(map(len, batches))
+            log.warning("could not enqueue %d submission(s) (%s); the periodic sweep will pick them up", count, exc)
 
     transaction.on_commit(send)
 

@@ -15,7 +15,7 @@ from jobs.kube import client as kube
 from jobs.kube import names
 from jobs.models import Kind, State, Workload
 from jobs.services.admission import admit_all
-from jobs.services.dispatch import enqueue_delete, enqueue_submit
+from jobs.services.dispatch import enqueue_delete, enqueue_submits
 from jobs.services.status_mapping import IMAGE_PULL_REASONS
 from jobs.services.transitions import transition
 
@@ -26,12 +26,20 @@ def sweep() -> dict[str, int]:
     """Admit what fits, and hand over again admitted workloads whose objects were never created
     (a worker killed mid-task, or Redis down when they were admitted)."""
     admitted = admit_all()
-    stuck_before = timezone.now() - timedelta(seconds=settings.PORTAL_STUCK_SUBMIT_SECONDS)
+    now = timezone.now()
+    # updated_at: when it was admitted, last handed over again, or last touched by a worker creating its
+    # objects (a batch marks its workloads when it starts, so a long batch in progress is not handed
+    # over a second time, and one handed over waits its turn in the broker's queue before the next try).
     stuck = list(
-        Workload.objects.filter(state=State.SUBMITTING, state_changed_at__lt=stuck_before).values_list("id", flat=True)
+        Workload.objects.filter(
+            state=State.SUBMITTING, updated_at__lt=now - timedelta(seconds=settings.PORTAL_STUCK_SUBMIT_SECONDS)
+        )
+        .order_by("admitted_at", "id")
+        .values_list("id", flat=True)
     )
-    for workload_id in stuck:
-        enqueue_submit(workload_id)
+    if stuck:
+        Workload.objects.filter(id__in=stuck, state=State.SUBMITTING).update(updated_at=now)
+        enqueue_submits(stuck)
     return {"admitted": admitted, "resubmitted": len(stuck)}
 
 

@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from jobs.kube import client as kube
 from jobs.kube import names
-from jobs.models import Kind, State, Workload, WorkloadEvent
+from jobs.models import Kind, RunSegment, State, Workload, WorkloadEvent
 from jobs.services.dispatch import enqueue_preempt_delete
 from jobs.services.transitions import note, transition
 from notifications.events import PREEMPTED, notify
@@ -28,19 +28,24 @@ from notifications.events import PREEMPTED, notify
 log = logging.getLogger(__name__)
 
 
-def preempt(victim_id: int, *, for_workload_id: int, at: datetime) -> bool:
-    """Stop one borrowed workload for `for_workload_id`'s team; returns whether it moved."""
+def preempt(victim_id: int, *, at: datetime, for_workload_id: int | None = None, because: str = "") -> bool:
+    """Stop one borrowed workload, for `for_workload_id`'s team (a lender reclaiming) or `because` of
+    something else said in words (limits lowered); returns whether it moved."""
     workload = Workload.objects.select_related("team").filter(id=victim_id).first()
     if workload is None or workload.state not in State.holding():
         return False
-    lender = Workload.objects.select_related("team").filter(id=for_workload_id).first()
-    who = f"team {lender.team.name}" if lender else "the lending team"
+    if not because:
+        lender = Workload.objects.select_related("team").filter(id=for_workload_id).first()
+        who = f"team {lender.team.name}" if lender else "the lending team"
+        because = f"{who} reclaimed the GPUs it lent (this workload ran on borrowed GPUs)."
     grace = settings.PORTAL_PREEMPT_GRACE_SECONDS
     # The objects of the attempt being stopped (a SUBMITTING one may be getting them right now).
     old_name = workload.k8s_name or names.attempt_name(workload.name, workload.uid, workload.attempt)
-    because = f"{who} reclaimed the GPUs it lent (this workload ran on borrowed GPUs)."
     stop = f"Stopping it: SIGTERM now, killed after {grace} s."
     if workload.kind == Kind.BATCH and workload.restartable:
+        ran = workload.started_at
+        counted = workload.counted_from
+        was_borrowed = workload.borrowed
         moved = transition(
             workload,
             State.QUEUED,
@@ -54,6 +59,7 @@ def preempt(victim_id: int, *, for_workload_id: int, at: datetime) -> bool:
             submitted_at=None,
             started_at=None,
             finished_at=None,
+            counted_from=None,
             k8s_name="",
             node_name="",
             pod_name="",
@@ -70,10 +76,40 @@ def preempt(victim_id: int, *, for_workload_id: int, at: datetime) -> bool:
         )
     if not moved:
         return False
+    if workload.state == State.QUEUED and ran is not None:
+        # The run is over but the workload is not: its GPU time stays in usage as a segment.
+        close_segment(
+            workload,
+            began=max(ran, counted) if counted else ran,
+            at=at,
+            borrowed=was_borrowed,
+            attempt=workload.attempt - 1,
+            reason="Preempted",
+        )
     enqueue_preempt_delete(workload.id, old_name)
     notify_preempted(workload)
-    log.info("preempted workload %s for workload %s", workload.uid, for_workload_id)
+    log.info("preempted workload %s (for workload %s) %s", workload.uid, for_workload_id, because)
     return True
+
+
+def close_segment(
+    workload: Workload, *, began: datetime, at: datetime, borrowed: bool, attempt: int, reason: str
+) -> None:
+    """Keep [began, at) of a workload's run in usage apart from the workload row (see RunSegment)."""
+    if at <= began:
+        return
+    RunSegment.objects.create(
+        workload=workload,
+        team_id=workload.team_id,
+        owner_id=workload.owner_id,
+        gpu_type_id=workload.gpu_type_id,
+        gpu_count=workload.gpu_count,
+        attempt=attempt,
+        started_at=began,
+        finished_at=at,
+        borrowed=borrowed,
+        reason=reason,
+    )
 
 
 def notify_preempted(workload: Workload) -> None:
@@ -84,7 +120,7 @@ def notify_preempted(workload: Workload) -> None:
     if workload.state == State.QUEUED:
         summary = f"{workload.name} was preempted (its GPUs were borrowed) and requeued at the front of the queue."
     else:
-        summary = f"{workload.name} was preempted: the team that lent its GPUs reclaimed them."
+        summary = f"{workload.name} was preempted: the borrowed GPUs it ran on were needed back."
     notify(
         kind=PREEMPTED,
         workload=workload,

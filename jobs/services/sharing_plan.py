@@ -277,3 +277,91 @@ def decayed_usage(intervals: Iterable[tuple[int, float, float, int]], now: float
         weight = (math.exp(-rate * (now - end)) - math.exp(-rate * (now - start))) / rate
         totals[user] = totals.get(user, 0.0) + gpus * weight / 3600.0
     return totals
+
+
+# --- what runs, settled after a change ------------------------------------------------------------
+@dataclass
+class Settled:
+    """What to change about running work once the facts moved (work ended, an admin lowered a limit):
+    workloads whose borrowed mark flips, and borrowed workloads to preempt because their team or the
+    cohort now holds more than the limits allow (victim id -> the team whose limit it exceeds)."""
+
+    now_borrowed: set[int] = field(default_factory=set)
+    now_own: set[int] = field(default_factory=set)
+    preempt: dict[int, int] = field(default_factory=dict)
+
+
+def marks(teams: Mapping[int, TeamQuota], held: Sequence[Held]) -> set[int]:
+    """Which held workloads are borrowed: those beyond their team's quota. Work marked own stays own while
+    it fits (oldest first); borrowed work, oldest first, becomes own once the quota covers it again; own
+    work beyond a lowered quota (newest first) becomes borrowed."""
+    borrowed: set[int] = set()
+    by_team: dict[int, list[Held]] = {}
+    for h in held:
+        by_team.setdefault(h.team_id, []).append(h)
+    for team_id, team_held in by_team.items():
+        team = teams.get(team_id)
+        if team is None:
+            continue
+        oldest_first = sorted(team_held, key=lambda h: (h.order, h.id))
+        own = 0
+        for h in oldest_first:
+            if not h.borrowed and own + h.gpus <= team.quota:
+                own += h.gpus
+            elif not h.borrowed:
+                borrowed.add(h.id)
+        for h in oldest_first:
+            if h.borrowed and own + h.gpus <= team.quota:
+                own += h.gpus
+            elif h.borrowed:
+                borrowed.add(h.id)
+    return borrowed
+
+
+def settle(teams: Mapping[int, TeamQuota], held: Sequence[Held]) -> Settled:
+    """Re-mark what runs (`marks`) and pick the fewest borrowed workloads to preempt (lowest priority,
+    newest first) so that no team holds more than its quota + borrowing limit and the cohort lends no
+    more than its teams' lending caps allow. Work within its team's quota is never a victim, and never
+    needs to be: teams within their quotas always fit the pool."""
+    now_borrowed = marks(teams, held)
+    result = Settled(
+        now_borrowed={h.id for h in held if h.id in now_borrowed and not h.borrowed},
+        now_own={h.id for h in held if h.id not in now_borrowed and h.borrowed and h.team_id in teams},
+    )
+    usage: dict[int, int] = dict.fromkeys(teams, 0)
+    for h in held:
+        if h.team_id in usage:
+            usage[h.team_id] += h.gpus
+    pool_cap = sum(t.lendable for t in teams.values())
+
+    def team_over(team_id: int) -> bool:
+        return usage[team_id] > teams[team_id].ceiling
+
+    def pool_over() -> bool:
+        return sum(max(0, usage[t] - teams[t].guaranteed) for t in teams) > pool_cap
+
+    candidates = sorted(
+        (h for h in held if h.id in now_borrowed and h.team_id in teams),
+        key=lambda h: (h.priority, -h.order, -h.id),
+    )
+    # First each team above its ceiling gives back its own borrowed work, then the pool is made to fit.
+    for h in candidates:
+        if team_over(h.team_id):
+            usage[h.team_id] -= h.gpus
+            result.preempt[h.id] = h.team_id
+    for h in candidates:
+        if not pool_over():
+            break
+        if h.id not in result.preempt:
+            usage[h.team_id] -= h.gpus
+            result.preempt[h.id] = h.team_id
+    # The fewest: give back any victim (latest chosen first) that is not needed after all.
+    by_id = {h.id: h for h in held}
+    for victim_id in reversed(list(result.preempt)):
+        h = by_id[victim_id]
+        usage[h.team_id] += h.gpus
+        if team_over(h.team_id) or pool_over():
+            usage[h.team_id] -= h.gpus
+        else:
+            del result.preempt[victim_id]
+    return result

@@ -345,8 +345,8 @@ def test_install_refuses_bad_values_before_creating_anything(kube_cluster, kube_
 def test_the_portal_sets_up_a_team_namespace_with_the_charts_config_and_account(release, settings, tmp_path) -> None:
     """The provisioner's namespace set-up, run as the chart's provisioner account with the chart's ConfigMap."""
     from devtools.engine import cluster_ca
+    from devtools.rbac import kubeconfig_for_token
     from jobs.kube import client as kube_client
-    from jobs.kube.rbac import kubeconfig_for_token
     from jobs.services.object_creation import forget_namespaces
     from jobs.services.provisioning import NamespaceRefused, namespace_provision
     from tests.engine.factories import GpuTypeFactory, QuotaFactory, TeamFactory

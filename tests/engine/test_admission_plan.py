@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs.services.admission import plan_admission
+from jobs.services.dispatch import SUBMIT_BATCH, SUBMIT_SPREAD, submit_batches
 from jobs.services.sharing_plan import Held, TeamQuota, Waiting, plan
 
 
@@ -85,3 +86,19 @@ def test_a_plan_from_summed_holdings_is_the_plan_from_every_workload(team_rows, 
     assert summed.borrowed == one_by_one.borrowed
     assert summed.preempt == one_by_one.preempt
     assert summed.waiting == one_by_one.waiting
+
+
+# --- handing an admission pass's creates to the worker ------------------------------------------------
+def test_a_few_admitted_go_one_per_task_so_every_worker_thread_creates():
+    assert submit_batches([1, 2, 3]) == [[1], [2], [3]]
+    assert submit_batches([]) == []
+
+
+def test_many_admitted_go_in_batches_of_at_most_50_in_order():
+    ids = list(range(10_000))
+    batches = submit_batches(ids)
+    assert [i for b in batches for i in b] == ids
+    assert max(map(len, batches)) == SUBMIT_BATCH == 50
+    assert len(submit_batches(list(range(80)))) == SUBMIT_SPREAD  # 80 over the 8 threads: 10 each
+    # 1,000 in 24 batches of 42 or fewer (three full rounds of 8), not 20 of 50 (the last round half idle).
+    assert [len(b) for b in submit_batches(list(range(1000)))] == [42] * 23 + [34]

@@ -27,6 +27,8 @@ EXPECTED: dict[str, set[str]] = {
     "open_shared": {"owner", "teammate", "manager"},
     "share": {"owner"},
     "delete_secret": {"owner", "manager", "superuser"},  # the owner's stored secret (page and API)
+    "see_members": {"owner", "teammate", "manager", "superuser"},  # the members page, read-only for members
+    "manage_members": {"manager", "superuser"},  # invite, change a role, remove
 }
 
 
@@ -100,6 +102,17 @@ def _answer(action: str, user, people: dict) -> bool:
     if action == "delete_secret":
         secret = TeamSecret(team=team, owner=workload.owner, name="hf", k8s_name="s-hf")
         return policy.may_delete_secret(user, secret)
+    if action == "see_members":
+        seen = policy.may_see_members(user, team)
+        try:
+            policy.membership_or_404(user, people["colleague"].memberships.get().id)
+        except Http404:
+            assert not seen, "membership_or_404 refused someone who may see the members"
+        else:
+            assert seen, "membership_or_404 gave a membership to someone who may not see the members"
+        return seen
+    if action == "manage_members":
+        return policy.may_manage_members(user, team)
     raise AssertionError(action)
 
 
@@ -119,6 +132,11 @@ def test_workload_or_404(people, role):
             policy.workload_or_404(user, uid)
     with pytest.raises(Http404):  # one that does not exist reads the same as one you may not see
         policy.workload_or_404(user, "0000000000")
+
+
+def test_a_missing_membership_reads_like_one_you_may_not_see(people):
+    with pytest.raises(Http404):
+        policy.membership_or_404(people["users"]["manager"], 10**9)
 
 
 def test_batch_jobs_have_no_door(people):

@@ -185,3 +185,65 @@ def test_never_above_quota_plus_borrowing_and_lenders_wait_at_most_one_reclaim(s
         # No lender is left waiting for its own quota: whatever still waits does not fit in it.
         for e in queue:
             assert usage[e.team_id] + e.gpus > TEAMS[e.team_id].quota, (e, usage)
+
+
+# --- settling what runs: borrowed marks and lowered limits ------------------------------------------
+from jobs.services.sharing_plan import marks, settle  # noqa: E402
+
+
+def test_a_borrowed_workload_stops_being_borrowed_once_its_own_quota_covers_it():
+    # B (quota 4) held 4 own + 2 borrowed; 2 own GPUs were released: the oldest borrowed one is covered.
+    held = [Held(1, B, 2, order=1), Held(3, B, 2, borrowed=True, order=3), Held(4, B, 1, borrowed=True, order=4)]
+    assert marks(cohort(), held) == {4}
+    settled = settle(cohort(), held)
+    assert settled.now_own == {3}
+    assert settled.now_borrowed == set()
+    assert settled.preempt == {}
+
+
+def test_own_work_beyond_a_lowered_quota_becomes_borrowed_newest_first():
+    teams = {A: TeamQuota(A, quota=4), B: TeamQuota(B, quota=2, borrowing_limit=4)}
+    held = [Held(1, B, 2, order=1), Held(2, B, 1, order=2), Held(3, B, 1, order=3)]
+    settled = settle(teams, held)
+    assert settled.now_borrowed == {2, 3}
+    assert settled.preempt == {}  # within quota + borrowing limit, and A lends them
+
+
+def test_a_lowered_borrowing_limit_preempts_the_newest_borrowed_work_that_exceeds_it():
+    held = [Held(1, B, 4, order=1)] + [Held(i, B, 1, borrowed=True, order=i) for i in range(2, 6)]
+    settled = settle(cohort(borrow_b=1), held)
+    assert settled.preempt == {5: B, 4: B, 3: B}  # B may hold 4 + 1
+    assert settle(cohort(borrow_b=4), held).preempt == {}
+
+
+def test_a_lowered_lending_cap_preempts_what_the_cohort_no_longer_lends():
+    held = [Held(1, B, 4, order=1), Held(2, B, 2, borrowed=True, order=2), Held(3, B, 1, borrowed=True, order=3)]
+    settled = settle(cohort(borrow_b=4, lend_a=1), held)
+    assert settled.preempt == {2: B}  # the fewest: dropping the 2-GPU one leaves 1 borrowed = A's cap
+    low_priority = [Held(1, B, 4), Held(2, B, 2, borrowed=True, priority=5), Held(3, B, 2, borrowed=True)]
+    assert settle(cohort(borrow_b=4, lend_a=2), low_priority).preempt == {3: B}
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from([A, B]), st.integers(1, 4), st.booleans()), max_size=10),
+    st.integers(0, 4),
+    st.integers(0, 4),
+    st.integers(1, 6),
+)
+@settings(max_examples=200, deadline=None)
+def test_settled_work_fits_every_limit_and_nothing_within_its_quota_is_preempted(rows, borrow, lend, quota_b):
+    teams = {A: TeamQuota(A, quota=4, borrowing_limit=4, lending_limit=lend), B: TeamQuota(B, 4, borrow)}
+    teams[B] = TeamQuota(B, quota=quota_b, borrowing_limit=borrow)
+    held = [Held(i, team, gpus, borrowed=b, order=i) for i, (team, gpus, b) in enumerate(rows, start=1)]
+    settled = settle(teams, held)
+    left = [h for h in held if h.id not in settled.preempt]
+    now_borrowed = marks(teams, held)
+    for team_id, team in teams.items():
+        own = sum(h.gpus for h in left if h.team_id == team_id and h.id not in now_borrowed)
+        assert own <= team.quota
+        assert sum(h.gpus for h in left if h.team_id == team_id) <= team.ceiling or not any(
+            h.id in now_borrowed for h in left if h.team_id == team_id
+        )
+    assert all(victim in now_borrowed for victim in settled.preempt)
+    usage = {t: sum(h.gpus for h in left if h.team_id == t) for t in teams}
+    assert sum(max(0, usage[t] - teams[t].guaranteed) for t in teams) <= sum(t.lendable for t in teams.values())

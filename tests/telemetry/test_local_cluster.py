@@ -7,11 +7,11 @@ import time
 
 import pytest
 
+from devtools.local_telemetry import local_cluster_connect, local_cluster_disconnect
 from jobs.models import State
 from jobs.services.cancel import workload_cancel
 from telemetry.models import GpuState, TelemetryNode, WorkloadGpuMinute
 from telemetry.selectors import workload_gpu_summary
-from telemetry.services.local_cluster import local_cluster_connect, local_cluster_disconnect
 
 pytestmark = [pytest.mark.cluster, pytest.mark.celery]
 

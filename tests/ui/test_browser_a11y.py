@@ -72,6 +72,14 @@ PAGES = [
         "document.querySelector('#secret-form').requestSubmit();",
         status=400,
     ),
+    Page("members", lambda made: "/members/"),
+    Page(
+        "members-errors",
+        lambda made: "/members/",
+        before="document.querySelector('#id_username').value = 'nobody-by-that-name';"
+        "document.querySelector('#invite-form').requestSubmit();",
+        status=400,
+    ),
     Page("tokens", lambda made: "/profile/tokens/"),
     Page("nodes", lambda made: "/nodes/"),
     Page("notification-settings", lambda made: "/notifications/"),
@@ -101,6 +109,10 @@ def _workloads(world: World) -> dict:
     TeamSecret.objects.create(team=world.lab, owner=world.manager, name="hf-token", k8s_name="s-hf", shared=True)
     TeamSecret.objects.create(team=world.lab, owner=world.manager, name="a-rather-long-secret-name-of-maria",
                               k8s_name="s-maria")  # fmt: skip
+    # The members page shows a history: a role changed by hand (the signal records it).
+    teammate = world.lab.memberships.get(user=world.teammate)
+    teammate.role = "manager"
+    teammate.save()
     return made
 
 

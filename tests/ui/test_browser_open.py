@@ -21,8 +21,8 @@ from kubernetes import config as k8s_config
 from playwright.sync_api import expect
 
 from devtools.engine import cluster_ca
+from devtools.rbac import _apply, _policy_rules, kubeconfig_for_token, load_rules
 from jobs.kube import client as kube
-from jobs.kube.rbac import _apply, _policy_rules, kubeconfig_for_token, load_rules
 from jobs.models import State
 from jobs.services.cancel import workload_cancel
 from proxy.app import ServiceProxy

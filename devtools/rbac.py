@@ -15,7 +15,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-RULES_FILE = Path(__file__).resolve().parents[2] / "helm" / "files" / "rbac-rules.yaml"
+RULES_FILE = Path(__file__).resolve().parents[1] / "helm" / "files" / "rbac-rules.yaml"
 
 # Identity -> (its ServiceAccount's name suffix, the rule list bound to it cluster-wide or None).
 IDENTITIES = {"engine": ("", "engine"), "web": ("-web", None), "provisioner": ("-provisioner", "provisioner")}
