@@ -1,6 +1,9 @@
 """One admission pass over every cohort and GPU type (`admit_all`) on PostgreSQL: it decides what the
 plan decides for each cohort and type from every workload one by one, in one transaction, and writes
-the admitted and their timeline rows in bulk. No cluster: nothing here reaches Kubernetes."""
+the admitted and their timeline rows in bulk. No cluster: nothing here reaches Kubernetes.
+
+Each test runs inside one transaction that is rolled back: the suite's running engine (its beat sweeps
+with `admit_all` every few seconds) cannot see this world, so it cannot admit the queue first."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from jobs.models import Cohort, GpuType, Membership, Quota, State, Team, Workloa
 from jobs.services import sharing_plan
 from jobs.services.admission import admit_all, gather_cohort_facts
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
