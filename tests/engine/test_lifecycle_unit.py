@@ -32,7 +32,7 @@ def _settings(settings):
 def enqueued(monkeypatch) -> dict[str, list[int]]:
     """What the duties hand to the workers (ids), instead of sending it to the broker."""
     sent: dict[str, list[int]] = {"submit": [], "delete": []}
-    monkeypatch.setattr(lifecycle, "enqueue_submit", sent["submit"].append)
+    monkeypatch.setattr(lifecycle, "enqueue_submits", sent["submit"].extend)
     monkeypatch.setattr(lifecycle, "enqueue_delete", sent["delete"].append)
     return sent
 
@@ -56,6 +56,9 @@ def workload(team, *, state=State.RUNNING, kind=Kind.BATCH, ago: int = 0, **fiel
     made = Workload.objects.create(**values)
     made.k8s_name = f"train-{made.uid}"
     made.save(update_fields=["k8s_name"])
+    # Last touched (by admission or a worker) as long ago as its state changed: auto_now is set aside.
+    Workload.objects.filter(id=made.id).update(updated_at=now - timedelta(seconds=ago))
+    made.refresh_from_db()
     return made
 
 

@@ -70,17 +70,18 @@ def world(db) -> World:
     now = timezone.now()
     p100 = GpuType.objects.create(slug="p100", display_name="Tesla P100", node_label_value="p100")
     k2 = GpuType.objects.create(slug="k2", display_name="Grid K2", node_label_value="k2")
-    GpuNode.objects.create(
+    # update_or_create: in browser tests these rows are committed, and the suite's running engine (its
+    # inventory sync) may already have stored the local cluster's node of the same name.
+    GpuNode.objects.update_or_create(
         name="gpu-p100-1",
-        gpu_type=p100,
-        gpus_allocatable=4,
-        gpus_capacity=4,
-        gpus_in_use=1,
-        ready=True,
-        last_seen_at=now,
-    )
-    GpuNode.objects.create(
-        name="gpu-k2-1", gpu_type=k2, gpus_allocatable=2, gpus_capacity=2, ready=True, last_seen_at=now
+        defaults={
+            "gpu_type": p100, "gpus_allocatable": 4, "gpus_capacity": 4, "gpus_in_use": 1, "ready": True,
+            "last_seen_at": now,
+        },
+    )  # fmt: skip
+    GpuNode.objects.update_or_create(
+        name="gpu-k2-1",
+        defaults={"gpu_type": k2, "gpus_allocatable": 2, "gpus_capacity": 2, "ready": True, "last_seen_at": now},
     )
     lab = Team.objects.create(name="Lab", slug="lab")
     other = Team.objects.create(name="Other", slug="other")
