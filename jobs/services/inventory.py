@@ -51,6 +51,10 @@ def inventory_sync() -> int:
     now = timezone.now()
     seen: list[str] = []
     with transaction.atomic():
+        # The types again, as they are now: the cluster calls above take time, and a node must not be
+        # written with the type list read before them (a type added or re-created meanwhile would be lost
+        # until the next sync, and its nodes would look missing to the intake).
+        types = list(GpuType.objects.all())
         for node in nodes.get("items") or []:
             meta, status, spec = node["metadata"], node.get("status") or {}, node.get("spec") or {}
             labels = meta.get("labels") or {}
