@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
+from benchmarks import cpu
 from benchmarks.engine import Engine, median, wait_until
 from benchmarks.engine_flow import CLIENTS, _fresh_namespace, _job_watch
 
@@ -103,6 +104,16 @@ def _delete_workloads(team) -> None:
             time.sleep(1)
 
 
+def _print_cpu(side: str, n: int, seconds: dict[str, float]) -> None:
+    """Where the side's CPU went (all of the run's processes, until the n-th Job was seen), and per Job."""
+    per_job = ", ".join(
+        f"{part} {1000 * value / n:.2f}"
+        for part, value in sorted(seconds.items(), key=lambda kv: -kv[1])
+        if value >= 0.05
+    )
+    print(f"# drain {side} side cpu {cpu.describe(seconds)}; ms per Job: {per_job}", flush=True)
+
+
 def _raw_side(engine: Engine, n: int, place) -> float:
     from django.conf import settings
 
@@ -118,11 +129,13 @@ def _raw_side(engine: Engine, n: int, place) -> float:
         settings.PORTAL_INSTANCE = instance
     watch = _job_watch(engine, namespace)
     try:
+        before = cpu.snapshot()
         started = time.time()
         with ThreadPoolExecutor(CLIENTS) as pool:
             list(pool.map(lambda body: _create(namespace, body), bodies))
         last = watch.wait_for(n, 1800, "raw creates")
         print(f"# drain raw side: {last - started:.1f} s, load {os.getloadavg()[0]:.2f}", flush=True)
+        _print_cpu("raw", n, cpu.spent(before, cpu.snapshot()))
     finally:
         watch.stop()
         _delete_jobs(engine, namespace)
@@ -150,6 +163,7 @@ def _portal_side(engine: Engine, n: int, place) -> tuple[float, float]:
     )
     watch = _job_watch(engine, namespace)
     try:
+        before = cpu.snapshot()
         started = time.time()
         with transaction.atomic():  # as admin saves a quota and records the change
             Quota.objects.filter(id=quota.id).update(max_gpus=n)
@@ -161,6 +175,7 @@ def _portal_side(engine: Engine, n: int, place) -> tuple[float, float]:
             f"load {os.getloadavg()[0]:.2f}",
             flush=True,
         )
+        _print_cpu("portal", n, cpu.spent(before, cpu.snapshot()))
         wait_until(
             lambda: not Workload.objects.filter(team=team, state=State.SUBMITTING).exists(),
             120,

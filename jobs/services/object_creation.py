@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from jobs.kube import client as kube
 from jobs.kube import names, objects
-from jobs.models import AllowedRegistry, SecretState, State, Team, TeamSecret, Workload, WorkloadEvent
+from jobs.models import AllowedRegistry, Kind, SecretState, State, Team, TeamSecret, Workload, WorkloadEvent
 from jobs.services import opening, workspaces
 from jobs.services.transitions import transition
 from jobs.services.validation import parse_image_reference
@@ -484,19 +484,23 @@ def _moved_meanwhile(workload: Workload, spec: objects.WorkloadSpec) -> None:
         workload_delete_objects(workload, name=spec.object_name)
 
 
-def workload_delete_objects(workload: Workload, *, name: str = "") -> None:
-    """Delete a workload's Job or Deployment and Service (and, through them, its pods). 404s are fine."""
-    spec_name = name or workload.k8s_name or names.attempt_name(workload.name, workload.uid, workload.attempt)
+DELETE_GRACE_SECONDS = 5  # a workload the portal ended: SIGTERM, then killed this long after
+
+
+def workload_delete_objects(workload: Workload, *, name: str = "", grace_seconds: int = DELETE_GRACE_SECONDS) -> None:
+    """Delete a workload's Job, or Deployment and Service (and, through them, its pods): those of `name`
+    (an attempt that preemption ended), else of its current attempt. Kubernetes sends SIGTERM at once and
+    kills what still runs after `grace_seconds`. 404s are fine: a retried delete finds nothing left."""
+    object_name = name or workload.k8s_name or names.attempt_name(workload.name, workload.uid, workload.attempt)
     namespace = workload.namespace or workload.team.namespace
-    body = {"propagationPolicy": "Background", "gracePeriodSeconds": 5}
+    body = {"propagationPolicy": "Background", "gracePeriodSeconds": grace_seconds}
+    options = {"body": body, "_request_timeout": kube.timeout()}
     calls = (
-        [lambda: kube.batch().delete_namespaced_job(spec_name, namespace, body=body, _request_timeout=kube.timeout())]
-        if workload.kind == "batch"
+        [lambda: kube.batch().delete_namespaced_job(object_name, namespace, **options)]
+        if workload.kind == Kind.BATCH
         else [
-            lambda: kube.apps().delete_namespaced_deployment(
-                spec_name, namespace, body=body, _request_timeout=kube.timeout()
-            ),
-            lambda: kube.core().delete_namespaced_service(spec_name, namespace, _request_timeout=kube.timeout()),
+            lambda: kube.apps().delete_namespaced_deployment(object_name, namespace, **options),
+            lambda: kube.core().delete_namespaced_service(object_name, namespace, _request_timeout=kube.timeout()),
         ]
     )
     for call in calls:

@@ -16,12 +16,11 @@ import logging
 from datetime import datetime
 
 from django.conf import settings
-from kubernetes.client.exceptions import ApiException
 
-from jobs.kube import client as kube
 from jobs.kube import names
 from jobs.models import Kind, RunSegment, State, Workload, WorkloadEvent
 from jobs.services.dispatch import enqueue_preempt_delete
+from jobs.services.object_creation import workload_delete_objects
 from jobs.services.transitions import note, transition
 from notifications.events import PREEMPTED, notify
 
@@ -135,25 +134,8 @@ def delete_preempted_objects(workload_id: int, name: str) -> None:
     workload = Workload.objects.select_related("team").filter(id=workload_id).first()
     if workload is None:
         return
-    namespace = workload.namespace or workload.team.namespace
     grace = settings.PORTAL_PREEMPT_GRACE_SECONDS
-    body = {"propagationPolicy": "Background", "gracePeriodSeconds": grace}
-    calls = (
-        [lambda: kube.batch().delete_namespaced_job(name, namespace, body=body, _request_timeout=kube.timeout())]
-        if workload.kind == Kind.BATCH
-        else [
-            lambda: kube.apps().delete_namespaced_deployment(
-                name, namespace, body=body, _request_timeout=kube.timeout()
-            ),
-            lambda: kube.core().delete_namespaced_service(name, namespace, _request_timeout=kube.timeout()),
-        ]
-    )
-    for call in calls:
-        try:
-            call()
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+    workload_delete_objects(workload, name=name, grace_seconds=grace)
     note(
         workload,
         reason="PreemptionStop",

@@ -1,0 +1,97 @@
+"""CPU seconds spent by each part of the run (API server, etcd, worker, tracker, PostgreSQL, ...) between two
+moments, read from /proc: where a side's time went, beside the wall-clock figure.
+
+Only the run's own processes count: the descendants of the process that started the benchmark (devtools.testenv,
+which owns PostgreSQL and Redis). On a machine shared with other runs, their processes are not ours and
+are left out. A process that exited meanwhile is counted through its parent's reaped-children times.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+# A process is named by its program (binaries) or, for Python ones, by the first pattern in its command line.
+PROGRAMS = {
+    "etcd": "etcd",
+    "kube-apiserver": "kube-apiserver",
+    "kube-controller-manager": "kube-controller-manager",
+    "kube-scheduler": "kube-scheduler",
+    "postgres": "postgres",
+    "redis-server": "redis",
+}
+PATTERNS = (
+    ("localcluster.simulator", "simulator"),
+    ("provisioner@", "provisioner"),
+    (" worker ", "worker"),
+    (" beat ", "beat"),
+    ("manage.py track", "tracker"),
+    ("-m benchmarks", "bench"),
+)
+
+
+def _children() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    return children
+
+
+def _part(pid: int) -> str:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "other"
+    # PostgreSQL's backends rewrite their title ("postgres: user db 127.0.0.1(5432) idle").
+    program = os.path.basename(argv[0].decode(errors="replace")).split(":")[0].strip()
+    if program in PROGRAMS:
+        return PROGRAMS[program]
+    command = " ".join(a.decode(errors="replace") for a in argv) + " "
+    return next((part for pattern, part in PATTERNS if pattern in command), "other")
+
+
+def _seconds(pid: int) -> float:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()
+    # utime, stime, cutime, cstime (fields 14-17 of proc(5); 12-15 after the pid and name)
+    return sum(int(v) for v in fields[11:15]) / _TICK
+
+
+def snapshot(root: int | None = None) -> dict[str, float]:
+    """CPU seconds so far per part, over `root` (default: this process's parent) and its descendants."""
+    root = os.getppid() if root is None else root
+    children = _children()
+    totals: dict[str, float] = {}
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        stack.extend(children.get(pid, ()))
+        part = _part(pid)
+        totals[part] = totals.get(part, 0.0) + _seconds(pid)
+    return totals
+
+
+def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds per part between two snapshots (a part whose processes were replaced may show less)."""
+    return {part: max(0.0, after.get(part, 0.0) - before.get(part, 0.0)) for part in after}
+
+
+def describe(seconds: dict[str, float]) -> str:
+    """`total 120.4 s: kube-apiserver 60.1, etcd 20.3, ...`, largest first."""
+    total = sum(seconds.values())
+    parts = ", ".join(
+        f"{part} {value:.1f}" for part, value in sorted(seconds.items(), key=lambda kv: -kv[1]) if value >= 0.05
+    )
+    return f"total {total:.1f} s: {parts}"
