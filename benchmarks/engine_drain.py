@@ -21,9 +21,11 @@ Jobs are deleted. See benchmarks/README.md.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from benchmarks import cpu
 from benchmarks.engine import Engine, median, wait_until
@@ -114,6 +116,34 @@ def _print_cpu(side: str, n: int, seconds: dict[str, float]) -> None:
     print(f"# drain {side} side cpu {cpu.describe(seconds)}; ms per Job: {per_job}", flush=True)
 
 
+def _worker_batches(log: Path, offset: int) -> str:
+    """The worker's own per-batch profile lines ("submit batch: ...", jobs/services/object_creation.py)
+    written since `offset`, summed: per created object, wall and worker-thread CPU per phase, SQL queries."""
+    wall: dict[str, float] = {}
+    cpu_s: dict[str, float] = {}
+    created = queries = batches = 0
+    with log.open("rb") as f:
+        f.seek(offset)
+        for raw in f:
+            line = raw.decode(errors="replace")
+            match = re.search(r"submit batch: (\d+) of \d+ created; (\d+) SQL queries; s wall/cpu: (.*)$", line)
+            if not match:
+                continue
+            batches += 1
+            created += int(match[1])
+            queries += int(match[2])
+            for name, w, c in re.findall(r"(\w+) ([\d.]+)/([\d.]+)", match[3]):
+                wall[name] = wall.get(name, 0.0) + float(w)
+                cpu_s[name] = cpu_s.get(name, 0.0) + float(c)
+    if not created:
+        return "no batch lines"
+    phases = ", ".join(f"{name} {1000 * wall[name] / created:.2f}/{1000 * cpu_s[name] / created:.2f}" for name in wall)
+    return (
+        f"{batches} batches, {created} created, {queries / created:.2f} SQL queries per Job; "
+        f"ms per Job wall/thread-cpu: {phases}"
+    )
+
+
 def _raw_side(engine: Engine, n: int, place) -> float:
     from django.conf import settings
 
@@ -162,6 +192,8 @@ def _portal_side(engine: Engine, n: int, place) -> tuple[float, float]:
         "the queued workloads are not all QUEUED (something admitted them on a zero quota)",
     )
     watch = _job_watch(engine, namespace)
+    worker_log = engine.log_dir / "worker.log"
+    log_offset = worker_log.stat().st_size if worker_log.exists() else 0
     try:
         before = cpu.snapshot()
         started = time.time()
@@ -181,6 +213,7 @@ def _portal_side(engine: Engine, n: int, place) -> tuple[float, float]:
             120,
             "workloads stayed SUBMITTING after their Jobs were made",
         )
+        print(f"# drain portal worker: {_worker_batches(worker_log, log_offset)}", flush=True)
     finally:
         watch.stop()
         _delete_workloads(team)

@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 from kubernetes import client as k8s
@@ -316,6 +318,33 @@ def workload_create_objects(workload_id: int) -> None:
 
 
 # --- many at once: an admission pass's batch ------------------------------------------------------
+class BatchProfile:
+    """Where one batch's time went: wall-clock and this thread's CPU seconds per phase, and its SQL queries.
+    The worker logs it once per batch (INFO), so a drain can be profiled from the worker's log alone."""
+
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+        self.queries = 0
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            yield
+        finally:
+            self.wall[name] = self.wall.get(name, 0.0) + time.perf_counter() - wall
+            self.cpu[name] = self.cpu.get(name, 0.0) + time.thread_time() - cpu
+
+    def count_query(self, execute, sql, params, many, context):
+        self.queries += 1
+        return execute(sql, params, many, context)
+
+    def line(self, *, batch: int, moved: int) -> str:
+        phases = " ".join(f"{name} {self.wall[name]:.3f}/{self.cpu[name]:.3f}" for name in self.wall)
+        return f"submit batch: {moved} of {batch} created; {self.queries} SQL queries; s wall/cpu: {phases}"
+
+
 def workloads_create_objects(workload_ids: list[int]) -> int:
     """Create the objects of a batch of admitted workloads, in the given order; returns how many moved to
     PENDING. The same guarantees as one at a time (deterministic names, 409 adopts, a workload cancelled
@@ -323,46 +352,60 @@ def workloads_create_objects(workload_ids: list[int]) -> int:
     one query loads the batch, namespaces, workspaces and pull Secrets are checked once per batch, and
     the successes move to PENDING in one transaction. A transient API failure stops the batch after the
     successes so far are recorded and propagates (the task retries what is still SUBMITTING)."""
-    by_id = {
-        w.id: w
-        for w in Workload.objects.select_related("team", "gpu_type", "owner", "catalog_image").filter(
-            id__in=workload_ids
-        )
-    }
-    batch = [
-        by_id[i]
-        for i in dict.fromkeys(workload_ids)
-        if i in by_id
-        and (
-            by_id[i].state == State.SUBMITTING
-            or (by_id[i].state in (State.PENDING, State.RUNNING) and not by_id[i].k8s_name)
-        )
-    ]
-    if not batch:
-        return 0
-    # Being created now: the sweep leaves workloads touched within PORTAL_STUCK_SUBMIT_SECONDS alone.
-    Workload.objects.filter(id__in=[w.id for w in batch], state=State.SUBMITTING).update(updated_at=timezone.now())
-    pull_secrets = registry_pull_secrets()
-    specs = {w.id: spec_for(w, pull_secrets=pull_secrets) for w in batch}
+    profile = BatchProfile()
+    with connection.execute_wrapper(profile.count_query):
+        batch, moved = _create_batch(workload_ids, profile)
+    if batch:
+        log.info(profile.line(batch=batch, moved=moved))
+    return moved
+
+
+def _create_batch(workload_ids: list[int], profile: BatchProfile) -> tuple[int, int]:
+    with profile.phase("load"):
+        by_id = {
+            w.id: w
+            for w in Workload.objects.select_related("team", "gpu_type", "owner", "catalog_image").filter(
+                id__in=workload_ids
+            )
+        }
+        batch = [
+            by_id[i]
+            for i in dict.fromkeys(workload_ids)
+            if i in by_id
+            and (
+                by_id[i].state == State.SUBMITTING
+                or (by_id[i].state in (State.PENDING, State.RUNNING) and not by_id[i].k8s_name)
+            )
+        ]
+        if not batch:
+            return 0, 0
+        # Being created now: the sweep leaves workloads touched within PORTAL_STUCK_SUBMIT_SECONDS alone.
+        Workload.objects.filter(id__in=[w.id for w in batch], state=State.SUBMITTING).update(updated_at=timezone.now())
+    with profile.phase("render"):
+        pull_secrets = registry_pull_secrets()
+        specs = {w.id: spec_for(w, pull_secrets=pull_secrets) for w in batch}
+        rendered = {w.id: objects.make_objects(specs[w.id]) for w in batch}
     created: list[Workload] = []
     pulled: set[tuple[str, tuple[str, ...]]] = set()
     failure: BaseException | None = None
     try:
-        _prepare_namespaces(batch, specs)
-        for workload in batch:
-            spec = specs[workload.id]
-            try:
-                secrets_written(workload, spec.secrets)
-                if spec.image_pull_secrets and (spec.namespace, spec.image_pull_secrets) not in pulled:
-                    pull_secrets_ensure(spec.namespace, spec.image_pull_secrets)
-                    pulled.add((spec.namespace, spec.image_pull_secrets))
-                for obj in objects.make_objects(spec):
-                    _create_or_adopt(obj, spec, workload.team)
-            except SubmitRejected as exc:
-                transition(workload, State.FAILED, reason=exc.reason, message=str(exc), finished_at=None)
-                workload_delete_objects(workload)
-                continue
-            created.append(workload)
+        with profile.phase("prepare"):
+            _prepare_namespaces(batch, specs)
+        with profile.phase("create"):
+            for workload in batch:
+                spec = specs[workload.id]
+                try:
+                    secrets_written(workload, spec.secrets)
+                    if spec.image_pull_secrets and (spec.namespace, spec.image_pull_secrets) not in pulled:
+                        pull_secrets_ensure(spec.namespace, spec.image_pull_secrets)
+                        pulled.add((spec.namespace, spec.image_pull_secrets))
+                    for obj in rendered[workload.id]:
+                        _create_or_adopt(obj, spec, workload.team)
+                except SubmitRejected as exc:
+                    transition(workload, State.FAILED, reason=exc.reason, message=str(exc), finished_at=None)
+                    workload_delete_objects(workload)
+                    continue
+                created.append(workload)
     except ApiException as exc:
         failure = exc
         message = f"Kubernetes is not accepting it yet ({kube.classify(exc).message}); retrying."
@@ -378,10 +421,11 @@ def workloads_create_objects(workload_ids: list[int]) -> int:
         )
     except Exception as exc:  # unreachable API server and the like: record what was made, then retry
         failure = exc
-    moved = _mark_created(created, specs)
+    with profile.phase("record"):
+        moved = _mark_created(created, specs)
     if failure is not None:
         raise failure
-    return moved
+    return len(batch), moved
 
 
 def _prepare_namespaces(batch: list[Workload], specs: dict[int, objects.WorkloadSpec]) -> None:
