@@ -380,7 +380,7 @@ def _create_batch(workload_ids: list[int], profile: BatchProfile) -> tuple[int, 
         if not batch:
             return 0, 0
         # Being created now: the sweep leaves workloads touched within PORTAL_STUCK_SUBMIT_SECONDS alone.
-        Workload.objects.filter(id__in=[w.id for w in batch], state=State.SUBMITTING).update(updated_at=timezone.now())
+        heartbeat = _Heartbeat([w.id for w in batch])
     with profile.phase("render"):
         pull_secrets = registry_pull_secrets()
         specs = {w.id: spec_for(w, pull_secrets=pull_secrets) for w in batch}
@@ -393,6 +393,7 @@ def _create_batch(workload_ids: list[int], profile: BatchProfile) -> tuple[int, 
             _prepare_namespaces(batch, specs)
         with profile.phase("create"):
             for workload in batch:
+                heartbeat.beat()
                 spec = specs[workload.id]
                 try:
                     secrets_written(workload, spec.secrets)
@@ -426,6 +427,27 @@ def _create_batch(workload_ids: list[int], profile: BatchProfile) -> tuple[int, 
     if failure is not None:
         raise failure
     return len(batch), moved
+
+
+class _Heartbeat:
+    """Keeps a batch's workloads marked as being created (updated_at) while the batch runs, so the sweep,
+    which hands over again what nobody touched for PORTAL_STUCK_SUBMIT_SECONDS, leaves a long batch alone
+    and picks up only one whose worker died (kill -9): then the marks stop."""
+
+    def __init__(self, ids: list[int]) -> None:
+        self.ids = ids
+        self.every = settings.PORTAL_STUCK_SUBMIT_SECONDS / 3
+        self.last = float("-inf")
+        self.beat()
+
+    def beat(self) -> None:
+        """Mark the batch's workloads (those created are SUBMITTING too until the batch records them) when
+        the last mark is a third of that time old."""
+        now = time.monotonic()
+        if now - self.last < self.every:
+            return
+        self.last = now
+        Workload.objects.filter(id__in=self.ids, state=State.SUBMITTING).update(updated_at=timezone.now())
 
 
 def _prepare_namespaces(batch: list[Workload], specs: dict[int, objects.WorkloadSpec]) -> None:
