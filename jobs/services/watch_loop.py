@@ -117,6 +117,25 @@ class ClusterView:
         job = jobs[0] if jobs else None
         return job, pods
 
+    def may_say_something(self, uid: str) -> bool:
+        """Whether `observe` could conclude anything for the workload: it has a pod (anywhere: the
+        namespace is checked on the workload), or a Job that finished. A Job just created, with no pod
+        yet, says nothing; draining a long queue makes thousands of them at once."""
+        if self.pods.get(uid):
+            return True
+        return any(_finished(job) for job in self.jobs.get(uid, {}).values())
+
+    def holds_own_job(self, uid: str, namespace: str) -> bool:
+        """Whether the view holds the workload's Job in its own namespace (first attempt)."""
+        return any((job.get("metadata") or {}).get("namespace") == namespace for job in self.jobs.get(uid, {}).values())
+
+
+def _finished(job: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        for c in (job.get("status") or {}).get("conditions") or []
+    )
+
 
 def _list(kind: str) -> tuple[list[dict[str, Any]], str]:
     if kind == "Job":
@@ -201,12 +220,13 @@ def objects_missing(workload: Workload) -> bool:
 
 def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> int:
     """Apply the view to active workloads (all of them on a full sync); returns how many changed."""
-    active = Workload.objects.filter(state__in=State.active()).exclude(state=State.QUEUED)
-    if uids is not None:
-        active = active.filter(uid__in=uids)
-    changed = 0
     grace = timezone.now() - timedelta(seconds=max(10, settings.PORTAL_RESYNC_SECONDS))
-    for workload in active.select_related("team"):
+    if uids is not None:
+        uids = {uid for uid in uids if view.may_say_something(uid)}
+        if not uids and not full:
+            return 0
+    changed = 0
+    for workload in _to_sync(view, uids, full=full, grace=grace).select_related("team"):
         job, pods = view.objects_for(workload)
         obs = observe(kind=workload.kind, job=job, pods=pods)
         if obs is None:
@@ -230,6 +250,31 @@ def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> i
         except Exception:
             log.exception("workload %s: could not apply observation", workload.uid)
     return changed
+
+
+def _to_sync(view: ClusterView, uids: set[str] | None, *, full: bool, grace):
+    """The active workloads worth loading: those whose objects may say something, and on a full sync those
+    whose objects may be missing. Read first as a few columns each (a drained queue is thousands of
+    workloads whose Jobs have no pod yet: nothing to load, nothing to conclude)."""
+    active = Workload.objects.filter(state__in=State.active()).exclude(state=State.QUEUED)
+    if uids is not None:
+        active = active.filter(uid__in=uids)
+    if not full:
+        return active
+    wanted = [
+        row_id
+        for row_id, uid, state, submitted_at, namespace, attempt in active.values_list(
+            "id", "uid", "state", "submitted_at", "namespace", "attempt"
+        )
+        if view.may_say_something(uid)
+        or (
+            state in (State.PENDING, State.RUNNING)
+            and submitted_at is not None
+            and submitted_at < grace
+            and not (namespace and not attempt and view.holds_own_job(uid, namespace))
+        )
+    ]
+    return active.filter(id__in=wanted)
 
 
 class Tracker:
