@@ -118,14 +118,20 @@ def _print_cpu(side: str, n: int, seconds: dict[str, float]) -> None:
 
 def _worker_batches(log: Path, offset: int) -> str:
     """The worker's own per-batch profile lines ("submit batch: ...", jobs/services/object_creation.py)
-    written since `offset`, summed: per created object, wall and worker-thread CPU per phase, SQL queries."""
+    written since `offset`, summed: per created object, wall and worker-thread CPU per phase, SQL queries;
+    and the tasks it ran meanwhile, by name (the sweep's resubmissions counted)."""
     wall: dict[str, float] = {}
     cpu_s: dict[str, float] = {}
-    created = queries = batches = 0
+    tasks: dict[str, int] = {}
+    created = queries = batches = resubmitted = 0
     with log.open("rb") as f:
         f.seek(offset)
         for raw in f:
             line = raw.decode(errors="replace")
+            task = re.search(r"Task ([\w.]+)\[[^\]]*\] (succeeded|raised|retry)", line)
+            if task:
+                tasks[task[1].rsplit(".", 1)[-1]] = tasks.get(task[1].rsplit(".", 1)[-1], 0) + 1
+                resubmitted += sum(int(v) for v in re.findall(r"'resubmitted': (\d+)", line))
             match = re.search(r"submit batch: (\d+) of \d+ created; (\d+) SQL queries; s wall/cpu: (.*)$", line)
             if not match:
                 continue
@@ -138,9 +144,10 @@ def _worker_batches(log: Path, offset: int) -> str:
     if not created:
         return "no batch lines"
     phases = ", ".join(f"{name} {1000 * wall[name] / created:.2f}/{1000 * cpu_s[name] / created:.2f}" for name in wall)
+    ran = ", ".join(f"{name} {count}" for name, count in sorted(tasks.items(), key=lambda kv: -kv[1]))
     return (
         f"{batches} batches, {created} created, {queries / created:.2f} SQL queries per Job; "
-        f"ms per Job wall/thread-cpu: {phases}"
+        f"ms per Job wall/thread-cpu: {phases}; tasks: {ran}; the sweep handed over {resubmitted} again"
     )
 
 
