@@ -2,8 +2,11 @@
 
 One full list of pods and Jobs (two API calls, whatever the number of workloads) seeds a local cache;
 one watch stream per kind then streams changes. Changed workloads are written in small batches, so a
-pod's phase change reaches the database within a fraction of a second. A full relist runs every
-PORTAL_RESYNC_SECONDS and whenever a watch breaks, so a missed event is caught up, not lost.
+pod's phase change reaches the database within a fraction of a second. Every PORTAL_RESYNC_SECONDS the
+view is applied again to every active workload (a full sync: what the database changed meanwhile, objects
+deleted outside the portal). A stream the API server ends on its timeout is followed by the next from the
+last version seen; a full relist runs whenever a watch breaks (an error, 410 Gone), so a missed event is
+caught up, not lost.
 """
 
 from __future__ import annotations
@@ -291,9 +294,12 @@ class Tracker:
         # and must not overwrite it, so each event carries the generation of the list it belongs to.
         self.generation = 0
 
-    def _watch(self, kind: str, resource_version: str, generation: int) -> None:
-        """Stream changes for one kind into the queue until told to stop or the stream breaks."""
+    def _watch(self, kind: str, resource_version: str, generation: int) -> str | None:
+        """Stream changes for one kind into the queue until told to stop or the stream ends. Returns the
+        resourceVersion to watch on from when the API server ended the stream itself (it does every
+        timeoutSeconds), None when a relist is needed (an ERROR event such as 410 Gone, a broken stream)."""
         path = "/apis/batch/v1/jobs" if kind == "Job" else "/api/v1/pods"
+        version = resource_version
         try:
             response = kube.stream_get(
                 path,
@@ -318,21 +324,35 @@ class Tracker:
                     event = json.loads(line)
                     if event.get("type") == "ERROR":
                         self.relist_needed.set()  # e.g. 410 Gone: our resourceVersion is too old
-                        return
+                        return None
+                    version = ((event.get("object") or {}).get("metadata") or {}).get("resourceVersion") or version
                     if event.get("type") == "BOOKMARK":
                         continue
                     self.events.put((generation, kind, event.get("type"), event.get("object")))
             response.release_conn()
+            return version
         except Exception as exc:
             if not self.stop_event.is_set():
                 log.warning("%s watch ended: %s", kind, kube.classify(exc).message)
-        finally:
             if generation == self.generation:
                 self.relist_needed.set()
+            return None
+
+    def _follow(self, kind: str, resource_version: str, generation: int) -> None:
+        """One kind's watch thread: each stream the API server ends is followed by the next, from the last
+        version seen (bookmarks keep it fresh), until a relist is needed or the tracker stops. A relist of
+        every object is only for a broken watch: it is what costs (10,000 Jobs are 30 MB to encode, send
+        and decode), and a watch that goes on from where it was misses nothing."""
+        version: str | None = resource_version
+        while version is not None and not self.stop_event.is_set() and generation == self.generation:
+            began = time.monotonic()
+            version = self._watch(kind, version, generation)
+            if time.monotonic() - began < 1.0:
+                self.stop_event.wait(1.0)  # a stream ended at once: not a tight loop of them
 
     def _start_watches(self, versions: dict[str, str]) -> None:
         self._watchers = [
-            threading.Thread(target=self._watch, args=(kind, rv, self.generation), name=f"watch-{kind}", daemon=True)
+            threading.Thread(target=self._follow, args=(kind, rv, self.generation), name=f"watch-{kind}", daemon=True)
             for kind, rv in versions.items()
         ]
         for thread in self._watchers:
@@ -373,13 +393,24 @@ class Tracker:
             finally:
                 self._stop_watches()
 
+    def resync(self) -> None:
+        """The periodic safety net, from the view the watches keep: every active workload against its
+        objects (what the database changed meanwhile, objects deleted outside the portal), and pods that
+        outlived their workload."""
+        close_old_connections()
+        sync_workloads(self.view, None, full=True)
+        reap_finished(self.view)
+
     def _stream_until_relist(self, started: float, max_seconds: float | None) -> None:
         next_resync = time.monotonic() + settings.PORTAL_RESYNC_SECONDS
         while not self.stop_event.is_set():
             if max_seconds is not None and time.monotonic() - started > max_seconds:
                 return
-            if self.relist_needed.is_set() or time.monotonic() >= next_resync:
+            if self.relist_needed.is_set():
                 return
+            if time.monotonic() >= next_resync:
+                self.resync()
+                next_resync = time.monotonic() + settings.PORTAL_RESYNC_SECONDS
             dirty: set[str] = set()
             try:
                 generation, kind, kind_event, obj = self.events.get(timeout=0.5)
