@@ -17,7 +17,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
+
+_SERIALIZER = ApiClient()  # only its model -> JSON dict conversion is used
 
 # kind -> (the list call's name, the namespaced read and delete calls' suffix)
 KINDS = {"Job": "job", "Deployment": "deployment", "Service": "service", "Pod": "pod"}
@@ -29,6 +32,12 @@ class _Response:
     """What a call with `_preload_content=False` returns: the raw body."""
 
     data: bytes
+
+    def read(self) -> bytes:
+        return self.data
+
+    def release_conn(self) -> None:
+        pass
 
 
 @dataclass
@@ -57,6 +66,8 @@ class FakeCluster:
     watch_events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # kind -> events to stream
     resource_version: int = 100
     failing: dict[str, ApiException] = field(default_factory=dict)  # call name -> what it raises
+    on_create: Any = None  # called with (kind, body) at every create, before it is stored
+    grace_seconds: dict[tuple[str, str, str], int | None] = field(default_factory=dict)  # deletes asked for
 
     # --- arranging ------------------------------------------------------------------------------
     def add(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -107,9 +118,22 @@ class FakeCluster:
         except KeyError:
             raise ApiException(status=404, reason="Not Found") from None
 
-    def delete(self, kind: str, name: str, namespace: str) -> None:
+    def create(self, kind: str, namespace: str, body: Any) -> _Response:
+        """A create as the portal sends it (a client model, the answer not decoded); 409 when it exists."""
+        self._call(f"create_namespaced_{KINDS[kind]}")
+        if self.on_create is not None:
+            self.on_create(kind, body)
+        obj = _SERIALIZER.sanitize_for_serialization(body)
+        meta = obj.setdefault("metadata", {})
+        if (kind, namespace, meta["name"]) in self.objects:
+            raise ApiException(status=409, reason="AlreadyExists")
+        meta["namespace"] = namespace
+        return _Response(json.dumps(self.add(kind, obj)).encode())
+
+    def delete(self, kind: str, name: str, namespace: str, body: dict[str, Any] | None = None) -> None:
         self._call(f"delete_namespaced_{KINDS[kind]}")
         self.calls[-1] = (f"delete_namespaced_{KINDS[kind]}", namespace, name)
+        self.grace_seconds[(kind, namespace, name)] = (body or {}).get("gracePeriodSeconds")
         if self.objects.pop((kind, namespace, name), None) is None:
             raise ApiException(status=404, reason="Not Found")
 
@@ -126,6 +150,8 @@ class _Api:
                 return lambda label_selector="", **_: self.cluster.list_all(kind, label_selector)
             if name == f"read_namespaced_{suffix}":
                 return lambda name, namespace, **_: self.cluster.read(kind, name, namespace)
+            if name == f"create_namespaced_{suffix}":
+                return lambda namespace, body, **_: self.cluster.create(kind, namespace, body)
             if name == f"delete_namespaced_{suffix}":
-                return lambda name, namespace, **_: self.cluster.delete(kind, name, namespace)
+                return lambda name, namespace, body=None, **_: self.cluster.delete(kind, name, namespace, body)
         raise AttributeError(f"the fake Kubernetes client has no {name} (add it to tests/engine/fake_kube.py)")

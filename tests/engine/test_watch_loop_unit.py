@@ -181,3 +181,52 @@ def test_a_cancelled_workloads_running_pod_is_deleted_again(fake_kube, tracker, 
     fake_kube.add("Pod", gone)
     tracker.relist()
     assert asked == [running.id]
+
+
+def test_jobs_without_pods_cost_the_tracker_no_database_read(fake_kube, tracker, running, django_assert_num_queries):
+    """Draining a long queue makes thousands of Jobs at once; until their pods come they say nothing."""
+    tracker.relist()
+    others = [job(running) for _ in range(3)]
+    for n, other in enumerate(others):
+        other["metadata"]["name"] = f"{running.k8s_name}-{n}"
+    fake_kube.watch_events["Job"] = [{"type": "ADDED", "object": j} for j in [job(running), *others]]
+    with django_assert_num_queries(0):
+        _stream(tracker, "Job")
+    assert Workload.objects.get(id=running.id).state == State.PENDING
+
+
+def test_a_full_sync_reads_one_row_per_workload_whose_job_waits_for_its_pod(
+    fake_kube, tracker, running, django_assert_num_queries
+):
+    Workload.objects.filter(id=running.id).update(submitted_at=timezone.now() - timedelta(hours=1))
+    fake_kube.add("Job", job(running))
+    tracker.relist()
+    with django_assert_num_queries(1):  # the active workloads as a few columns; none of them loaded
+        tracker.resync()
+    assert Workload.objects.get(id=running.id).state == State.PENDING  # its Job is there: not "missing"
+
+
+def test_a_watch_the_api_server_ended_goes_on_from_the_last_version_seen_without_a_relist(fake_kube, tracker, running):
+    fake_kube.add("Job", job(running))
+    tracker.relist()
+    seen = pod(running)
+    seen["metadata"]["resourceVersion"] = "205"
+    fake_kube.watch_events["Pod"] = [
+        {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "200"}}},
+        {"type": "ADDED", "object": seen},
+    ]
+    watch = tracker._watch
+
+    def twice(kind, version, generation):
+        if sum(1 for call in fake_kube.calls if call[0] == "watch") == 1:
+            tracker.stop_event.set()  # the second stream is the last this test reads
+        return watch(kind, version, generation)
+
+    tracker._watch = twice
+    tracker._follow("Pod", "150", tracker.generation)
+    assert [c for c in fake_kube.calls if c[0] == "watch"] == [("watch", "Pod", "150"), ("watch", "Pod", "205")]
+    assert not tracker.relist_needed.is_set()
+    assert [c[0] for c in fake_kube.calls if c[0].startswith("list_")] == [
+        "list_job_for_all_namespaces",
+        "list_pod_for_all_namespaces",
+    ]
