@@ -90,23 +90,26 @@ def enqueue_submit(workload_id: int) -> None:
 
 
 # An admission pass hands its creates to the worker in batches: at most SUBMIT_BATCH workloads a task
-# (one load, one namespace check, one transaction for all of them), and at least SUBMIT_SPREAD tasks
-# when there are that many workloads, so every worker thread creates (the worker runs 8 threads). A
-# batch creates one object after another: the API calls in flight are the worker's threads, no more.
+# (one load, one namespace check, one transaction for all of them). A batch creates one object after
+# another: the API calls in flight are the worker's threads (SUBMIT_SPREAD of them), no more.
 SUBMIT_BATCH = 50
 SUBMIT_SPREAD = 8
+SUBMIT_SMALLEST = 5  # where there are enough ids: a batch's own load, check and transaction stay shared
 
 
 def submit_batches(workload_ids: list[int]) -> list[list[int]]:
-    """Pure: the ids split into batches, in order (see SUBMIT_BATCH and SUBMIT_SPREAD). The number of
-    batches is a multiple of SUBMIT_SPREAD where there are enough ids, so the last round of batches keeps
-    every worker thread busy instead of leaving half of them idle at the end."""
-    n = len(workload_ids)
-    if not n:
-        return []
-    count = math.ceil(math.ceil(n / SUBMIT_BATCH) / SUBMIT_SPREAD) * SUBMIT_SPREAD
-    size = max(1, math.ceil(n / count))
-    return [workload_ids[i : i + size] for i in range(0, n, size)]
+    """Pure: the ids split into batches, in order. A batch is at most SUBMIT_BATCH and at most a
+    (2 * SUBMIT_SPREAD)th of the ids left, so batches shrink towards the end of the queue: the worker's threads, which take
+    the batches in order as each becomes free, run out of work together instead of most of them waiting
+    while a few finish long last batches. A few ids go one or a few per task, so every thread creates."""
+    batches: list[list[int]] = []
+    start, n = 0, len(workload_ids)
+    smallest = min(SUBMIT_SMALLEST, math.ceil(n / SUBMIT_SPREAD))
+    while start < n:
+        size = max(smallest, min(SUBMIT_BATCH, math.ceil((n - start) / (2 * SUBMIT_SPREAD))))
+        batches.append(workload_ids[start : start + size])
+        start += size
+    return batches
 
 
 def enqueue_submits(workload_ids: list[int]) -> None:

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs.services.admission import plan_admission
-from jobs.services.dispatch import SUBMIT_BATCH, SUBMIT_SPREAD, submit_batches
+from jobs.services.dispatch import SUBMIT_BATCH, SUBMIT_SMALLEST, SUBMIT_SPREAD, submit_batches
 from jobs.services.sharing_plan import Held, TeamQuota, Waiting, plan
 
 
@@ -99,6 +99,12 @@ def test_many_admitted_go_in_batches_of_at_most_50_in_order():
     batches = submit_batches(ids)
     assert [i for b in batches for i in b] == ids
     assert max(map(len, batches)) == SUBMIT_BATCH == 50
-    assert len(submit_batches(list(range(80)))) == SUBMIT_SPREAD  # 80 over the 8 threads: 10 each
-    # 1,000 in 24 batches of 42 or fewer (three full rounds of 8), not 20 of 50 (the last round half idle).
-    assert [len(b) for b in submit_batches(list(range(1000)))] == [42] * 23 + [34]
+    assert len(submit_batches(list(range(40)))) == SUBMIT_SPREAD  # 40 over the 8 threads: 5 each
+
+
+def test_batches_shrink_towards_the_end_so_the_worker_threads_run_out_of_work_together():
+    sizes = [len(b) for b in submit_batches(list(range(1000)))]
+    assert sizes[:5] == [SUBMIT_BATCH] * 5
+    assert sizes == sorted(sizes, reverse=True)
+    # The last round of the 8 threads is small batches (a few creates each), not 8 long ones.
+    assert max(sizes[-SUBMIT_SPREAD:]) <= SUBMIT_SMALLEST
