@@ -130,10 +130,9 @@ class FakeCluster:
         meta["namespace"] = namespace
         return _Response(json.dumps(self.add(kind, obj)).encode())
 
-    def delete(self, kind: str, name: str, namespace: str, body: dict[str, Any] | None = None) -> None:
+    def delete(self, kind: str, name: str, namespace: str) -> None:
         self._call(f"delete_namespaced_{KINDS[kind]}")
         self.calls[-1] = (f"delete_namespaced_{KINDS[kind]}", namespace, name)
-        self.grace_seconds[(kind, namespace, name)] = (body or {}).get("gracePeriodSeconds")
         if self.objects.pop((kind, namespace, name), None) is None:
             raise ApiException(status=404, reason="Not Found")
 
@@ -153,5 +152,9 @@ class _Api:
             if name == f"create_namespaced_{suffix}":
                 return lambda namespace, body, **_: self.cluster.create(kind, namespace, body)
             if name == f"delete_namespaced_{suffix}":
-                return lambda name, namespace, body=None, **_: self.cluster.delete(kind, name, namespace, body)
+                return lambda name, namespace, body=None, **_: self._delete(kind, name, namespace, body)
         raise AttributeError(f"the fake Kubernetes client has no {name} (add it to tests/engine/fake_kube.py)")
+
+    def _delete(self, kind: str, name: str, namespace: str, body: dict[str, Any] | None) -> None:
+        self.cluster.grace_seconds[(kind, namespace, name)] = (body or {}).get("gracePeriodSeconds")
+        self.cluster.delete(kind, name, namespace)
