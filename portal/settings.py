@@ -417,7 +417,11 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"StateEnum": "jobs.models.State", "KindEnum": "jobs.models.Kind"},
+    "ENUM_NAME_OVERRIDES": {
+        "StateEnum": "jobs.models.State",
+        "KindEnum": "jobs.models.Kind",
+        "MemberRoleEnum": "jobs.models.Role",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "api.schema.forbid_unknown_request_fields",
