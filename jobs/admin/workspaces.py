@@ -13,12 +13,13 @@ from functools import partial
 
 from django.contrib import admin, messages
 from django.db import transaction
-from django.db.models import F, FloatField, QuerySet
+from django.db.models import ExpressionWrapper, F, FloatField, QuerySet
 from django.db.models.functions import Cast
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.timesince import timesince
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from jobs import tasks
 from jobs.kube import client as kube
@@ -34,7 +35,7 @@ def _claim_status(namespaces: set[str]) -> dict[tuple[str, str], str]:
     for namespace in sorted(namespaces):
         try:
             claims = kube.core().list_namespaced_persistent_volume_claim(namespace, _request_timeout=kube.timeout())
-        except (ApiException, OSError, kube.KubeConfigError) as exc:
+        except (ApiException, OSError, HTTPError, kube.KubeConfigError) as exc:
             log.warning("workspace admin: cannot list claims in %s: %s", namespace, exc)
             continue
         for claim in claims.items:
@@ -65,7 +66,9 @@ class UseFilter(admin.SimpleListFilter):
 
 def with_use_ratio(queryset: QuerySet[Workspace]) -> QuerySet[Workspace]:
     """Annotates used bytes over the claim's size (null until measured), for sorting and filtering."""
-    return queryset.annotate(use_ratio=Cast(F("used_bytes"), FloatField()) / (F("size_gib") * float(GIB)))
+    # In floating point from the start: size_gib * 2**30 overflows a 32-bit integer from 2 GiB on.
+    ratio = Cast(F("used_bytes"), FloatField()) / (Cast(F("size_gib"), FloatField()) * float(GIB))
+    return queryset.annotate(use_ratio=ExpressionWrapper(ratio, output_field=FloatField()))
 
 
 @admin.register(Workspace)

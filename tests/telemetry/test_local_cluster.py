@@ -90,15 +90,17 @@ def test_a_file_written_into_a_home_shows_as_used_bytes_in_admin(engine, publish
         home.refresh_from_db()
         return home if home.used_bytes is not None and home.used_bytes >= at_least else None
 
-    empty = wait_until(lambda: measured(0), timeout=90)
-    assert empty.volume_name.startswith("pvc-")
-    assert empty.used_bytes < 256 * 1024
-    assert empty.used_measured_on == service.node_name
+    wait_until(lambda: measured(0), timeout=90)
+    service.refresh_from_db()
+    assert home.volume_name.startswith("pvc-")
+    assert home.used_bytes < 256 * 1024  # an empty home: its directory's own blocks
+    assert home.used_measured_on == service.node_name
+    first_measured_at = home.used_measured_at
 
     put = requests.put(f"http://{ip}:8888/_files/home/{owner}/weights.bin", data=b"w" * 256 * 1024, timeout=10)
     assert put.status_code == 201, put.text
     full = wait_until(lambda: measured(256 * 1024))
-    assert full.used_measured_at > empty.used_measured_at
+    assert full.used_measured_at > first_measured_at
 
     page = admin_client.get("/admin/jobs/workspace/?o=-5")  # sorted by use, fullest first
     assert page.status_code == 200

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agent.report import MAX_VOLUMES, VolumeReading
-from jobs.models import Workspace
+from jobs.models import Workload, Workspace
 from tests.telemetry.conftest import running_workload
 from tests.telemetry.helpers import make_report, post
 
@@ -76,7 +76,8 @@ def test_a_reported_volume_is_stored_on_the_workspace_it_is_bound_to(client, peo
 def test_a_node_speaks_only_for_volumes_its_workloads_mount(client, people, agent_token, workspaces):
     home, _team = workspaces
     # The owner's workload runs on another node: this node's report may not set its home's use.
-    running_workload(people, namespace=NAMESPACE, mounts=_mounts("owner"), node_name="gpu-p100-2")
+    elsewhere = running_workload(people, namespace=NAMESPACE, mounts=_mounts("owner"))
+    Workload.objects.filter(id=elsewhere.id).update(node_name="gpu-p100-2")
     report = _with_volumes(make_report(), VolumeReading("pvc-home-1", used_bytes=9 * GIB))
 
     response = post(client, report, agent_token)
@@ -136,7 +137,8 @@ def test_bad_volume_fields_are_refused_naming_the_field(client, people, agent_to
 
 def test_another_nodes_report_with_volumes_is_still_refused(client, people, agent_token, workspaces):
     assert post(client, make_report(), agent_token).status_code == 202  # binds the token to gpu-p100-1
-    running_workload(people, namespace=NAMESPACE, mounts=_mounts("owner"), node_name="gpu-p100-2")
+    elsewhere = running_workload(people, namespace=NAMESPACE, mounts=_mounts("owner"))
+    Workload.objects.filter(id=elsewhere.id).update(node_name="gpu-p100-2")
     report = _with_volumes(make_report("gpu-p100-2"), VolumeReading("pvc-home-1", used_bytes=GIB))
 
     response = post(client, report, agent_token)
@@ -188,7 +190,7 @@ def test_the_workload_page_and_api_show_each_workspaces_use(client, people, work
     page = client.get(f"/workloads/{workload.uid}/")
 
     assert [(m["claim"], m["used_bytes"]) for m in one["mounts"]] == [("home-owner", 3 * GIB), ("team", None)]
-    assert one["mounts"][0]["used_measured_at"].startswith(measured_at.strftime("%Y-%m-%dT%H:%M"))
+    assert datetime.fromisoformat(one["mounts"][0]["used_measured_at"]) == measured_at
     assert one["mounts"][1]["used_measured_at"] is None
     assert [m["used_bytes"] for m in many["results"][0]["mounts"]] == [3 * GIB, None]
     assert page.status_code == 200
