@@ -109,7 +109,7 @@ class FakeCluster:
             obj for (k, ns, _), obj in sorted(self.objects.items()) if k == "PersistentVolumeClaim" and ns == namespace
         ]
         body = {"apiVersion": "v1", "kind": "PersistentVolumeClaimList", "items": items, "metadata": {}}
-        return ApiClient().deserialize(_Json(body), "V1PersistentVolumeClaimList")
+        return ApiClient().deserialize(json.dumps(body), "V1PersistentVolumeClaimList", "application/json")
 
     def read(self, kind: str, name: str, namespace: str) -> dict[str, Any]:
         self._call(f"read_namespaced_{KINDS[kind]}")
@@ -123,17 +123,6 @@ class FakeCluster:
         self.calls[-1] = (f"delete_namespaced_{KINDS[kind]}", namespace, name)
         if self.objects.pop((kind, namespace, name), None) is None:
             raise ApiException(status=404, reason="Not Found")
-
-
-@dataclass
-class _Json:
-    """What ApiClient.deserialize reads a body from."""
-
-    body: dict[str, Any]
-
-    @property
-    def data(self) -> str:
-        return json.dumps(self.body)
 
 
 class _Api:
