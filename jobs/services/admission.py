@@ -355,6 +355,8 @@ def _queue_heads(
     left_out: dict[GroupKey, int] = {}
     if not rooms:
         return heads, left_out
+    if connection.vendor != "postgresql":
+        return _queue_heads_read_whole(rooms, cohort_of, fair)
     pairs = sorted(rooms)
     usage = [(t, owner, hours) for t, by_owner in fair.items() for owner, hours in by_owner.items()]
     params = [
@@ -384,6 +386,35 @@ def _queue_heads(
             left_out[key] = left_out.get(key, 0) - 1
     for (team_id, gpu_type_id), count in queued.items():
         left_out[(cohort_of[team_id], gpu_type_id)] += count
+    return heads, left_out
+
+
+def _queue_heads_read_whole(
+    rooms: dict[tuple[int, int], sharing_plan.Room],
+    cohort_of: dict[int, tuple[int, ...]],
+    fair: dict[int, dict[int, float]],
+) -> tuple[QueueHeads, dict[GroupKey, int]]:
+    """`_queue_heads` where SQL cannot pick them (SQLite in development): the whole queue, cut in Python."""
+    by_pair: dict[tuple[int, int], list[QueueEntry]] = {}
+    rows = Workload.objects.filter(
+        team_id__in={t for t, _ in rooms}, gpu_type_id__in={g for _, g in rooms}, state=State.QUEUED
+    ).values_list("id", "team_id", "gpu_type_id", "owner_id", "gpu_count", "priority", "created_at", "requeued_at")
+    for w_id, team_id, gpu_type_id, owner_id, gpus, priority, created, requeued in rows:
+        if (team_id, gpu_type_id) in rooms:
+            by_pair.setdefault((team_id, gpu_type_id), []).append(
+                QueueEntry(
+                    id=w_id, team_id=team_id, user_id=owner_id, gpus=gpus, priority=priority,
+                    created=created.timestamp(), requeued=requeued.timestamp() if requeued else None,
+                )
+            )  # fmt: skip
+    heads: QueueHeads = {}
+    left_out: dict[GroupKey, int] = {}
+    for (team_id, gpu_type_id), entries in by_pair.items():
+        own_order = sharing_plan.team_queues(entries, fair)[team_id]
+        head = sharing_plan.queue_head(own_order, rooms[(team_id, gpu_type_id)])
+        key = (cohort_of[team_id], gpu_type_id)
+        heads.setdefault(key, []).extend(head)
+        left_out[key] = left_out.get(key, 0) + len(entries) - len(head)
     return heads, left_out
 
 

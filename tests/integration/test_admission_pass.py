@@ -124,7 +124,7 @@ def test_a_second_pass_admits_nothing_more(world):
 def test_the_pass_reads_each_team_s_queue_head_as_the_plan_defines_it(world):
     """The pass picks the head of each team's queue in SQL; it must be `sharing_plan.queue_head` of the
     team's whole queue in its own order (fair share included), with the same places, for every room."""
-    from jobs.services.admission import _cohorts, _queue_heads, fair_share_usage
+    from jobs.services.admission import _cohorts, _queue_heads, _queue_heads_read_whole, fair_share_usage
 
     teams, types = world["teams"], world["types"]
     Quota.objects.filter(team=teams[3]).update(user_max_gpus=2)  # the fair-share team also caps people
@@ -139,6 +139,11 @@ def test_the_pass_reads_each_team_s_queue_head_as_the_plan_defines_it(world):
     ):
         rooms = {(t.id, g.id): rooms_of(t) for t in teams[1:4] for g in types}
         heads, left_out = _queue_heads(rooms, cohort_of, fair)
+        in_python = _queue_heads_read_whole(rooms, cohort_of, fair)  # SQLite's way, the same
+        assert {k: sorted((p, e.id) for p, e in v) for k, v in in_python[0].items()} == {
+            k: sorted((p, e.id) for p, e in v) for k, v in heads.items()
+        }
+        assert {k: v for k, v in in_python[1].items() if v} == {k: v for k, v in left_out.items() if v}
         for g in types:
             for t in teams[1:4]:
                 entries = [
