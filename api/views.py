@@ -53,7 +53,13 @@ from api.serializers import (
 from jobs import policy
 from jobs.kube.client import KubeConfigError, classify
 from jobs.models import CatalogImage, GpuType, Kind, Membership, State, Workload
-from jobs.selectors import cluster_capacity, queue_positions, team_quota_use, with_queue_position
+from jobs.selectors import (
+    cluster_capacity,
+    queue_positions,
+    queued_position_and_type,
+    team_quota_use,
+    with_queue_position,
+)
 from jobs.selectors_sharing import team_queue_explained
 from jobs.services import reports
 from jobs.services.cancel import workload_cancel
@@ -202,6 +208,12 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     def get_serializer_context(self):
         return {**super().get_serializer_context(), "now": timezone.now()}
 
+    def _render_stored(self, workload: Workload) -> dict:
+        """A workload this request just stored QUEUED (its team and owner at hand): rendered from memory
+        with its queue position and GPU type read in one statement, not read back whole."""
+        workload.gpu_type, workload.queue_position = queued_position_and_type(workload)
+        return self.get_serializer(workload).data
+
     def _render(self, workload: Workload) -> dict:
         # The caller found the workload through the caller's visibility (or just created it): one read
         # with its queue position, no second check.
@@ -238,6 +250,8 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                 team=team, owner=request.user, spec=spec, snapshot=snapshot, admit_in_line=key is None,
                 all_or_nothing=key is not None,
             )  # fmt: skip
+            if key is not None:  # still QUEUED: the admission comes after the commit
+                return status.HTTP_201_CREATED, self._render_stored(workload)
             return status.HTTP_201_CREATED, self._render(workload)
 
         if key is None:

@@ -68,7 +68,7 @@ def wrap_api() -> None:
     wrap(views, "parse_submission", "api: parse the body")
     wrap(views.access, "resolve_team_to_submit", "api: resolve the team (with the intake facts)")
     wrap(views, "create_once", "api: idempotency record")
-    wrap(views.WorkloadViewSet, "_render", "api: render the response")
+    wrap(views.WorkloadViewSet, "_render_stored", "api: render the response")
     wrap(views, "workload_submit", "intake (workload_submit)")
 
 
