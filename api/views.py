@@ -58,6 +58,7 @@ from jobs.selectors import (
     queue_positions,
     queued_position_and_type,
     team_quota_use,
+    with_earlier_runs,
     with_queue_position,
 )
 from jobs.selectors_sharing import team_queue_explained
@@ -203,6 +204,7 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         positions = queue_positions(page)
         for workload in page:
             workload.queue_position = positions.get(workload.id)
+        with_earlier_runs(page)
         return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
     def get_serializer_context(self):
@@ -403,6 +405,8 @@ class TeamViewSet(ApiViewMixin, viewsets.GenericViewSet):
         queued = with_queue_position(
             Workload.objects.filter(team=team, state=State.QUEUED).select_related("team", "owner", "gpu_type")
         ).order_by("gpu_type__slug", "-priority", "created_at", "id")[: settings.API_QUEUE_LIMIT]
+        queued = list(queued)
+        with_earlier_runs(queued)  # requeued work shows the GPU time of the runs it already had
         body = {
             "team": team.slug,
             "quotas": QuotaUseSerializer(team_quota_use(team), many=True).data,

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Case, Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value, When
 from django.db.models.functions import Coalesce
 
 from jobs import policy
-from jobs.models import GpuNode, GpuType, Membership, Quota, Role, State, Team, Workload, Workspace
+from jobs.models import GpuNode, GpuType, Membership, Quota, Role, RunSegment, State, Team, Workload, Workspace
+from jobs.models.workloads import segment_gpu_seconds
 
 
 def teams_for(user) -> QuerySet[Team]:
@@ -103,6 +105,22 @@ def queue_positions(workloads: Iterable[Workload]) -> dict[int, int]:
     if not ids:
         return {}
     return dict(with_queue_position(Workload.objects.filter(id__in=ids)).values_list("id", "queue_position"))
+
+
+def with_earlier_runs(workloads: Iterable[Workload]) -> None:
+    """Read the GPU time of earlier runs (ended by preemption, then requeued) for a page of workloads in
+    one query, so each row's `gpu_seconds` needs none; workloads never requeued need nothing."""
+    requeued = {w.id: w for w in workloads if w.attempt}
+    if not requeued:
+        return
+    parts: dict[int, list[tuple[int, datetime, datetime]]] = {i: [] for i in requeued}
+    for workload_id, attempt, gpus, started, finished in RunSegment.objects.filter(
+        workload_id__in=list(requeued)
+    ).values_list("workload_id", "attempt", "gpu_count", "started_at", "finished_at"):
+        if attempt < requeued[workload_id].attempt:
+            parts[workload_id].append((gpus, started, finished))
+    for workload_id, segments in parts.items():
+        requeued[workload_id]._earlier_gpu_seconds = segment_gpu_seconds(segments)
 
 
 def queue_position(workload: Workload) -> int | None:
