@@ -57,7 +57,8 @@ class TeamQuota:
 
 @dataclass(frozen=True)
 class Held:
-    """A workload holding GPUs. `order` grows with admission time (newest has the largest)."""
+    """A workload holding GPUs. `order` grows with admission time (newest has the largest);
+    `restartable`: preempted, it goes back to the front of its team's queue (only forecasts use it)."""
 
     id: int
     team_id: int
@@ -66,15 +67,21 @@ class Held:
     priority: int = 0
     borrowed: bool = False
     order: float = 0.0
+    restartable: bool = False
 
 
 @dataclass(frozen=True)
 class Waiting:
+    """A queued workload. `created` (epoch seconds) and `requeued` only matter to forecasts, which re-rank
+    the queue as it moves (`order_queue`'s order) and put preempted work back at the front."""
+
     id: int
     team_id: int
     gpus: int
     user_id: int = 0
     priority: int = 0
+    created: float = 0.0
+    requeued: bool = False
 
 
 @dataclass
@@ -276,7 +283,7 @@ def order_ranked(ranked: Iterable[tuple[int, QueueEntry]]) -> list[Waiting]:
     the others keep their places, so teams interleave as they would with every entry present."""
     ordered = sorted(ranked, key=lambda pair: (-pair[1].priority, pair[0], pair[1].created, pair[1].id))
     return [
-        Waiting(id=e.id, team_id=e.team_id, gpus=e.gpus, user_id=e.user_id, priority=e.priority) for _, e in ordered
+        Waiting(e.id, e.team_id, e.gpus, e.user_id, e.priority, e.created, e.requeued is not None) for _, e in ordered
     ]
 
 
