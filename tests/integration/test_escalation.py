@@ -251,3 +251,19 @@ def test_the_proxy_reads_endpoints_in_team_namespaces_and_nowhere_else(escalatio
     assert not can_i(kube_api, who, "list", "services")
     for resource in ("pods", "pods/log", "events", "secrets", "configmaps"):
         assert not can_i(kube_api, who, "get", resource, team), resource
+
+
+def test_the_provisioner_gives_namespaces_made_before_the_proxys_binding(escalation_scene, portal_account, kube_api):
+    """An upgrade from the cluster-wide proxy: a team namespace without the proxy's RoleBinding gets it when
+    the provisioner starts (existing_namespaces_refresh), with the provisioner's own token; namespaces that
+    are not this installation's are left alone."""
+    from jobs.services.provisioning import existing_namespaces_refresh
+
+    team, rbac = escalation_scene["team"], k8s.RbacAuthorizationV1Api(kube_api)
+    rbac.delete_namespaced_role_binding(objects.PROXY_BINDING_NAME, team)
+    done = existing_namespaces_refresh(api=escalation_scene["clients"]["provisioner"])
+    assert team in done
+    assert escalation_scene["other"] not in done
+    binding = rbac.read_namespaced_role_binding(objects.PROXY_BINDING_NAME, team)
+    assert binding.role_ref.name == portal_account.proxy_role
+    assert [s.name for s in binding.subjects] == [portal_account.service_accounts["proxy"].split("/")[1]]
