@@ -274,7 +274,7 @@ def test_only_the_provisioner_makes_team_namespaces_and_nobody_escalates(release
         assert not can_i(release.kubeconfig, sa, "create", "jobs.batch", other)
         assert not can_i(release.kubeconfig, sa, "create", "pods", team)
         assert not can_i(release.kubeconfig, sa, "get", "secrets", team)
-        # The provisioner itself runs nothing, and `bind` covers only the portal's two roles: `admin` is refused.
+        # The provisioner itself runs nothing, and `bind` covers only the portal's three roles: `admin` is refused.
         assert not can_i(release.kubeconfig, provisioner, "create", "jobs.batch", team)
         refused = kubectl(
             release.kubeconfig, "create", "rolebinding", "escalate", "-n", other, "--clusterrole=admin",
