@@ -310,7 +310,8 @@ def test_one_origin_per_service_in_the_browser(service_origins, page, live_serve
         assert f"/w/{workload.uid}/" in page.evaluate("() => document.body.innerText")
     cookies = {}
     for workload in (first, second):
-        [cookie] = [c for c in page.context.cookies(_origin(world, workload)) if c["name"] == "gpuportal_open"]
+        at = f"{_origin(world, workload)}/w/{workload.uid}/"
+        [cookie] = [c for c in page.context.cookies(at) if c["name"] == "gpuportal_open"]
         assert cookie["domain"] == urlsplit(_origin(world, workload)).hostname  # host-only: that service's host
         assert (cookie["path"], cookie["httpOnly"]) == (f"/w/{workload.uid}/", True)
         cookies[workload.uid] = cookie["value"]
