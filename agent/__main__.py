@@ -24,6 +24,7 @@ from agent.push import Pusher
 from agent.readings import Sampler
 from agent.simulated import BusyGpu, SimulatedSampler
 from agent.stats import AgentStats
+from agent.volumes import VolumeMeter
 
 EXIT_NO_NVML = 69  # sysexits EX_UNAVAILABLE
 EXIT_CONFIG = 78  # sysexits EX_CONFIG
@@ -108,6 +109,15 @@ def main(argv: list[str] | None = None) -> int:
         latest=latest,
         stats=stats,
         pusher=pusher,
+        volumes=(
+            VolumeMeter(
+                config.kubelet_root,
+                interval_seconds=config.volume_interval_seconds,
+                max_entries=config.volume_max_entries,
+            )
+            if config.volume_interval_seconds > 0
+            else None
+        ),
     )
     try:
         loop.run(stop)

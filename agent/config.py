@@ -42,6 +42,10 @@ class AgentConfig:
     # GPU indexes a standalone simulated agent shows as busy (the node simulator passes busy_fn instead).
     simulate_busy: tuple[int, ...] = ()
     log_level: str = "INFO"
+    # Persistent volumes' use, read from the kubelet's pod directories every so often (0: never).
+    kubelet_root: Path = Path("/var/lib/kubelet")
+    volume_interval_seconds: float = 60.0
+    volume_max_entries: int = 200_000
 
     def __repr__(self) -> str:
         # The dataclass repr would print the token; this one never does.
@@ -97,6 +101,9 @@ class AgentConfig:
             simulate_cuda_version=_cuda_version(env, "SIMULATE_CUDA_VERSION", "12.2"),
             simulate_busy=_indexes(env, "SIMULATE_BUSY"),
             log_level=_log_level(env, "LOG_LEVEL"),
+            kubelet_root=Path(_str(env, "KUBELET_ROOT") or "/var/lib/kubelet"),
+            volume_interval_seconds=_float(env, "VOLUME_INTERVAL_SECONDS", 60.0, minimum=0, maximum=86400),
+            volume_max_entries=_int(env, "VOLUME_MAX_ENTRIES", 200_000, minimum=1, maximum=100_000_000),
         )
 
     def token(self) -> str | None:

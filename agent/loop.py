@@ -18,8 +18,9 @@ from agent.cgroups import PodRef, resolve_pid
 from agent.metrics import LatestReport
 from agent.push import Pusher
 from agent.readings import RawSample, Sampler
-from agent.report import Report, build_report
+from agent.report import Report, VolumeReading, build_report
 from agent.stats import AgentStats
+from agent.volumes import VolumeMeter
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ class AgentLoop:
         latest: LatestReport,
         stats: AgentStats,
         pusher: Pusher | None = None,
+        volumes: VolumeMeter | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.node_name = node_name
@@ -44,6 +46,7 @@ class AgentLoop:
         self.latest = latest
         self.stats = stats
         self.pusher = pusher
+        self.volumes = volumes
         self._now = now
         self._failing = False
 
@@ -71,6 +74,7 @@ class AgentLoop:
             interval_seconds=self.interval_seconds,
             agent_version=agent.__version__,
             pods=self._resolve_pods(raw),
+            volumes=self._measure_volumes(),
         )
         self.latest.set(report)
         self.latest.nvml_available = not self.sampler.simulated
@@ -79,6 +83,17 @@ class AgentLoop:
         if self.pusher is not None:
             self.pusher.enqueue(report)
         return report
+
+    def _measure_volumes(self) -> tuple[VolumeReading, ...]:
+        """The volumes' use when it is time to measure it again; () otherwise (the report leaves it out)."""
+        if self.volumes is None or not self.volumes.due():
+            return ()
+        try:
+            return self.volumes.measure()
+        except Exception:
+            # Telemetry of the GPUs matters more: report them without the volumes this time.
+            log.exception("measuring volumes failed")
+            return ()
 
     def _resolve_pods(self, raw: RawSample) -> dict[int, PodRef]:
         pods: dict[int, PodRef] = {}

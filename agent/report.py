@@ -29,6 +29,11 @@ Wire format, schema "gpuportal.agent.report/v1" (JSON, one report per POST to
              "pod_uid": "5f1c…", "container_id": "9a0b…"}   # null when not in a pod / not found
           ]
         }
+      ],
+      "volumes": [                          # optional: persistent volumes mounted on this node
+        {"name": "pvc-0f3c…",               # the PersistentVolume's name (the kubelet's directory name)
+         "used_bytes": 1073741824,          # bytes in use on it
+         "capacity_bytes": 10737418240}     # its filesystem's size; null when it has none of its own
       ]
     }
 
@@ -42,7 +47,8 @@ from_dict ignores fields it does not know so an older portal accepts a newer age
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypedDict
@@ -52,6 +58,10 @@ from agent.readings import RawGpu, RawSample
 
 SCHEMA = "gpuportal.agent.report/v1"
 GPU_STATES = ("ok", "lost")
+# A node mounts a few dozen volumes at most; a report listing more is refused, and the agent sends no more.
+MAX_VOLUMES = 512
+# A PersistentVolume's name is a DNS subdomain (what the kubelet names the volume's directory after).
+VOLUME_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
 class ReportError(ValueError):
@@ -85,7 +95,13 @@ class GpuDict(TypedDict):
     processes: list[ProcessDict]
 
 
-class ReportDict(TypedDict):
+class VolumeDict(TypedDict):
+    name: str
+    used_bytes: int
+    capacity_bytes: int | None
+
+
+class ReportDict(TypedDict, total=False):
     schema: str
     node: str
     simulated: bool
@@ -95,6 +111,31 @@ class ReportDict(TypedDict):
     driver_version: str | None
     cuda_driver_version: str | None
     gpus: list[GpuDict]
+    volumes: list[VolumeDict]
+
+
+@dataclass(frozen=True)
+class VolumeReading:
+    """How full one persistent volume mounted on the node is."""
+
+    name: str
+    used_bytes: int
+    capacity_bytes: int | None = None
+
+    def to_dict(self) -> VolumeDict:
+        return {"name": self.name, "used_bytes": self.used_bytes, "capacity_bytes": self.capacity_bytes}
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str = "volume") -> VolumeReading:
+        body = _object(data, path)
+        name = _text(body, "name", path, nullable=False)
+        if not VOLUME_NAME.fullmatch(name):
+            raise ReportError(f"{path}.name: expected a PersistentVolume name (lower-case DNS subdomain)")
+        used = _int(body, "used_bytes", path, nullable=False)
+        capacity = _int(body, "capacity_bytes", path)
+        if capacity is not None and used > capacity:
+            raise ReportError(f"{path}.used_bytes: {used} is more than capacity_bytes ({capacity})")
+        return cls(name=name, used_bytes=used, capacity_bytes=capacity)
 
 
 @dataclass(frozen=True)
@@ -222,9 +263,11 @@ class Report:
     driver_version: str | None
     cuda_driver_version: str | None
     gpus: tuple[GpuReading, ...] = ()
+    # Only in reports of a pass that measured volumes (the agent does so less often than it samples GPUs).
+    volumes: tuple[VolumeReading, ...] = ()
 
     def to_dict(self) -> ReportDict:
-        return {
+        body: ReportDict = {
             "schema": SCHEMA,
             "node": self.node,
             "simulated": self.simulated,
@@ -235,6 +278,9 @@ class Report:
             "cuda_driver_version": self.cuda_driver_version,
             "gpus": [gpu.to_dict() for gpu in self.gpus],
         }
+        if self.volumes:
+            body["volumes"] = [volume.to_dict() for volume in self.volumes]
+        return body
 
     @classmethod
     def from_dict(cls, data: Any) -> Report:
@@ -266,6 +312,7 @@ class Report:
         )
         if len({gpu.index for gpu in gpus}) != len(gpus):
             raise ReportError("gpus: the same GPU index appears twice")
+        volumes = _volumes(body)
         return cls(
             node=node,
             simulated=simulated,
@@ -275,7 +322,19 @@ class Report:
             driver_version=_text(body, "driver_version", "report"),
             cuda_driver_version=cuda,
             gpus=gpus,
+            volumes=volumes,
         )
+
+
+def _volumes(body: Mapping[str, Any]) -> tuple[VolumeReading, ...]:
+    """The optional "volumes" list (reports of older agents have none)."""
+    items = _list(body, "volumes", "report", required=False)
+    if len(items) > MAX_VOLUMES:
+        raise ReportError(f"volumes: at most {MAX_VOLUMES} per report")
+    volumes = tuple(VolumeReading.from_dict(item, f"volumes[{position}]") for position, item in enumerate(items))
+    if len({volume.name for volume in volumes}) != len(volumes):
+        raise ReportError("volumes: the same volume name appears twice")
+    return volumes
 
 
 def format_cuda_version(raw: int | None) -> str | None:
@@ -302,9 +361,11 @@ def build_report(
     interval_seconds: float,
     agent_version: str,
     pods: Mapping[int, PodRef] | None = None,
+    volumes: Sequence[VolumeReading] = (),
 ) -> Report:
     """The report for one sample. Pure: `pods` (PID -> pod, resolved by the caller from cgroups) is the
-    only outside knowledge, and a process's own `pod` (set by the simulated source) wins over it."""
+    only outside knowledge, and a process's own `pod` (set by the simulated source) wins over it.
+    `volumes` (measured by agent.volumes) go in sorted by name."""
     if timestamp.tzinfo is None:
         raise ValueError("timestamp must be timezone-aware")
     pods = pods or {}
@@ -317,6 +378,7 @@ def build_report(
         driver_version=raw.driver_version,
         cuda_driver_version=format_cuda_version(raw.cuda_driver_version),
         gpus=tuple(_gpu_reading(gpu, pods) for gpu in sorted(raw.gpus, key=lambda g: g.index)),
+        volumes=tuple(sorted(volumes, key=lambda v: v.name)),
     )
 
 

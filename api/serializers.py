@@ -14,6 +14,7 @@ from rest_framework import serializers
 from api.errors import Invalid
 from jobs.models import CatalogImage, Kind, State, Team, Workload, WorkloadEvent
 from jobs.policy import visible_env
+from jobs.selectors import mounts_with_use
 from jobs.services import opening
 from jobs.services.spec_fields import FIELDS as SPEC_FIELDS
 from jobs.services.spec_fields import field_limits, item_limits, time_limit_limits
@@ -60,6 +61,27 @@ class MountSerializer(serializers.Serializer):
     claim = serializers.CharField(help_text="The PersistentVolumeClaim in the team namespace.")
     read_only = serializers.BooleanField()
     size_gib = serializers.IntegerField(min_value=1, allow_null=True, help_text="null for datasets.")
+    used_bytes = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        help_text="Workspaces: bytes in use as a node agent last measured them; null until measured.",
+    )
+    used_measured_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="Workspaces: when used_bytes was measured."
+    )
+
+
+class WorkloadListSerializer(serializers.ListSerializer):
+    """Many workloads: their workspaces' use is read in one query for the whole page."""
+
+    def to_representation(self, data: Any) -> list[dict[str, Any]]:
+        workloads = list(data.all() if hasattr(data, "all") else data)
+        self.child.mounts_shown = mounts_with_use(workloads)
+        try:
+            return [self.child.to_representation(workload) for workload in workloads]
+        finally:
+            self.child.mounts_shown = None
 
 
 class WorkloadSerializer(serializers.ModelSerializer):
@@ -79,8 +101,11 @@ class WorkloadSerializer(serializers.ModelSerializer):
         help_text="A service: where to open it in a browser (the portal's proxy, signed in). Empty for batch jobs."
     )
 
+    mounts_shown: dict[int, list[dict[str, Any]]] | None = None
+
     class Meta:
         model = Workload
+        list_serializer_class = WorkloadListSerializer
         fields = [
             "uid", "name", "team", "owner", "kind", "image", "catalog_image", "gpu_type", "gpu_count",
             "command", "args", "env", "secrets", "port", "mounts", "cpu_millicores", "memory_mib", "time_limit_seconds", "priority", "restartable",
@@ -120,7 +145,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "gpu_count": w.gpu_count, "command": list(w.command or []), "args": list(w.args or []),
             "env": self.get_env(w),
             "secrets": [{"name": s["name"], "env": s.get("env", "")} for s in w.secrets or []], "port": w.port,
-            "mounts": [{k: m.get(k) for k in _MOUNT_KEYS if k in m} for m in w.mounts or []],
+            "mounts": self._mounts(w),
             "time_limit_seconds": w.time_limit_seconds, "priority": w.priority, "restartable": w.restartable,
             "borrowed": w.borrowed, "attempt": w.attempt,
             "estimated_start_at": _when(w.estimated_start_at) if w.state == State.QUEUED else None,
@@ -136,9 +161,15 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "finished_at": _when(w.finished_at), "state_changed_at": _when(w.state_changed_at),
         }  # fmt: skip
 
+    def _mounts(self, workload: Workload) -> list[dict[str, Any]]:
+        shown = self.mounts_shown.get(workload.id) if self.mounts_shown is not None else None
+        if shown is None:
+            shown = mounts_with_use([workload])[workload.id]
+        return [{k: _when(m[k]) if k == "used_measured_at" else m[k] for k in _MOUNT_KEYS if k in m} for m in shown]
+
 
 _DATETIME = serializers.DateTimeField()
-_MOUNT_KEYS = ("kind", "name", "mount_path", "claim", "read_only", "size_gib")
+_MOUNT_KEYS = ("kind", "name", "mount_path", "claim", "read_only", "size_gib", "used_bytes", "used_measured_at")
 
 
 def _when(value: datetime | None) -> str | None:

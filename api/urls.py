@@ -4,7 +4,7 @@ from django.urls import include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.routers import DefaultRouter
 
-from api import views, views_secrets
+from api import views, views_members, views_secrets
 from notifications.api import NotificationPreferenceView
 
 router = DefaultRouter(trailing_slash=True)
@@ -13,6 +13,11 @@ router.register("workloads", views.WorkloadViewSet, basename="workload")
 router.register("teams", views.TeamViewSet, basename="team")
 
 urlpatterns = [
+    path("teams/<str:slug>/members/", views_members.TeamMembersView.as_view(), name="team-members"),
+    path(
+        "teams/<str:slug>/members/changes/", views_members.TeamMemberChangesView.as_view(), name="team-member-changes"
+    ),
+    path("teams/<str:slug>/members/<str:username>/", views_members.TeamMemberView.as_view(), name="team-member"),
     path("", include(router.urls)),
     path("gpu-types/", views.GpuTypeListView.as_view(), name="gpu-types"),
     path("images/", views.CatalogImageListView.as_view(), name="images"),

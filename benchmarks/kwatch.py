@@ -100,7 +100,10 @@ class ObjectWatch:
                         if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
                             self._record(obj, now)
                     if self.stop_event.is_set():
-                        response.release_conn()
+                        # The watch's chunked body is still open: close its socket. Handing it back to the
+                        # shared pool would let the next request read the stream's leftovers as a status
+                        # line (seen as BadStatusLine('1115\r\n') in a following round's list).
+                        response.close()
                         return
         except BaseException as exc:  # reported by whoever reads the watch
             self.error = exc

@@ -96,6 +96,20 @@ class PortalClient:
     def delete_secret(self, name: str, *, team: str | None = None) -> None:
         self._request("DELETE", f"/secrets/{quote(name, safe='')}/", params={"team": team} if team else {})
 
+    # --- members --------------------------------------------------------------------------------
+    def add_member(self, team: str, username: str, role: str) -> dict:
+        return self._request(
+            "POST", f"/teams/{quote(team, safe='')}/members/", json={"username": username, "role": role}
+        ).json()
+
+    def set_member_role(self, team: str, username: str, role: str) -> dict:
+        path = f"/teams/{quote(team, safe='')}/members/{quote(username, safe='')}/"
+        return self._request("PATCH", path, json={"role": role}).json()
+
+    def remove_member(self, team: str, username: str) -> None:
+        self._request("DELETE", f"/teams/{quote(team, safe='')}/members/{quote(username, safe='')}/")
+
+    # --- workloads, one at a time ---------------------------------------------------------------
     def workload(self, uid: str) -> dict:
         return self._request("GET", f"/workloads/{uid}/", retry=True).json()
 

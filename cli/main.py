@@ -14,7 +14,7 @@ import time
 import webbrowser
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from cli import config
 from cli.client import ApiError, PortalClient, Unreachable
@@ -124,6 +124,20 @@ def build_parser() -> argparse.ArgumentParser:
     secret_delete = commands.add_parser("secret-delete", help="delete a stored secret")
     secret_delete.add_argument("name")
     secret_delete.add_argument("--team")
+
+    members = commands.add_parser("members", help="who is in your team, with their roles")
+    members.add_argument("--team")
+    members_add = commands.add_parser("members-add", help="add someone to your team by username (managers)")
+    members_add.add_argument("username", help="they must have signed in to the portal once")
+    members_add.add_argument("--role", choices=["member", "manager"], default="member")
+    members_add.add_argument("--team")
+    members_role = commands.add_parser("members-role", help="make a member a manager or back (managers)")
+    members_role.add_argument("username")
+    members_role.add_argument("role", choices=["member", "manager"])
+    members_role.add_argument("--team")
+    members_remove = commands.add_parser("members-remove", help="take someone out of your team (managers)")
+    members_remove.add_argument("username")
+    members_remove.add_argument("--team")
 
     opening = commands.add_parser("open", help="print the address a service opens at (in a signed-in browser)")
     opening.add_argument("uid")
@@ -412,6 +426,38 @@ def cmd_secret_delete(client: PortalClient, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_members(client: PortalClient, args: argparse.Namespace) -> int:
+    team = args.team or _only_team(client)
+    members = client.get(f"/teams/{quote(team, safe='')}/members/")
+    if args.json:
+        print(json.dumps(members, indent=2))
+        return EXIT_OK
+    _table(("USERNAME", "ROLE", "JOINED"), [(m["username"], m["role"], m["joined_at"][:10]) for m in members])
+    return EXIT_OK
+
+
+def cmd_members_add(client: PortalClient, args: argparse.Namespace) -> int:
+    team = args.team or _only_team(client)
+    member = client.add_member(team, args.username, args.role)
+    _show(args, member, f"{member['username']} is now a {member['role']} of {team}.")
+    return EXIT_OK
+
+
+def cmd_members_role(client: PortalClient, args: argparse.Namespace) -> int:
+    team = args.team or _only_team(client)
+    member = client.set_member_role(team, args.username, args.role)
+    _show(args, member, f"{member['username']} is now a {member['role']} of {team}.")
+    return EXIT_OK
+
+
+def cmd_members_remove(client: PortalClient, args: argparse.Namespace) -> int:
+    team = args.team or _only_team(client)
+    client.remove_member(team, args.username)
+    if not args.json:
+        print(f"{args.username} is no longer a member of {team}.")
+    return EXIT_OK
+
+
 COMMANDS = {
     "submit": cmd_submit,
     "list": cmd_list,
@@ -426,6 +472,10 @@ COMMANDS = {
     "secrets": cmd_secrets,
     "secret-set": cmd_secret_set,
     "secret-delete": cmd_secret_delete,
+    "members": cmd_members,
+    "members-add": cmd_members_add,
+    "members-role": cmd_members_role,
+    "members-remove": cmd_members_remove,
 }
 
 

@@ -35,17 +35,19 @@ NOT_A_ROLE = "Choose member or manager."
 
 
 class MembersInvalid(Exception):
-    """A change refused, with the field it is about (None: the whole request)."""
+    """A change refused, with the field it is about (None: the whole request) and a code for the API:
+    "invalid" (bad input), "already_member", "last_manager", "kept_by_provider" or "gone"."""
 
-    def __init__(self, field: str | None, message: str) -> None:
+    def __init__(self, field: str | None, message: str, code: str = "invalid") -> None:
         super().__init__(message)
         self.field = field
         self.message = message
+        self.code = code
 
 
 def _editable(team: Team) -> None:
     if not membership_edited_by_hand(team.id):
-        raise MembersInvalid(None, KEPT_BY_PROVIDER)
+        raise MembersInvalid(None, KEPT_BY_PROVIDER, "kept_by_provider")
 
 
 def _role(role: str) -> str:
@@ -60,14 +62,14 @@ def _locked(membership: Membership) -> tuple[Membership, set[int]]:
     rows = list(Membership.objects.select_for_update().filter(team_id=membership.team_id).order_by("id"))
     current = next((row for row in rows if row.id == membership.id), None)
     if current is None:
-        raise MembersInvalid(None, "That person is no longer a member.")
+        raise MembersInvalid(None, "That person is no longer a member.", "gone")
     current.team, current.user = membership.team, membership.user
     return current, {row.id for row in rows if row.role == Role.MANAGER}
 
 
 def _keep_a_manager(membership: Membership, managers: set[int]) -> None:
     if membership.role == Role.MANAGER and managers <= {membership.id}:
-        raise MembersInvalid("role", LAST_MANAGER.format(team=membership.team.name))
+        raise MembersInvalid("role", LAST_MANAGER.format(team=membership.team.name), "last_manager")
 
 
 @transaction.atomic
@@ -80,12 +82,13 @@ def member_invite(*, team: Team, username: str, role: str = Role.MEMBER, by: Any
     if user is None:
         raise MembersInvalid("username", NO_SUCH_USER.format(username=username or "(nobody)"))
     if Membership.objects.filter(team=team, user=user).exists():
-        raise MembersInvalid("username", ALREADY_MEMBER.format(username=username, team=team.name))
+        raise MembersInvalid("username", ALREADY_MEMBER.format(username=username, team=team.name), "already_member")
     try:
         with transaction.atomic(), changes_by(by):
             return Membership.objects.create(team=team, user=user, role=role)
     except IntegrityError as exc:  # another manager added them a moment ago
-        raise MembersInvalid("username", ALREADY_MEMBER.format(username=username, team=team.name)) from exc
+        message = ALREADY_MEMBER.format(username=username, team=team.name)
+        raise MembersInvalid("username", message, "already_member") from exc
 
 
 @transaction.atomic

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from django.db.models import Case, Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value, When
 from django.db.models.functions import Coalesce
 
 from jobs import policy
-from jobs.models import GpuNode, GpuType, Membership, Quota, Role, State, Team, Workload
+from jobs.models import GpuNode, GpuType, Membership, Quota, Role, State, Team, Workload, Workspace
 
 
 def teams_for(user) -> QuerySet[Team]:
@@ -208,3 +209,38 @@ def launch_outlook(team: Team, gpu_type: GpuType, gpu_count: int) -> LaunchOutlo
         cluster_free=capacity.free,
         cluster_total=capacity.total,
     )
+
+
+WORKSPACE_KINDS = ("home", "team")
+
+
+def mounts_with_use(workloads: Iterable[Workload]) -> dict[int, list[dict[str, Any]]]:
+    """Each workload's stored mounts, its workspaces with the latest measured use added (`used_bytes`,
+    `used_measured_at`: null until a node agent measured it). One query for any number of workloads."""
+    workloads = list(workloads)
+    wanted = {
+        (w.namespace or w.team.namespace, m["claim"])
+        for w in workloads
+        for m in w.mounts or []
+        if m.get("kind") in WORKSPACE_KINDS and m.get("claim")
+    }
+    use: dict[tuple[str, str], tuple[int | None, Any]] = {}
+    if wanted:
+        match = Q()
+        for namespace in {namespace for namespace, _ in wanted}:
+            match |= Q(namespace=namespace, claim_name__in=[c for n, c in wanted if n == namespace])
+        for namespace, claim, used, measured in Workspace.objects.filter(match).values_list(
+            "namespace", "claim_name", "used_bytes", "used_measured_at"
+        ):
+            use[(namespace, claim)] = (used, measured)
+    shown: dict[int, list[dict[str, Any]]] = {}
+    for w in workloads:
+        mounts = []
+        for mount in w.mounts or []:
+            mount = dict(mount)
+            if mount.get("kind") in WORKSPACE_KINDS:
+                used, measured = use.get((w.namespace or w.team.namespace, mount.get("claim", "")), (None, None))
+                mount["used_bytes"], mount["used_measured_at"] = used, measured
+            mounts.append(mount)
+        shown[w.id] = mounts
+    return shown

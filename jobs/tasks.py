@@ -108,6 +108,12 @@ def delete_workspace_data(workspace_id: int, by_user_id: int) -> None:
         workspaces.workspace_delete_data(workspace, by=get_user_model().objects.filter(id=by_user_id).first())
 
 
+@shared_task(name="jobs.tasks.learn_workspace_volumes")
+def learn_workspace_volumes() -> int:
+    """Map workspace claims to their bound volumes (asked by the agents' ingest, and every minute)."""
+    return workspaces.workspace_volumes_learn()
+
+
 @shared_task(name="jobs.tasks.preempt_objects", acks_late=True, **RETRY)
 def preempt_objects(workload_id: int, name: str) -> None:
     preemption.delete_preempted_objects(workload_id, name)

@@ -38,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from localcluster import kubelet
@@ -671,6 +672,9 @@ class TelemetryPublisher:
     file nothing is sampled. Readings come from agent.simulated.SimulatedSampler: every report says
     "simulated": true. A GPU counts as busy while a running pod holds it (GPUs are handed to a node's
     running pods in order); the pod's UID goes with it, as the real agent finds it from the cgroup.
+    Each report also carries the real use of the persistent volumes its running pods mount (their
+    directories under the state directory, measured by agent.volumes as a real agent measures a volume
+    that is not a filesystem of its own), named by PersistentVolume as the kubelet names them.
     """
 
     def __init__(self, sim: Simulator, targets_dir: str) -> None:
@@ -710,6 +714,20 @@ class TelemetryPublisher:
                         utilization_percent=rec.gpu_utilization,
                     )
             return held
+
+    def volumes(self, node: str) -> tuple[Any, ...]:
+        from agent.volumes import measure
+
+        with self.sim.lock:
+            mounting = [
+                (r.namespace, r.mount_plans)
+                for r in self.sim.records.values()
+                if r.node == node and r.state == "running"
+            ]
+        directories: dict[str, Path] = {}
+        for namespace, plans in mounting:
+            directories.update(self.sim.storage.volume_directories(namespace, plans))
+        return measure(directories)
 
     def _targets(self) -> dict[tuple[str, str, str, str], float]:
         targets = {}
@@ -768,6 +786,7 @@ class TelemetryPublisher:
                     report = build_report(
                         sampler.sample(), node=node, simulated=True, timestamp=now,
                         interval_seconds=interval, agent_version=f"{__version__}-localcluster",
+                        volumes=self.volumes(node),
                     )  # fmt: skip
                     for (_name, _url, target_node, _token), (pusher, _stop) in self.pushers.items():
                         if target_node == node:

@@ -140,6 +140,19 @@ class Storage:
         self.root = Path(state_dir, "volumes")
         self.lock = threading.Lock()
         self.claims: dict[tuple[str, str], str] = {}  # (namespace, claim) -> host directory, when bound
+        self.volume_names: dict[tuple[str, str], str] = {}  # (namespace, claim) -> its PersistentVolume
+
+    def volume_directories(self, namespace: str, plans: tuple[VolumeMountPlan, ...]) -> dict[str, Path]:
+        """PV name -> host directory of the bound claims among a pod's mounts: what the agent finds under
+        the kubelet's pod directory on a real node (agent.volumes.kubelet_volume_dirs)."""
+        found: dict[str, Path] = {}
+        with self.lock:
+            for plan in plans:
+                kind, ref = plan.source
+                key = (namespace, ref.partition("\0")[0])
+                if kind == "pvc" and key in self.claims and key in self.volume_names:
+                    found[self.volume_names[key]] = Path(self.claims[key])
+        return found
 
     def resolve(
         self, namespace: str, plans: tuple[VolumeMountPlan, ...], pod_uid: str = ""
@@ -229,6 +242,7 @@ class Storage:
         volumes = {pv["metadata"]["name"]: pv for pv in self.api.get("/api/v1/persistentvolumes").get("items") or []}
         claims = self.api.get("/api/v1/persistentvolumeclaims").get("items") or []
         table: dict[tuple[str, str], str] = {}
+        volume_names: dict[tuple[str, str], str] = {}
         for claim in claims:
             meta, spec = claim["metadata"], claim.get("spec") or {}
             key = (meta["namespace"], meta["name"])
@@ -238,12 +252,14 @@ class Storage:
                 path = (source.get("hostPath") or source.get("local") or {}).get("path")
                 if path:
                     table[key] = path
+                    volume_names[key] = volume["metadata"]["name"]
             elif not spec.get("volumeName") and spec.get("storageClassName") == STORAGE_CLASS:
                 name = f"pvc-{meta['uid']}"
                 if name not in volumes:
                     self.provision(claim, name)
         with self.lock:
             self.claims = table
+            self.volume_names = volume_names
 
     def provision(self, claim: dict[str, Any], name: str) -> None:
         meta, spec = claim["metadata"], claim["spec"]

@@ -373,6 +373,8 @@ CELERY_BEAT_SCHEDULE = {
     "start-estimates": {"task": "jobs.tasks.estimate_all", "schedule": float(PORTAL_ESTIMATE_SECONDS)},
     "cleanup": {"task": "jobs.tasks.cleanup", "schedule": 300.0},
     "inventory": {"task": "jobs.tasks.sync_inventory", "schedule": 60.0},
+    # Costs nothing once every workspace claim is bound and mapped (no API call then).
+    "workspace-volumes": {"task": "jobs.tasks.learn_workspace_volumes", "schedule": 60.0},
     "usage-rollup": {"task": "jobs.tasks.rollup_usage", "schedule": 3600.0},
     "idle-services": {"task": "telemetry.tasks.check_idle_services", "schedule": float(TELEMETRY_IDLE_CHECK_SECONDS)},
     "telemetry-prune": {"task": "telemetry.tasks.prune", "schedule": 3600.0},
@@ -424,7 +426,11 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"StateEnum": "jobs.models.State", "KindEnum": "jobs.models.Kind"},
+    "ENUM_NAME_OVERRIDES": {
+        "StateEnum": "jobs.models.State",
+        "KindEnum": "jobs.models.Kind",
+        "MemberRoleEnum": "jobs.models.Role",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "api.schema.forbid_unknown_request_fields",

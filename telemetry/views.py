@@ -89,7 +89,13 @@ class AgentReportView(APIView):
             log.exception("could not store a report from node %s", report.node)
             raise StoreUnavailable() from None
         return Response(
-            {"stored": result.stored, "node": result.node, "gpus": result.gpus, "workloads": result.workloads},
+            {
+                "stored": result.stored,
+                "node": result.node,
+                "gpus": result.gpus,
+                "workloads": result.workloads,
+                "workspaces": result.workspaces,
+            },
             status=202,
         )
 

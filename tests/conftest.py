@@ -1,17 +1,27 @@
 from __future__ import annotations
 
-pytest_plugins = ["localcluster.pytest_plugin", "tests.engine_fixtures", "tests.browser"]
+pytest_plugins = [
+    "tests.settings_guard",
+    "localcluster.pytest_plugin",
+    "tests.engine_fixtures",
+    "tests.browser",
+]
 
 
 def pytest_configure(config):
-    # The suite runs with DEBUG off (as production does) but never runs collectstatic: serve static files
-    # from the source folders instead of WhiteNoise's manifest of hashed names.
+    # Settings for the whole run are written here, once, never as an override layer that a test's own
+    # overrides could be stacked on and restored out of order.
     from django.conf import settings
 
+    # The suite runs with DEBUG off (as production does) but never runs collectstatic: serve static files
+    # from the source folders instead of WhiteNoise's manifest of hashed names.
     settings.STORAGES = {
         **settings.STORAGES,
         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     }
+    # The production hasher takes a good part of a second per password on CI machines; the tests' people
+    # are props (a test of the hasher itself would set its own).
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     if not settings.PORTAL_SEAL_PUBLIC_KEY:
         # Run without devtools.testenv: a pair for this run, in the environment the engine's processes get.
         import os

@@ -23,6 +23,7 @@ import pytest
 
 from devtools.engine import FAST_INTERVALS, EngineProcesses, PortalIdentity, install_identity
 from devtools.services import RedisServer
+from tests.settings_guard import base_settings, session_setting
 from tests.sinks import SmtpSink, WebhookReceiver
 
 
@@ -43,32 +44,22 @@ def portal_identity(
         directory=tmp_path_factory.mktemp("portal"),
     )
     overrides: dict[str, Any] = {**identity.settings(), **{k: int(v) for k, v in FAST_INTERVALS.items()}}
-    # Write to the real settings object, under any override a test may have active right now (pytest-
-    # django's live_server and settings fixtures wrap each test in one): this lasts the whole session.
+    # For the whole session, beneath the override a test may have on right now (pytest-django's live_server
+    # and settings fixtures wrap each test in one).
     base = base_settings()
     saved = {k: getattr(base, k) for k in overrides}
     for key, value in overrides.items():
-        setattr(base, key, value)
+        session_setting(key, value)
     kube.reset()
     forget_namespaces()
     try:
         yield identity
     finally:
         for key, value in saved.items():
-            setattr(base, key, value)
+            session_setting(key, value)
         kube.reset()
         with contextlib.suppress(Exception):
             k8s.CoreV1Api(kube_api).delete_namespace(identity.system_namespace)
-
-
-def base_settings() -> Any:
-    """Django's settings object beneath any active override_settings layers."""
-    from django.conf import UserSettingsHolder, settings
-
-    wrapped = settings._wrapped
-    while isinstance(wrapped, UserSettingsHolder):
-        wrapped = wrapped.default_settings
-    return wrapped
 
 
 def database_url() -> str:
@@ -86,9 +77,8 @@ def engine_broker() -> Iterator[RedisServer]:
 
     server = RedisServer()
     url = server.start()
-    base = base_settings()
-    saved = base.CELERY_BROKER_URL
-    base.CELERY_BROKER_URL = url
+    saved = base_settings().CELERY_BROKER_URL
+    session_setting("CELERY_BROKER_URL", url)
     from portal.celery import app
 
     app.conf.broker_url = url
@@ -99,7 +89,7 @@ def engine_broker() -> Iterator[RedisServer]:
     try:
         yield server
     finally:
-        base.CELERY_BROKER_URL = saved
+        session_setting("CELERY_BROKER_URL", saved)
         app.conf.broker_url = saved
         if app._pool is not None:
             app._pool.force_close_all()
@@ -210,21 +200,9 @@ class Engine:
 
 @pytest.fixture
 def portal_account(portal_identity: PortalIdentity) -> PortalIdentity:
-    """The session's portal identity, re-asserted for this test: another test may have pointed the portal
-    elsewhere (a chart test runs it as the chart's account) or left an override layer shadowing it."""
-    from django.conf import settings
-
-    from jobs.kube import client as kube
-    from jobs.services.object_creation import forget_namespaces
-
-    wanted = {**portal_identity.settings(), **{k: int(v) for k, v in FAST_INTERVALS.items()}}
-    if any(getattr(settings, k) != v for k, v in wanted.items()):
-        base = base_settings()
-        for key, value in wanted.items():
-            setattr(base, key, value)
-            setattr(settings, key, value)
-        kube.reset()
-        forget_namespaces()
+    """The session's portal identity. Nothing needs re-asserting before a test: tests/settings_guard.py fails
+    any test that leaves the settings changed, and drops the cached cluster clients when a test's own
+    kubeconfig override ends."""
     return portal_identity
 
 

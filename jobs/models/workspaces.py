@@ -24,6 +24,14 @@ class Workspace(models.Model):
     size_gib = models.PositiveIntegerField()
     storage_class = models.CharField(max_length=253)
     created_at = models.DateTimeField(default=timezone.now)
+    # The PersistentVolume bound to the claim (its spec.volumeName), learned by the engine once bound:
+    # node agents report use per volume name (agent/volumes.py), and this maps it back.
+    volume_name = models.CharField(max_length=253, blank=True, db_index=True)
+    # The latest use a node agent measured on a node where a workload mounts it; null: not measured yet.
+    used_bytes = models.BigIntegerField(null=True, blank=True)
+    capacity_bytes = models.BigIntegerField(null=True, blank=True)  # the volume's filesystem, when its own
+    used_measured_at = models.DateTimeField(null=True, blank=True)
+    used_measured_on = models.CharField(max_length=253, blank=True)  # the node whose agent measured it
 
     class Meta:
         ordering = ["team__name", "claim_name"]
@@ -37,6 +45,17 @@ class Workspace(models.Model):
     @property
     def kind(self) -> str:
         return "home" if self.owner_id else "team"
+
+    @property
+    def size_bytes(self) -> int:
+        return self.size_gib * 1024**3
+
+    @property
+    def used_fraction(self) -> float | None:
+        """Used bytes over the claim's size (may pass 1 on storage that does not enforce it)."""
+        if self.used_bytes is None or not self.size_gib:
+            return None
+        return self.used_bytes / self.size_bytes
 
 
 class WorkspaceDeletion(models.Model):

@@ -148,3 +148,22 @@ def enqueue_rollup(day_iso: str) -> None:
             log.warning("could not enqueue usage roll-up for %s (%s); the hourly roll-up will redo it", day_iso, exc)
 
     transaction.on_commit(send)
+
+
+WORKSPACE_VOLUMES_REQUEST_TTL = 10  # seconds: agents report every few seconds; one pass per ten is plenty
+
+
+def request_workspace_volumes() -> None:
+    """Ask a worker to learn which volumes new workspace claims are bound to, at most once per TTL
+    (asked when a node agent reports a volume the portal cannot place yet)."""
+    from django.core.cache import caches
+
+    def send() -> None:
+        try:
+            if not caches["api"].add("workspace-volumes-requested", 1, timeout=WORKSPACE_VOLUMES_REQUEST_TTL):
+                return
+        except Exception as exc:  # the cache is Redis: down means "send it anyway"
+            log.info("workspace volume request not coalesced (%s)", exc)
+        _send("jobs.tasks.learn_workspace_volumes")
+
+    transaction.on_commit(send)

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from jobs.kube import client as kube
 from jobs.kube import names, objects
@@ -132,6 +133,34 @@ def workspaces_ensure(workload: Workload) -> None:
                 "storage_class": mount["storage_class"],
             },
         )
+
+
+def workspace_volumes_learn() -> int:
+    """Record the volume each not-yet-mapped workspace claim is bound to (its spec.volumeName), so node
+    agents' per-volume use maps back to it. One list call per namespace that has such a claim, none at
+    all once every claim is bound and known. Returns how many workspaces were mapped."""
+    waiting = Workspace.objects.filter(volume_name="").values_list("id", "namespace", "claim_name")
+    by_namespace: dict[str, dict[str, int]] = {}
+    for workspace_id, namespace, claim_name in waiting:
+        by_namespace.setdefault(namespace, {})[claim_name] = workspace_id
+    learned = 0
+    for namespace, claims in sorted(by_namespace.items()):
+        try:
+            listed = kube.core().list_namespaced_persistent_volume_claim(namespace, _request_timeout=kube.timeout())
+        except (ApiException, OSError, HTTPError) as exc:
+            # The next pass (a minute, or the next agent report naming an unknown volume) tries again.
+            log.warning("cannot list the workspace claims in %s: %s", namespace, exc)
+            continue
+        for claim in listed.items:
+            workspace_id = claims.get(claim.metadata.name)
+            bound = claim.status is not None and claim.status.phase == "Bound"
+            if workspace_id is not None and bound and claim.spec.volume_name:
+                learned += Workspace.objects.filter(id=workspace_id, volume_name="").update(
+                    volume_name=claim.spec.volume_name
+                )
+    if learned:
+        log.info("learned the volumes of %d workspace claims", learned)
+    return learned
 
 
 def workspace_delete_data(workspace: Workspace, *, by) -> None:

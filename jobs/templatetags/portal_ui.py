@@ -120,3 +120,16 @@ def open_path(workload) -> str:
 def open_link(workload) -> str:
     """Where an Open button goes (the portal's handoff when services have an origin of their own)."""
     return opening.open_link(workload)
+
+
+@register.filter
+def binary_size(value: int | None) -> str:
+    """Bytes in binary units, as sizes are set (GiB): 0 B, 900 B, 4.0 KiB, 1.2 GiB; a dash for none."""
+    if value is None:
+        return "–"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return ""  # not reached

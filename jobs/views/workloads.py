@@ -21,7 +21,13 @@ from jobs import policy
 from jobs.forms import WorkloadFilterForm
 from jobs.models import GpuType, Kind, State, Workload
 from jobs.paging import CappedPaginator
-from jobs.selectors import queue_position, team_quota_use, with_queue_position, workloads_visible_to
+from jobs.selectors import (
+    mounts_with_use,
+    queue_position,
+    team_quota_use,
+    with_queue_position,
+    workloads_visible_to,
+)
 from jobs.services import opening
 from jobs.services.cancel import workload_cancel
 from jobs.services.errors import WorkloadStateError
@@ -97,6 +103,7 @@ def _detail_context(request: HttpRequest, workload: Workload) -> dict:
         "timeline": list(workload.events.all()),
         "gpu_seconds": workload.gpu_seconds(timezone.now()),
         "env_shown": policy.visible_env(request.user, workload),
+        "mounts": mounts_with_use([workload])[workload.id],
         "service_address": (
             f"{workload.k8s_name}.{workload.namespace}.svc:{workload.port}"
             if workload.kind == Kind.SERVICE and workload.k8s_name and workload.namespace and workload.port

@@ -1,5 +1,5 @@
-"""Storing one agent report: the node's latest GPU states, its CUDA driver version, and each attributed
-workload's minute of GPU use.
+"""Storing one agent report: the node's latest GPU states, its CUDA driver version, each attributed
+workload's minute of GPU use, and the use of the workspaces whose volumes the node mounts.
 
 One report is one transaction that locks its node's row, so two deliveries of the same report (an agent
 that retried after a timeout) cannot both be counted: a report no newer than the node's last one is
@@ -15,10 +15,12 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from agent.report import GpuReading, Report
-from jobs.models import GpuNode, State, Workload
+from jobs.models import GpuNode, State, Workload, Workspace
+from jobs.services.dispatch import request_workspace_volumes
 from telemetry.models import GpuState, TelemetryNode, WorkloadGpuMinute
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,7 @@ class IngestResult:
     stored: bool
     gpus: int = 0
     workloads: list[str] = field(default_factory=list)
+    workspaces: int = 0  # workspaces whose use this report updated
 
 
 @dataclass
@@ -89,7 +92,8 @@ def report_ingest(*, report: Report, received_at: datetime | None = None) -> Ing
                 cuda_driver_version=report.cuda_driver_version
             )
         workloads = _store_workload_minutes(report)
-    return IngestResult(node=node.name, stored=True, gpus=len(report.gpus), workloads=workloads)
+        workspaces = _store_volume_use(report) if report.volumes else 0
+    return IngestResult(node=node.name, stored=True, gpus=len(report.gpus), workloads=workloads, workspaces=workspaces)
 
 
 def _lock_node(report: Report, received_at: datetime) -> TelemetryNode:
@@ -185,6 +189,53 @@ def _store_workload_minutes(report: Report) -> list[str]:
         )
     _upsert_minutes(rows)
     return sorted(w.uid for w in workloads)
+
+
+def mounted_claims(node: str) -> set[tuple[str, str]]:
+    """(namespace, claim) of every workspace that a workload on this node mounts now."""
+    mounted: set[tuple[str, str]] = set()
+    rows = Workload.objects.filter(node_name=node, state__in=ATTRIBUTABLE_STATES).values_list("namespace", "mounts")
+    for namespace, mounts in rows:
+        for mount in mounts or []:
+            if mount.get("kind") in ("home", "team") and mount.get("claim"):
+                mounted.add((namespace, mount["claim"]))
+    return mounted
+
+
+def _store_volume_use(report: Report) -> int:
+    """Store each reported volume's use on its workspace; returns how many workspaces it updated.
+
+    As with GPU processes, a node speaks only for what it mounts: a volume's reading counts when a
+    workload on the reporting node mounts that workspace. A reading older than the stored one (another
+    node mounting the same shared volume reported later) is ignored."""
+    by_name = {volume.name: volume for volume in report.volumes}
+    workspaces = list(
+        Workspace.objects.filter(volume_name__in=list(by_name)).values_list(
+            "id", "namespace", "claim_name", "volume_name"
+        )
+    )
+    if len(workspaces) < len(by_name) and Workspace.objects.filter(volume_name="").exists():
+        # A volume the portal cannot place yet, and claims whose volume it has not learned: ask the engine.
+        request_workspace_volumes()
+    if not workspaces:
+        return 0
+    mounted = mounted_claims(report.node)
+    updated = 0
+    for workspace_id, namespace, claim_name, volume_name in workspaces:
+        if (namespace, claim_name) not in mounted:
+            continue
+        volume = by_name[volume_name]
+        updated += (
+            Workspace.objects.filter(id=workspace_id)
+            .filter(Q(used_measured_at__isnull=True) | Q(used_measured_at__lt=report.timestamp))
+            .update(
+                used_bytes=volume.used_bytes,
+                capacity_bytes=volume.capacity_bytes,
+                used_measured_at=report.timestamp,
+                used_measured_on=report.node,
+            )
+        )
+    return updated
 
 
 _MINUTE_COLUMNS = (

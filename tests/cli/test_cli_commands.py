@@ -6,8 +6,10 @@ import json
 
 import pytest
 
-from jobs.models import State, TeamSecret, Workload
+from identity.models import MembershipChange
+from jobs.models import Membership, State, TeamSecret, Workload
 from tests.cli import test_cli_e2e
+from tests.engine.factories import UserFactory
 
 pytestmark = pytest.mark.slow
 run_cli = test_cli_e2e.run_cli  # the fixture: the entry point with a token, against the live portal
@@ -103,3 +105,31 @@ def test_secrets_are_stored_listed_and_deleted_with_the_value_from_standard_inpu
     assert value not in refused.stderr
     assert run_cli("secret-delete", "wandb").returncode == 0
     assert run_cli("-o", "json", "secrets").stdout.strip() == "[]"
+
+
+def test_managers_keep_their_team_from_the_terminal(run_cli, world):
+    UserFactory(username="nina")
+    listed = run_cli("members")
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[:2] for line in listed.stdout.splitlines()] == [
+        ["USERNAME", "ROLE"], ["maria", "manager"], ["olivia", "member"], ["tom", "member"],
+    ]  # fmt: skip
+    refused = run_cli("members-add", "nina")  # olivia is a plain member
+    assert refused.returncode == 1
+    assert "managers" in refused.stderr
+    added = run_cli("members-add", "nina", "--team", "vision", token="manager")
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.strip() == "nina is now a member of vision."
+    promoted = run_cli("-o", "json", "members-role", "nina", "manager", token="manager")
+    assert json.loads(promoted.stdout)["role"] == "manager"
+    last = run_cli("members-remove", "maria", token="manager")
+    assert last.returncode == 0, last.stderr  # nina manages now
+    kept = run_cli("members-role", "nina", "member", "--team", "vision", token="admin")
+    assert kept.returncode == 1
+    assert "role: " in kept.stderr  # the field, and the reason: Vision needs a manager
+    assert "needs at least one manager" in kept.stderr
+    assert dict(Membership.objects.filter(team=world.team).values_list("user__username", "role")) == {
+        "olivia": "member", "tom": "member", "nina": "manager",
+    }  # fmt: skip
+    made_here = MembershipChange.objects.filter(team=world.team).exclude(changed_by=None).order_by("id")
+    assert [(c.username, c.changed_by_name) for c in made_here] == [("nina", "maria")] * 2 + [("maria", "maria")]

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 # kind -> (the list call's name, the namespaced read and delete calls' suffix)
@@ -100,6 +101,16 @@ class FakeCluster:
         body = {"items": items, "metadata": {"resourceVersion": str(self.resource_version)}}
         return _Response(json.dumps(body).encode())
 
+    def list_claims(self, namespace: str) -> Any:
+        """list_namespaced_persistent_volume_claim, typed as the client returns it (a V1...List)."""
+        self._call("list_namespaced_persistent_volume_claim")
+        self.calls[-1] = ("list_namespaced_persistent_volume_claim", namespace)
+        items = [
+            obj for (k, ns, _), obj in sorted(self.objects.items()) if k == "PersistentVolumeClaim" and ns == namespace
+        ]
+        body = {"apiVersion": "v1", "kind": "PersistentVolumeClaimList", "items": items, "metadata": {}}
+        return ApiClient().deserialize(json.dumps(body), "V1PersistentVolumeClaimList", "application/json")
+
     def read(self, kind: str, name: str, namespace: str) -> dict[str, Any]:
         self._call(f"read_namespaced_{KINDS[kind]}")
         try:
@@ -121,6 +132,8 @@ class _Api:
         self.cluster = cluster
 
     def __getattr__(self, name: str):
+        if name == "list_namespaced_persistent_volume_claim":
+            return lambda namespace, **_: self.cluster.list_claims(namespace)
         for kind, suffix in KINDS.items():
             if name == f"list_{suffix}_for_all_namespaces":
                 return lambda label_selector="", **_: self.cluster.list_all(kind, label_selector)

@@ -11,8 +11,9 @@ from django.contrib.auth.models import AnonymousUser
 from django.http import Http404
 
 from jobs import policy
-from jobs.models import Kind, Role, State, TeamSecret, Workload
-from tests.engine.factories import GpuTypeFactory, MembershipFactory, TeamFactory, UserFactory
+from jobs.models import Kind, State, TeamSecret, Workload
+from tests.engine.factories import MembershipFactory
+from tests.world import PEOPLE, make_user, world_build
 
 ROLES = ["owner", "teammate", "manager", "outsider", "superuser", "anonymous"]
 
@@ -32,28 +33,12 @@ EXPECTED: dict[str, set[str]] = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def people(db) -> dict:
-    team, other = TeamFactory(slug="vision"), TeamFactory(slug="language")
-    owner, teammate, manager = (
-        UserFactory(username="olivia"),
-        UserFactory(username="tom"),
-        UserFactory(username="maria"),
-    )
-    outsider = UserFactory(username="oscar")
-    superuser = UserFactory(username="ada", is_superuser=True, is_staff=True)
-    MembershipFactory(user=owner, team=team)
-    MembershipFactory(user=teammate, team=team)
-    MembershipFactory(user=manager, team=team, role=Role.MANAGER)
-    MembershipFactory(user=outsider, team=other)
-    colleague = UserFactory(username="carl")  # whose figures "another member's usage" asks for
-    MembershipFactory(user=colleague, team=team)
-    gpu_type = GpuTypeFactory(slug="p100")
+    world = world_build(teams=("Vision", "Language"), people={**PEOPLE, "outsider": "oscar"})  # tests/world.py
+    team, owner, gpu_type = world.team, world.owner, world.p100
+    # Whose figures "another member's usage" asks for.
+    colleague = MembershipFactory(user=make_user("carl"), team=team).user
 
     def service(shared: bool) -> Workload:
         return Workload.objects.create(
@@ -67,11 +52,8 @@ def people(db) -> dict:
         "private": service(False),
         "shared": service(True),
         "users": {
-            "owner": owner,
-            "teammate": teammate,
-            "manager": manager,
-            "outsider": outsider,
-            "superuser": superuser,
+            **{role: world.people[role] for role in ("owner", "teammate", "manager", "outsider")},
+            "superuser": world.admin,
             "anonymous": AnonymousUser(),
         },
     }

@@ -10,7 +10,6 @@ from playwright.sync_api import expect
 from identity.models import ClaimRule
 from jobs.models import Membership, Role
 from tests.engine.factories import TeamFactory
-from tests.ui.conftest import _ui_settings  # noqa: F401 - the pages' settings (browser fixtures: tests/browser.py)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -11,39 +11,29 @@ from __future__ import annotations
 import threading
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import connection
 from django.utils import timezone
 
-from jobs.models import AllowedRegistry, GpuNode, GpuType, Membership, Quota, State, Team, Workload
+from jobs.models import State, Team, Workload
 from jobs.services.intake import workload_submit
 from jobs.services.validation import SubmissionInvalid
+from tests.engine.factories import MembershipFactory
+from tests.world import Node, make_user, node_present, world_build
 
 pytestmark = pytest.mark.django_db(transaction=True)
 THREADS = 30
 
 
-def node_present(gpu_type: GpuType) -> None:
-    """Re-asserted before each submission: the suite's engine's inventory sync deletes made-up nodes."""
-    GpuNode.objects.update_or_create(
-        name="caps-n1",
-        defaults={
-            "gpu_type": gpu_type, "gpus_capacity": 4, "gpus_allocatable": 4, "ready": True,
-            "last_seen_at": timezone.now(),
-        },
-    )  # fmt: skip
+# Re-asserted before each submission: the suite's engine's inventory sync deletes made-up nodes.
+NODE = Node("caps-n1", "p100", gpus=4)
 
 
 @pytest.fixture
 def crowd():
-    users = get_user_model().objects
-    p100 = GpuType.objects.create(slug="p100", display_name="Tesla P100", node_label_value="p100")
-    AllowedRegistry.objects.create(host="docker.io")
-    team = Team.objects.create(name="Alpha", slug="alpha")
-    Quota.objects.create(team=team, gpu_type=p100, max_gpus=1)
-    members = [users.create_user(f"m{i}") for i in range(3)]
-    for member in members:
-        Membership.objects.create(user=member, team=team)
+    """Alpha, with one P100 of quota and three plain members (tests/world.py); m0 holds the GPU."""
+    world = world_build(teams=("Alpha",), people={"owner": "m0", "teammate": "m1"}, quotas={"team": {"p100": 1}})
+    team, p100 = world.team, world.p100
+    members = [world.owner, world.teammate, MembershipFactory(team=team, user=make_user("m2")).user]
     Workload.objects.create(
         team=team, owner=members[0], name="holder", kind="batch", image="docker.io/x:1", gpu_type=p100,
         gpu_count=1, time_limit_seconds=3600, state=State.RUNNING, started_at=timezone.now(),
@@ -60,7 +50,7 @@ def race(team: Team, submitters: list) -> tuple[list[Workload], list[SubmissionI
 
     def one(user) -> None:
         try:
-            node_present(GpuType.objects.get(slug="p100"))
+            node_present(NODE)
             barrier.wait()
             spec = {"name": "train", "image": "docker.io/library/python:3.12", "gpu_type": "p100", "gpu_count": 1}
             stored.append(workload_submit(team=team, owner=user, spec=spec))

@@ -14,10 +14,6 @@ from django.db import connection
 from django.utils import timezone
 
 from jobs.models import (
-    AllowedRegistry,
-    Cohort,
-    GpuNode,
-    GpuType,
     Membership,
     Quota,
     State,
@@ -30,39 +26,28 @@ from jobs.services.estimates import estimate
 from jobs.services.intake import workload_submit
 from jobs.services.provisioning import team_gpu_limits
 from jobs.services.validation import SubmissionInvalid
+from tests.world import Node, node_present, world_build
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def node_present(gpu_type: GpuType) -> None:
-    """A ready 16-GPU node of the type. Re-asserted before every submission: these tests commit their
-    rows, and when the suite's engine is running, its beat's inventory sync deletes nodes that the local
-    cluster does not have, which would refuse a submission as "No ready node" (not what is tested here)."""
-    GpuNode.objects.update_or_create(
-        name="n1",
-        defaults={
-            "gpu_type": gpu_type, "gpus_capacity": 16, "gpus_allocatable": 16, "ready": True,
-            "last_seen_at": timezone.now(),
-        },
-    )  # fmt: skip
+# A ready 16-GPU node. Re-asserted before every submission: these tests commit their rows, and when the
+# suite's engine is running, its beat's inventory sync deletes nodes that the local cluster does not have,
+# which would refuse a submission as "No ready node" (not what is tested here).
+NODE = Node("n1", "p100", gpus=16)
 
 
 @pytest.fixture
 def cohort():
-    users = get_user_model().objects
-    p100 = GpuType.objects.create(slug="p100", display_name="Tesla P100", node_label_value="p100")
-    node_present(p100)
-    AllowedRegistry.objects.create(host="docker.io")
-    lab = Cohort.objects.create(name="Lab")
-    a = Team.objects.create(name="Alpha", slug="alpha", cohort=lab)
-    b = Team.objects.create(name="Beta", slug="beta", cohort=lab)
-    Quota.objects.create(team=a, gpu_type=p100, max_gpus=4)
-    Quota.objects.create(team=b, gpu_type=p100, max_gpus=2, borrowing_limit=3)
-    ann = users.create_user("ann")
-    bob = users.create_user("bob")
-    Membership.objects.create(user=ann, team=a)
-    Membership.objects.create(user=bob, team=b)
-    return {"a": a, "b": b, "ann": ann, "bob": bob, "p100": p100}
+    """Alpha (ann) lends, Beta (bob) borrows up to 3 beyond its own 2 (tests/world.py)."""
+    world = world_build(
+        teams=("Alpha", "Beta"),
+        cohort="Lab",
+        people={"owner": "ann", "outsider": "bob"},
+        nodes=[NODE],
+        quotas={"team": {"p100": 4}, "other_team": {"p100": {"max_gpus": 2, "borrowing_limit": 3}}},
+    )
+    return {"a": world.team, "b": world.other_team, "ann": world.owner, "bob": world.outsider, "p100": world.p100}
 
 
 def spec(**overrides):
@@ -70,7 +55,7 @@ def spec(**overrides):
 
 
 def submit(team, user, **overrides) -> Workload:
-    node_present(GpuType.objects.get(slug="p100"))
+    node_present(NODE)
     return workload_submit(team=team, owner=user, spec=spec(**overrides))
 
 

@@ -21,21 +21,16 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from jobs.models import (
-    AllowedRegistry,
-    Cohort,
-    GpuNode,
-    GpuType,
-    Membership,
     Quota,
     RunSegment,
     State,
-    Team,
     Workload,
     WorkloadEvent,
 )
 from jobs.services.admission import quota_admit
 from jobs.services.intake import workload_submit
 from jobs.services.transitions import transition
+from tests.world import Node, node_present, world_build
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,36 +38,24 @@ pytestmark = pytest.mark.django_db(transaction=True)
 MORNING = timezone.make_aware(datetime(2026, 3, 10, 8, 0))
 
 
-def node_present(gpu_type: GpuType) -> None:
-    """Re-asserted before each submission: the suite's engine's inventory sync deletes unknown nodes."""
-    GpuNode.objects.update_or_create(
-        name="n1",
-        defaults={
-            "gpu_type": gpu_type, "gpus_capacity": 16, "gpus_allocatable": 16, "ready": True,
-            "last_seen_at": timezone.now(),
-        },
-    )  # fmt: skip
+# Re-asserted before each submission: the suite's engine's inventory sync deletes unknown nodes.
+NODE = Node("n1", "p100", gpus=16)
 
 
 @pytest.fixture
 def cohort():
-    users = get_user_model().objects
-    p100 = GpuType.objects.create(slug="p100", display_name="Tesla P100", node_label_value="p100")
-    AllowedRegistry.objects.create(host="docker.io")
-    lab = Cohort.objects.create(name="Lab")
-    a = Team.objects.create(name="Alpha", slug="alpha", cohort=lab)
-    b = Team.objects.create(name="Beta", slug="beta", cohort=lab)
-    Quota.objects.create(team=a, gpu_type=p100, max_gpus=4)
-    Quota.objects.create(team=b, gpu_type=p100, max_gpus=2, borrowing_limit=4)
-    ann = users.create_user("ann")
-    bob = users.create_user("bob")
-    Membership.objects.create(user=ann, team=a)
-    Membership.objects.create(user=bob, team=b, role="manager")
-    return {"a": a, "b": b, "ann": ann, "bob": bob, "p100": p100}
+    """Alpha (ann) lends, Beta (bob, its manager) borrows up to 4 beyond its own 2 (tests/world.py)."""
+    world = world_build(
+        teams=("Alpha", "Beta"),
+        cohort="Lab",
+        people={"owner": "ann", "other_manager": "bob"},
+        quotas={"team": {"p100": 4}, "other_team": {"p100": {"max_gpus": 2, "borrowing_limit": 4}}},
+    )
+    return {"a": world.team, "b": world.other_team, "ann": world.owner, "bob": world.other_manager, "p100": world.p100}
 
 
 def submit(team, user, **overrides) -> Workload:
-    node_present(GpuType.objects.get(slug="p100"))
+    node_present(NODE)
     spec = {"name": "train", "image": "docker.io/library/python:3.12", "gpu_type": "p100", "gpu_count": 1}
     return workload_submit(team=team, owner=user, spec=spec | overrides)
 

@@ -27,7 +27,13 @@ def test_a_report_is_stored_per_gpu_and_attributed_to_the_workload(client, peopl
     response = post(client, report, agent_token)
 
     assert response.status_code == 202, response.content
-    assert response.json() == {"stored": True, "node": "gpu-p100-1", "gpus": 4, "workloads": [workload.uid]}
+    assert response.json() == {
+        "stored": True,
+        "node": "gpu-p100-1",
+        "gpus": 4,
+        "workloads": [workload.uid],
+        "workspaces": 0,
+    }
     node = TelemetryNode.objects.get(name="gpu-p100-1")
     assert (node.simulated, node.cuda_driver_version, node.driver_version) == (True, "12.2", "535.104.05")
     assert node.last_report_at == report.timestamp

@@ -6,10 +6,13 @@ from __future__ import annotations
 import time
 
 import pytest
+import requests
+from kubernetes import client as k8s
 
 from devtools.local_telemetry import local_cluster_connect, local_cluster_disconnect
-from jobs.models import State
+from jobs.models import State, Workspace
 from jobs.services.cancel import workload_cancel
+from jobs.templatetags.portal_ui import binary_size
 from telemetry.models import GpuState, TelemetryNode, WorkloadGpuMinute
 from telemetry.selectors import workload_gpu_summary
 
@@ -62,3 +65,45 @@ def test_a_running_simulated_service_gets_gpu_samples_attributed(engine, publish
     workload_cancel(workload=workload, by=engine.owner)
     # Once cancelled, its pod's readings are no longer attributed to it.
     engine.wait_for(workload, State.CANCELLED)
+
+
+def _service_pod_ip(kube_api, workload) -> str:
+    pods = k8s.CoreV1Api(kube_api).list_namespaced_pod(
+        workload.namespace, label_selector=f"gpuportal.dev/workload={workload.uid}"
+    )
+    running = [p for p in pods.items if p.status.phase == "Running" and p.status.pod_ip]
+    return running[0].status.pod_ip if running else ""
+
+
+def test_a_file_written_into_a_home_shows_as_used_bytes_in_admin(engine, publishing, kube_api, settings, admin_client):
+    # Nothing mocked: the simulator measures the claim's real directory and pushes it in its node's agent
+    # report; the portal learns the claim's volume from the API server and stores the use on the workspace.
+    settings.WORKSPACE_STORAGE_CLASS = "gpuportal-local"
+    settings.WORKSPACE_HOME_GIB = 1
+    owner = engine.owner.get_username()
+    service = engine.submit(kind="service", port=8888, gpu_type="k2", gpu_count=1)
+    engine.wait_for(service, State.RUNNING, timeout=90)
+    ip = wait_until(lambda: _service_pod_ip(kube_api, service))
+    home = Workspace.objects.get(namespace=service.namespace, claim_name=service.mounts[0]["claim"])
+
+    def measured(at_least: int) -> Workspace | None:
+        home.refresh_from_db()
+        return home if home.used_bytes is not None and home.used_bytes >= at_least else None
+
+    wait_until(lambda: measured(0), timeout=90)
+    service.refresh_from_db()
+    assert home.volume_name.startswith("pvc-")
+    assert home.used_bytes < 256 * 1024  # an empty home: its directory's own blocks
+    assert home.used_measured_on == service.node_name
+    first_measured_at = home.used_measured_at
+
+    put = requests.put(f"http://{ip}:8888/_files/home/{owner}/weights.bin", data=b"w" * 256 * 1024, timeout=10)
+    assert put.status_code == 201, put.text
+    full = wait_until(lambda: measured(256 * 1024))
+    assert full.used_measured_at > first_measured_at
+
+    page = admin_client.get("/admin/jobs/workspace/?o=-5")  # sorted by use, fullest first
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert f"{binary_size(full.used_bytes)} / 1.0 GiB" in text
+    workload_cancel(workload=service, by=engine.owner)

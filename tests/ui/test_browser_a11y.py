@@ -106,11 +106,11 @@ def _workloads(world: World) -> dict:
     make_workload(world, owner=world.teammate, state=State.RUNNING, name="a-teammates-rather-long-workload-name")
     token_create(user=world.manager, name="laptop-of-a-rather-long-name")  # the tokens page shows its table
     # The secrets page shows its table: a shared one and one of the manager's own.
-    TeamSecret.objects.create(team=world.lab, owner=world.manager, name="hf-token", k8s_name="s-hf", shared=True)
-    TeamSecret.objects.create(team=world.lab, owner=world.manager, name="a-rather-long-secret-name-of-maria",
+    TeamSecret.objects.create(team=world.team, owner=world.manager, name="hf-token", k8s_name="s-hf", shared=True)
+    TeamSecret.objects.create(team=world.team, owner=world.manager, name="a-rather-long-secret-name-of-maria",
                               k8s_name="s-maria")  # fmt: skip
     # The members page shows a history: a role changed by hand (the signal records it).
-    teammate = world.lab.memberships.get(user=world.teammate)
+    teammate = world.team.memberships.get(user=world.teammate)
     teammate.role = "manager"
     teammate.save()
     return made

@@ -67,7 +67,7 @@ def test_a_batch_job_from_the_catalog_is_submitted(login, world):
     assert response["Location"] == reverse("workload_detail", args=[workload.uid])
     assert workload.state == State.QUEUED
     assert workload.owner == world.owner
-    assert workload.team == world.lab
+    assert workload.team == world.team
     assert workload.image == world.trainer.reference
     assert workload.args == ["print('hi there')"]
     assert workload.env == [{"name": "SIM_RUN_SECONDS", "value": "5"}]

@@ -74,7 +74,7 @@ def test_the_serializer_documents_the_list_and_time_limits(settings):
 @pytest.mark.django_db
 def test_a_launch_post_gathers_the_facts_once(login, world):
     with CaptureQueriesContext(connection) as alone:
-        gather_facts(team=world.lab, user=world.owner)
+        gather_facts(team=world.team, user=world.owner)
     facts_queries = [q["sql"] for q in alone.captured_queries]
     assert facts_queries
 

@@ -17,11 +17,11 @@ pytestmark = pytest.mark.django_db
 
 
 def _membership(world, user) -> Membership:
-    return Membership.objects.get(team=world.lab, user=user)
+    return Membership.objects.get(team=world.team, user=user)
 
 
 def _roles(world) -> dict[str, str]:
-    return dict(Membership.objects.filter(team=world.lab).values_list("user__username", "role"))
+    return dict(Membership.objects.filter(team=world.team).values_list("user__username", "role"))
 
 
 def test_a_manager_sees_the_members_and_the_forms(world, login):
@@ -43,7 +43,7 @@ def test_a_manager_invites_an_existing_user_and_the_change_is_recorded(world, lo
     response = client.post("/members/", {"username": "nina", "role": Role.MEMBER})
     assert response.status_code == 302
     assert _roles(world)["nina"] == Role.MEMBER
-    change = MembershipChange.objects.get(team=world.lab, username="nina")
+    change = MembershipChange.objects.get(team=world.team, username="nina")
     assert (change.old_role, change.new_role, change.changed_by_id) == ("", Role.MEMBER, world.manager.id)
     page = client.get("/members/").content.decode()
     history = page.split('id="member-history"')[1]
@@ -81,7 +81,7 @@ def test_a_manager_changes_a_role_and_the_old_and_new_are_shown(world, login):
     response = client.post(f"/members/{_membership(world, world.teammate).id}/role/", {"role": Role.MANAGER})
     assert response.status_code == 302
     assert _roles(world)["tom"] == Role.MANAGER
-    change = MembershipChange.objects.filter(team=world.lab, username="tom").first()
+    change = MembershipChange.objects.filter(team=world.team, username="tom").first()
     assert (change.old_role, change.new_role, change.changed_by_name) == (Role.MEMBER, Role.MANAGER, "maria")
     assert "member → manager" in client.get("/members/").content.decode()
 
@@ -103,7 +103,7 @@ def test_a_manager_may_leave_once_someone_else_manages(world, login):
     assert response.status_code == 302
     assert response.url == "/"
     assert "maria" not in _roles(world)
-    change = MembershipChange.objects.filter(team=world.lab, username="maria").first()
+    change = MembershipChange.objects.filter(team=world.team, username="maria").first()
     assert (change.old_role, change.new_role, change.changed_by_name) == (Role.MANAGER, "", "maria")
 
 
@@ -143,8 +143,8 @@ def test_an_outsider_gets_404_for_another_teams_members(world, login):
 
 
 def test_a_manager_of_one_team_cannot_manage_another_they_only_belong_to(world, login):
-    Membership.objects.create(user=world.manager, team=world.other, role=Role.MEMBER)
-    theirs = Membership.objects.get(team=world.other, user=world.outsider)
+    Membership.objects.create(user=world.manager, team=world.other_team, role=Role.MEMBER)
+    theirs = Membership.objects.get(team=world.other_team, user=world.outsider)
     client = login(world.manager)
     assert client.post(f"/members/{theirs.id}/remove/").status_code == 404
     assert Membership.objects.filter(id=theirs.id).exists()
@@ -159,9 +159,7 @@ def test_anonymous_visitors_are_sent_to_sign_in(client, world):
 
 
 def test_a_superuser_in_no_team_is_sent_to_admin_for_members(world, login):
-    admin = make_user("ada")
-    admin.is_superuser = admin.is_staff = True
-    admin.save()
+    admin = world.admin
     client = login(admin)
     assert client.get("/members/").status_code == 403  # the "you are in no team" page
     assert client.post(f"/members/{_membership(world, world.owner).id}/remove/").status_code == 403
@@ -169,7 +167,7 @@ def test_a_superuser_in_no_team_is_sent_to_admin_for_members(world, login):
 
 
 def test_a_team_the_provider_keeps_is_read_only_and_says_why(world, login):
-    TeamSource.objects.create(team=world.lab, managed_by=TeamSource.ManagedBy.PROVIDER)
+    TeamSource.objects.create(team=world.team, managed_by=TeamSource.ManagedBy.PROVIDER)
     client = login(world.manager)
     html = client.get("/members/").content.decode()
     assert 'id="kept-by-provider"' in html
@@ -186,23 +184,21 @@ def test_a_team_the_provider_keeps_is_read_only_and_says_why(world, login):
 
 
 def test_changes_made_in_admin_name_the_admin(world, client):
-    admin = make_user("ada")
-    admin.is_superuser = admin.is_staff = True
-    admin.save()
+    admin = world.admin
     client.force_login(admin)
-    memberships = list(Membership.objects.filter(team=world.lab).order_by("id"))
+    memberships = list(Membership.objects.filter(team=world.team).order_by("id"))
     form = {
-        "name": "Lab", "slug": "lab", "fair_share": "", "fair_share_half_life_hours": world.lab.fair_share_half_life_hours,
+        "name": "Lab", "slug": "lab", "fair_share": "", "fair_share_half_life_hours": world.team.fair_share_half_life_hours,
         "memberships-TOTAL_FORMS": str(len(memberships)), "memberships-INITIAL_FORMS": str(len(memberships)),
     }  # fmt: skip
     for i, m in enumerate(memberships):
         role = Role.MANAGER if m.user_id == world.teammate.id else m.role
-        form |= {f"memberships-{i}-id": m.id, f"memberships-{i}-team": world.lab.id,
+        form |= {f"memberships-{i}-id": m.id, f"memberships-{i}-team": world.team.id,
                  f"memberships-{i}-user": m.user_id, f"memberships-{i}-role": role}  # fmt: skip
     for prefix in ("quotas", "quota_changes"):
         form |= {f"{prefix}-TOTAL_FORMS": "0", f"{prefix}-INITIAL_FORMS": "0"}
-    response = client.post(f"/admin/jobs/team/{world.lab.id}/change/", form)
+    response = client.post(f"/admin/jobs/team/{world.team.id}/change/", form)
     assert response.status_code == 302  # saved (a form error would answer 200)
-    change = MembershipChange.objects.filter(team=world.lab, username="tom").first()
+    change = MembershipChange.objects.filter(team=world.team, username="tom").first()
     assert change is not None
     assert change.changed_by_name == "ada"

@@ -66,13 +66,13 @@ def test_someone_in_no_team_is_told_how_to_get_one(login, world):
 
 
 def test_a_user_in_several_teams_picks_the_team(login, world):
-    Membership.objects.create(user=world.owner, team=world.other, role=Role.MANAGER)
+    Membership.objects.create(user=world.owner, team=world.other_team, role=Role.MANAGER)
     client = login(world.owner)
     page = client.get(reverse("dashboard")).content.decode()
     assert 'id="team-picker"' in page
     assert "Lab's GPU quota" in page  # first team by name is the default
 
-    response = client.post(reverse("team_switch"), {"team": world.other.id, "next": reverse("usage")})
+    response = client.post(reverse("team_switch"), {"team": world.other_team.id, "next": reverse("usage")})
     assert response.status_code == 302
     assert response["Location"] == reverse("usage")
     assert "Other's GPU quota" in client.get(reverse("dashboard")).content.decode()
@@ -80,7 +80,7 @@ def test_a_user_in_several_teams_picks_the_team(login, world):
 
 def test_switching_to_a_team_one_is_not_in_is_refused(login, world):
     client = login(world.owner)
-    response = client.post(reverse("team_switch"), {"team": world.other.id, "next": "https://evil.example/"})
+    response = client.post(reverse("team_switch"), {"team": world.other_team.id, "next": "https://evil.example/"})
     assert response["Location"] == reverse("dashboard")
     assert "Lab's GPU quota" in client.get(reverse("dashboard")).content.decode()
 

@@ -55,8 +55,8 @@ def test_usage_page_says_which_figure_counts_whom(login, world):
 
 
 def test_budget_and_what_is_left_on_the_dashboard_and_the_launch_form(login, world):
-    world.lab.monthly_gpu_hour_budget = Decimal("100")
-    world.lab.save()
+    world.team.monthly_gpu_hour_budget = Decimal("100")
+    world.team.save()
     client = login(world.owner)
     for page in ("dashboard", "launch"):
         html = client.get(reverse(page)).content.decode()

@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import date, timedelta
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.urls import reverse
 from django.utils import timezone
 
@@ -20,8 +19,8 @@ ADMIN_REPORT = "/admin/jobs/workload/usage-report/"
 
 
 @pytest.fixture
-def admin_user(db):
-    return get_user_model().objects.create_superuser("ada", "ada@example.org", "pw-ada-1")
+def admin_user(world):
+    return world.admin
 
 
 # --- the date-range rule ----------------------------------------------------------------------------
@@ -63,7 +62,7 @@ def test_the_page_the_api_and_admin_count_the_same_hours(client, world, admin_us
         finished_at=start + timedelta(minutes=90),
     )  # fmt: skip
     make_workload(
-        world, owner=world.outsider, team=world.other, state=State.SUCCEEDED, started_at=start,
+        world, owner=world.outsider, team=world.other_team, state=State.SUCCEEDED, started_at=start,
         finished_at=start + timedelta(hours=4),
     )  # fmt: skip
     today = timezone.localdate()
@@ -73,7 +72,7 @@ def test_the_page_the_api_and_admin_count_the_same_hours(client, world, admin_us
     page = client.get(reverse("usage"), query).context
     api = client.get("/api/v1/usage/", {**query, "group_by": "gpu_type"}).json()
     client.force_login(admin_user)
-    admin = client.get(ADMIN_REPORT, {**query, "teams": [world.lab.id]}).context["report"]
+    admin = client.get(ADMIN_REPORT, {**query, "teams": [world.team.id]}).context["report"]
 
     assert page["team_total"].gpu_hours == pytest.approx(3.5)
     assert api["total_gpu_hours"] == pytest.approx(3.5)

@@ -22,7 +22,7 @@ VALUE = "sk-page-3e9b1d-never-shown"
 @pytest.fixture
 def stored(world):
     """olivia's personal secret, a shared one by maria (manager), tom's personal one, one in another team."""
-    lab, other = world.lab, world.other
+    lab, other = world.team, world.other_team
     return {
         "mine": TeamSecret.objects.create(team=lab, owner=world.owner, name="olivia-key", k8s_name="s-olivia-key"),
         "shared": TeamSecret.objects.create(

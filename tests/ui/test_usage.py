@@ -32,7 +32,7 @@ def usage(world):
         finished_at=start + timedelta(hours=2),
     )
     make_workload(
-        world, owner=world.outsider, team=world.other, state=State.SUCCEEDED, gpu_count=2, started_at=start,
+        world, owner=world.outsider, team=world.other_team, state=State.SUCCEEDED, gpu_count=2, started_at=start,
         finished_at=start + timedelta(hours=2),
     )  # fmt: skip
 

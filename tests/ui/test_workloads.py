@@ -150,7 +150,7 @@ def test_cancelling_a_finished_workload_explains(login, world):
 def test_list_mine_and_my_teams(login, world):
     mine = make_workload(world)
     theirs = make_workload(world, owner=world.teammate)
-    foreign = make_workload(world, owner=world.outsider, team=world.other)
+    foreign = make_workload(world, owner=world.outsider, team=world.other_team)
     client = login(world.owner)
     page = client.get(reverse("workload_list")).content.decode()
     assert mine.name in page
