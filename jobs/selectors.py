@@ -61,6 +61,37 @@ def queue_position_expression() -> Case:
     )
 
 
+# queue_position_expression for one workload whose fields are known (just stored): the same three range
+# counts, with its values as parameters, and its GPU type's slug, in one cheap statement.
+_POSITION_SQL = """
+SELECT (SELECT slug FROM {gpu_type} WHERE id = %(type)s),
+       1 + (SELECT count(team_id) FROM {workload}
+            WHERE team_id = %(team)s AND gpu_type_id = %(type)s AND state = %(queued)s AND priority > %(priority)s)
+         + (SELECT count(team_id) FROM {workload}
+            WHERE team_id = %(team)s AND gpu_type_id = %(type)s AND state = %(queued)s AND priority = %(priority)s
+                  AND created_at < %(created)s)
+         + (SELECT count(team_id) FROM {workload}
+            WHERE team_id = %(team)s AND gpu_type_id = %(type)s AND state = %(queued)s AND priority = %(priority)s
+                  AND created_at = %(created)s AND id < %(id)s)
+"""
+
+
+def queued_position_and_type(workload: Workload) -> tuple[GpuType, int]:
+    """For a workload just stored QUEUED in this transaction: its GPU type (only the slug read) and its
+    queue position, as `with_queue_position` would give it, in one statement."""
+    from django.db import connection
+
+    sql = _POSITION_SQL.format(workload=Workload._meta.db_table, gpu_type=GpuType._meta.db_table)
+    params = {
+        "type": workload.gpu_type_id, "team": workload.team_id, "queued": State.QUEUED,
+        "priority": workload.priority, "created": workload.created_at, "id": workload.id,
+    }  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        slug, position = cursor.fetchone()
+    return GpuType.from_db(connection.alias, ["id", "slug"], [workload.gpu_type_id, slug]), position
+
+
 def with_queue_position(queryset: QuerySet[Workload]) -> QuerySet[Workload]:
     """Annotate `queue_position` (queue_position_expression) on every row of the queryset."""
     return queryset.annotate(queue_position=queue_position_expression())
