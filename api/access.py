@@ -13,6 +13,8 @@ from api.errors import Invalid
 from jobs import policy
 from jobs.models import Team, Workload
 from jobs.selectors import teams_for
+from jobs.services import intake_facts
+from jobs.services.intake_facts import Snapshot
 
 
 def visible_teams(user) -> QuerySet[Team]:
@@ -45,6 +47,24 @@ def resolve_team(user, slug: str | None) -> Team:
     mine = list(teams_for(user)[:2])
     if len(mine) == 1:
         return mine[0]
+    if not mine:
+        raise Invalid({"team": ["You are not a member of any team; ask an admin to add you to one."]})
+    raise Invalid({"team": ["You belong to several teams: say which one (its slug)."]})
+
+
+def resolve_team_to_submit(user, slug: str | None) -> tuple[Team, Snapshot]:
+    """`resolve_team` (same rules, same answers) with the facts a submission to the team is judged
+    against (`intake_facts`), found together in one query."""
+    if slug:
+        if not isinstance(slug, str):
+            raise Invalid({"team": ["Give the team's slug as text."]})
+        team = intake_facts.with_snapshot(visible_teams(user).filter(slug=slug), user=user).first()
+        if team is None:
+            raise Invalid({"team": [f"You are not a member of a team {slug!r}."]})
+        return team, intake_facts.snapshot_of(team, user=user)
+    mine = list(intake_facts.with_snapshot(teams_for(user), user=user)[:2])
+    if len(mine) == 1:
+        return mine[0], intake_facts.snapshot_of(mine[0], user=user)
     if not mine:
         raise Invalid({"team": ["You are not a member of any team; ask an admin to add you to one."]})
     raise Invalid({"team": ["You belong to several teams: say which one (its slug)."]})

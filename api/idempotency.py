@@ -1,8 +1,10 @@
 """Idempotent creates: a request retried with the same Idempotency-Key gets the first response again.
 
-The record and the workload are written in one transaction. A concurrent duplicate blocks on the
-record's unique index until the first request commits, then reads and replays its response, so a key
-never yields two workloads, whatever the timing.
+The record and the workload are written in one transaction, the record last, in one statement with the
+response. A concurrent duplicate blocks on the record's unique index until the first request commits,
+then is rolled back and replays the first response, so a key never yields two workloads, whatever the
+timing. Expired records are pruned hourly by beat (`idempotency_prune`); one still there when its key
+comes again is overwritten as if it were gone.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from api.models import IdempotencyRecord
@@ -43,28 +45,69 @@ def retention() -> timedelta:
     return timedelta(seconds=settings.API_IDEMPOTENCY_TTL_SECONDS)
 
 
+class _Taken(Exception):
+    """The key's record was stored by an earlier request: this one is undone and answered from it."""
+
+
+# One statement stores the record: a live record under the key is left alone (nothing returned), an
+# expired one is overwritten as if it were not there.
+_RECORD_SQL = """
+INSERT INTO {table} AS r (user_id, key, request_hash, status_code, response_body, created_at)
+VALUES (%s, %s, %s, %s, %s, %s)
+ON CONFLICT (user_id, key) DO UPDATE
+    SET request_hash = excluded.request_hash, status_code = excluded.status_code,
+        response_body = excluded.response_body, created_at = excluded.created_at
+    WHERE r.created_at < %s
+RETURNING id
+"""
+
+
 def create_once(*, user, key: str, fingerprint: str, perform: Callable[[], tuple[int, Any]]) -> Outcome:
-    """Run `perform` at most once per (user, key); exceptions from it store nothing and propagate."""
-    # Records outlive any sensible retry by far; the caller's expired ones go here, so the table stays small.
-    IdempotencyRecord.objects.filter(user=user, created_at__lt=timezone.now() - retention()).delete()
-    inserted = False
-    try:
-        with transaction.atomic():
-            record = IdempotencyRecord.objects.create(
-                user=user, key=key, request_hash=fingerprint, status_code=0, response_body={}
-            )
-            inserted = True
-            status_code, body = perform()
-            record.status_code, record.response_body = status_code, body
-            record.save(update_fields=["status_code", "response_body"])
-            return Outcome(status_code, body, replayed=False)
-    except IntegrityError:
-        if inserted:
-            raise
-    existing = IdempotencyRecord.objects.get(user=user, key=key)
-    if existing.request_hash != fingerprint:
+    """Run `perform` at most once per (user, key); exceptions from it store nothing and propagate, unless
+    the key's first request succeeded (then its response is replayed, whatever this attempt met).
+
+    `perform` runs first and the record is written after it, in the same transaction, with its response:
+    one statement. A duplicate running at the same time waits on the record's unique index (or on the
+    intake's locks) until the first commits, then finds the record, is rolled back and replays it."""
+    for _ in range(2):  # a second time only if a live record expired between the two statements below
+        now = timezone.now()
+        try:
+            with transaction.atomic():
+                status_code, body = perform()
+                if _record_store(user, key, fingerprint, status_code, body, now=now):
+                    return Outcome(status_code, body, replayed=False)
+                raise _Taken
+        except _Taken:
+            pass
+        except Exception:
+            existing = _live_record(user, key, now=timezone.now())
+            if existing is None:
+                raise
+            return _replay(existing, fingerprint)
+        existing = _live_record(user, key, now=now)
+        if existing is not None:
+            return _replay(existing, fingerprint)
+    raise RuntimeError("idempotency record neither stored nor found")
+
+
+def _record_store(user, key: str, fingerprint: str, status_code: int, body: Any, *, now) -> bool:
+    """Store the response under the key; False when a live record holds the key already."""
+    field = IdempotencyRecord._meta.get_field("response_body")
+    sql = _RECORD_SQL.format(table=connection.ops.quote_name(IdempotencyRecord._meta.db_table))
+    params = [user.pk, key, fingerprint, status_code, field.get_db_prep_save(body, connection), now, now - retention()]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone() is not None
+
+
+def _live_record(user, key: str, *, now) -> IdempotencyRecord | None:
+    return IdempotencyRecord.objects.filter(user=user, key=key, created_at__gte=now - retention()).first()
+
+
+def _replay(record: IdempotencyRecord, fingerprint: str) -> Outcome:
+    if record.request_hash != fingerprint:
         raise KeyReused
-    return Outcome(existing.status_code, existing.response_body, replayed=True)
+    return Outcome(record.status_code, record.response_body, replayed=True)
 
 
 def idempotency_prune(*, now=None) -> int:

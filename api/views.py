@@ -30,7 +30,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from api import access
+from api import access, throttling
 from api.errors import BodyTooLarge, ClusterUnavailable, Conflict, Invalid, error_body
 from api.filters import WorkloadFilter
 from api.idempotency import MAX_KEY_LENGTH, KeyReused, create_once, request_fingerprint
@@ -53,7 +53,14 @@ from api.serializers import (
 from jobs import policy
 from jobs.kube.client import KubeConfigError, classify
 from jobs.models import CatalogImage, GpuType, Kind, Membership, State, Workload
-from jobs.selectors import cluster_capacity, queue_positions, team_quota_use, with_queue_position
+from jobs.selectors import (
+    cluster_capacity,
+    queue_positions,
+    queued_position_and_type,
+    team_quota_use,
+    with_earlier_runs,
+    with_queue_position,
+)
 from jobs.selectors_sharing import team_queue_explained
 from jobs.services import reports
 from jobs.services.cancel import workload_cancel
@@ -94,6 +101,14 @@ class ApiViewMixin:
         if bad:
             raise Invalid({name: ["Contains characters that are not allowed."] for name in bad})
         super().initial(request, *args, **kwargs)
+
+    def check_throttles(self, request) -> None:
+        # As DRF's, with every throttle's window checked and counted in one Redis round trip.
+        throttles = self.get_throttles()
+        throttling.count_together(throttles, request, self)
+        waits = [throttle.wait() for throttle in throttles if not throttle.allow_request(request, self)]
+        if waits:
+            self.throttled(request, max((w for w in waits if w is not None), default=None))
 
     def finalize_response(self, request, response, *args, **kwargs):
         if isinstance(response, Response) and response.status_code >= 400:
@@ -189,10 +204,17 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         positions = queue_positions(page)
         for workload in page:
             workload.queue_position = positions.get(workload.id)
+        with_earlier_runs(page)
         return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
     def get_serializer_context(self):
         return {**super().get_serializer_context(), "now": timezone.now()}
+
+    def _render_stored(self, workload: Workload) -> dict:
+        """A workload this request just stored QUEUED (its team and owner at hand): rendered from memory
+        with its queue position and GPU type read in one statement, not read back whole."""
+        workload.gpu_type, workload.queue_position = queued_position_and_type(workload)
+        return self.get_serializer(workload).data
 
     def _render(self, workload: Workload) -> dict:
         # The caller found the workload through the caller's visibility (or just created it): one read
@@ -218,14 +240,20 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         team_slug, spec = parse_submission(request.data)
         if _has_bad_text(spec) or _has_bad_text(team_slug):
             raise Invalid({"non_field_errors": ["Text may not contain NUL characters or lone surrogates."]})
-        team = access.resolve_team(request.user, team_slug)
+        team, snapshot = access.resolve_team_to_submit(request.user, team_slug)
         key = request.headers.get("Idempotency-Key")
 
         def perform() -> tuple[int, dict]:
             # With a key, the response is rendered inside the record's transaction, before an admission
             # after the commit could show in it: a worker admits (coalesced with concurrent submissions)
             # and the request does not wait for it. Without one, the answer says whether it was admitted.
-            workload = workload_submit(team=team, owner=request.user, spec=spec, admit_in_line=key is None)
+            # With a key this runs in the record's transaction, which any error rolls back whole.
+            workload = workload_submit(
+                team=team, owner=request.user, spec=spec, snapshot=snapshot, admit_in_line=key is None,
+                all_or_nothing=key is not None,
+            )  # fmt: skip
+            if key is not None:  # still QUEUED: the admission comes after the commit
+                return status.HTTP_201_CREATED, self._render_stored(workload)
             return status.HTTP_201_CREATED, self._render(workload)
 
         if key is None:
@@ -377,6 +405,8 @@ class TeamViewSet(ApiViewMixin, viewsets.GenericViewSet):
         queued = with_queue_position(
             Workload.objects.filter(team=team, state=State.QUEUED).select_related("team", "owner", "gpu_type")
         ).order_by("gpu_type__slug", "-priority", "created_at", "id")[: settings.API_QUEUE_LIMIT]
+        queued = list(queued)
+        with_earlier_runs(queued)  # requeued work shows the GPU time of the runs it already had
         body = {
             "team": team.slug,
             "quotas": QuotaUseSerializer(team_quota_use(team), many=True).data,

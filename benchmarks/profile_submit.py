@@ -64,11 +64,11 @@ def wrap_api() -> None:
     from api import authentication, throttling, views
 
     wrap(authentication.ApiTokenAuthentication, "authenticate", "api: token authentication")
-    wrap(throttling.TokenRateThrottle, "allow_request", "api: throttling (per token and per person)")
+    wrap(throttling, "count_together", "api: throttling (per token and per person)")
     wrap(views, "parse_submission", "api: parse the body")
-    wrap(views.access, "resolve_team", "api: resolve the team")
+    wrap(views.access, "resolve_team_to_submit", "api: resolve the team (with the intake facts)")
     wrap(views, "create_once", "api: idempotency record")
-    wrap(views.WorkloadViewSet, "_render", "api: render the response")
+    wrap(views.WorkloadViewSet, "_render_stored", "api: render the response")
     wrap(views, "workload_submit", "intake (workload_submit)")
 
 

@@ -40,14 +40,16 @@ FAST_INTERVALS = {
 class PortalIdentity:
     """The portal's least-privilege service accounts in a cluster, and a kubeconfig for each.
 
-    engine: worker and tracker (and this test process); web: the web and proxy (read-only);
-    provisioner: the process that alone creates team namespaces and their bindings.
+    engine: worker and tracker (and this test process); web: the web and beat (read-only); proxy: the service
+    proxy (reads services and EndpointSlices in team namespaces only); provisioner: the process that alone
+    creates team namespaces and their bindings.
     """
 
     kubeconfigs: dict[str, Path]
     service_accounts: dict[str, str]
     workloads_role: str
     reader_role: str
+    proxy_role: str
     instance: str
     namespace_prefix: str
     system_namespace: str
@@ -65,7 +67,7 @@ class PortalIdentity:
         return {**self.settings(), "PROVISIONER_KUBECONFIG": str(self.kubeconfigs["provisioner"])}
 
     def env_as(self, identity: str) -> dict[str, str]:
-        """The settings of a portal process holding `identity`'s credentials (engine, web or provisioner)."""
+        """The settings of a portal process holding `identity`'s credentials (engine, web, proxy or provisioner)."""
         return {**self.settings(), "KUBECONFIG": str(self.kubeconfigs[identity])}
 
     def settings(self) -> dict[str, str]:
@@ -76,6 +78,8 @@ class PortalIdentity:
             "KUBE_WEB_SERVICE_ACCOUNT": self.service_accounts["web"],
             "KUBE_WORKLOADS_CLUSTERROLE": self.workloads_role,
             "KUBE_READER_CLUSTERROLE": self.reader_role,
+            "KUBE_PROXY_SERVICE_ACCOUNT": self.service_accounts["proxy"],
+            "KUBE_PROXY_CLUSTERROLE": self.proxy_role,
             "PORTAL_INSTANCE": self.instance,
             "KUBE_NAMESPACE_PREFIX": self.namespace_prefix,
         }
@@ -123,6 +127,7 @@ def install_identity(
         service_accounts={identity: f"{namespace}/{names.account(identity)}" for identity in tokens},
         workloads_role=names.role("workloads"),
         reader_role=names.role("reader"),
+        proxy_role=names.role("proxy"),
         instance=instance or f"run-{run}",
         namespace_prefix=namespace_prefix or f"t{run}-",
         system_namespace=namespace,

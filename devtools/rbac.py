@@ -1,4 +1,4 @@
-"""The portal's own identities in a cluster: three service accounts (engine, web, provisioner) with
+"""The portal's own identities in a cluster: four service accounts (engine, web, proxy, provisioner) with
 exactly the rules of helm/files/rbac-rules.yaml. The Helm chart creates the same objects; tests and
 `make run` use this to run the portal's processes as those accounts instead of as cluster admin.
 """
@@ -17,8 +17,14 @@ from kubernetes.client.exceptions import ApiException
 
 RULES_FILE = Path(__file__).resolve().parents[1] / "helm" / "files" / "rbac-rules.yaml"
 
-# Identity -> (its ServiceAccount's name suffix, the rule list bound to it cluster-wide or None).
-IDENTITIES = {"engine": ("", "engine"), "web": ("-web", None), "provisioner": ("-provisioner", "provisioner")}
+# Identity -> (its ServiceAccount's name suffix, the rule list bound to it cluster-wide or None). The web and
+# the proxy have nothing cluster-wide: the provisioner binds `reader` and `proxy` to them in team namespaces.
+IDENTITIES = {
+    "engine": ("", "engine"),
+    "web": ("-web", None),
+    "proxy": ("-proxy", None),
+    "provisioner": ("-provisioner", "provisioner"),
+}
 
 
 @dataclass(frozen=True)
@@ -34,8 +40,13 @@ class PortalNames:
         return f"{self.fullname}-{rules}"
 
 
-def load_rules(workloads_role: str, reader_role: str = "") -> dict[str, list[dict[str, Any]]]:
-    text = RULES_FILE.read_text().replace("{{WORKLOADS_ROLE}}", workloads_role).replace("{{READER_ROLE}}", reader_role)
+def load_rules(workloads_role: str, reader_role: str = "", proxy_role: str = "") -> dict[str, list[dict[str, Any]]]:
+    text = (
+        RULES_FILE.read_text()
+        .replace("{{WORKLOADS_ROLE}}", workloads_role)
+        .replace("{{READER_ROLE}}", reader_role)
+        .replace("{{PROXY_ROLE}}", proxy_role)
+    )
     return yaml.safe_load(text)
 
 
@@ -63,11 +74,11 @@ def _apply(create, replace) -> None:
 def install_portal_identity(
     admin: k8s.ApiClient, *, namespace: str, fullname: str, timeout: float = 60
 ) -> dict[str, str]:
-    """Create the three accounts (engine, web, provisioner), the four ClusterRoles and the two
+    """Create the four accounts (engine, web, proxy, provisioner), the five ClusterRoles and the two
     cluster-wide bindings, as the chart does; return each identity's token."""
     core, rbac = k8s.CoreV1Api(admin), k8s.RbacAuthorizationV1Api(admin)
     names = PortalNames(fullname)
-    rules = load_rules(names.role("workloads"), names.role("reader"))
+    rules = load_rules(names.role("workloads"), names.role("reader"), names.role("proxy"))
     _apply(lambda: core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace))), lambda: None)
     for key, role_rules in rules.items():
         name = names.role(key)

@@ -11,8 +11,9 @@
 On the local cluster the admin's kubeconfig only sets the cluster up: the portal's processes run as the
 chart's least-privilege identities (devtools/rbac.py, helm/files/rbac-rules.yaml), installed into
 `portal-system` with a kubeconfig each (mode 0600) in <state dir>/portal-identity/: the worker, tracker,
-migrations and seed as the engine, the provisioner as the provisioner, the web, proxy and beat as the web
-(which writes nothing in the cluster).
+migrations and seed as the engine, the provisioner as the provisioner, the web and beat as the web
+(which writes nothing in the cluster), the service proxy as the proxy (reads services and EndpointSlices in
+team namespaces only).
 Every child's output is prefixed with its name. SIGINT/SIGTERM stop the children in reverse order.
 Secrets are sealed to a key pair made once in var/seal-private.key (kept, so what an earlier run sealed
 still opens): the public half goes to every process, the private half to the worker only.
@@ -284,7 +285,7 @@ def main() -> int:
                 "proxy",
                 [python, "-m", "proxy", "--host", "127.0.0.1", "--port", str(PORT),
                  "--portal-upstream", f"http://127.0.0.1:{web_port}"],
-                env_of("web"),
+                env_of("proxy"),
             )  # fmt: skip
             connect_telemetry(env_of("engine"), stack, python)
             _announce(seeded, env)

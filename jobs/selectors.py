@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Case, Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value, When
 from django.db.models.functions import Coalesce
 
 from jobs import policy
-from jobs.models import GpuNode, GpuType, Membership, Quota, Role, State, Team, Workload, Workspace
+from jobs.models import GpuNode, GpuType, Membership, Quota, Role, RunSegment, State, Team, Workload, Workspace
+from jobs.models.workloads import segment_gpu_seconds
 
 
 def teams_for(user) -> QuerySet[Team]:
@@ -61,6 +63,37 @@ def queue_position_expression() -> Case:
     )
 
 
+# queue_position_expression for one workload whose fields are known (just stored): the same three range
+# counts, with its values as parameters, and its GPU type's slug, in one cheap statement.
+_POSITION_SQL = """
+SELECT (SELECT slug FROM {gpu_type} WHERE id = %(type)s),
+       1 + (SELECT count(team_id) FROM {workload}
+            WHERE team_id = %(team)s AND gpu_type_id = %(type)s AND state = %(queued)s AND priority > %(priority)s)
+         + (SELECT count(team_id) FROM {workload}
+            WHERE team_id = %(team)s AND gpu_type_id = %(type)s AND state = %(queued)s AND priority = %(priority)s
+                  AND created_at < %(created)s)
+         + (SELECT count(team_id) FROM {workload}
+            WHERE team_id = %(team)s AND gpu_type_id = %(type)s AND state = %(queued)s AND priority = %(priority)s
+                  AND created_at = %(created)s AND id < %(id)s)
+"""
+
+
+def queued_position_and_type(workload: Workload) -> tuple[GpuType, int]:
+    """For a workload just stored QUEUED in this transaction: its GPU type (only the slug read) and its
+    queue position, as `with_queue_position` would give it, in one statement."""
+    from django.db import connection
+
+    sql = _POSITION_SQL.format(workload=Workload._meta.db_table, gpu_type=GpuType._meta.db_table)
+    params = {
+        "type": workload.gpu_type_id, "team": workload.team_id, "queued": State.QUEUED,
+        "priority": workload.priority, "created": workload.created_at, "id": workload.id,
+    }  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        slug, position = cursor.fetchone()
+    return GpuType.from_db(connection.alias, ["id", "slug"], [workload.gpu_type_id, slug]), position
+
+
 def with_queue_position(queryset: QuerySet[Workload]) -> QuerySet[Workload]:
     """Annotate `queue_position` (queue_position_expression) on every row of the queryset."""
     return queryset.annotate(queue_position=queue_position_expression())
@@ -72,6 +105,22 @@ def queue_positions(workloads: Iterable[Workload]) -> dict[int, int]:
     if not ids:
         return {}
     return dict(with_queue_position(Workload.objects.filter(id__in=ids)).values_list("id", "queue_position"))
+
+
+def with_earlier_runs(workloads: Iterable[Workload]) -> None:
+    """Read the GPU time of earlier runs (ended by preemption, then requeued) for a page of workloads in
+    one query, so each row's `gpu_seconds` needs none; workloads never requeued need nothing."""
+    requeued = {w.id: w for w in workloads if w.attempt}
+    if not requeued:
+        return
+    parts: dict[int, list[tuple[int, datetime, datetime]]] = {i: [] for i in requeued}
+    for workload_id, attempt, gpus, started, finished in RunSegment.objects.filter(
+        workload_id__in=list(requeued)
+    ).values_list("workload_id", "attempt", "gpu_count", "started_at", "finished_at"):
+        if attempt < requeued[workload_id].attempt:
+            parts[workload_id].append((gpus, started, finished))
+    for workload_id, segments in parts.items():
+        requeued[workload_id]._earlier_gpu_seconds = segment_gpu_seconds(segments)
 
 
 def queue_position(workload: Workload) -> int | None:

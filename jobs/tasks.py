@@ -74,6 +74,13 @@ def provision_namespace(team_id: int) -> str | None:
         return None
 
 
+@shared_task(name="jobs.tasks.provision_existing", acks_late=True, **RETRY)
+def provision_existing() -> int:
+    """Runs only in the provisioner, once as it starts (portal/celery.py): existing team namespaces get what
+    this version binds there (see provisioning.existing_namespaces_refresh)."""
+    return len(provisioning.existing_namespaces_refresh())
+
+
 @shared_task(name="jobs.tasks.delete_objects", acks_late=True, **RETRY)
 def delete_objects(workload_id: int) -> None:
     workload = Workload.objects.select_related("team").filter(id=workload_id).first()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import worker_init
+from celery.signals import worker_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -20,17 +20,30 @@ def engine_worker_holds_the_private_key(sender, **kwargs) -> None:
     """A worker that runs the engine's tasks stops at once, saying why, when it cannot open sealed values.
 
     The provisioner is a worker too but consumes only its own queue and never opens one: it is not asked."""
-    from django.conf import settings
-
     from portal import sealing
     from portal.env import ConfigError
 
-    queues = sender.app.amqp.queues
-    consumed = set(queues.consume_from or queues)
-    if consumed <= {settings.PROVISION_QUEUE}:
+    if _consumes_only_provision(sender.app):
         return
     try:
         sealing.require_private_key()
     except ConfigError as exc:
         # Celery logs and swallows an Exception raised by a signal handler; SystemExit stops the worker.
         raise SystemExit(f"GPU Portal worker cannot start: {exc}") from exc
+
+
+def _consumes_only_provision(app) -> bool:
+    from django.conf import settings
+
+    queues = app.amqp.queues
+    return set(queues.consume_from or queues) <= {settings.PROVISION_QUEUE}
+
+
+@worker_ready.connect
+def provisioner_refreshes_existing_namespaces(sender, **kwargs) -> None:
+    """The provisioner, as it starts, asks itself to bring existing team namespaces up to date, so what a new
+    version binds there (the proxy's read role, say) reaches namespaces made by an older one."""
+    from django.conf import settings
+
+    if _consumes_only_provision(sender.app):
+        sender.app.send_task("jobs.tasks.provision_existing", queue=settings.PROVISION_QUEUE)

@@ -233,6 +233,10 @@ KUBE_WORKLOADS_CLUSTERROLE = env_str("KUBE_WORKLOADS_CLUSTERROLE", "gpuportal-wo
 KUBE_SERVICE_ACCOUNT = env_str("KUBE_SERVICE_ACCOUNT")
 KUBE_READER_CLUSTERROLE = env_str("KUBE_READER_CLUSTERROLE", "gpuportal-reader")
 KUBE_WEB_SERVICE_ACCOUNT = env_str("KUBE_WEB_SERVICE_ACCOUNT")
+# The service proxy's account and the role the provisioner binds to it in each team namespace (reading
+# services and EndpointSlices there, nowhere else); empty account: no binding.
+KUBE_PROXY_CLUSTERROLE = env_str("KUBE_PROXY_CLUSTERROLE", "gpuportal-proxy")
+KUBE_PROXY_SERVICE_ACCOUNT = env_str("KUBE_PROXY_SERVICE_ACCOUNT")
 # The Celery queue only the provisioner consumes (it alone may create team namespaces and bindings).
 PROVISION_QUEUE = env_str("PROVISION_QUEUE", "provision")
 # Team namespaces' NetworkPolicy: CIDRs user pods may reach (empty: anything outside the blocked ones),
@@ -355,7 +359,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 600, "socket_connect_ti
 # the periodic sweep hands it to a worker once the broker is back).
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 # Only the provisioner consumes this queue (it alone holds the right to create namespaces and bindings).
-CELERY_TASK_ROUTES = {"jobs.tasks.provision_namespace": {"queue": PROVISION_QUEUE}}
+CELERY_TASK_ROUTES = {
+    "jobs.tasks.provision_namespace": {"queue": PROVISION_QUEUE},
+    "jobs.tasks.provision_existing": {"queue": PROVISION_QUEUE},
+}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULE = {

@@ -95,6 +95,16 @@ def _on_apps_origin(scope: Scope) -> bool:
     return host == apps or ("{uid}." in settings.PROXY_ORIGIN and host.endswith(f".{apps}"))
 
 
+def _host_is_another_service(scope: Scope, uid: str) -> bool:
+    """With one origin per service (PROXY_ORIGIN `https://{uid}.apps.example.org`), whether this request for
+    service `uid` came to some other host: each service's origin serves that service and nothing else, so
+    its JavaScript can never read another service, whatever cookies exist."""
+    if "{uid}." not in settings.PROXY_ORIGIN or not _on_apps_origin(scope):
+        return False
+    host = next((v.decode("latin-1").lower() for k, v in scope.get("headers", []) if k == b"host"), "")
+    return host.split(".", 1)[0] != uid
+
+
 def _has_body(scope: Scope) -> bool:
     for name, value in scope.get("headers", []):
         if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"", b"0")):
@@ -202,6 +212,9 @@ class ServiceProxy:
                 await send({"type": "websocket.close", "code": 1008})
             return
         uid, rest = match["uid"], match["rest"]
+        if _host_is_another_service(scope, uid):
+            await self._refuse(scope, receive, send, None)
+            return
         if rest is None:  # /w/<uid> -> /w/<uid>/: relative links in the app resolve under its prefix
             if kind == "http":
                 query = scope.get("query_string") or b""
@@ -276,7 +289,7 @@ class ServiceProxy:
             status, html = await self._sync(access.page, "handoff", None, "", handoff.refused)
             await self._respond(send, status, html, extra=[("Referrer-Policy", "no-referrer")])
             return
-        if not handoff.cookie:
+        if not handoff.cookie or _host_is_another_service(scope, handoff.door.uid):
             await self._page(send, "not_found", handoff.door)
             return
         prefix = f"{settings.PROXY_PREFIX}{handoff.door.uid}/"

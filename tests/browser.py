@@ -17,7 +17,11 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
+# One origin per proxied service (PROXY_ORIGIN `http://{uid}.apps.gpuportal.test:PORT`): every name under
+# this domain resolves to loopback in the suite's chromium, as a wildcard DNS record would in production.
+APPS_DOMAIN = "apps.gpuportal.test"
 CHROMIUM_ARGS = [
+    f"--host-resolver-rules=MAP *.{APPS_DOMAIN} 127.0.0.1",
     "--headless",
     "--no-sandbox",
     "--disable-gpu",

@@ -54,7 +54,7 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 {{- end -}}
 
-{{/* The web's account (web, proxy, beat): read-only, and only inside team namespaces. */}}
+{{/* The web's account (web, beat): read-only, and only inside team namespaces. */}}
 {{- define "gpuportal.webServiceAccountName" -}}
 {{- printf "%s-web" (include "gpuportal.serviceAccountName" . | trunc 59 | trimSuffix "-") -}}
 {{- end -}}
@@ -62,6 +62,16 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{/* The provisioner's account: the only one that may create team namespaces and their RoleBindings. */}}
 {{- define "gpuportal.provisionerServiceAccountName" -}}
 {{- printf "%s-provisioner" (include "gpuportal.serviceAccountName" . | trunc 51 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/* The proxy's account: reads services and EndpointSlices, only inside team namespaces. */}}
+{{- define "gpuportal.proxyServiceAccountName" -}}
+{{- include "gpuportal.partname" (list . "proxy") -}}
+{{- end -}}
+
+{{/* The ClusterRole the proxy's account is bound to in every team namespace (KUBE_PROXY_CLUSTERROLE). */}}
+{{- define "gpuportal.proxyRoleName" -}}
+{{- .Values.rbac.proxyRoleName | default (include "gpuportal.partname" (list . "proxy")) -}}
 {{- end -}}
 
 {{/* The ClusterRole the web's account is bound to in every team namespace (KUBE_READER_CLUSTERROLE). */}}
@@ -141,6 +151,8 @@ KUBE_WORKLOADS_CLUSTERROLE: {{ include "gpuportal.workloadsRoleName" . | quote }
 KUBE_SERVICE_ACCOUNT: {{ printf "%s/%s" .Release.Namespace (include "gpuportal.serviceAccountName" .) | quote }}
 KUBE_READER_CLUSTERROLE: {{ include "gpuportal.readerRoleName" . | quote }}
 KUBE_WEB_SERVICE_ACCOUNT: {{ printf "%s/%s" .Release.Namespace (include "gpuportal.webServiceAccountName" .) | quote }}
+KUBE_PROXY_CLUSTERROLE: {{ include "gpuportal.proxyRoleName" . | quote }}
+KUBE_PROXY_SERVICE_ACCOUNT: {{ ternary (printf "%s/%s" .Release.Namespace (include "gpuportal.proxyServiceAccountName" .)) "" (and .Values.proxy.enabled .Values.rbac.create) | quote }}
 TEAM_EGRESS_ALLOW_CIDRS: {{ .Values.networkPolicy.teamEgress.allowCidrs | join "," | quote }}
 TEAM_EGRESS_DENY_CIDRS: {{ .Values.networkPolicy.teamEgress.denyCidrs | join "," | quote }}
 TEAM_INGRESS_PROXY_LABELS: {{ printf "app.kubernetes.io/instance=%s,app.kubernetes.io/component=proxy" .Release.Name | quote }}

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
 from datetime import datetime
 
 from django.conf import settings
@@ -58,6 +59,11 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 
 
 UID_BYTES = 8
+
+
+def segment_gpu_seconds(segments: Iterable[tuple[int, datetime, datetime]]) -> float:
+    """GPU-seconds of closed stretches given as (GPUs, start, end)."""
+    return sum(gpus * max(0.0, (end - start).total_seconds()) for gpus, start, end in segments)
 
 
 def new_uid() -> str:
@@ -186,11 +192,24 @@ class Workload(models.Model):
         return self.state in State.holding()
 
     def gpu_seconds(self, now: datetime | None = None) -> float:
-        """GPU-seconds so far: whole run for a finished workload, live for a running one."""
-        if self.started_at is None:
+        """GPU-seconds so far over every run it had: the runs a preemption ended before it was requeued
+        (`earlier_gpu_seconds`) and the current one, whole once finished, live while running."""
+        current = 0.0
+        if self.started_at is not None:
+            end = self.finished_at or (now or timezone.now())
+            current = max(0.0, (end - self.started_at).total_seconds()) * self.gpu_count
+        return current + self.earlier_gpu_seconds()
+
+    def earlier_gpu_seconds(self) -> float:
+        """GPU-seconds of its runs before the current attempt, kept as run segments (no query for work that
+        was never requeued; `jobs.selectors.with_earlier_runs` reads a whole page's at once)."""
+        if not self.attempt:
             return 0.0
-        end = self.finished_at or (now or timezone.now())
-        return max(0.0, (end - self.started_at).total_seconds()) * self.gpu_count
+        if not hasattr(self, "_earlier_gpu_seconds"):
+            self._earlier_gpu_seconds = segment_gpu_seconds(
+                self.segments.filter(attempt__lt=self.attempt).values_list("gpu_count", "started_at", "finished_at")
+            )
+        return self._earlier_gpu_seconds
 
 
 class WorkloadEvent(models.Model):

@@ -280,6 +280,79 @@ def note_interval_changed(workload: Workload) -> None:
 
 
 # --- budgets ----------------------------------------------------------------------------------------
+# An upper bound of weighted GPU-hours, from sums in PostgreSQL: the roll-up's rows of the range's days
+# plus every workload and run segment live over the whole range (so a rolled-up day counts twice), each
+# GPU type at its highest weight of the range. All terms are >= 0, and `usage_report` counts each GPU-
+# second once (the roll-up on its days, live elsewhere), at most at that weight: so this is never less.
+# Parameters: teams, start, end (clipped to now), now, first day, last day.
+_USAGE_AT_MOST_SQL = """
+SELECT team_id, gpu_type_id, sum(gpu_seconds) FROM (
+    SELECT team_id, gpu_type_id, greatest(0, extract(epoch FROM
+               least(coalesce(finished_at, %(now)s), %(end)s) - greatest(started_at, counted_from, %(start)s)
+           )) * gpu_count AS gpu_seconds
+    FROM {workload}
+    WHERE team_id = ANY(%(teams)s) AND started_at < %(end)s AND (finished_at IS NULL OR finished_at > %(start)s)
+    UNION ALL
+    SELECT team_id, gpu_type_id, greatest(0, extract(epoch FROM
+               least(finished_at, %(end)s) - greatest(started_at, %(start)s)
+           )) * gpu_count
+    FROM {segment}
+    WHERE team_id = ANY(%(teams)s) AND started_at < %(end)s AND finished_at > %(start)s
+    UNION ALL
+    SELECT team_id, gpu_type_id, gpu_seconds FROM {daily}
+    WHERE team_id = ANY(%(teams)s) AND day >= %(first_day)s AND day <= %(last_day)s
+) used
+GROUP BY team_id, gpu_type_id
+"""
+
+
+def weighted_hours_at_most(*, team_ids: list[int], start: datetime, end: datetime, now: datetime) -> dict[int, float]:
+    """Per team, a bound that its weighted GPU-hours over [start, end) never exceed (one query); {} where
+    the database cannot sum intervals (then only `usage_report` says)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql" or not team_ids:
+        return {}
+    tz = local_tz()
+    end = min(end, now)
+    first_day, last_day = start.astimezone(tz).date(), end.astimezone(tz).date()
+    sql = _USAGE_AT_MOST_SQL.format(
+        workload=Workload._meta.db_table, segment=RunSegment._meta.db_table, daily=UsageDaily._meta.db_table
+    )
+    params = {"teams": team_ids, "start": start, "end": end, "now": now, "first_day": first_day, "last_day": last_day}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    weight = weights_by_day()
+    days = [first_day + timedelta(days=n) for n in range((last_day - first_day).days + 1)]
+    highest: dict[int, float] = {}
+    bound = dict.fromkeys(team_ids, 0.0)
+    for team_id, type_id, seconds in rows:
+        if type_id not in highest:
+            highest[type_id] = max(weight(type_id, day) for day in days)
+        bound[team_id] += float(seconds or 0) / 3600 * highest[type_id]
+    return bound
+
+
+def budgets_spent(teams: Iterable[Team], *, now: datetime | None = None) -> set[int]:
+    """Ids of the teams whose monthly GPU-hour budget is used up this local month. One cheap bound for
+    all of them (`weighted_hours_at_most`); the exact report only for those the bound cannot clear."""
+    budgets = {t.id: t.monthly_gpu_hour_budget for t in teams if t.monthly_gpu_hour_budget is not None}
+    if not budgets:
+        return set()
+    now = now or timezone.now()
+    tz = local_tz()
+    month_start = day_start(now.astimezone(tz).date().replace(day=1), tz)
+    bound = weighted_hours_at_most(team_ids=list(budgets), start=month_start, end=now, now=now)
+    near = [t for t, budget in budgets.items() if t not in bound or Decimal(str(bound[t])) >= budget]
+    if not near:
+        return set()
+    used: dict[int, float] = dict.fromkeys(near, 0.0)
+    for row in usage_report(start=month_start, end=now, team_ids=near, now=now):
+        used[row.team_id] += row.weighted_gpu_hours
+    return {t for t in near if Decimal(str(used[t])) >= budgets[t]}
+
+
 def month_to_date_hours(team: Team, *, now: datetime | None = None) -> float:
     """Weighted GPU-hours the team used since the start of this local month."""
     now = now or timezone.now()
@@ -313,6 +386,4 @@ def budget_use(team: Team, *, now: datetime | None = None) -> BudgetUse | None:
 
 
 def budget_exhausted(team: Team, *, now: datetime | None = None) -> bool:
-    if team.monthly_gpu_hour_budget is None:
-        return False
-    return Decimal(str(month_to_date_hours(team, now=now))) >= team.monthly_gpu_hour_budget
+    return team.id in budgets_spent([team], now=now)

@@ -7,8 +7,10 @@ with queued work) is three steps, all inside one transaction:
    in id order so two admissions never deadlock). Every admission that could lend or borrow the same
    GPUs takes the same locks, so concurrent admissions across a cohort run one after the other and can
    never over-admit or over-lend. A team without a cohort locks only its own rows;
-2. gather the facts for all of them at once (quotas, budgets, what is held as sums, the queue) and hand
-   each cohort and type to the pure plan (`sharing_plan.plan`), which is deterministic;
+2. gather the facts for all of them at once (quotas, budgets, what is held as sums, and of the queue
+   only the head of each team's that a plan could reach, `sharing_plan.queue_head`, read in one query
+   that orders and counts in SQL) and hand each cohort and type to the pure plan (`sharing_plan.plan`),
+   which is deterministic;
 3. apply the plans: guarded transitions for the victims, one UPDATE for the admitted (two: own quota and
    borrowed), their timeline rows in one insert, and the creates handed to the worker in batches.
 """
@@ -19,11 +21,11 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
-from decimal import Decimal
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Q, Sum
+from django.db import connection, transaction
+from django.db.models import Case, F, Q, Sum, When
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from jobs.models import Quota, State, Team, Workload, WorkloadEvent
@@ -81,7 +83,12 @@ def cohort_team_ids(team_id: int) -> list[int]:
 
 def fair_share_usage(team_ids: Iterable[int]) -> dict[int, dict[int, float]]:
     """Per team that orders its queue by fair share: each user's decayed recent GPU-hours."""
-    teams = {t.id: t for t in Team.objects.filter(id__in=list(team_ids), fair_share=True)}
+    return fair_share_usage_of(Team.objects.filter(id__in=list(team_ids), fair_share=True))
+
+
+def fair_share_usage_of(teams_read: Iterable[Team]) -> dict[int, dict[int, float]]:
+    """`fair_share_usage` of teams already read (those that do not use fair share are left out)."""
+    teams = {t.id: t for t in teams_read if t.fair_share}
     if not teams:
         return {}
     now = timezone.now()
@@ -150,7 +157,7 @@ def gather_cohort_facts(quotas: list[Quota], gpu_type_id: int, *, skip_teams: It
 
 def quota_admit(*, team_id: int, gpu_type_id: int) -> list[int]:
     """Admit what fits for the team's cohort (or the team alone) and GPU type; returns admitted ids."""
-    return admission_pass(team_ids=cohort_team_ids(team_id), gpu_type_ids=[gpu_type_id], requesting=team_id)
+    return admission_pass(team_ids=[team_id], gpu_type_ids=[gpu_type_id], requesting=team_id)  # and its cohort
 
 
 def _admit_message(*, borrowed: bool, quota: int, reclaimed: int) -> str:
@@ -172,9 +179,10 @@ def admit_all() -> int:
 
 
 # --- the pass: one locked decision for many cohorts and GPU types ------------------------------------
-# Its cost grows with the queue, not with what teams hold: what teams hold is read as sums per team, GPU
-# type and owner (one query), plus the borrowed workloads one by one (the only ones a plan may preempt;
-# few, bounded by borrowing limits). Everything else is one query per pass and one bulk write.
+# What it brings into Python grows with neither the queue nor what teams hold: what teams hold is read as
+# sums per team, GPU type and owner, with the borrowed workloads one by one (the only ones a plan may
+# preempt; few, bounded by borrowing limits), in one query; of the queue, only the head of each team's,
+# which PostgreSQL picks out of the whole queue. Everything else is one query per pass and one bulk write.
 
 
 def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requesting: int | None = None) -> list[int]:
@@ -195,27 +203,36 @@ def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requ
         if not groups:
             return []
         members = {q.team_id for q in quotas}
+        teams_of = {key: _team_quotas(group_quotas) for key, group_quotas in groups.items()}
         held = _held_by_group(members, types, cohort_of)
         # Borrowed marks that no longer hold, and borrowed work beyond lowered limits (jobs.services.sharing).
-        for key, group_quotas in groups.items():
+        for key, teams in teams_of.items():
             if held.get(key):
-                held[key] = settle_running(_team_quotas(group_quotas), held[key], gpu_type_id=key[1], at=timezone.now())
-        queue = _queued_by_group(members, types, cohort_of, skip_teams=_budgets_spent(q.team for q in quotas))
+                held[key] = settle_running(teams, held[key], gpu_type_id=key[1], at=timezone.now())
+        # Only the head of each team's queue can matter to the plan (sharing_plan.queue_head): read that.
+        waiting_teams = members - _budgets_spent(q.team for q in quotas)
+        fair = fair_share_usage_of({q.team_id: q.team for q in quotas if q.team_id in waiting_teams}.values())
+        rooms: dict[tuple[int, int], sharing_plan.Room] = {}
+        for key, teams in teams_of.items():
+            room = sharing_plan.admission_room(teams, held.get(key, []))
+            for team_id in waiting_teams.intersection(key[0]):
+                rooms[(team_id, key[1])] = room.get(team_id, sharing_plan.NO_ROOM)
+        queue, left_out = _queue_heads(rooms, cohort_of, fair)
         if not queue:
             return []
-        fair = fair_share_usage({w.team_id for entries in queue.values() for w in entries})
         now = timezone.now()
         admitted: list[int] = []
         borrowed: set[int] = set()
         reclaimed: dict[int, list[int]] = {}
         quota_of: dict[int, int] = {}
-        for key, group_quotas in groups.items():
-            entries = queue.get(key)
-            if not entries:
+        for key in groups:
+            heads = queue.get(key)
+            if not heads:
                 continue
-            teams = _team_quotas(group_quotas)
-            result = sharing_plan.plan(teams, held.get(key, []), sharing_plan.order_queue(entries, fair))
-            if result.waiting:
+            teams = teams_of[key]
+            entries = [e for _, e in heads]
+            result = sharing_plan.plan(teams, held.get(key, []), sharing_plan.order_ranked(heads))
+            if result.waiting or left_out.get(key):
                 enqueue_estimate(team_id=entries[0].team_id, gpu_type_id=key[1])  # when will the queue move?
             for victim_id, for_id in sorted(result.preempt.items()):
                 preempt(victim_id, for_workload_id=for_id, at=now)
@@ -237,12 +254,16 @@ GroupKey = tuple[tuple[int, ...], int]  # (the cohort's team ids, or the lone te
 
 def _cohorts(team_ids: Iterable[int]) -> dict[int, tuple[int, ...]]:
     """Each team's cohort as the sorted ids of its teams (a team alone: itself), with every member of the
-    given teams' cohorts included (two queries)."""
-    rows = list(Team.objects.filter(id__in=list(team_ids)).values_list("id", "cohort_id"))
-    cohort_ids = {c for _, c in rows if c is not None}
+    given teams' cohorts included (one query)."""
+    ids = list(team_ids)
+    their_cohorts = Team.objects.filter(id__in=ids, cohort__isnull=False).values("cohort_id")
+    rows = list(
+        Team.objects.filter(Q(id__in=ids) | Q(cohort_id__in=their_cohorts)).order_by().values_list("id", "cohort_id")
+    )
     members: dict[int, list[int]] = {}
-    for team_id, cohort_id in Team.objects.filter(cohort_id__in=cohort_ids).values_list("id", "cohort_id"):
-        members.setdefault(cohort_id, []).append(team_id)
+    for team_id, cohort_id in rows:
+        if cohort_id is not None:
+            members.setdefault(cohort_id, []).append(team_id)
     cohort_of = {t: (t,) for t, c in rows if c is None}
     for team_list in members.values():
         for team_id in team_list:
@@ -281,36 +302,120 @@ def _team_quotas(quotas: list[Quota]) -> dict[int, TeamQuota]:
 
 
 def _budgets_spent(teams: Iterable[Team]) -> set[int]:
-    """Teams whose monthly GPU-hour budget is used up: one usage report for all of them."""
-    from jobs.services.accounting import day_start, local_tz, usage_report
+    """Teams whose monthly GPU-hour budget is used up (a cheap bound for all, a report where it is near)."""
+    from jobs.services.accounting import budgets_spent
 
-    budgets = {t.id: t.monthly_gpu_hour_budget for t in teams if t.monthly_gpu_hour_budget is not None}
-    if not budgets:
-        return set()
-    now = timezone.now()
-    tz = local_tz()
-    month_start = day_start(now.astimezone(tz).date().replace(day=1), tz)
-    used: dict[int, float] = dict.fromkeys(budgets, 0.0)
-    for row in usage_report(start=month_start, end=now, team_ids=list(budgets), now=now):
-        used[row.team_id] += row.weighted_gpu_hours
-    return {t for t, budget in budgets.items() if Decimal(str(used[t])) >= budget}
+    return budgets_spent({t.id: t for t in teams}.values())
 
 
-def _queued_by_group(
-    team_ids: set[int], types: list[int], cohort_of: dict[int, tuple[int, ...]], *, skip_teams: set[int]
-) -> dict[GroupKey, list[QueueEntry]]:
-    queue: dict[GroupKey, list[QueueEntry]] = {}
+QueueHeads = dict[GroupKey, list[tuple[int, QueueEntry]]]
+
+# The head of every team's queue per GPU type (sharing_plan.queue_head, in SQL): each queued workload's
+# place in its team's own order (priority, requeued first, the person's fair-share usage, age), and its
+# number among the team's queued workloads of its size (per person where the team caps people), kept
+# where a plan could reach it. The first of each team is always kept, with the team's queue length.
+# Parameters: the teams and types with their rooms, the fair-share usage per team and person, the state.
+_QUEUE_HEADS_SQL = """
+WITH room AS (
+    SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::int[], %s::bool[]) AS r(team_id, gpu_type_id, gpus, per_person)
+), usage AS (
+    SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::float8[]) AS u(team_id, owner_id, gpu_hours)
+), queue AS (
+    SELECT w.id, w.team_id, w.gpu_type_id, w.owner_id, w.gpu_count, w.priority, w.created_at, w.requeued_at,
+           r.gpus AS room, r.per_person,
+           row_number() OVER (
+               PARTITION BY w.team_id, w.gpu_type_id
+               ORDER BY w.priority DESC, w.requeued_at ASC NULLS LAST, coalesce(u.gpu_hours, 0), w.created_at, w.id
+           ) - 1 AS place,
+           count(*) OVER (PARTITION BY w.team_id, w.gpu_type_id) AS queued
+    FROM {workload} w
+    JOIN room r ON r.team_id = w.team_id AND r.gpu_type_id = w.gpu_type_id
+    LEFT JOIN usage u ON u.team_id = w.team_id AND u.owner_id = w.owner_id
+    WHERE w.state = %s AND w.team_id = ANY(%s::bigint[]) AND w.gpu_type_id = ANY(%s::bigint[])
+), numbered AS (
+    SELECT q.*, row_number() OVER (
+        PARTITION BY team_id, gpu_type_id, gpu_count, CASE WHEN per_person THEN owner_id END ORDER BY place
+    ) AS nth
+    FROM queue q
+)
+SELECT id, team_id, gpu_type_id, owner_id, gpu_count, priority, created_at, requeued_at, place, queued
+FROM numbered
+WHERE place = 0 OR room IS NULL OR gpu_count = 0 OR (gpu_count <= room AND (nth - 1) * gpu_count <= room)
+"""
+
+
+def _queue_heads(
+    rooms: dict[tuple[int, int], sharing_plan.Room],
+    cohort_of: dict[int, tuple[int, ...]],
+    fair: dict[int, dict[int, float]],
+) -> tuple[QueueHeads, dict[GroupKey, int]]:
+    """The head of the queue of every (team, GPU type) of `rooms` (one query), as (place in the team's
+    own queue, entry) per group, and how many queued workloads of each group were left out."""
+    heads: QueueHeads = {}
+    left_out: dict[GroupKey, int] = {}
+    if not rooms:
+        return heads, left_out
+    if connection.vendor != "postgresql":
+        return _queue_heads_read_whole(rooms, cohort_of, fair)
+    pairs = sorted(rooms)
+    usage = [(t, owner, hours) for t, by_owner in fair.items() for owner, hours in by_owner.items()]
+    params = [
+        [t for t, _ in pairs],
+        [g for _, g in pairs],
+        [rooms[p].gpus for p in pairs],
+        [rooms[p].per_person for p in pairs],
+        [t for t, _, _ in usage],
+        [o for _, o, _ in usage],
+        [h for _, _, h in usage],
+        State.QUEUED,
+        sorted({t for t, _ in pairs}),
+        sorted({g for _, g in pairs}),
+    ]
+    queued: dict[tuple[int, int], int] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(_QUEUE_HEADS_SQL.format(workload=Workload._meta.db_table), params)
+        for w_id, team_id, gpu_type_id, owner_id, gpus, priority, created, requeued, place, count in cursor:
+            key = (cohort_of[team_id], gpu_type_id)
+            heads.setdefault(key, []).append(
+                (place, QueueEntry(
+                    id=w_id, team_id=team_id, user_id=owner_id, gpus=gpus, priority=priority,
+                    created=created.timestamp(), requeued=requeued.timestamp() if requeued else None,
+                ))
+            )  # fmt: skip
+            queued[(team_id, gpu_type_id)] = count
+            left_out[key] = left_out.get(key, 0) - 1
+    for (team_id, gpu_type_id), count in queued.items():
+        left_out[(cohort_of[team_id], gpu_type_id)] += count
+    return heads, left_out
+
+
+def _queue_heads_read_whole(
+    rooms: dict[tuple[int, int], sharing_plan.Room],
+    cohort_of: dict[int, tuple[int, ...]],
+    fair: dict[int, dict[int, float]],
+) -> tuple[QueueHeads, dict[GroupKey, int]]:
+    """`_queue_heads` where SQL cannot pick them (SQLite in development): the whole queue, cut in Python."""
+    by_pair: dict[tuple[int, int], list[QueueEntry]] = {}
     rows = Workload.objects.filter(
-        team_id__in=[t for t in team_ids if t not in skip_teams], gpu_type_id__in=types, state=State.QUEUED
+        team_id__in={t for t, _ in rooms}, gpu_type_id__in={g for _, g in rooms}, state=State.QUEUED
     ).values_list("id", "team_id", "gpu_type_id", "owner_id", "gpu_count", "priority", "created_at", "requeued_at")
     for w_id, team_id, gpu_type_id, owner_id, gpus, priority, created, requeued in rows:
-        queue.setdefault((cohort_of[team_id], gpu_type_id), []).append(
-            QueueEntry(
-                id=w_id, team_id=team_id, user_id=owner_id, gpus=gpus, priority=priority,
-                created=created.timestamp(), requeued=requeued.timestamp() if requeued else None,
-            )
-        )  # fmt: skip
-    return queue
+        if (team_id, gpu_type_id) in rooms:
+            by_pair.setdefault((team_id, gpu_type_id), []).append(
+                QueueEntry(
+                    id=w_id, team_id=team_id, user_id=owner_id, gpus=gpus, priority=priority,
+                    created=created.timestamp(), requeued=requeued.timestamp() if requeued else None,
+                )
+            )  # fmt: skip
+    heads: QueueHeads = {}
+    left_out: dict[GroupKey, int] = {}
+    for (team_id, gpu_type_id), entries in by_pair.items():
+        own_order = sharing_plan.team_queues(entries, fair)[team_id]
+        head = sharing_plan.queue_head(own_order, rooms[(team_id, gpu_type_id)])
+        key = (cohort_of[team_id], gpu_type_id)
+        heads.setdefault(key, []).extend(head)
+        left_out[key] = left_out.get(key, 0) + len(entries) - len(head)
+    return heads, left_out
 
 
 def _held_by_group(
@@ -319,25 +424,31 @@ def _held_by_group(
     """What the teams hold, as the plan needs it: workloads on their own quota summed per team, GPU type
     and owner (the plan counts them, and never preempts them), borrowed ones one by one (it may)."""
     holding = Workload.objects.filter(team_id__in=list(team_ids), gpu_type_id__in=types, state__in=State.holding())
-    held: dict[GroupKey, list[Held]] = {}
-    sums = (
-        holding.filter(borrowed=False)
-        .values_list("team_id", "gpu_type_id", "owner_id")
+    # One query: own workloads grouped per team, type and owner; borrowed ones each a group of their own.
+    if_borrowed = {
+        "one_id": Case(When(borrowed=True, then=F("id"))),
+        "its_priority": Case(When(borrowed=True, then=F("priority"))),
+        "its_order": Case(When(borrowed=True, then=Coalesce("admitted_at", "created_at"))),
+    }
+    rows = (
+        holding.annotate(**if_borrowed)
+        .values_list("team_id", "gpu_type_id", "owner_id", "borrowed", *if_borrowed)
         .annotate(gpus=Sum("gpu_count"))
         .order_by()
     )
-    for n, (team_id, gpu_type_id, owner_id, gpus) in enumerate(sums, start=1):
-        # A stand-in id that no workload has: the plan only uses ids of what it may preempt.
-        held.setdefault((cohort_of[team_id], gpu_type_id), []).append(
-            Held(id=-n, team_id=team_id, gpus=gpus, user_id=owner_id)
-        )
-    for w_id, team_id, gpu_type_id, gpus, owner_id, priority, admitted, created in holding.filter(
-        borrowed=True
-    ).values_list("id", "team_id", "gpu_type_id", "gpu_count", "owner_id", "priority", "admitted_at", "created_at"):
-        held.setdefault((cohort_of[team_id], gpu_type_id), []).append(
-            Held(id=w_id, team_id=team_id, gpus=gpus, user_id=owner_id, priority=priority, borrowed=True,
-                 order=(admitted or created).timestamp())
-        )  # fmt: skip
+    held: dict[GroupKey, list[Held]] = {}
+    stand_ins = 0
+    for team_id, gpu_type_id, owner_id, borrowed, w_id, priority, order, gpus in rows:
+        key = (cohort_of[team_id], gpu_type_id)
+        if borrowed:
+            held.setdefault(key, []).append(
+                Held(id=w_id, team_id=team_id, gpus=gpus, user_id=owner_id, priority=priority, borrowed=True,
+                     order=order.timestamp())
+            )  # fmt: skip
+        else:
+            # A stand-in id that no workload has: the plan only uses ids of what it may preempt.
+            stand_ins += 1
+            held.setdefault(key, []).append(Held(id=-stand_ins, team_id=team_id, gpus=gpus, user_id=owner_id))
     return held
 
 

@@ -5,20 +5,25 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from dataclasses import replace
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Sum
+from django.core.cache import cache
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, Sum
+from django.db.models.functions import ExtractHour
 from django.utils import timezone
 
-from jobs.models import Quota, State, Workload
+from jobs.models import Kind, Quota, State, Workload
 from jobs.selectors import cluster_capacity
+from jobs.services.accounting import local_tz
 from jobs.services.admission import CohortFacts, cohort_team_ids, gather_cohort_facts
-from jobs.services.forecast import Estimate, expected_run, forecast, remaining
+from jobs.services.forecast import Demand, Estimate, demand_from, expected_arrivals, expected_run, forecast, remaining
 
 log = logging.getLogger(__name__)
 
 HISTORY_RUNS = 20  # an owner's last runs on a GPU type that make up "their typical run"
+DEMAND_CACHE_SECONDS = 600  # teams' habits change slowly: read once per cohort and type per ten minutes
 
 
 def run_history(owner_ids: set[int], gpu_type_id: int) -> dict[int, list[float]]:
@@ -42,6 +47,51 @@ def run_history(owner_ids: set[int], gpu_type_id: int) -> dict[int, list[float]]
     return history
 
 
+def arrival_demand(team_ids: list[int], gpu_type_id: int) -> dict[int, Demand]:
+    """Each team's habits on the type over the history window: how many workloads it submits at each
+    hour of the day, their size and GPU time (one aggregate query, kept a few minutes per process)."""
+    key = f"estimates:demand:{gpu_type_id}:{','.join(map(str, sorted(team_ids)))}"
+    demand = cache.get(key)
+    if demand is not None:
+        return demand
+    now = timezone.now()
+    since = now - timedelta(days=settings.PORTAL_HISTORY_DAYS)
+    ran = Q(started_at__isnull=False, finished_at__isnull=False)
+    gpu_time = ExpressionWrapper((F("finished_at") - F("started_at")) * F("gpu_count"), output_field=DurationField())
+    rows = list(
+        Workload.objects.filter(team_id__in=team_ids, gpu_type_id=gpu_type_id, created_at__gte=since)
+        .annotate(hour=ExtractHour("created_at", tzinfo=local_tz()))
+        .values("team_id", "hour")
+        .annotate(
+            created=Count("id"),
+            gpus=Sum("gpu_count"),
+            ran=Count("id", filter=ran),
+            gpu_time=Sum(gpu_time, filter=ran),
+            first=Min("created_at"),
+        )
+        .order_by()
+    )
+    # A cohort newer than the window has fewer days behind it (one at least).
+    first = min((row["first"] for row in rows), default=since)
+    days = max(1.0, (now - first).total_seconds() / 86400.0)
+    demand = demand_from(
+        (
+            (
+                row["team_id"],
+                row["hour"],
+                row["created"],
+                row["gpus"],
+                row["ran"],
+                (row["gpu_time"] or timedelta()).total_seconds(),
+            )
+            for row in rows
+        ),
+        days,
+    )
+    cache.set(key, demand, DEMAND_CACHE_SECONDS)
+    return demand
+
+
 def forecast_cohort(*, team_id: int, gpu_type_id: int) -> tuple[CohortFacts | None, dict[int, Estimate]]:
     """The facts of the team's cohort for one GPU type, and the forecast of its queue (nothing stored)."""
     team_ids = cohort_team_ids(team_id)
@@ -53,22 +103,24 @@ def forecast_cohort(*, team_id: int, gpu_type_id: int) -> tuple[CohortFacts | No
         return facts, {}
     ids = [h.id for h in facts.held] + [w.id for w in facts.queued]
     info = {
-        w_id: (owner_id, limit, began)
-        for w_id, owner_id, limit, began in Workload.objects.filter(id__in=ids).values_list(
-            "id", "owner_id", "time_limit_seconds", "started_at"
+        w_id: (owner_id, limit, began, kind == Kind.BATCH and restartable)
+        for w_id, owner_id, limit, began, kind, restartable in Workload.objects.filter(id__in=ids).values_list(
+            "id", "owner_id", "time_limit_seconds", "started_at", "kind", "restartable"
         )
     }
-    history = run_history({owner for owner, _, _ in info.values()}, gpu_type_id)
+    history = run_history({owner for owner, _, _, _ in info.values()}, gpu_type_id)
     now = timezone.now()
     running = []
+    durations = {}
     for h in facts.held:
-        owner, limit, began = info[h.id]
+        owner, limit, began, restartable = info[h.id]
         elapsed = (now - began).total_seconds() if began else 0.0
         past = history.get(owner, ())
-        running.append((h, remaining(expected_run(limit, past), elapsed, limit, past)))
-    durations = {
-        w.id: expected_run(info[w.id][1], history.get(info[w.id][0], ())) for w in facts.queued if w.id in info
-    }
+        durations[h.id] = expected_run(limit, past)  # its next run, should a lender's work requeue it
+        running.append((replace(h, restartable=restartable), remaining(durations[h.id], elapsed, limit, past)))
+    for w in facts.queued:
+        if w.id in info:
+            durations[w.id] = expected_run(info[w.id][1], history.get(info[w.id][0], ()))
     # The cluster's GPUs of this type that teams outside the cohort do not hold.
     capacity = cluster_capacity().get(gpu_type_id)
     outside = (
@@ -77,12 +129,17 @@ def forecast_cohort(*, team_id: int, gpu_type_id: int) -> tuple[CohortFacts | No
         .aggregate(n=Sum("gpu_count"))["n"]
         or 0
     )
+    # The cohort's teams go on submitting while these wait: a lender's own work comes before a borrower.
+    local = timezone.localtime(now, local_tz())
+    hour = local.hour + local.minute / 60 + local.second / 3600
+    arrivals = expected_arrivals(arrival_demand(team_ids, gpu_type_id), hour=hour) if len(facts.teams) > 1 else []
     estimates = forecast(
         facts.teams,
         running,
         facts.queued,
         durations,
         capacity=max(0, capacity.total - outside) if capacity and capacity.total else None,
+        arrivals=arrivals,
     )
     return facts, estimates
 

@@ -9,9 +9,10 @@ for the cluster too, where admission leaves that to the Kubernetes scheduler.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from jobs.services.sharing_plan import Held, Plan, TeamQuota, Waiting, plan
 
@@ -53,6 +54,88 @@ def remaining(expected: float, elapsed: float, time_limit: float, history: Seque
     return max(MIN_REMAINING_SECONDS, left)
 
 
+@dataclass(frozen=True)
+class Demand:
+    """What a team is expected to submit on one GPU type, from its history: arrivals per hour at each hour
+    of the (local) day, and the size and run length of a typical one."""
+
+    per_hour: tuple[float, ...]  # 24 values
+    gpus: int
+    run_seconds: float
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """An expected (not yet submitted) workload: `at` seconds from now, queued at the back of its team."""
+
+    at: float
+    waiting: Waiting
+    run_seconds: float
+
+
+ARRIVALS_WITHIN = 24 * 3600.0  # expected arrivals are simulated this far ahead
+ARRIVAL_ID = -(10**9)  # expected arrivals get ids from here down (no workload has them)
+
+
+def expected_arrivals(demand: Mapping[int, Demand], *, hour: float, within: float = ARRIVALS_WITHIN) -> list[Arrival]:
+    """Each team's expected arrivals over the next `within` seconds, from `hour` (local hour of the day,
+    fractional), as fixed points, not samples: the k-th one when the team's expected count of arrivals
+    reaches k - 1/3 (about the median time of a Poisson process's k-th arrival)."""
+    arrivals: list[Arrival] = []
+    next_id = ARRIVAL_ID
+    for team_id, d in sorted(demand.items()):
+        if d.gpus <= 0 or not any(r > 0 for r in d.per_hour):
+            continue
+        expected, target, t = 0.0, 2 / 3, 0.0
+        while t < within:
+            h = hour + t / 3600.0
+            rate = d.per_hour[int(h) % 24] / 3600.0  # per second, constant until the next whole hour
+            step = min(within - t, (math.floor(h) + 1 - h) * 3600.0) or 3600.0
+            while rate > 0 and expected + rate * step >= target:
+                at = t + (target - expected) / rate
+                arrivals.append(Arrival(at, Waiting(next_id, team_id, d.gpus, next_id, 0, 0.0), d.run_seconds))
+                next_id -= 1
+                target += 1.0
+            expected += rate * step
+            t += step
+    arrivals.sort(key=lambda a: (a.at, -a.waiting.id))
+    return arrivals
+
+
+def demand_from(rows: Iterable[tuple[int, int, int, int, int, float]], days: float) -> dict[int, Demand]:
+    """Each team's `Demand` from `days` days of history, given rows per (team, local hour of creation):
+    workloads created, GPUs they asked for, how many ran to an end, and those runs' GPU-seconds."""
+    per_hour: dict[int, list[float]] = {}
+    sums: dict[int, list[float]] = {}  # team -> [created, GPUs, ran, GPU-seconds]
+    for team_id, hour, created, gpus, ran, gpu_seconds in rows:
+        per_hour.setdefault(team_id, [0.0] * 24)[hour % 24] += created / max(1.0, days)
+        total = sums.setdefault(team_id, [0, 0, 0, 0.0])
+        for i, value in enumerate((created, gpus, ran, gpu_seconds)):
+            total[i] += value
+    demand = {}
+    for team_id, (created, gpus, ran, gpu_seconds) in sums.items():
+        if not created:
+            continue
+        size = max(1, round(gpus / created))
+        # A typical arrival takes the mean GPU time of those that ran (what it takes from the others).
+        run = gpu_seconds / ran / size if ran else 3600.0
+        demand[team_id] = Demand(tuple(per_hour[team_id]), size, max(60.0, run))
+    return demand
+
+
+def _in_order(queues: Mapping[int, list[Waiting]]) -> list[Waiting]:
+    """The cohort's queue as `order_queue` ranks it: priority, place in the team's own queue, creation."""
+    ranked = [((-w.priority, rank, w.created, w.id), w) for team in queues.values() for rank, w in enumerate(team)]
+    ranked.sort(key=lambda pair: pair[0])
+    return [w for _, w in ranked]
+
+
+def _requeue(queue: list[Waiting], w: Waiting) -> None:
+    """Put preempted `w` back at the front of its team's queue: after higher priorities and earlier requeues."""
+    at = next((i for i, q in enumerate(queue) if (q.priority, q.requeued) < (w.priority, True)), len(queue))
+    queue.insert(at, w)
+
+
 def forecast(
     teams: Mapping[int, TeamQuota],
     running: Iterable[tuple[Held, float]],
@@ -61,30 +144,59 @@ def forecast(
     *,
     capacity: int | None = None,
     horizon: float = HORIZON_SECONDS,
+    arrivals: Sequence[Arrival] = (),
 ) -> dict[int, Estimate]:
     """Estimated start of each queued workload. `running`: (held, seconds until it ends); `durations`:
-    expected run of each queued workload, by id."""
+    expected run of each queued workload by id (and of running ones, should a preemption requeue them);
+    `arrivals`: work expected to be submitted meanwhile (`expected_arrivals`), which can come first: a
+    lender's own work takes back what a borrower waits for."""
+    running = list(running)
     active: dict[int, tuple[Held, float]] = {h.id: (h, end) for h, end in running}
-    queue = list(queued[:MAX_QUEUED])
+    waiting = {w.id for w in queued[:MAX_QUEUED]}
+    queues: dict[int, list[Waiting]] = {}
+    for w in queued[:MAX_QUEUED]:
+        queues.setdefault(w.team_id, []).append(w)
+    runs = dict(durations)
+    for a in arrivals:
+        runs[a.waiting.id] = a.run_seconds
+    latest = max((w.created for w in queued), default=0.0)
+    newest = max((h.order for h, _ in running), default=0.0) + 1.0  # admitted in the forecast: newer than all
+    arrivals = sorted(arrivals, key=lambda a: a.at)
+    next_arrival = 0
     starts: dict[int, float] = {}
     first: Plan | None = None
     now = 0.0
-    for _ in range(10 * (len(queue) + len(active)) + 10):
-        result = plan(teams, [h for h, _ in active.values()], queue, capacity=capacity)
+    for _ in range(10 * (len(waiting) + len(active) + len(arrivals)) + 10):
+        while next_arrival < len(arrivals) and arrivals[next_arrival].at <= now:
+            a = arrivals[next_arrival]
+            next_arrival += 1
+            queues.setdefault(a.waiting.team_id, []).append(replace(a.waiting, created=latest + a.at))
+        result = plan(teams, [h for h, _ in active.values()], _in_order(queues), capacity=capacity)
         if first is None:
             first = result
         for victim in result.preempt:
-            active.pop(victim, None)
+            h, end = active.pop(victim, (None, 0.0))
+            if h is not None and h.restartable:
+                runs.setdefault(h.id, end - now)
+                again = Waiting(h.id, h.team_id, h.gpus, h.user_id, h.priority, h.order, requeued=True)
+                _requeue(queues.setdefault(h.team_id, []), again)
         admitted = set(result.admit)
-        for w in queue:
-            if w.id in admitted:
-                starts[w.id] = now
-                held = Held(w.id, w.team_id, w.gpus, w.user_id, w.priority, w.id in result.borrowed, now)
-                active[w.id] = (held, now + max(1.0, durations.get(w.id, 3600.0)))
-        queue = [w for w in queue if w.id not in admitted]
-        if not queue or not active:
+        for team_queue in queues.values():
+            for w in team_queue:
+                if w.id in admitted:
+                    if w.id in waiting:
+                        starts[w.id] = now
+                    held = Held(w.id, w.team_id, w.gpus, w.user_id, w.priority, w.id in result.borrowed, newest + now)
+                    active[w.id] = (held, now + max(1.0, runs.get(w.id, 3600.0)))
+            team_queue[:] = [w for w in team_queue if w.id not in admitted]
+        if waiting <= starts.keys():
             break
-        now = min(end for _, end in active.values())
+        events = [end for _, end in active.values()]
+        if next_arrival < len(arrivals):
+            events.append(arrivals[next_arrival].at)
+        if not events:
+            break  # nothing ends and nothing comes: the rest never fits
+        now = min(events)
         if now > horizon:
             break
         active = {i: (h, end) for i, (h, end) in active.items() if end > now}

@@ -64,19 +64,30 @@ def facts_from(snapshot: intake_facts.Snapshot, *, team: Team, user) -> Facts:
 
 
 def workload_submit(
-    *, team: Team, owner, spec: Mapping[str, Any], facts: Facts | None = None, admit_in_line: bool = True
+    *,
+    team: Team,
+    owner,
+    spec: Mapping[str, Any],
+    facts: Facts | None = None,
+    snapshot: intake_facts.Snapshot | None = None,
+    admit_in_line: bool = True,
+    all_or_nothing: bool = False,
 ) -> Workload:
     """Validate and store a submission as QUEUED, then trigger admission.
 
     `facts`: what gather_facts(team=team, user=owner) returned in this request, when the caller needed
-    them already (the launch page shows them); looked up here otherwise. `admit_in_line`: admit right
+    them already (the launch page shows them); `snapshot`: intake_facts' snapshot read with the team (the
+    REST create); looked up here otherwise. `admit_in_line`: admit right
     after the commit, in this process (the launch page then shows the outcome); False asks a worker for
     a coalesced pass instead, for callers whose answer cannot show the outcome anyway (the REST create
     renders its response inside its own transaction, before any admission could run) and should not
     wait for it. Raises SubmissionInvalid (errors by field) and stores nothing when any rule is broken.
+    `all_or_nothing`: the caller runs this inside its own transaction and rolls all of it back on any
+    error (the REST create with an Idempotency-Key), so the store needs no savepoint of its own.
     """
     if facts is None:
-        snapshot = intake_facts.snapshot(team=team, user=owner)  # one query when no fact has changed
+        if snapshot is None:
+            snapshot = intake_facts.snapshot(team=team, user=owner)  # one query when no fact has changed
         member = snapshot.role is not None
     else:
         member = Membership.objects.filter(user=owner, team=team).exists()
@@ -105,7 +116,7 @@ def workload_submit(
         gpu_type_name = snapshot.site.gpu_types[clean.gpu_type].display_name
     else:
         gpu_type_id, gpu_type_name = GpuType.objects.values_list("id", "display_name").get(slug=clean.gpu_type)
-    with transaction.atomic():
+    with transaction.atomic(savepoint=not all_or_nothing):
         workload = create_with_fresh_uid(
             team=team,
             owner=owner,

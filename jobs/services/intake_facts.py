@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from django.db import connection
+from django.db.models import CharField, OuterRef, QuerySet, Subquery
+from django.db.models.expressions import RawSQL
 
 from jobs.models import (
     AllowedRegistry,
@@ -119,10 +121,38 @@ def _snapshot_sql() -> str:
 
 def snapshot(*, team: Team, user) -> Snapshot:
     """The facts for one submission: one query, plus a re-read of whatever changed since the last one."""
-    global _site
     with connection.cursor() as cursor:
         cursor.execute(_snapshot_sql(), {"user": user.pk, "team": team.id})
         role, site_print, team_print = cursor.fetchone()
+    return _snapshot_from(team=team, user=user, role=role, site_print=site_print, team_print=team_print)
+
+
+def with_snapshot(teams: QuerySet[Team], *, user) -> QuerySet[Team]:
+    """`teams` with what `snapshot_of` needs, so a team is found and its facts checked in one query."""
+    # The fingerprints' SQL holds only table and column names from the models, no value.
+    team_column = f"{connection.ops.quote_name(Team._meta.db_table)}.{connection.ops.quote_name('id')}"
+    site_print = _fingerprint_sql(SITE_TABLES)
+    team_print = _fingerprint_sql(TEAM_TABLES, f" WHERE team_id = {team_column}")
+    return teams.annotate(
+        snapshot_role=Subquery(Membership.objects.filter(team=OuterRef("pk"), user=user).values("role")[:1]),
+        snapshot_site_print=RawSQL(site_print, (), output_field=CharField()),  # noqa: S611  # nosec B611: names from the models only
+        snapshot_team_print=RawSQL(team_print, (), output_field=CharField()),  # noqa: S611  # nosec B611: names from the models only
+    )
+
+
+def snapshot_of(team: Team, *, user) -> Snapshot:
+    """The facts for one submission to a team read through `with_snapshot`."""
+    return _snapshot_from(
+        team=team,
+        user=user,
+        role=team.snapshot_role,
+        site_print=team.snapshot_site_print,
+        team_print=team.snapshot_team_print,
+    )
+
+
+def _snapshot_from(*, team: Team, user, role: str | None, site_print: str | None, team_print: str | None) -> Snapshot:
+    global _site
     cached_site = _site
     if site_print is not None and cached_site is not None and cached_site[0] == site_print:
         site = cached_site[1]

@@ -57,7 +57,8 @@ class TeamQuota:
 
 @dataclass(frozen=True)
 class Held:
-    """A workload holding GPUs. `order` grows with admission time (newest has the largest)."""
+    """A workload holding GPUs. `order` grows with admission time (newest has the largest);
+    `restartable`: preempted, it goes back to the front of its team's queue (only forecasts use it)."""
 
     id: int
     team_id: int
@@ -66,15 +67,21 @@ class Held:
     priority: int = 0
     borrowed: bool = False
     order: float = 0.0
+    restartable: bool = False
 
 
 @dataclass(frozen=True)
 class Waiting:
+    """A queued workload. `created` (epoch seconds) and `requeued` only matter to forecasts, which re-rank
+    the queue as it moves (`order_queue`'s order) and put preempted work back at the front."""
+
     id: int
     team_id: int
     gpus: int
     user_id: int = 0
     priority: int = 0
+    created: float = 0.0
+    requeued: bool = False
 
 
 @dataclass
@@ -248,20 +255,101 @@ def team_order_key(entry: QueueEntry, user_usage: Mapping[int, float] | None) ->
     return (-entry.priority, entry.requeued is None, entry.requeued or 0.0, share, entry.created, entry.id)
 
 
-def order_queue(entries: Iterable[QueueEntry], fair_usage: Mapping[int, Mapping[int, float]]) -> list[Waiting]:
-    """The cohort's queue in admission order: each team's own order (fair share where the team uses it,
-    keyed by team id in `fair_usage`), teams interleaved by priority, then by place in their own queue."""
+def team_queues(
+    entries: Iterable[QueueEntry], fair_usage: Mapping[int, Mapping[int, float]]
+) -> dict[int, list[QueueEntry]]:
+    """Each team's queue in its own order (fair share where the team uses it, keyed by team id in
+    `fair_usage`)."""
     by_team: dict[int, list[QueueEntry]] = {}
     for e in entries:
         by_team.setdefault(e.team_id, []).append(e)
-    ranked: list[tuple[tuple, QueueEntry]] = []
     for team_id, team_entries in by_team.items():
         usage = fair_usage.get(team_id)
         team_entries.sort(key=lambda e: team_order_key(e, usage))
-        for rank, e in enumerate(team_entries):
-            ranked.append(((-e.priority, rank, e.created, e.id), e))
-    ranked.sort(key=lambda pair: pair[0])
-    return [Waiting(id=e.id, team_id=e.team_id, gpus=e.gpus, user_id=e.user_id, priority=e.priority) for _, e in ranked]
+    return by_team
+
+
+def order_queue(entries: Iterable[QueueEntry], fair_usage: Mapping[int, Mapping[int, float]]) -> list[Waiting]:
+    """The cohort's queue in admission order: each team's own order (`team_queues`), teams interleaved by
+    priority, then by place in their own queue."""
+    return order_ranked(
+        (rank, e) for team_entries in team_queues(entries, fair_usage).values() for rank, e in enumerate(team_entries)
+    )
+
+
+def order_ranked(ranked: Iterable[tuple[int, QueueEntry]]) -> list[Waiting]:
+    """The cohort's queue in admission order from (place in its team's own queue, entry) pairs: by
+    priority, then by that place, then by age. Some of a team's entries may be missing (`queue_head`):
+    the others keep their places, so teams interleave as they would with every entry present."""
+    ordered = sorted(ranked, key=lambda pair: (-pair[1].priority, pair[0], pair[1].created, pair[1].id))
+    return [
+        Waiting(e.id, e.team_id, e.gpus, e.user_id, e.priority, e.created, e.requeued is not None) for _, e in ordered
+    ]
+
+
+# --- how deep into a team's queue a plan can reach ---------------------------------------------------
+# A plan walks the whole queue, but only a few entries per team can change anything: the rest are
+# skipped (a smaller one was refused) or refused by the per-person cap, and neither changes the ledger or
+# what later entries see. `queue_head` keeps, per team, entries that a plan could admit or refuse, so an
+# admission pass reads those instead of its whole queue (the pass reads them in SQL, as written here).
+#
+# Why it is enough. A plan never lets a team hold more than quota + borrowing limit, and only borrowed
+# work is ever preempted, so it admits at most `room` = ceiling - what the team holds on its own quota.
+# Within one round of the plan (own quota, then borrowing) the entries of one size that it considers are
+# admitted one after another until one is refused; after that every later entry of that size or larger
+# is skipped. So over both rounds at most room // size + 1 entries of each size are admitted or refused,
+# the first ones of that size in the team's order; an entry larger than `room` is never admitted, and its
+# refusal only makes later ones as large skip. With a per-person cap, entries refused by the cap are
+# passed over without a mark, so entries are counted per person and size instead, and the cap bounds the
+# room; that holds while a person's use only grows during the plan, i.e. unless the team has borrowed
+# work a lender could reclaim (then the whole queue is read). Proven against the full plan by a property
+# test (tests/engine/test_admission_plan.py).
+@dataclass(frozen=True)
+class Room:
+    """How deep into a team's queue a plan can reach: `gpus`, the most it could admit for the team (None:
+    no bound, the whole queue is needed); `per_person`: count entries per person and size."""
+
+    gpus: int | None
+    per_person: bool = False
+
+
+NO_ROOM = Room(0)  # a team without a quota for the type: nothing of its queue is ever admitted
+
+
+def admission_room(teams: Mapping[int, TeamQuota], held: Iterable[Held]) -> dict[int, Room]:
+    """Per team of the cohort (and GPU type), how deep a plan over `held` could reach into its queue."""
+    own: dict[int, int] = {}
+    borrowing: set[int] = set()
+    for h in held:
+        if h.borrowed:
+            borrowing.add(h.team_id)
+        else:
+            own[h.team_id] = own.get(h.team_id, 0) + h.gpus
+    rooms: dict[int, Room] = {}
+    for team_id, team in teams.items():
+        gpus = team.ceiling - own.get(team_id, 0)
+        if team.user_max_gpus is None:
+            rooms[team_id] = Room(gpus)
+        elif team_id in borrowing:
+            rooms[team_id] = Room(None)  # a reclaim could lower a person's use, and let the cap pass again
+        else:
+            rooms[team_id] = Room(min(gpus, team.user_max_gpus), per_person=True)
+    return rooms
+
+
+def queue_head(team_queue: Sequence[QueueEntry], room: Room) -> list[tuple[int, QueueEntry]]:
+    """(place, entry) for the entries of one team's queue (in its own order) that a plan with this room
+    could admit or refuse; the first entry always, so a pass knows that the team waits."""
+    if room.gpus is None:
+        return list(enumerate(team_queue))
+    seen: dict[tuple[int, int], int] = {}
+    head: list[tuple[int, QueueEntry]] = []
+    for place, e in enumerate(team_queue):
+        key = (e.gpus, e.user_id if room.per_person else 0)
+        nth = seen[key] = seen.get(key, 0) + 1
+        if place == 0 or e.gpus == 0 or (e.gpus <= room.gpus and (nth - 1) * e.gpus <= room.gpus):
+            head.append((place, e))
+    return head
 
 
 def decayed_usage(intervals: Iterable[tuple[int, float, float, int]], now: float, half_life: float) -> dict[int, float]:

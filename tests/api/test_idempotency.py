@@ -99,3 +99,17 @@ def test_a_key_expires_after_its_retention(world):
     assert again.status_code == 201
     assert "Idempotent-Replayed" not in again
     assert Workload.objects.count() == 2
+
+
+def test_the_keyed_answer_is_the_workload_as_read_back(world):
+    """A keyed create renders the workload it just stored from memory (its queue position and GPU type
+    read in one statement): the answer must be what reading it back gives."""
+    client = world.client("owner")
+    for n in range(3):
+        client.post(URL, batch_spec(), format="json", HTTP_IDEMPOTENCY_KEY=f"before-{n}")
+    created = client.post(URL, batch_spec(), format="json", HTTP_IDEMPOTENCY_KEY="mine")
+    assert created.status_code == 201
+    body = created.json()
+    read = client.get(f"{URL}{body['uid']}/").json()
+    assert body["queue_position"] >= 4  # behind the three before it
+    assert {k: v for k, v in body.items() if k != "gpu_hours"} == {k: v for k, v in read.items() if k != "gpu_hours"}

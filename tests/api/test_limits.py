@@ -106,3 +106,42 @@ def test_an_environment_larger_than_a_workload_needs_is_refused(world):
     assert response.status_code == 400
     assert "env" in response.json()["error"]["fields"]
     assert not Workload.objects.exists()
+
+
+def test_requests_arriving_together_are_all_counted():
+    """Each request's windows are checked and counted in one atomic step in Redis (one round trip for the
+    token's and the person's), so 30 requests at once under a limit of 10 let exactly 10 through; a read
+    and a write apart would let a burst slip past the limit."""
+    import threading
+    from types import SimpleNamespace
+
+    from django.core.cache import caches
+
+    from api.throttling import TokenRateThrottle, UserRateThrottle, count_together
+
+    try:
+        caches["api"].get("reachable")
+    except Exception:
+        pytest.skip("needs Redis")
+    person = SimpleNamespace(is_authenticated=True, pk=424242)
+    request = SimpleNamespace(auth=SimpleNamespace(pk=434343), user=person)
+    rates = {"token": "10/min", "user": "12/min"}
+    barrier = threading.Barrier(30)
+    allowed: list[bool] = []
+    with override_settings(REST_FRAMEWORK={**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}):
+
+        def one() -> None:
+            throttles = [TokenRateThrottle(), UserRateThrottle()]
+            barrier.wait()
+            count_together(throttles, request, None)
+            allowed.append(all(t.allow_request(request, None) for t in throttles))
+
+        threads = [threading.Thread(target=one) for _ in range(30)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        refused = TokenRateThrottle()
+        assert not refused.allow_request(request, None)
+        assert 0 < refused.wait() <= 60
+    assert allowed.count(True) == 10

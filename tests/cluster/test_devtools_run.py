@@ -145,6 +145,7 @@ def test_make_run_serves_the_portal_and_ctrl_c_stops_everything(tmp_path):
         assert _may_create_namespace(web_kubeconfig) == (False, 403)
         assert _may_create_namespace(processes["worker"][1]["KUBECONFIG"]) == (False, 403)
         assert processes["provisioner"][1]["KUBECONFIG"].endswith("provisioner-kubeconfig")
+        assert processes["proxy"][1]["KUBECONFIG"].endswith("proxy-kubeconfig")  # its own, as in the chart
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGINT)

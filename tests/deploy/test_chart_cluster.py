@@ -108,6 +108,7 @@ class Release:
         self.fullname = f"{name}-gpuportal"
         self.sa_user = f"system:serviceaccount:{namespace}:{self.fullname}"
         self.web_user = f"system:serviceaccount:{namespace}:{self.fullname}-web"
+        self.proxy_user = f"system:serviceaccount:{namespace}:{self.fullname}-proxy"
         self.provisioner_user = f"system:serviceaccount:{namespace}:{self.fullname}-provisioner"
         self.core = client.CoreV1Api(kube_api)
         self.apps = client.AppsV1Api(kube_api)
@@ -230,6 +231,10 @@ def test_the_engine_reads_the_cluster_and_the_web_reads_nothing_cluster_wide(rel
         assert not can_i(release.kubeconfig, who, "get", "secrets", release.namespace)
         assert not can_i(release.kubeconfig, who, "create", "clusterrolebindings")
     assert not can_i(release.kubeconfig, web, "list", "pods")
+    # The proxy's account: nothing cluster-wide either (the provisioner binds its reads in team namespaces).
+    for resource in ("endpointslices.discovery.k8s.io", "services", "endpoints"):
+        assert not can_i(release.kubeconfig, release.proxy_user, "list", resource)
+        assert not can_i(release.kubeconfig, release.proxy_user, "list", resource, "kube-system")
 
 
 def test_only_the_provisioner_makes_team_namespaces_and_nobody_escalates(release: Release) -> None:
@@ -269,7 +274,7 @@ def test_only_the_provisioner_makes_team_namespaces_and_nobody_escalates(release
         assert not can_i(release.kubeconfig, sa, "create", "jobs.batch", other)
         assert not can_i(release.kubeconfig, sa, "create", "pods", team)
         assert not can_i(release.kubeconfig, sa, "get", "secrets", team)
-        # The provisioner itself runs nothing, and `bind` covers only the portal's two roles: `admin` is refused.
+        # The provisioner itself runs nothing, and `bind` covers only the portal's three roles: `admin` is refused.
         assert not can_i(release.kubeconfig, provisioner, "create", "jobs.batch", team)
         refused = kubectl(
             release.kubeconfig, "create", "rolebinding", "escalate", "-n", other, "--clusterrole=admin",
@@ -365,6 +370,8 @@ def test_the_portal_sets_up_a_team_namespace_with_the_charts_config_and_account(
     settings.KUBE_WORKLOADS_CLUSTERROLE = config["KUBE_WORKLOADS_CLUSTERROLE"]
     settings.KUBE_WEB_SERVICE_ACCOUNT = config["KUBE_WEB_SERVICE_ACCOUNT"]
     settings.KUBE_READER_CLUSTERROLE = config["KUBE_READER_CLUSTERROLE"]
+    settings.KUBE_PROXY_SERVICE_ACCOUNT = config["KUBE_PROXY_SERVICE_ACCOUNT"]
+    settings.KUBE_PROXY_CLUSTERROLE = config["KUBE_PROXY_CLUSTERROLE"]
     settings.PORTAL_INSTANCE = config["PORTAL_INSTANCE"]
     prefix = settings.KUBE_NAMESPACE_PREFIX = f"t-chart-team-{uuid.uuid4().hex[:4]}-"
     kube_client.reset()
@@ -375,7 +382,7 @@ def test_the_portal_sets_up_a_team_namespace_with_the_charts_config_and_account(
         namespace = namespace_provision(team)
         assert namespace == f"{settings.KUBE_NAMESPACE_PREFIX}vision"
         bindings = {b.role_ref.name: b for b in release.rbac.list_namespaced_role_binding(namespace).items}
-        assert set(bindings) == {f"{release.fullname}-workloads", f"{release.fullname}-reader"}
+        assert set(bindings) == {f"{release.fullname}-{r}" for r in ("workloads", "reader", "proxy")}
         assert [(s.kind, s.name, s.namespace) for s in bindings[f"{release.fullname}-workloads"].subjects] == [
             ("ServiceAccount", release.fullname, release.namespace)
         ]
@@ -390,6 +397,14 @@ def test_the_portal_sets_up_a_team_namespace_with_the_charts_config_and_account(
         assert eventually_can_i(release.kubeconfig, release.sa_user, "create", "jobs.batch", namespace)
         assert eventually_can_i(release.kubeconfig, release.web_user, "get", "pods/log", namespace)
         assert not can_i(release.kubeconfig, release.web_user, "create", "jobs.batch", namespace)
+        # The chart's provisioner may bind the proxy's role (its `bind` resourceNames): the proxy reads here.
+        assert [(s.kind, s.name) for s in bindings[f"{release.fullname}-proxy"].subjects] == [
+            ("ServiceAccount", f"{release.fullname}-proxy")
+        ]
+        assert eventually_can_i(
+            release.kubeconfig, release.proxy_user, "list", "endpointslices.discovery.k8s.io", namespace
+        )
+        assert not can_i(release.kubeconfig, release.proxy_user, "list", "pods", namespace)
         # Outside the prefix the provisioner's code refuses before any call.
         settings.KUBE_NAMESPACE_PREFIX = "kube-"
         with pytest.raises(NamespaceRefused):

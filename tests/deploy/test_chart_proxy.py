@@ -28,7 +28,7 @@ def test_proxy_is_its_own_deployment_and_service_labelled_by_component() -> None
     assert service["spec"]["selector"]["app.kubernetes.io/component"] == "proxy"
 
 
-def test_proxy_reads_endpoints_and_writes_nothing() -> None:
+def test_proxy_reads_endpoints_only_where_the_provisioner_binds_it() -> None:
     manifests = render({})
     rules = yaml.safe_load((CHART_DIR / "files" / "rbac-rules.yaml").read_text())["proxy"]
     role = find(manifests, "ClusterRole", "gp-gpuportal-proxy")
@@ -37,8 +37,21 @@ def test_proxy_reads_endpoints_and_writes_nothing() -> None:
     assert verbs == {"get", "list", "watch"}
     resources = {r for rule in role["rules"] for r in rule["resources"]}
     assert resources == {"services", "endpoints", "endpointslices"}
-    binding = find(manifests, "ClusterRoleBinding", "gp-gpuportal-proxy")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gp-gpuportal-proxy", "namespace": "portal"}]
+    # Nothing cluster-wide: no ClusterRoleBinding names the proxy's role or account.
+    for binding in (m.obj for m in manifests if m.kind in {"ClusterRoleBinding", "RoleBinding"}):
+        assert binding["roleRef"]["name"] != "gp-gpuportal-proxy"
+        assert all(s["name"] != "gp-gpuportal-proxy" for s in binding["subjects"])
+    # The provisioner binds it in each team namespace: it is told the role and the account, and may bind it.
+    config = next(m.obj for m in manifests if m.kind == "ConfigMap" and "KUBE_PROXY_CLUSTERROLE" in m.obj["data"])
+    assert config["data"]["KUBE_PROXY_CLUSTERROLE"] == "gp-gpuportal-proxy"
+    assert config["data"]["KUBE_PROXY_SERVICE_ACCOUNT"] == "portal/gp-gpuportal-proxy"
+    provisioner = find(manifests, "ClusterRole", "gp-gpuportal-provisioner")
+    [bind] = [r for r in provisioner["rules"] if "bind" in r["verbs"]]
+    assert "gp-gpuportal-proxy" in bind["resourceNames"]
+    # Without the proxy, no account to bind.
+    off = render({"proxy": {"enabled": False}})
+    config = next(m.obj for m in off if m.kind == "ConfigMap" and "KUBE_PROXY_CLUSTERROLE" in m.obj["data"])
+    assert config["data"]["KUBE_PROXY_SERVICE_ACCOUNT"] == ""
 
 
 def test_ingress_sends_w_to_the_proxy_and_the_rest_to_the_web() -> None:

@@ -214,15 +214,15 @@ def test_helm_lint_strict_for_kubernetes_1_20_finds_nothing_above_info(values_fi
 
 def test_rbac_is_exactly_the_rules_file_split_by_exposure() -> None:
     manifests = render({})
-    workloads_role, reader_role = "gp-gpuportal-workloads", "gp-gpuportal-reader"
+    workloads_role, reader_role, proxy_role = "gp-gpuportal-workloads", "gp-gpuportal-reader", "gp-gpuportal-proxy"
     text = (CHART_DIR / "files" / "rbac-rules.yaml").read_text()
-    rules = yaml.safe_load(text.replace("{{WORKLOADS_ROLE}}", workloads_role).replace("{{READER_ROLE}}", reader_role))
-    for key in ("engine", "provisioner", "workloads", "reader"):
+    text = text.replace("{{WORKLOADS_ROLE}}", workloads_role).replace("{{READER_ROLE}}", reader_role)
+    rules = yaml.safe_load(text.replace("{{PROXY_ROLE}}", proxy_role))
+    for key in ("engine", "provisioner", "workloads", "reader", "proxy"):
         assert find(manifests, "ClusterRole", f"gp-gpuportal-{key}")["rules"] == rules[key], key
-    # Two cluster-wide bindings: the engine's reads and the provisioner's; the web gets none.
+    # Two cluster-wide bindings: the engine's reads and the provisioner's; the web and the proxy get none.
     bindings = {m.name: m.obj for m in manifests if m.kind == "ClusterRoleBinding"}
-    # (The proxy's own read-only binding is made by templates/proxy.yaml.)
-    assert set(bindings) == {"gp-gpuportal-engine", "gp-gpuportal-provisioner", "gp-gpuportal-proxy"}
+    assert set(bindings) == {"gp-gpuportal-engine", "gp-gpuportal-provisioner"}
     assert bindings["gp-gpuportal-engine"]["subjects"] == [
         {"kind": "ServiceAccount", "name": "gp-gpuportal", "namespace": "portal"}
     ]
@@ -238,8 +238,10 @@ def test_rbac_is_exactly_the_rules_file_split_by_exposure() -> None:
     assert config["KUBE_READER_CLUSTERROLE"] == reader_role
     assert config["KUBE_SERVICE_ACCOUNT"] == "portal/gp-gpuportal"
     assert config["KUBE_WEB_SERVICE_ACCOUNT"] == "portal/gp-gpuportal-web"
+    assert config["KUBE_PROXY_CLUSTERROLE"] == proxy_role
+    assert config["KUBE_PROXY_SERVICE_ACCOUNT"] == "portal/gp-gpuportal-proxy"
     assert not [m for m in manifests if m.kind in {"Role", "RoleBinding"}]
-    # Only the provisioner may create namespaces or RoleBindings or `bind`, and `bind` only these two roles.
+    # Only the provisioner may create namespaces or RoleBindings or `bind`, and `bind` only these three roles.
     writers = {
         key
         for key in rules
@@ -253,7 +255,7 @@ def test_rbac_is_exactly_the_rules_file_split_by_exposure() -> None:
             "apiGroups": ["rbac.authorization.k8s.io"],
             "resources": ["clusterroles"],
             "verbs": ["bind"],
-            "resourceNames": [workloads_role, reader_role],
+            "resourceNames": [workloads_role, reader_role, proxy_role],
         }
     ]
     # The web's role reads only: users' secrets are sealed for the engine, which writes them.
@@ -287,7 +289,7 @@ def test_each_process_runs_as_the_identity_its_exposure_allows() -> None:
     # Pre-provisioned clusters: no provisioner, no identity that may create namespaces or bindings.
     off = render({"provisioner": {"enabled": False}})
     assert not [m for m in off if "provisioner" in m.name]
-    assert {m.name for m in off if m.kind == "ClusterRoleBinding"} == {"gp-gpuportal-engine", "gp-gpuportal-proxy"}
+    assert {m.name for m in off if m.kind == "ClusterRoleBinding"} == {"gp-gpuportal-engine"}
 
 
 def test_only_the_worker_holds_the_private_half_of_the_seal_pair() -> None:
@@ -332,7 +334,7 @@ def test_admission_policy_guards_the_provisioner_where_the_cluster_has_it() -> N
     )
     expressions = [v["expression"] for v in policy["validations"]]
     assert 'startsWith("gpuportal-")' in expressions[0]
-    assert '["gp-gpuportal-workloads", "gp-gpuportal-reader"]' in expressions[1]
+    assert '["gp-gpuportal-workloads", "gp-gpuportal-reader", "gp-gpuportal-proxy"]' in expressions[1]
     resources = {r for rule in policy["matchConstraints"]["resourceRules"] for r in rule["resources"]}
     assert {"namespaces", "rolebindings"} <= resources
     binding = find(manifests, "ValidatingAdmissionPolicyBinding", "gp-gpuportal-provisioner-prefix")["spec"]

@@ -3,12 +3,24 @@ and how it hands its creates over (pure)."""
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobs.services.admission import plan_admission
 from jobs.services.dispatch import SUBMIT_BATCH, SUBMIT_SMALLEST, SUBMIT_SPREAD, submit_batches
-from jobs.services.sharing_plan import Held, TeamQuota, Waiting, plan
+from jobs.services.sharing_plan import (
+    NO_ROOM,
+    Held,
+    QueueEntry,
+    TeamQuota,
+    Waiting,
+    admission_room,
+    order_queue,
+    order_ranked,
+    plan,
+    queue_head,
+    team_queues,
+)
 
 
 def test_fifo_until_full():
@@ -86,6 +98,68 @@ def test_a_plan_from_summed_holdings_is_the_plan_from_every_workload(team_rows, 
     assert summed.borrowed == one_by_one.borrowed
     assert summed.preempt == one_by_one.preempt
     assert summed.waiting == one_by_one.waiting
+
+
+# --- what an admission pass reads of the queue: each team's head, not the whole queue -------------
+capped_teams_strategy = st.lists(
+    st.tuples(st.integers(0, 8), st.integers(0, 4), st.none() | st.integers(0, 8), st.none() | st.integers(0, 6)),
+    min_size=1,
+    max_size=4,
+)
+long_queue_strategy = st.lists(
+    st.tuples(
+        st.integers(0, 4),  # team (4: one without a quota when there are fewer teams)
+        st.integers(1, 3),  # person
+        st.sampled_from([0, 1, 1, 2, 2, 3, 4, 8]),  # GPUs
+        st.integers(0, 2),  # priority
+        st.booleans(),  # requeued after a preemption
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(capped_teams_strategy, held_strategy, long_queue_strategy, st.booleans())
+def test_a_plan_from_each_team_s_queue_head_is_the_plan_from_the_whole_queue(
+    team_rows, held_rows, queue_rows, fair_share
+):
+    """The pass reads only the head of each team's queue (`queue_head`, in SQL); what it decides from
+    those must be what the whole queue gives: same admitted (in order), borrowed and preempted, and it
+    must still know when something waits. Fails if a plan rule lets a deeper entry start."""
+    teams = {
+        i: TeamQuota(team_id=i, quota=q, borrowing_limit=b, lending_limit=lend, user_max_gpus=cap)
+        for i, (q, b, lend, cap) in enumerate(team_rows)
+    }
+    held = [
+        Held(id=1000 + n, team_id=t % len(teams), user_id=u, gpus=g, borrowed=b, priority=p, order=float(n))
+        for n, (t, u, g, b, p) in enumerate(held_rows)
+    ]
+    entries = [
+        QueueEntry(id=n, team_id=t, user_id=u, gpus=g, priority=p, created=float(n), requeued=50.0 - n if r else None)
+        for n, (t, u, g, p, r) in enumerate(queue_rows)
+    ]
+    fair = {t: {1: 5.0, 2: 0.5} for t in range(5)} if fair_share else {}
+    whole = plan(teams, held, order_queue(entries, fair))
+
+    rooms = admission_room(teams, held)
+    heads = [
+        pair
+        for team_id, queue in team_queues(entries, fair).items()
+        for pair in queue_head(queue, rooms.get(team_id, NO_ROOM))
+    ]
+    head = plan(teams, held, order_ranked(heads))
+    assert head.admit == whole.admit
+    assert head.borrowed == whole.borrowed
+    assert head.preempt == whole.preempt
+    assert (bool(head.waiting) or len(heads) < len(entries)) == bool(whole.waiting)
+    assert {w.id for w in order_ranked(heads)} <= {e.id for e in entries}
+
+
+def test_the_head_of_a_long_queue_is_short():
+    queue = [QueueEntry(i, 1, user_id=i % 4, gpus=[1, 2, 4, 8][i % 4], priority=0, created=i) for i in range(1000)]
+    head = queue_head(queue, admission_room({1: TeamQuota(1, quota=10)}, [Held(-1, 1, gpus=6)])[1])
+    # Room for 4 more GPUs: the first five 1-GPU entries, three 2-GPU, two 4-GPU and no 8-GPU one.
+    assert [place for place, _ in head] == [0, 1, 2, 4, 5, 6, 8, 9, 12, 16]
 
 
 # --- handing an admission pass's creates to the worker ------------------------------------------------

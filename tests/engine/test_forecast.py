@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobs.services.forecast import about, expected_run, forecast, remaining
+from jobs.services.forecast import Demand, about, demand_from, expected_arrivals, expected_run, forecast, remaining
 from jobs.services.sharing_plan import Held, Reason, TeamQuota, Waiting
 
 A, B = 1, 2
@@ -84,3 +84,54 @@ def test_only_the_head_of_a_long_queue_is_forecast():
     assert estimates[200].start_in == 49 * 60.0
     assert estimates[201].start_in is None
     assert estimates[201].reason == ""
+
+
+# --- expected arrivals ---------------------------------------------------------------------------
+def test_expected_arrivals_are_fixed_points_at_the_expected_rate():
+    steady = {A: Demand((2.0,) * 24, 2, 1800.0)}  # two an hour, all day
+    arrivals = expected_arrivals(steady, hour=9.0, within=2 * 3600.0)
+    # The k-th when 2/h have made k - 1/3 expected: at 20, 50, 80 and 110 minutes.
+    assert [round(a.at / 60) for a in arrivals] == [20, 50, 80, 110]
+    assert {(a.waiting.team_id, a.waiting.gpus, a.run_seconds) for a in arrivals} == {(A, 2, 1800.0)}
+    assert len({a.waiting.id for a in arrivals}) == 4
+    assert max(a.waiting.id for a in arrivals) < 0  # no workload's
+    # A team that only works from 10 o'clock submits nothing before.
+    mornings = {B: Demand(tuple(3.0 if h == 10 else 0.0 for h in range(24)), 1, 600.0)}
+    assert [round(a.at / 60) for a in expected_arrivals(mornings, hour=9.5, within=4 * 3600.0)] == [43, 63, 83]
+    assert expected_arrivals({B: Demand((0.0,) * 24, 1, 600.0)}, hour=0.0) == []
+
+
+def test_demand_from_history_per_hour_of_the_day():
+    # Two weeks: team A made 28 workloads at 9 o'clock (2 GPUs each, 20 of them ran 1 h), 14 at 10.
+    rows = [(A, 9, 28, 56, 20, 20 * 2 * 3600.0), (A, 10, 14, 28, 0, 0.0)]
+    demand = demand_from(rows, 14)[A]
+    assert (demand.per_hour[9], demand.per_hour[10], demand.per_hour[11]) == (2.0, 1.0, 0.0)
+    assert (demand.gpus, demand.run_seconds) == (2, 3600.0)
+
+
+def test_a_lenders_expected_work_comes_before_a_borrower():
+    teams = {A: TeamQuota(A, quota=4), B: TeamQuota(B, quota=4, borrowing_limit=4)}
+    # A lends 1 idle GPU; B's own 4 end in 2 h; A's 3 end in 1 h, and then B could borrow...
+    running = [(Held(7, A, 3), 3600.0), (Held(8, B, 4), 7200.0)]
+    queued = [Waiting(1, B, 2)]
+    assert forecast(teams, running, queued, {1: 600.0})[1].start_in == 3600.0
+    # ...but A usually submits a 4-GPU job around then: it takes its quota back, B waits for its own.
+    habits = {A: Demand(tuple(1.0 if h == 9 else 0.0 for h in range(24)), 4, 3 * 3600.0)}
+    arrivals = expected_arrivals(habits, hour=9.0, within=6 * 3600.0)
+    assert forecast(teams, running, queued, {1: 600.0}, arrivals=arrivals)[1].start_in == 7200.0
+
+
+def test_a_borrower_a_lender_reclaims_from_is_requeued_ahead_of_its_team():
+    teams = {A: TeamQuota(A, quota=4), B: TeamQuota(B, quota=2, borrowing_limit=4)}
+    borrowed = Held(8, B, 2, borrowed=True, order=2.0, restartable=True)
+    running = [(Held(6, A, 2), 90000.0), (Held(7, B, 2, order=1.0), 600.0), (borrowed, 3000.0)]
+    queued = [Waiting(1, B, 2)]
+    durations = {1: 600.0, 8: 3000.0}
+    # Without A's habits, B's queued job borrows again when B's own run ends in 10 min.
+    assert forecast(teams, running, queued, durations)[1].start_in == 600.0
+    # A's expected 2-GPU job (at 5 min) takes the cohort's last idle GPUs back: the borrowed run is
+    # preempted and goes back to the front of B's queue, reruns on B's own GPUs, the queued job after it.
+    habits = {A: Demand((8.0,) + (0.0,) * 23, 2, 7200.0)}
+    arrivals = expected_arrivals(habits, hour=0.0, within=600.0)
+    assert arrivals[0].at == 300.0
+    assert forecast(teams, running, queued, durations, arrivals=arrivals)[1].start_in == 600.0 + 3000.0

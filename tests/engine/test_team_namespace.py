@@ -150,7 +150,7 @@ def test_the_provisioner_accepts_its_own_team_namespaces(settings):
 
 
 @pytest.mark.django_db
-def test_a_team_namespace_is_made_of_namespace_quota_limits_policy_and_two_bindings(settings):
+def test_a_team_namespace_is_made_of_namespace_quota_limits_policy_and_three_bindings(settings):
     from tests.engine.factories import TeamFactory
 
     settings.KUBE_NAMESPACE_PREFIX = "gpuportal-"
@@ -158,6 +158,8 @@ def test_a_team_namespace_is_made_of_namespace_quota_limits_policy_and_two_bindi
     settings.KUBE_WEB_SERVICE_ACCOUNT = "portal/gp-gpuportal-web"
     settings.KUBE_WORKLOADS_CLUSTERROLE = "gp-gpuportal-workloads"
     settings.KUBE_READER_CLUSTERROLE = "gp-gpuportal-reader"
+    settings.KUBE_PROXY_SERVICE_ACCOUNT = "portal/gp-gpuportal-proxy"
+    settings.KUBE_PROXY_CLUSTERROLE = "gp-gpuportal-proxy"
     made = team_namespace_objects(TeamFactory(slug="vision"))
     assert [(o.kind, o.metadata.name) for o in made] == [
         ("Namespace", "gpuportal-vision"),
@@ -166,6 +168,7 @@ def test_a_team_namespace_is_made_of_namespace_quota_limits_policy_and_two_bindi
         ("NetworkPolicy", "gpuportal-isolation"),
         ("RoleBinding", "gpuportal-workloads"),
         ("RoleBinding", "gpuportal-reader"),
+        ("RoleBinding", "gpuportal-proxy"),
     ]
     bindings = {o.metadata.name: as_dict(o) for o in made if o.kind == "RoleBinding"}
     assert bindings["gpuportal-workloads"]["roleRef"]["name"] == "gp-gpuportal-workloads"
@@ -175,6 +178,11 @@ def test_a_team_namespace_is_made_of_namespace_quota_limits_policy_and_two_bindi
     assert bindings["gpuportal-reader"]["roleRef"]["name"] == "gp-gpuportal-reader"
     assert bindings["gpuportal-reader"]["subjects"] == [
         {"kind": "ServiceAccount", "name": "gp-gpuportal-web", "namespace": "portal"}
+    ]
+    # The proxy reads services and EndpointSlices here, and (no ClusterRoleBinding) nowhere else.
+    assert bindings["gpuportal-proxy"]["roleRef"]["name"] == "gp-gpuportal-proxy"
+    assert bindings["gpuportal-proxy"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gp-gpuportal-proxy", "namespace": "portal"}
     ]
 
 

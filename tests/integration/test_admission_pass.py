@@ -119,3 +119,59 @@ def test_a_second_pass_admits_nothing_more(world):
     first = admit_all()
     assert first > 0
     assert admit_all() == 0
+
+
+def test_the_pass_reads_each_team_s_queue_head_as_the_plan_defines_it(world):
+    """The pass picks the head of each team's queue in SQL; it must be `sharing_plan.queue_head` of the
+    team's whole queue in its own order (fair share included), with the same places, for every room."""
+    from jobs.services.admission import _cohorts, _queue_heads, _queue_heads_read_whole, fair_share_usage
+
+    teams, types = world["teams"], world["types"]
+    Quota.objects.filter(team=teams[3]).update(user_max_gpus=2)  # the fair-share team also caps people
+    cohort_of = _cohorts([t.id for t in teams])
+    fair = fair_share_usage(t.id for t in teams)
+    assert fair[teams[3].id]  # its people have used GPUs lately: its order is not plain FIFO
+    for rooms_of in (
+        lambda t: sharing_plan.Room(3, per_person=t.fair_share),
+        lambda t: sharing_plan.Room(0),
+        lambda t: sharing_plan.Room(None),
+        lambda t: sharing_plan.Room(7),
+    ):
+        rooms = {(t.id, g.id): rooms_of(t) for t in teams[1:4] for g in types}
+        heads, left_out = _queue_heads(rooms, cohort_of, fair)
+        in_python = _queue_heads_read_whole(rooms, cohort_of, fair)  # SQLite's way, the same
+        assert {k: sorted((p, e.id) for p, e in v) for k, v in in_python[0].items()} == {
+            k: sorted((p, e.id) for p, e in v) for k, v in heads.items()
+        }
+        assert {k: v for k, v in in_python[1].items() if v} == {k: v for k, v in left_out.items() if v}
+        for g in types:
+            for t in teams[1:4]:
+                entries = [
+                    sharing_plan.QueueEntry(
+                        id=w_id, team_id=t.id, user_id=owner_id, gpus=gpus, priority=priority,
+                        created=created.timestamp(), requeued=requeued.timestamp() if requeued else None,
+                    )
+                    for w_id, owner_id, gpus, priority, created, requeued in Workload.objects.filter(
+                        team=t, gpu_type=g, state=State.QUEUED
+                    ).values_list("id", "owner_id", "gpu_count", "priority", "created_at", "requeued_at")
+                ]  # fmt: skip
+                own_order = sharing_plan.team_queues(entries, fair)[t.id]
+                expected = [(place, e.id) for place, e in sharing_plan.queue_head(own_order, rooms[(t.id, g.id)])]
+                key = (cohort_of[t.id], g.id)
+                read = [(place, e.id) for place, e in heads.get(key, []) if e.team_id == t.id]
+                assert sorted(read) == expected
+        for key in heads:
+            queued = Workload.objects.filter(team_id__in=key[0], gpu_type_id=key[1], state=State.QUEUED)
+            assert left_out.get(key, 0) == queued.filter(team__in=teams[1:4]).count() - len(heads[key])
+
+
+def test_per_person_caps_and_requeued_work_are_decided_as_the_plan_decides(world):
+    teams = world["teams"]
+    Quota.objects.filter(team__in=teams[1:4]).update(user_max_gpus=2)
+    requeued = world["queued"][60:70]
+    Workload.objects.filter(id__in=[w.id for w in requeued]).update(requeued_at=timezone.now())
+    expected = expected_plans(world)
+    assert expected.admit
+
+    assert admit_all() == len(expected.admit)
+    assert set(Workload.objects.filter(state=State.SUBMITTING).values_list("id", flat=True)) == set(expected.admit)

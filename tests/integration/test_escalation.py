@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -108,7 +109,7 @@ def _job(namespace: str) -> k8s.V1Job:
     return objects.make_job(spec)
 
 
-@pytest.mark.parametrize("which", ["engine", "web"])
+@pytest.mark.parametrize("which", ["engine", "web", "proxy"])
 def test_no_reachable_identity_can_bind_or_run_anything_outside_team_namespaces(
     escalation_scene, portal_account, kube_api, which
 ):
@@ -220,4 +221,49 @@ def test_the_provisioned_namespace_holds_isolation_quota_and_pod_security(escala
     blocked = policy.spec.egress[2].to[0].ip_block
     assert "169.254.169.254/32" in blocked._except
     bindings = {b.metadata.name for b in k8s.RbacAuthorizationV1Api(kube_api).list_namespaced_role_binding(team).items}
-    assert bindings == {objects.ROLE_BINDING_NAME, objects.READER_BINDING_NAME}
+    assert bindings == {objects.ROLE_BINDING_NAME, objects.READER_BINDING_NAME, objects.PROXY_BINDING_NAME}
+
+
+def test_the_proxy_reads_endpoints_in_team_namespaces_and_nowhere_else(escalation_scene, portal_account, kube_api):
+    """The proxy's own token: a team namespace's EndpointSlices through the proxy's code path, and a 403 in
+    kube-system and in namespaces the portal does not own (it holds no cluster-wide binding at all)."""
+    from jobs.kube import client as kube
+
+    api = escalation_scene["clients"]["proxy"]
+    team = escalation_scene["team"]
+    deadline = time.monotonic() + 10  # RBAC learns of the provisioner's new RoleBinding within a moment
+    while True:
+        try:
+            assert kube.ready_endpoint(team, "no-such-service", api=api) is None  # read, and nothing ready
+            break
+        except ApiException as exc:
+            if exc.status != 403 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    for namespace in ("kube-system", "default", escalation_scene["other"]):
+        with pytest.raises(ApiException) as refused:
+            kube.ready_endpoint(namespace, "kube-dns", api=api)
+        assert refused.value.status == 403, namespace
+        assert _refused(lambda ns=namespace: k8s.CoreV1Api(api).list_namespaced_service(ns)) == 403
+    # Nor cluster-wide, nor anything but services and their endpoints in its team namespaces.
+    who = user(portal_account, "proxy")
+    assert not can_i(kube_api, who, "list", "endpointslices", group="discovery.k8s.io")
+    assert not can_i(kube_api, who, "list", "services")
+    for resource in ("pods", "pods/log", "events", "secrets", "configmaps"):
+        assert not can_i(kube_api, who, "get", resource, team), resource
+
+
+def test_the_provisioner_gives_namespaces_made_before_the_proxys_binding(escalation_scene, portal_account, kube_api):
+    """An upgrade from the cluster-wide proxy: a team namespace without the proxy's RoleBinding gets it when
+    the provisioner starts (existing_namespaces_refresh), with the provisioner's own token; namespaces that
+    are not this installation's are left alone."""
+    from jobs.services.provisioning import existing_namespaces_refresh
+
+    team, rbac = escalation_scene["team"], k8s.RbacAuthorizationV1Api(kube_api)
+    rbac.delete_namespaced_role_binding(objects.PROXY_BINDING_NAME, team)
+    done = existing_namespaces_refresh(api=escalation_scene["clients"]["provisioner"])
+    assert team in done
+    assert escalation_scene["other"] not in done
+    binding = rbac.read_namespaced_role_binding(objects.PROXY_BINDING_NAME, team)
+    assert binding.role_ref.name == portal_account.proxy_role
+    assert [s.name for s in binding.subjects] == [portal_account.service_accounts["proxy"].split("/")[1]]

@@ -7,6 +7,7 @@ concurrent submissions across a cohort never over-lend, and a member's caps hold
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -14,6 +15,7 @@ from django.db import connection
 from django.utils import timezone
 
 from jobs.models import (
+    Kind,
     Membership,
     Quota,
     State,
@@ -22,7 +24,7 @@ from jobs.models import (
     WorkloadEvent,
 )
 from jobs.services.admission import quota_admit
-from jobs.services.estimates import estimate
+from jobs.services.estimates import arrival_demand, estimate
 from jobs.services.intake import workload_submit
 from jobs.services.provisioning import team_gpu_limits
 from jobs.services.validation import SubmissionInvalid
@@ -326,3 +328,39 @@ def test_usage_reports_count_borrowed_gpu_hours_apart(cohort, client):
     client.force_login(bob)
     page = client.get(f"/usage/?start={day}&end={day}").content.decode()
     assert 'id="team-borrowed">4' in page
+
+
+@pytest.mark.django_db  # rolled back: the suite's running engine never sees these rows
+def test_a_borrowers_estimate_expects_the_lenders_usual_work(cohort):
+    a, b, ann, bob, p100 = cohort["a"], cohort["b"], cohort["ann"], cohort["bob"], cohort["p100"]
+    now = timezone.now()
+
+    def workload(team, owner, gpus, state, **fields) -> Workload:
+        return Workload.objects.create(
+            team=team, owner=owner, name="train", kind=Kind.BATCH, image="docker.io/library/python:3.12",
+            gpu_type=p100, gpu_count=gpus, state=state, **fields,
+        )  # fmt: skip
+
+    # Two weeks of A's habits: three 4-GPU jobs of 2 h in the hour after this time of day, every day.
+    for day in range(1, 15):
+        for minutes in (20, 40, 60):
+            created = now - timedelta(days=day, minutes=-minutes)
+            finished = created + timedelta(hours=2)
+            workload(a, ann, 4, State.SUCCEEDED, time_limit_seconds=14400, created_at=created, started_at=created,
+                     finished_at=finished)  # fmt: skip
+    demand = arrival_demand([a.id, b.id], p100.id)
+    assert set(demand) == {a.id}
+    assert (demand[a.id].gpus, demand[a.id].run_seconds) == (4, 7200.0)
+    assert sum(demand[a.id].per_hour) == pytest.approx(3.0, rel=0.01)
+    # Now A runs 3 GPUs for at most 1 h, B its own 2 for 2 h: 1 of the cohort's 6 is idle, and B's 2-GPU
+    # job waits for the cohort.
+    workload(a, ann, 3, State.RUNNING, time_limit_seconds=3600, created_at=now, admitted_at=now, started_at=now)
+    workload(b, bob, 2, State.RUNNING, time_limit_seconds=7200, created_at=now, admitted_at=now, started_at=now)
+    waiting = workload(b, bob, 2, State.QUEUED, time_limit_seconds=600, created_at=now)
+    estimate(team_id=b.id, gpu_type_id=p100.id)
+    waiting.refresh_from_db()
+    assert waiting.wait_reason == "cohort"
+    # Not when A's running job ends (1 h): A usually has its own 4-GPU work by then, which comes first,
+    # so B's job starts on B's own quota when B's run ends (2 h).
+    wait = (waiting.estimated_start_at - now).total_seconds()
+    assert 7100 < wait <= 7300

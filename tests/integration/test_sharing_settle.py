@@ -1,6 +1,7 @@
 """What runs, settled after sharing facts change, and what it costs (PostgreSQL, through the services).
 
-- A preempted and requeued run keeps its GPU-hours in every usage report (page, API, CSVs, admin).
+- A preempted and requeued run keeps its GPU-hours in every usage report (page, API, CSVs, admin), and
+  in the workload's own GPU-hours (its page, the API).
 - A borrowed workload that its own team's quota covers again stops being borrowed (and reclaimable),
   and usage bills the stretch before as borrowed, the rest as the team's own.
 - Lowering a borrowing limit, a lending cap or a quota in admin preempts the borrowed work that now
@@ -96,6 +97,24 @@ def usage_everywhere(client, bob) -> dict[str, tuple[float, float]]:
     return found
 
 
+def workload_gpu_hours(client, bob, workload: Workload) -> dict[str, float]:
+    """The workload's own GPU-hours so far, as its page, the API (one workload, the list, the team's
+    queue while it is queued) say them."""
+    client.force_login(bob)
+    page = client.get(f"/workloads/{workload.uid}/").content.decode()
+    found = {"page": float(page.split('id="gpu-hours">', 1)[1].split("<", 1)[0])}
+    api = APIClient()
+    api.force_authenticate(bob)
+    found["api"] = api.get(f"/api/v1/workloads/{workload.uid}/").json()["gpu_hours"]
+    listed = api.get("/api/v1/workloads/").json()["results"]
+    found["api_list"] = next(w["gpu_hours"] for w in listed if w["uid"] == workload.uid)
+    queued = api.get("/api/v1/teams/beta/queue/").json()["queued"]
+    for w in queued:
+        if w["uid"] == workload.uid:
+            found["api_queue"] = w["gpu_hours"]
+    return found
+
+
 def test_a_preempted_and_requeued_run_stays_in_usage(cohort, client):
     a, b, ann, bob = cohort["a"], cohort["b"], cohort["ann"], cohort["bob"]
     with time_machine.travel(MORNING, tick=False):
@@ -111,6 +130,8 @@ def test_a_preempted_and_requeued_run_stays_in_usage(cohort, client):
         segment = RunSegment.objects.get(workload=borrowed)
         assert (segment.attempt, segment.borrowed, segment.reason) == (0, True, "Preempted")
         assert segment.finished_at - segment.started_at == timedelta(hours=1)
+        # Its own page and the API still count the run it had (2 GPUs x 1 h).
+        assert workload_gpu_hours(client, bob, borrowed) == dict.fromkeys(("page", "api", "api_list", "api_queue"), 2.0)
     with time_machine.travel(MORNING + timedelta(hours=2), tick=False):
         # Everything ends; the requeued job runs again, for half an hour, within B's own quota.
         transition(own[0], State.SUCCEEDED, finished_at=timezone.now())
@@ -120,6 +141,7 @@ def test_a_preempted_and_requeued_run_stays_in_usage(cohort, client):
         start(borrowed)
     with time_machine.travel(MORNING + timedelta(hours=2, minutes=30), tick=False):
         transition(borrowed, State.SUCCEEDED, finished_at=timezone.now())
+        assert workload_gpu_hours(client, bob, borrowed) == dict.fromkeys(("page", "api", "api_list"), 3.0)
         # own: 2 GPUs x 2 h; the preempted run: 2 x 1 h (borrowed); its second run: 2 x 0.5 h (own).
         expected = (4.0 + 2.0 + 1.0, 2.0)
         assert usage_everywhere(client, bob) == dict.fromkeys(("api", "api_csv", "page_csv", "admin_csv"), expected)

@@ -2,16 +2,19 @@
 
 The portal is the live server on `localhost`, the proxy serves the apps' origin on `127.0.0.1` (another
 host name, so the browser keeps their cookies apart, as it would for portal.example.org and
-apps.example.org). The three people are the owner, a teammate and an outsider.
+apps.example.org), or one origin per service, `<uid>.apps.gpuportal.test` (the suite's chromium resolves
+that domain to loopback, tests/browser.py). The three people are the owner, a teammate and an outsider.
 """
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import requests
 import time_machine
+from django.core import signing
 from django.test import Client
 from django.utils import timezone
 
@@ -19,6 +22,7 @@ from jobs.models import Kind, RedeemedTicket, Role, State, Workload
 from jobs.services import opening
 from proxy import access
 from proxy.app import ServiceProxy
+from tests.browser import APPS_DOMAIN
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, TeamFactory, UserFactory
 from tests.proxy.conftest import _free_port, serve
 from tests.ui.conftest import sign_in
@@ -27,23 +31,39 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 class Recording:
-    """The proxy behind a recorder of every Cookie header that reaches the apps' origin."""
+    """The proxy behind a recorder of every request that reaches the apps' origin: its host and path, and
+    its Cookie headers."""
 
     def __init__(self, app: ServiceProxy) -> None:
         self.app = app
         self.cookies: list[str] = []
+        self.requests: list[tuple[str, str, list[str]]] = []
 
     async def __call__(self, scope, receive, send):
         if scope["type"] in ("http", "websocket"):
-            self.cookies += [v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"cookie"]
+            headers = scope.get("headers", [])
+            cookies = [v.decode("latin-1") for k, v in headers if k == b"cookie"]
+            host = next((v.decode("latin-1") for k, v in headers if k == b"host"), "")
+            self.cookies += cookies
+            self.requests.append((host, scope["path"], cookies))
         await self.app(scope, receive, send)
 
 
 @pytest.fixture
 def apps(transactional_db, settings, backend, live_server):
+    yield from _apps_world(settings, backend, live_server, "http://127.0.0.1:{port}")
+
+
+@pytest.fixture
+def service_origins(transactional_db, settings, backend, live_server):
+    """One origin per service: `http://<uid>.apps.gpuportal.test:PORT`, all served by one proxy."""
+    yield from _apps_world(settings, backend, live_server, f"http://{{uid}}.{APPS_DOMAIN}:{{port}}")
+
+
+def _apps_world(settings, backend, live_server, origin: str):
     proxy_port = _free_port()
     settings.SITE_URL = live_server.url  # http://localhost:PORT
-    settings.PROXY_ORIGIN = f"http://127.0.0.1:{proxy_port}"
+    settings.PROXY_ORIGIN = origin.replace("{port}", str(proxy_port))
     settings.PROXY_ACCESS_CACHE_SECONDS = 0
     settings.SESSION_COOKIE_SECURE = False
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
@@ -230,3 +250,101 @@ def test_open_in_the_browser_never_sends_the_portals_cookies_to_the_apps_origin(
         tab.wait_for_url(f"{live_server.url}/login/**")
     finally:
         anonymous.close()
+
+
+# --- one origin per service ------------------------------------------------------------------------------
+def _another_service(world, *, owner: str = "owner", name: str = "board") -> Workload:
+    first = world["workload"]
+    return Workload.objects.create(
+        team=first.team, owner=world["people"][owner], name=name, kind=Kind.SERVICE, image="docker.io/x:1",
+        gpu_type=first.gpu_type, gpu_count=1, port=6006, time_limit_seconds=3600, state=State.RUNNING,
+        namespace="gpuportal-vision", k8s_name=f"{name}-x",
+    )  # fmt: skip
+
+
+def _origin(world, workload: Workload) -> str:
+    return world["origin"].replace("{uid}", workload.uid)
+
+
+def _at(world, host_of: Workload, path: str, **kwargs) -> requests.Response:
+    """A request to the proxy as if to `host_of`'s origin (the Host header; no DNS needed)."""
+    origin = urlsplit(_origin(world, host_of))
+    return requests.get(
+        f"http://127.0.0.1:{origin.port}{path}", headers={"Host": origin.netloc}, allow_redirects=False, timeout=10,
+        **kwargs,
+    )  # fmt: skip
+
+
+def test_a_services_origin_serves_that_service_and_no_other(service_origins):
+    world = service_origins
+    first, second = world["workload"], _another_service(world)
+    cookie = access.app_cookie_value(world["people"]["owner"], second.uid)
+    # Second's own cookie, on second's origin: open. The same request on first's origin: not found.
+    assert _at(world, second, f"/w/{second.uid}/", cookies={"gpuportal_open": cookie}).status_code == 200
+    elsewhere = _at(world, first, f"/w/{second.uid}/", cookies={"gpuportal_open": cookie})
+    assert elsewhere.status_code == 404
+    assert "Set-Cookie" not in elsewhere.headers
+    # A ticket for second, redeemed on first's origin, sets no cookie there.
+    ticket = mint(world, workload=second)
+    wrong = _at(world, first, "/w/_login", params={"ticket": ticket, "next": f"/w/{second.uid}/"})
+    assert wrong.status_code == 404
+    assert "Set-Cookie" not in wrong.headers
+    # Open sends the browser to the service's own origin.
+    owner = Client()
+    owner.force_login(world["people"]["owner"])
+    location = urlsplit(owner.get(f"/workloads/{second.uid}/open/")["Location"])
+    assert f"{location.scheme}://{location.netloc}" == _origin(world, second)
+
+
+@pytest.mark.browser
+def test_one_origin_per_service_in_the_browser(service_origins, page, live_server):
+    """Open hands over to each service's own origin; the portal's cookies never go there, and one service's
+    cookie opens no other service."""
+    world = service_origins
+    first, second = world["workload"], _another_service(world)
+    private = _another_service(world, owner="teammate", name="private")  # not shared: olivia may not open it
+    sign_in(page, "olivia", "correct horse battery staple")
+    for workload in (first, second):
+        page.goto(f"/workloads/{workload.uid}/open/")
+        page.wait_for_url(f"{_origin(world, workload)}/w/{workload.uid}/")
+        assert f"/w/{workload.uid}/" in page.evaluate("() => document.body.innerText")
+    cookies = {}
+    for workload in (first, second):
+        at = f"{_origin(world, workload)}/w/{workload.uid}/"
+        [cookie] = [c for c in page.context.cookies(at) if c["name"] == "gpuportal_open"]
+        assert cookie["domain"] == urlsplit(_origin(world, workload)).hostname  # host-only: that service's host
+        assert (cookie["path"], cookie["httpOnly"]) == (f"/w/{workload.uid}/", True)
+        cookies[workload.uid] = cookie["value"]
+    assert {c["name"] for c in page.context.cookies(live_server.url)} >= {"sessionid", "csrftoken"}
+    # Signed in to both, first's origin still does not serve second.
+    assert page.goto(f"{_origin(world, first)}/w/{second.uid}/").status == 404
+    # A service she may not open: its origin sends her to the portal, which says not found.
+    refused = page.goto(f"{_origin(world, private)}/w/{private.uid}/")
+    assert refused.status == 404
+    assert page.url.startswith(f"{live_server.url}/workloads/{private.uid}/open/")
+    # First's cookie, planted on second's origin in a browser not signed in to the portal, opens nothing:
+    # the browser is sent to the portal's sign-in.
+    stranger = page.context.browser.new_context()
+    try:
+        planted_at = f"{_origin(world, second)}/w/{second.uid}/"
+        stranger.add_cookies([{"name": "gpuportal_open", "value": cookies[first.uid], "url": planted_at}])
+        tab = stranger.new_page()
+        tab.goto(f"{_origin(world, second)}/w/{second.uid}/")
+        tab.wait_for_url(f"{live_server.url}/login/**")
+    finally:
+        stranger.close()
+    # Every request that reached an apps origin: never the portal's cookies, and a proxy cookie only ever for
+    # the service whose host it was sent to (the planted one excepted: it was refused above).
+    requests_seen = world["recording"].requests
+    assert {host.split(".", 1)[0] for host, _, _ in requests_seen} >= {first.uid, second.uid, private.uid}
+    planted = 0
+    for host, _path, sent in requests_seen:
+        joined = "; ".join(sent)
+        assert "sessionid" not in joined, (host, joined)
+        assert "csrftoken" not in joined, (host, joined)
+        for value in re.findall(r"gpuportal_open=([^;]+)", joined):
+            owner_of = signing.loads(value, salt=access.APP_COOKIE_SALT)["w"]
+            if owner_of != host.split(".", 1)[0]:
+                planted += 1
+                assert (value, host.split(".", 1)[0]) == (cookies[first.uid], second.uid)
+    assert planted == 1

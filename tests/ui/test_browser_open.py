@@ -8,20 +8,12 @@ EndpointSlices with its own least-privilege identity (files/rbac-rules.yaml `pro
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import re
-import time
-import uuid
-from pathlib import Path
 
 import pytest
-from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from playwright.sync_api import expect
 
-from devtools.engine import cluster_ca
-from devtools.rbac import _apply, _policy_rules, kubeconfig_for_token, load_rules
 from jobs.kube import client as kube
 from jobs.models import State
 from jobs.services.cancel import workload_cancel
@@ -45,40 +37,12 @@ WS_EXCHANGE = """async (path) => {
 
 
 @pytest.fixture(scope="module")
-def proxy_api(kube_cluster, kube_api, tmp_path_factory):
-    """A Kubernetes client as the proxy's own service account: reads services and EndpointSlices only."""
-    core, rbac = k8s.CoreV1Api(kube_api), k8s.RbacAuthorizationV1Api(kube_api)
-    run = uuid.uuid4().hex[:6]
-    namespace, account, role = f"gpuportal-proxy-{run}", "proxy", f"gpuportal-{run}-proxy"
-    rules = load_rules("unused")["proxy"]
-    _apply(lambda: core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace))), lambda: None)
-    core.create_namespaced_service_account(namespace, k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name=account)))
-    rbac.create_cluster_role(k8s.V1ClusterRole(metadata=k8s.V1ObjectMeta(name=role), rules=_policy_rules(rules)))
-    rbac.create_cluster_role_binding(
-        k8s.V1ClusterRoleBinding(
-            metadata=k8s.V1ObjectMeta(name=role),
-            role_ref=k8s.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role),
-            subjects=[k8s.RbacV1Subject(kind="ServiceAccount", name=account, namespace=namespace)],
-        )
-    )
-    token = ""
-    deadline = time.monotonic() + 60
-    while not token and time.monotonic() < deadline:
-        for ref in core.read_namespaced_service_account(account, namespace).secrets or []:
-            secret = core.read_namespaced_secret(ref.name, namespace)
-            if (secret.data or {}).get("token"):
-                token = base64.b64decode(secret.data["token"]).decode()
-        time.sleep(0.1)
-    ca = cluster_ca(Path(kube_cluster.kubeconfig))
-    path = tmp_path_factory.mktemp("proxy") / "kubeconfig"
-    path.write_text(kubeconfig_for_token(server=kube_cluster.server, ca_pem=ca, token=token, name="proxy"))
-    api = k8s_config.new_client_from_config(config_file=str(path))
+def proxy_api(portal_identity):
+    """A Kubernetes client as the proxy's own service account, as the chart runs it: it reads services and
+    EndpointSlices only in the team namespaces the provisioner bound it in (files/rbac-rules.yaml `proxy`)."""
+    api = k8s_config.new_client_from_config(config_file=str(portal_identity.kubeconfigs["proxy"]))
     yield api
     api.close()
-    with contextlib.suppress(Exception):
-        rbac.delete_cluster_role_binding(role)
-        rbac.delete_cluster_role(role)
-        core.delete_namespace(namespace)
 
 
 @pytest.fixture
