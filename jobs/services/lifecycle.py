@@ -37,10 +37,26 @@ def sweep() -> dict[str, int]:
         .order_by("admitted_at", "id")
         .values_list("id", flat=True)
     )
+    if stuck and broker_backlog():
+        # Batches still wait in the broker's queue (a long drain): theirs are late, not lost. One whose
+        # worker died is handed over once the queue is worked off (or the broker redelivers it).
+        stuck = []
     if stuck:
         Workload.objects.filter(id__in=stuck, state=State.SUBMITTING).update(updated_at=now)
         enqueue_submits(stuck)
     return {"admitted": admitted, "resubmitted": len(stuck)}
+
+
+def broker_backlog() -> bool:
+    """Whether tasks wait in the worker's queue (Redis), unstarted; False when that cannot be told."""
+    from portal.celery import app  # the Celery app imports the tasks, which import this module
+
+    try:
+        with app.connection_for_read() as connection:
+            return connection.default_channel.client.llen(app.conf.task_default_queue) > 0
+    except Exception as exc:  # not Redis, or unreachable: hand over as before
+        log.info("could not read the broker's queue length (%s)", exc)
+        return False
 
 
 def enforce_limits() -> dict[str, int]:
