@@ -129,10 +129,15 @@ def test_web_worker_beat_tracker_are_separate_deployments_of_one_image(values_fi
 
 @pytest.mark.parametrize("values_file", VALUE_SETS)
 def test_every_pod_is_non_root_read_only_and_drops_all_capabilities(values_file: Path | None) -> None:
-    specs = pod_specs(render(values_of(values_file)))
+    values = values_of(values_file)
+    specs = pod_specs(render(values))
     assert specs
+    # The one exception, only when asked for: the agent reading the kubelet's root-only pod directories
+    # (agent.volumeUsage) runs as uid 0 with DAC_READ_SEARCH alone (tested on its own below).
+    root_agent = ((values or {}).get("agent") or {}).get("volumeUsage", {}).get("enabled", False)
     for where, spec in specs.items():
-        assert spec["securityContext"]["runAsNonRoot"] is True, where
+        as_root = root_agent and where.startswith("DaemonSet/") and where.endswith("-agent")
+        assert spec["securityContext"]["runAsNonRoot"] is not as_root, where
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, where
         assert spec.get("hostNetwork") is not True, where
         assert spec.get("hostPID") is not True, where
@@ -141,7 +146,7 @@ def test_every_pod_is_non_root_read_only_and_drops_all_capabilities(values_file:
             assert ctx["allowPrivilegeEscalation"] is False, where
             assert ctx["readOnlyRootFilesystem"] is True, where
             assert ctx["capabilities"]["drop"] == ["ALL"], where
-            assert not ctx["capabilities"].get("add"), where
+            assert ctx["capabilities"].get("add", []) == (["DAC_READ_SEARCH"] if as_root else []), where
             assert container["resources"]["requests"], where
             mounts = {v["mountPath"]: v["name"] for v in container.get("volumeMounts", [])}
             if where.startswith(("Deployment/", "Job/")):
@@ -565,6 +570,47 @@ def test_workspaces_are_off_by_default_and_wired_from_values() -> None:
 
 def test_agent_is_off_by_default() -> None:
     assert not [m for m in render({}) if m.kind == "DaemonSet"]
+
+
+def test_agent_reports_workspace_use_only_when_asked_and_then_as_root_with_one_read_capability() -> None:
+    """Off (the default): non-root, no kubelet mount, volume measuring off. On: the kubelet's pods
+    directory read-only with host-to-container propagation, uid 0, every capability but DAC_READ_SEARCH
+    dropped, nothing writable, no privilege escalation."""
+    plain = render({"agent": {"enabled": True}})
+    agent = find(plain, "DaemonSet", "gp-gpuportal-agent")["spec"]["template"]["spec"]
+    container = agent["containers"][0]
+    assert agent["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "kubelet-pods" not in {v["name"] for v in agent["volumes"]}
+    assert env_of(container)["VOLUME_INTERVAL_SECONDS"] == "0"
+    assert "KUBELET_ROOT" not in env_of(container)
+
+    on = render({"agent": {"enabled": True, "volumeUsage": {"enabled": True, "kubeletRoot": "/data/kubelet"}}})
+    agent = find(on, "DaemonSet", "gp-gpuportal-agent")["spec"]["template"]["spec"]
+    container = agent["containers"][0]
+    assert agent["securityContext"]["runAsUser"] == 0
+    assert agent["securityContext"]["runAsNonRoot"] is False
+    assert "fsGroup" not in agent["securityContext"]
+    assert agent["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["DAC_READ_SEARCH"]}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["privileged"] is False
+    volume = next(v for v in agent["volumes"] if v["name"] == "kubelet-pods")
+    assert volume["hostPath"] == {"path": "/data/kubelet/pods", "type": "Directory"}
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "kubelet-pods")
+    assert mount == {
+        "name": "kubelet-pods",
+        "mountPath": "/host/kubelet/pods",
+        "readOnly": True,
+        "mountPropagation": "HostToContainer",
+    }
+    env = env_of(container)
+    # The agent reads <KUBELET_ROOT>/pods: the mount above.
+    assert env["KUBELET_ROOT"] == "/host/kubelet"
+    assert env["VOLUME_INTERVAL_SECONDS"] == "60"
+    assert env["VOLUME_MAX_ENTRIES"] == "200000"
+    assert agent["automountServiceAccountToken"] is False
 
 
 # --- bad values are refused, with a message that names the value --------------------------------------
