@@ -286,7 +286,8 @@ def test_list_queue_positions_with_ties_and_several_queues(world, submit):
     assert {uid: listed[uid] for uid in uids} == expected
     first, second = sorted(Workload.objects.filter(uid__in=uids[1:3]), key=lambda w: w.id)
     assert (listed[first.uid], listed[second.uid]) == (1, 2)
-    assert listed[uids[0]] == 4 and listed[uids[4]] == 1
+    assert listed[uids[0]] == 4
+    assert listed[uids[4]] == 1
 
 
 def test_list_rows_are_the_workloads_own_and_queries_do_not_grow(world, submit):
@@ -306,6 +307,7 @@ def test_list_rows_are_the_workloads_own_and_queries_do_not_grow(world, submit):
     with CaptureQueriesContext(connection) as large:
         listed = client.get("/api/v1/workloads/?page_size=50").json()["results"]
     assert len(small.captured_queries) == len(large.captured_queries)
-    assert page["next"] and len(listed) == 7
+    assert page["next"]
+    assert len(listed) == 7
     for row in listed:  # each row as the workload's own page gives it (team, owner, GPU type, position...)
         assert row == client.get(f"/api/v1/workloads/{row['uid']}/").json() | {"gpu_hours": row["gpu_hours"]}
