@@ -403,7 +403,10 @@ class ServiceProxy:
             except TimeoutError:
                 conn.close()
                 return "timeout"
-            except BaseException:  # the browser went away (BrowserGone, cancelled)
+            except upstream.BrowserGone:
+                conn.close()
+                return None  # nobody left to answer
+            except BaseException:
                 conn.close()
                 raise
         origin = f"http://{target[0]}:{target[1]}"
@@ -419,6 +422,10 @@ class ServiceProxy:
             await send({"type": "http.response.start", "status": response.status, "headers": _bytes_headers(raw)})
             reusable = await self._stream_back(conn, response, receive, send, uploading)
         finally:
+            if uploading is not None and not uploading.done():  # the pod answered before the upload ended
+                uploading.cancel()
+                with contextlib.suppress(BaseException):
+                    await uploading
             if reusable:
                 self._pool.release(conn)
             else:
@@ -497,8 +504,7 @@ class ServiceProxy:
 
         async def gone() -> None:
             if uploading is not None:  # until the upload ends, it is the one reading receive()
-                with contextlib.suppress(BaseException):
-                    await uploading
+                await asyncio.wait({uploading})
                 if uploading.cancelled() or isinstance(uploading.exception(), upstream.BrowserGone):
                     return
             while (await receive())["type"] != "http.disconnect":
