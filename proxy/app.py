@@ -1,10 +1,13 @@
 """The service proxy: an ASGI app that passes /w/<uid>/... to the service's pod, HTTP and WebSocket.
 
 Why these parts: **uvicorn** serves it (the reference ASGI server, maintained by the Encode team; HTTP/1.1
-through httptools and WebSockets through the `websockets` library, flow control both ways), and
-**aiohttp**'s client talks to the pods (one maintained library for streamed HTTP bodies in both
-directions *and* WebSocket client connections, with a connection pool; it was already in the lock file
-through the Kubernetes client). The app itself is plain ASGI, no framework: it is one routing rule.
+through httptools and WebSockets through the `websockets` library, flow control both ways). Plain HTTP
+goes to the pods through proxy/upstream.py, a small keep-alive HTTP/1.1 client over httptools (llhttp, the
+parser uvicorn itself uses) that passes bodies on as the kernel hands them over: a general client parsed
+and re-queued every byte, which nearly doubled the proxy's CPU per GB downloaded. WebSockets to the pods go
+through **aiohttp**'s client (maintained, with the close codes and subprotocols a proxy must pass on; it
+was already in the lock file through the Kubernetes client). The app itself is plain ASGI, no framework:
+it is one routing rule.
 
 Per request: the portal session decides (proxy.access.door, in a worker thread: Django is synchronous),
 then the Endpoints give the pod's address, then bytes flow. The path is forwarded unchanged, prefix
