@@ -178,7 +178,7 @@ class Response:
     length: int | None  # Content-Length; None: chunked or until the pod closes
     chunked: bool
     rest: bytes  # bytes read past the head (the body's start)
-    parser: httptools.HttpResponseParser | None  # carries on with a chunked body
+    parser: httptools.HttpResponseParser  # the head's; carries on with a chunked body
     state: _HeadParser
 
 
@@ -238,7 +238,7 @@ async def read_head(conn: Connection, method: str) -> Response:
         length = None  # Transfer-Encoding wins over Content-Length (RFC 9112 6.3)
     if length is None and not chunked:
         close = True  # the body ends when the pod closes
-    return Response(status, state.headers, not close, length, chunked, buffer, parser if chunked else None, state)
+    return Response(status, state.headers, not close, length, chunked, buffer, parser, state)
 
 
 async def body(conn: Connection, response: Response) -> AsyncIterator[bytes]:
@@ -247,7 +247,6 @@ async def body(conn: Connection, response: Response) -> AsyncIterator[bytes]:
     rest = response.rest
     if response.chunked:
         parser, state = response.parser, response.state
-        assert parser is not None
         data = rest
         while True:
             if data:
