@@ -259,11 +259,13 @@ def namespace_wait_ready(team: Team, *, group: str, resource: str, timeout: floa
         time.sleep(0.2)
 
 
-def _create_or_adopt(obj, spec: objects.WorkloadSpec, team: Team) -> None:
-    kind = obj.kind
+def _create_or_adopt(obj: dict, spec: objects.WorkloadSpec, team: Team) -> None:
+    kind = obj["kind"]
+    name = obj["metadata"]["name"]
     namespace = spec.namespace
-    # The answer (the object as stored) is not used: it is not decoded into client models, which costs
-    # more CPU than the request itself; its body is read so the connection goes back to the pool.
+    # The body is the rendered dict (JSON-ready: no client models to build and serialize again), and the
+    # answer (the object as stored) is not decoded into client models, which costs more CPU than the
+    # request itself; its body is read so the connection goes back to the pool.
     options = {"_request_timeout": kube.timeout(), "_preload_content": False}
     try:
         if kind == "Job":
@@ -277,14 +279,12 @@ def _create_or_adopt(obj, spec: objects.WorkloadSpec, team: Team) -> None:
         return
     except ApiException as exc:
         if exc.status == 409:
-            existing = _read(kind, obj.metadata.name, namespace)
+            existing = _read(kind, name, namespace)
             owner = (existing.metadata.labels or {}).get(names.LABEL_WORKLOAD)
             if owner == spec.uid:
-                log.info("workload %s: adopting existing %s %s", spec.uid, kind, obj.metadata.name)
+                log.info("workload %s: adopting existing %s %s", spec.uid, kind, name)
                 return
-            raise SubmitRejected(
-                f"a {kind} named {obj.metadata.name} already exists and is not this workload's"
-            ) from exc
+            raise SubmitRejected(f"a {kind} named {name} already exists and is not this workload's") from exc
         if exc.status in (403, 404):
             # The namespace is not there or not bound for us yet: ask the provisioner, then retry.
             with _ensured_lock:

@@ -129,7 +129,7 @@ class FakeCluster:
             raise ApiException(status=404, reason="Not Found") from None
 
     def create(self, kind: str, namespace: str, body: Any) -> _Response:
-        """A create as the portal sends it (a client model, the answer not decoded); 409 when it exists."""
+        """A create as the portal sends it (a JSON-ready dict, the answer not decoded); 409 when it exists."""
         self._call(f"create_namespaced_{KINDS[kind]}")
         if self.on_create is not None:
             self.on_create(kind, body)
