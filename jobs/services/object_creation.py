@@ -263,19 +263,9 @@ def _create_or_adopt(obj: dict, spec: objects.WorkloadSpec, team: Team) -> None:
     kind = obj["kind"]
     name = obj["metadata"]["name"]
     namespace = spec.namespace
-    # The body is the rendered dict (JSON-ready: no client models to build and serialize again), and the
-    # answer (the object as stored) is not decoded into client models, which costs more CPU than the
-    # request itself; its body is read so the connection goes back to the pool.
-    options = {"_request_timeout": kube.timeout(), "_preload_content": False}
     try:
-        if kind == "Job":
-            response = kube.batch().create_namespaced_job(namespace, obj, **options)
-        elif kind == "Deployment":
-            response = kube.apps().create_namespaced_deployment(namespace, obj, **options)
-        else:
-            response = kube.core().create_namespaced_service(namespace, obj, **options)
-        response.read()
-        response.release_conn()
+        # The rendered dict as the body, the answer not decoded: see kube.create.
+        kube.create(namespace, obj)
         return
     except ApiException as exc:
         if exc.status == 409:

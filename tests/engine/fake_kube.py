@@ -140,6 +140,10 @@ class FakeCluster:
         meta["namespace"] = namespace
         return _Response(json.dumps(self.add(kind, obj)).encode())
 
+    def post(self, namespace: str, body: dict[str, Any]) -> None:
+        """kube.create: the object's kind is its body's."""
+        self.create(body["kind"], namespace, body)
+
     def delete(self, kind: str, name: str, namespace: str) -> None:
         self._call(f"delete_namespaced_{KINDS[kind]}")
         self.calls[-1] = (f"delete_namespaced_{KINDS[kind]}", namespace, name)
