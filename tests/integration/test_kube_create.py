@@ -9,6 +9,7 @@ import uuid
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import parse_quantity
 
 from devtools.engine import provision_now
 from jobs.kube import client as kube
@@ -40,8 +41,14 @@ def _contains(stored, sent, path="") -> None:
         assert len(stored) == len(sent), path
         for i, (a, b) in enumerate(zip(stored, sent, strict=True)):
             _contains(a, b, f"{path}[{i}]")
+    elif _is_quantity(path):  # the server writes quantities in canonical form: "1000m" is stored as "1"
+        assert parse_quantity(stored) == parse_quantity(sent), f"{path}: sent {sent!r}, stored {stored!r}"
     else:
         assert stored == sent, f"{path}: sent {sent!r}, stored {stored!r}"
+
+
+def _is_quantity(path: str) -> bool:
+    return ".resources.requests." in path or ".resources.limits." in path or path.endswith(".sizeLimit")
 
 
 def _create_when_bound(namespace: str, body: dict) -> None:
