@@ -54,12 +54,14 @@ from jobs import policy
 from jobs.kube.client import KubeConfigError, classify
 from jobs.models import CatalogImage, GpuType, Kind, Membership, State, Workload
 from jobs.selectors import (
+    attach_related_names,
     cluster_capacity,
     queue_positions,
     queued_position_and_type,
     team_quota_use,
     with_earlier_runs,
     with_queue_position,
+    with_related_names,
 )
 from jobs.selectors_sharing import team_queue_explained
 from jobs.services import reports
@@ -191,16 +193,18 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     filterset_class = WorkloadFilter
 
     def get_queryset(self):
-        queryset = access.visible_workloads(self.request.user).select_related("team", "owner", "gpu_type")
+        queryset = access.visible_workloads(self.request.user)
         if self.action == "list":
-            return queryset  # queue positions are added per page (list), not computed for every row
-        return with_queue_position(queryset)
+            # Related names as columns, queue positions per page (list), not computed for every row.
+            return with_related_names(queryset)
+        return with_queue_position(queryset.select_related("team", "owner", "gpu_type"))
 
     def get_object(self) -> Workload:
         return policy.workload_or_404(self.request.user, self.kwargs["uid"], self.get_queryset())
 
     def list(self, request: Request) -> Response:
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        attach_related_names(page)
         positions = queue_positions(page)
         for workload in page:
             workload.queue_position = positions.get(workload.id)

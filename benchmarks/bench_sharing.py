@@ -65,20 +65,23 @@ class Job:
     priority: int = 0
 
 
-def synthetic_day(seed: int = 16) -> tuple[list[Job], dict[int, list[float]], list[Job]]:
+def synthetic_day(seed: int = 16) -> tuple[list[Job], dict[int, list[tuple[float, float]]], list[Job]]:
     """A day of arrivals: each team busy for some hours (its peak), quiet otherwise, peaks spread out;
-    each user's last runs before that day (the portal keeps two weeks of history); and the two weeks of
+    each user's last runs before that day, with the time limits they ran under (the portal keeps two weeks
+    of history; the limits from random numbers of their own); and the two weeks of
     arrivals before the day (arrival times < 0), drawn from the same teams' habits with random numbers
     of their own, so that the day itself is the same with or without them."""
     rng = random.Random(seed)
     jobs: list[Job] = []
-    past: dict[int, list[float]] = {}
+    past: dict[int, list[tuple[float, float]]] = {}
     habits = []
     for team in range(1, 7):
         peak = (team * 4.0 + rng.uniform(-1, 1)) % 24  # hour of the team's busiest time
         users = [(team * 10 + u, rng.choice([30 * 60, 60 * 60, 120 * 60])) for u in range(3)]
         for user, typical in users:
-            past[user] = [min(6 * 3600.0, rng.lognormvariate(math.log(typical), SPREAD)) for _ in range(HISTORY)]
+            runs = [min(6 * 3600.0, rng.lognormvariate(math.log(typical), SPREAD)) for _ in range(HISTORY)]
+            limits_rng = random.Random(f"{seed}:limits:{user}")
+            past[user] = [(run, _limit(limits_rng, run)) for run in runs]
         jobs += _arrivals(rng, team, peak, users, 0.0, first_id=len(jobs) + 1)
         habits.append((team, peak, users))
     earlier: list[Job] = []
@@ -103,11 +106,16 @@ def _arrivals(rng: random.Random, team: int, peak: float, users: list, start: fl
             break
         user, typical = rng.choice(users)
         duration = min(6 * 3600.0, rng.lognormvariate(math.log(typical), SPREAD))
-        limit = math.ceil(duration * rng.uniform(1.5, 3.0) / 3600.0) * 3600.0
+        limit = _limit(rng, duration)
         gpus = rng.choice([1, 1, 2, 2, 4])
         restartable = rng.random() < 0.5
         jobs.append(Job(first_id + len(jobs), team, user, gpus, start + t, duration, limit, restartable))
     return jobs
+
+
+def _limit(rng: random.Random, duration: float) -> float:
+    """The time limit a user asks for a run of `duration`: 1.5 to 3 times it, rounded up to the hour."""
+    return math.ceil(duration * rng.uniform(1.5, 3.0) / 3600.0) * 3600.0
 
 
 def expected_demand(earlier: list[Job]) -> dict[int, Demand]:
@@ -132,7 +140,11 @@ class Running:
 
 
 def replay(
-    jobs: list[Job], past: dict[int, list[float]], *, borrowing: int, demand: dict[int, Demand] | None = None
+    jobs: list[Job],
+    past: dict[int, list[tuple[float, float]]],
+    *,
+    borrowing: int,
+    demand: dict[int, Demand] | None = None,
 ) -> tuple[float, list[float], int]:
     """Replay the day through the admission plan. Returns (useful GPU-hours within the day, ETA errors in
     % for workloads that waited ≥ 60 s, preemptions). `demand`: the teams' habits estimates know of."""
@@ -146,7 +158,7 @@ def replay(
     by_id = {j.id: j for j in jobs}
     running: dict[int, Running] = {}
     queued: dict[int, float | None] = {}  # id -> requeued at
-    history: dict[int, list[float]] = {user: list(runs) for user, runs in past.items()}
+    history: dict[int, list[tuple[float, float]]] = {user: list(runs) for user, runs in past.items()}
     estimates: dict[int, tuple[float, float]] = {}  # id -> (estimated start, when estimated)
     errors: list[float] = []
     useful = 0.0
@@ -221,7 +233,7 @@ def replay(
             if r.ends <= now:
                 del running[i]
                 useful += r.job.gpus * max(0.0, min(r.ends, DAY) - min(r.started, DAY))
-                history.setdefault(r.job.user, []).append(r.ends - r.started)
+                history.setdefault(r.job.user, []).append((r.ends - r.started, r.job.time_limit))
                 touched.add(cohort_of[r.job.team])
         new: list[Job] = []
         while arrivals and arrivals[0].arrival <= now:

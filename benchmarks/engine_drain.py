@@ -60,14 +60,11 @@ def _workloads(team, user, n: int):
 
 
 def _create(namespace: str, body) -> None:
-    """The raw client's create, called as the portal calls it (the answer read, not decoded)."""
+    """The raw client's create, called as the portal calls it (the rendered dict POSTed, the answer read,
+    not decoded: `kube.create`)."""
     from jobs.kube import client as kube
 
-    response = kube.batch().create_namespaced_job(
-        namespace, body, _request_timeout=kube.timeout(), _preload_content=False
-    )
-    response.read()
-    response.release_conn()
+    kube.create(namespace, body)
 
 
 def _delete_jobs(engine: Engine, namespace: str) -> None:

@@ -65,7 +65,8 @@ def visible_workloads(user) -> QuerySet[Workload]:
         return Workload.objects.all()
     # The explicit team ids say the same as an EXISTS over memberships, in a form PostgreSQL answers from
     # the (team, -created_at) index: the newest 50 of 100,000 without sorting them all.
-    team_ids = list(Membership.objects.filter(user=user).values_list("team_id", flat=True))
+    # order_by(): memberships sort by team name and username, which would join both tables for nothing.
+    team_ids = list(Membership.objects.filter(user=user).order_by().values_list("team_id", flat=True))
     return Workload.objects.filter(team_id__in=team_ids)
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Case, Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value, When
+from django.db.models import Case, Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value, When
 from django.db.models.functions import Coalesce
 
 from jobs import policy
@@ -99,12 +99,73 @@ def with_queue_position(queryset: QuerySet[Workload]) -> QuerySet[Workload]:
     return queryset.annotate(queue_position=queue_position_expression())
 
 
+# queue_position_expression for a page of workloads: each queue its page touches (team and GPU type) is
+# numbered once in admission order and the page's rows are picked out, instead of three counts per row
+# (a page at the back of a queue of Q counted about 50 x Q rows: 13 ms a page with 200 queued).
+_QUEUE_NUMBERED_SQL = """
+SELECT id, position FROM (
+    SELECT id, row_number() OVER (
+        PARTITION BY team_id, gpu_type_id ORDER BY priority DESC, created_at ASC, id ASC
+    ) AS position
+    FROM {workload}
+    WHERE state = %s AND ({queues})
+) AS numbered
+WHERE id IN ({ids})
+"""
+
+
 def queue_positions(workloads: Iterable[Workload]) -> dict[int, int]:
-    """Queue position of each queued workload given (a page already fetched), in one query."""
-    ids = sorted({w.id for w in workloads if w.state == State.QUEUED})
-    if not ids:
+    """Queue position of each queued workload given (a page already fetched), in one query: the same
+    numbers as `queue_position_expression` (1 + those of the same team and GPU type ahead in admission
+    order), for those still queued when it runs."""
+    from django.db import connection
+
+    queued = [w for w in workloads if w.state == State.QUEUED]
+    if not queued:
         return {}
-    return dict(with_queue_position(Workload.objects.filter(id__in=ids)).values_list("id", "queue_position"))
+    ids = sorted({w.id for w in queued})
+    queues = sorted({(w.team_id, w.gpu_type_id) for w in queued})
+    sql = _QUEUE_NUMBERED_SQL.format(
+        workload=connection.ops.quote_name(Workload._meta.db_table),
+        queues=" OR ".join(["(team_id = %s AND gpu_type_id = %s)"] * len(queues)),
+        ids=", ".join(["%s"] * len(ids)),
+    )
+    params: list[Any] = [State.QUEUED.value]
+    for team_id, gpu_type_id in queues:
+        params += [team_id, gpu_type_id]
+    params += ids
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return dict(cursor.fetchall())
+
+
+def with_related_names(queryset: QuerySet[Workload]) -> QuerySet[Workload]:
+    """The workloads with their team's slug, owner's username and GPU type's slug as columns of their own
+    (for `attach_related_names`), instead of three whole related rows (and objects) per workload."""
+    return queryset.annotate(
+        listed_team_slug=F("team__slug"),
+        listed_owner_username=F("owner__username"),
+        listed_gpu_type_slug=F("gpu_type__slug"),
+    )
+
+
+def attach_related_names(workloads: Iterable[Workload]) -> None:
+    """Give workloads read through `with_related_names` their team, owner and GPU type as objects holding
+    the id and slug (username) alone, one object per distinct row; any other field is read when used."""
+    user_model = Workload._meta.get_field("owner").related_model
+    shared: dict[tuple[type, int], Any] = {}
+
+    def one(model, db: str | None, pk: int, name: str, value: str):
+        instance = shared.get((model, pk))
+        if instance is None:
+            instance = shared[(model, pk)] = model.from_db(db, ["id", name], [pk, value])
+        return instance
+
+    for w in workloads:
+        db, cache = w._state.db, w._state.fields_cache
+        cache["team"] = one(Team, db, w.team_id, "slug", w.listed_team_slug)
+        cache["owner"] = one(user_model, db, w.owner_id, user_model.USERNAME_FIELD, w.listed_owner_username)
+        cache["gpu_type"] = one(GpuType, db, w.gpu_type_id, "slug", w.listed_gpu_type_slug)
 
 
 def with_earlier_runs(workloads: Iterable[Workload]) -> None:
@@ -124,7 +185,8 @@ def with_earlier_runs(workloads: Iterable[Workload]) -> None:
 
 
 def queue_position(workload: Workload) -> int | None:
-    return queue_positions([workload]).get(workload.id)
+    # One workload: three range counts up to its place beat numbering its whole queue.
+    return with_queue_position(Workload.objects.filter(id=workload.id)).values_list("queue_position", flat=True).first()
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,13 @@
 """The service proxy: an ASGI app that passes /w/<uid>/... to the service's pod, HTTP and WebSocket.
 
 Why these parts: **uvicorn** serves it (the reference ASGI server, maintained by the Encode team; HTTP/1.1
-through httptools and WebSockets through the `websockets` library, flow control both ways), and
-**aiohttp**'s client talks to the pods (one maintained library for streamed HTTP bodies in both
-directions *and* WebSocket client connections, with a connection pool; it was already in the lock file
-through the Kubernetes client). The app itself is plain ASGI, no framework: it is one routing rule.
+through httptools and WebSockets through the `websockets` library, flow control both ways). Plain HTTP
+goes to the pods through proxy/upstream.py, a small keep-alive HTTP/1.1 client over httptools (llhttp, the
+parser uvicorn itself uses) that passes bodies on as the kernel hands them over: a general client parsed
+and re-queued every byte, which nearly doubled the proxy's CPU per GB downloaded. WebSockets to the pods go
+through **aiohttp**'s client (maintained, with the close codes and subprotocols a proxy must pass on; it
+was already in the lock file through the Kubernetes client). The app itself is plain ASGI, no framework:
+it is one routing rule.
 
 Per request: the portal session decides (proxy.access.door, in a worker thread: Django is synchronous),
 then the Endpoints give the pod's address, then bytes flow. The path is forwarded unchanged, prefix
@@ -21,7 +24,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -32,7 +35,7 @@ from django.db import connections
 from django.http.cookie import parse_cookie
 
 from jobs.services import opening
-from proxy import access, headers
+from proxy import access, headers, upstream
 from proxy.access import Door, Outcome
 
 log = logging.getLogger(__name__)
@@ -42,7 +45,7 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 SERVICE_PATH = re.compile(r"^/w/(?P<uid>[0-9a-f]{1,16})(?P<rest>/.*)?$")
-READ_BUFSIZE = 256 * 1024  # what aiohttp buffers from a pod before it pauses reading it (x2)
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})  # RFC 9110 9.2.2: safe to retry
 WORKERS = 8  # threads for Django work (sessions, policy, EndpointSlices, activity)
 # Close codes an endpoint may not send (RFC 6455 7.4.1): "no status", "abnormal", "TLS failure".
 UNSENDABLE_CLOSE = {1005, 1006, 1015}
@@ -105,11 +108,15 @@ def _host_is_another_service(scope: Scope, uid: str) -> bool:
     return host.split(".", 1)[0] != uid
 
 
-def _has_body(scope: Scope) -> bool:
+def _request_framing(scope: Scope) -> str | None:
+    """How the browser's request body is framed: "chunked", "length", or None (no body)."""
+    framing = None
     for name, value in scope.get("headers", []):
-        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"", b"0")):
-            return True
-    return False
+        if name == b"transfer-encoding":
+            return "chunked"  # uvicorn removed the chunk framing; the pod gets it anew
+        if name == b"content-length" and value.strip() not in (b"", b"0"):
+            framing = "length"
+    return framing
 
 
 class ServiceProxy:
@@ -124,7 +131,8 @@ class ServiceProxy:
     ) -> None:
         self.portal_upstream = portal_upstream.rstrip("/")
         self._endpoints = endpoints  # (namespace, service) -> a ready pod's address; tests pin one
-        self._client: aiohttp.ClientSession | None = None
+        self._client: aiohttp.ClientSession | None = None  # WebSockets to pods
+        self._pool = upstream.Pool()  # plain HTTP to pods (upstream.py says why not aiohttp)
         self._touched: dict[int | None, float] = {}
         self._doors: dict[tuple[str | None, str], tuple[float, Door]] = {}
         self._targets: dict[tuple[str, str], tuple[float, tuple[str, int] | None]] = {}
@@ -171,7 +179,6 @@ class ServiceProxy:
                 connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
                 cookie_jar=aiohttp.DummyCookieJar(),  # never carry one user's cookies into another's request
                 auto_decompress=False,  # bytes pass through as the app encoded them
-                read_bufsize=READ_BUFSIZE,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=settings.PROXY_CONNECT_TIMEOUT),
             )
         return self._client
@@ -179,6 +186,7 @@ class ServiceProxy:
     async def close(self) -> None:
         if self._client is not None:
             await self._client.close()
+        self._pool.close()
         # Each worker thread holds its own database connection: close every one (a barrier makes each of
         # the pool's threads take exactly one of these jobs), so none is left open on the server.
         barrier = threading.Barrier(WORKERS)
@@ -318,7 +326,6 @@ class ServiceProxy:
         if target is None:
             await self._page(send, "starting", door)
             return
-        origin = f"http://{target[0]}:{target[1]}"
         forwarded = headers.request_headers(
             _str_headers(scope),
             blocked_cookies=_blocked_cookies(),
@@ -327,7 +334,7 @@ class ServiceProxy:
             prefix=f"/w/{door.uid}/",
         )
         self._touch(door)
-        outcome = await self._forward(scope, receive, send, origin, forwarded, strip=True)
+        outcome = await self._forward(scope, receive, send, target, forwarded, strip=True)
         if outcome == "unreachable":
             self._forget_target(door)
             await self._sync(access.forget_endpoint, door.namespace, door.service)
@@ -342,101 +349,184 @@ class ServiceProxy:
             for name, value in _str_headers(scope)
             if name.lower() not in headers.HOP_BY_HOP | headers.connection_tokens(_str_headers(scope))
         ]
-        outcome = await self._forward(scope, receive, send, self.portal_upstream, forwarded, strip=False)
+        parts = urlsplit(self.portal_upstream)
+        target = (parts.hostname or "127.0.0.1", parts.port or 80)
+        outcome = await self._forward(scope, receive, send, target, forwarded, strip=False, base=parts.path)
         if outcome is not None:
             await self._respond(send, 502, "<h1>The portal's web server is not answering yet.</h1>")
 
     async def _forward(
-        self, scope: Scope, receive: Receive, send: Send, origin: str, request_headers: list, *, strip: bool
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        target: tuple[str, int],
+        request_headers: list[headers.Header],
+        *,
+        strip: bool,
+        base: str = "",
     ) -> str | None:
-        """Send the request to `origin` and stream the answer back. Returns None when an answer went out,
-        else "unreachable" or "timeout" (nothing was sent: the caller shows a page)."""
-        progress = [time.monotonic()]
-        body_done = asyncio.Event()
-
-        async def body() -> AsyncIterator[bytes]:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    raise ConnectionResetError("the browser went away during the upload")
-                chunk = message.get("body", b"")
-                progress[0] = time.monotonic()
-                if chunk:
-                    yield chunk
-                if not message.get("more_body"):
-                    break
-            body_done.set()
-
-        has_body = _has_body(scope)
-        if not has_body:
-            body_done.set()
-        request = asyncio.ensure_future(
-            self.client.request(
-                scope["method"],
-                origin + _full_path(scope),
-                headers=request_headers,
-                data=body() if has_body else None,
-                allow_redirects=False,
-                skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
-            )
-        )
+        """Send the request to `target` (a pod's address, or the portal's in development) and stream the
+        answer back. Returns None when an answer went out, else "unreachable" or "timeout" (nothing was
+        sent: the caller shows a page)."""
+        method = scope["method"]
+        framing = _request_framing(scope)
+        outgoing = [(k, v) for k, v in request_headers if k.lower() != "content-length" or framing != "chunked"]
+        names = {k.lower() for k, _ in outgoing}
+        if "host" not in names:
+            host = f"[{target[0]}]" if ":" in target[0] else target[0]
+            outgoing.insert(0, ("Host", f"{host}:{target[1]}"))
+        if framing == "chunked":
+            outgoing.append(("Transfer-Encoding", "chunked"))
+        elif framing is None and method in ("POST", "PUT", "PATCH") and "content-length" not in names:
+            outgoing.append(("Content-Length", "0"))
+        head = upstream.request_head(method, base.rstrip("/") + _full_path(scope), outgoing)
         # The backend gets PROXY_RESPONSE_TIMEOUT seconds of silence: counted from the last upload chunk,
         # so a slow 10 GB upload is fine and a backend that never answers is not.
         limit = settings.PROXY_RESPONSE_TIMEOUT if strip else None
+        progress = [time.monotonic()]
+        retry = framing is None and method in IDEMPOTENT
+        while True:
+            try:
+                conn, reused = await self._pool.connect(*target, settings.PROXY_CONNECT_TIMEOUT)
+            except upstream.Unreachable:
+                log.info("backend %s:%s unreachable", *target, exc_info=True)
+                return "unreachable"
+            uploading: asyncio.Future | None = None
+            try:
+                response, uploading = await self._ask(conn, receive, head, method, framing, progress, limit)
+                break
+            except upstream.Unreachable:
+                conn.close()
+                if reused and retry:
+                    retry = False  # the pod closed a kept-alive connection just as we used it: once more
+                    continue
+                log.info("backend %s:%s gave no answer", *target, exc_info=True)
+                return "unreachable"
+            except TimeoutError:
+                conn.close()
+                return "timeout"
+            except upstream.BrowserGone:
+                conn.close()
+                return None  # nobody left to answer
+            except BaseException:
+                conn.close()
+                raise
+        origin = f"http://{target[0]}:{target[1]}"
+        raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers]
+        if strip:
+            raw = headers.response_headers(raw, blocked_cookies=_blocked_cookies(), backend_origin=origin)
+        else:
+            raw = [(k, v) for k, v in raw if k.lower() not in headers.HOP_BY_HOP | headers.connection_tokens(raw)]
+        if response.chunked:  # the length the pod announced beside a chunked body is not the body's (RFC 9112 6.3)
+            raw = [(k, v) for k, v in raw if k.lower() != "content-length"]
+        reusable = False
         try:
-            while not request.done():
-                wait = None if limit is None else max(0.05, progress[0] + limit - time.monotonic())
-                await asyncio.wait({request}, timeout=wait)
-                if not request.done() and limit is not None and time.monotonic() - progress[0] >= limit:
-                    request.cancel()
-                    with contextlib.suppress(BaseException):
-                        await request
-                    return "timeout"
-            response = request.result()
-        except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, ConnectionError):
-            return "unreachable"
-        except aiohttp.ClientError:
-            log.info("backend %s failed", origin, exc_info=True)
-            return "unreachable"
-        async with response:
-            raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
-            if strip:
-                raw = headers.response_headers(raw, blocked_cookies=_blocked_cookies(), backend_origin=origin)
-            else:
-                raw = [(k, v) for k, v in raw if k.lower() not in headers.HOP_BY_HOP | headers.connection_tokens(raw)]
             await send({"type": "http.response.start", "status": response.status, "headers": _bytes_headers(raw)})
-            await self._stream_back(response, receive, send, body_done)
+            reusable = await self._stream_back(conn, response, receive, send, uploading)
+        finally:
+            if uploading is not None and not uploading.done():  # the pod answered before the upload ended
+                uploading.cancel()
+                with contextlib.suppress(BaseException):
+                    await uploading
+            if reusable:
+                self._pool.release(conn)
+            else:
+                conn.close()
         return None
 
-    async def _stream_back(
-        self, response: aiohttp.ClientResponse, receive: Receive, send: Send, body_done: asyncio.Event
-    ) -> None:
-        """Copy the response body as it comes; stop as soon as the browser goes away (uvicorn's send would
-        silently drop the rest, and an endless event stream would be read for nobody)."""
+    async def _ask(
+        self,
+        conn: upstream.Connection,
+        receive: Receive,
+        head: bytes,
+        method: str,
+        framing: str | None,
+        progress: list[float],
+        limit: float | None,
+    ) -> tuple[upstream.Response, asyncio.Future | None]:
+        """Send the request (its body, if any, in a task that may still run when the answer comes) and wait
+        for the answer's head: raises Unreachable, TimeoutError (`limit` seconds without progress), or
+        BrowserGone."""
+        try:
+            await conn.send(head)
+        except OSError as exc:
+            raise upstream.Unreachable(f"sending the request failed: {exc}") from exc
+        if framing is None:
+            async with asyncio.timeout(limit):
+                return await upstream.read_head(conn, method), None
+        uploading = asyncio.ensure_future(
+            upstream.upload(conn, receive, chunked=framing == "chunked", progress=progress)
+        )
+        answer = asyncio.ensure_future(upstream.read_head(conn, method))
+        try:
+            while not answer.done():
+                waiting = {answer} if uploading.done() else {answer, uploading}
+                wait = None if limit is None else max(0.05, progress[0] + limit - time.monotonic())
+                await asyncio.wait(waiting, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                if uploading.done() and isinstance(uploading.exception(), upstream.BrowserGone):
+                    raise upstream.BrowserGone
+                # Any other upload failure: the pod stopped reading, and may be answering already.
+                if not answer.done() and limit is not None and time.monotonic() - progress[0] >= limit:
+                    raise TimeoutError
+            return answer.result(), uploading
+        except BaseException:
+            for task in (answer, uploading):
+                task.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.gather(answer, uploading, return_exceptions=True)
+            raise
 
-        async def copy() -> None:
+    async def _stream_back(
+        self,
+        conn: upstream.Connection,
+        response: upstream.Response,
+        receive: Receive,
+        send: Send,
+        uploading: asyncio.Future | None,
+    ) -> bool:
+        """Copy the response body as it comes; stop as soon as the browser goes away (uvicorn's send would
+        silently drop the rest, and an endless event stream would be read for nobody). Returns whether the
+        connection to the pod ended cleanly at the end of the answer (it can then carry another)."""
+        if uploading is None and response.length is not None and len(response.rest) == response.length:
+            # The whole answer is in hand (most small requests): no tasks, one send.
+            await send({"type": "http.response.body", "body": response.rest, "more_body": False})
+            return response.keep_alive
+
+        async def copy() -> bool:
             try:
-                # Each chunk exactly as it arrived: `iter_chunked(n)` would join arrivals into n-byte
-                # pieces, one more copy of every byte (a quarter of the proxy's CPU on a download).
-                async for chunk, _ in response.content.iter_chunks():
-                    if chunk:  # (b"", True) marks the end of a chunk of a chunked body: nothing to pass on
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            except (TimeoutError, aiohttp.ClientError):
-                log.info("backend stream broke off", exc_info=True)  # the browser sees a truncated body
+                async for piece in upstream.body(conn, response):
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
+            except (upstream.Unreachable, OSError):
+                # Not completed on purpose: uvicorn then closes the browser's connection, so a truncated
+                # body never looks whole.
+                log.info("backend stream broke off", exc_info=True)
+                return False
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return True
 
         async def gone() -> None:
-            await body_done.wait()  # until then the upload reads receive()
+            if uploading is not None:  # until the upload ends, it is the one reading receive()
+                await asyncio.wait({uploading})
+                if uploading.cancelled() or isinstance(uploading.exception(), upstream.BrowserGone):
+                    return
             while (await receive())["type"] != "http.disconnect":
                 pass
 
         copying, watching = asyncio.ensure_future(copy()), asyncio.ensure_future(gone())
-        await asyncio.wait({copying, watching}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (copying, watching):
-            task.cancel()
-        for task in (copying, watching):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        try:
+            await asyncio.wait({copying, watching}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (copying, watching):
+                task.cancel()
+            for task in (copying, watching):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        complete = copying.done() and not copying.cancelled() and copying.result()
+        uploaded = uploading is None or (
+            uploading.done() and not uploading.cancelled() and uploading.exception() is None
+        )
+        return bool(complete and uploaded and response.keep_alive)
 
     # --- WebSocket -----------------------------------------------------------------------------------
     async def _websocket(self, scope: Scope, receive: Receive, send: Send, door: Door) -> None:

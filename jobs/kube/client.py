@@ -144,14 +144,8 @@ def stream_get(path: str, params: dict[str, str], *, read_timeout: float):
     from urllib.parse import urlencode
 
     api = api_client()
-    configuration = api.configuration
-    headers = {"Accept": "application/json"}
-    token = configuration.get_api_key_with_prefix("authorization") or configuration.get_api_key_with_prefix(
-        "BearerToken"
-    )
-    if token:
-        headers["Authorization"] = token
-    url = f"{configuration.host}{path}?{urlencode(params)}"
+    headers = _headers(api, Accept="application/json")
+    url = f"{api.configuration.host}{path}?{urlencode(params)}"
     response = api.rest_client.pool_manager.request(
         "GET",
         url,
@@ -167,6 +161,54 @@ def stream_get(path: str, params: dict[str, str], *, read_timeout: float):
         error.body = body.decode("utf-8", "replace")
         raise error
     return response
+
+
+# Where each kind of a workload's objects is created (the API's own paths, as the client's methods use).
+CREATE_PATHS = {
+    "Job": "/apis/batch/v1/namespaces/{namespace}/jobs",
+    "Deployment": "/apis/apps/v1/namespaces/{namespace}/deployments",
+    "Service": "/api/v1/namespaces/{namespace}/services",
+}
+
+
+def _headers(api: client.ApiClient, **extra: str) -> dict[str, str]:
+    """The client's own headers (user agent) and credentials (a refreshed token, if the kubeconfig has one)."""
+    configuration = api.configuration
+    headers = {**api.default_headers, **extra}
+    token = configuration.get_api_key_with_prefix("authorization") or configuration.get_api_key_with_prefix(
+        "BearerToken"
+    )
+    if token:
+        headers["Authorization"] = token
+    return headers
+
+
+def create(namespace: str, body: dict[str, Any]) -> None:
+    """Create one object from its rendered dict (objects.make_objects) in `namespace`: the POST the
+    client's create_namespaced_* sends, through the same connection pool, credentials and retries, without
+    its per-call argument validation (which rebuilds the whole object as client models from the dict, then
+    serializes them back) and without decoding the answer. Raises ApiException as the client does (status,
+    reason, the API server's Status as its body)."""
+    from urllib.parse import quote
+
+    api = api_client()
+    url = api.configuration.host + CREATE_PATHS[body["kind"]].format(namespace=quote(namespace, safe=""))
+    response = api.rest_client.pool_manager.request(
+        "POST",
+        url,
+        body=json.dumps(body),
+        headers=_headers(api, Accept="application/json", **{"Content-Type": "application/json"}),
+        timeout=urllib3.Timeout(total=timeout()),
+        preload_content=False,
+    )
+    try:
+        answer = response.read()
+    finally:
+        response.release_conn()
+    if not 200 <= response.status <= 299:
+        error = ApiException(status=response.status, reason=response.reason)
+        error.body = answer.decode("utf-8", "replace")
+        raise error
 
 
 def timeout() -> float:

@@ -26,10 +26,11 @@ HISTORY_RUNS = 20  # an owner's last runs on a GPU type that make up "their typi
 DEMAND_CACHE_SECONDS = 600  # teams' habits change slowly: read once per cohort and type per ten minutes
 
 
-def run_history(owner_ids: set[int], gpu_type_id: int) -> dict[int, list[float]]:
-    """Seconds each owner's recent successful runs on the type lasted (one query)."""
+def run_history(owner_ids: set[int], gpu_type_id: int) -> dict[int, list[tuple[float, float]]]:
+    """Each owner's recent successful runs on the type: (seconds it lasted, time limit it ran under),
+    one query."""
     since = timezone.now() - timedelta(days=settings.PORTAL_HISTORY_DAYS)
-    history: dict[int, list[float]] = defaultdict(list)
+    history: dict[int, list[tuple[float, float]]] = defaultdict(list)
     rows = (
         Workload.objects.filter(
             owner_id__in=owner_ids,
@@ -39,11 +40,13 @@ def run_history(owner_ids: set[int], gpu_type_id: int) -> dict[int, list[float]]
             finished_at__gte=since,
         )
         .order_by("-finished_at")
-        .values_list("owner_id", "started_at", "finished_at")[: HISTORY_RUNS * max(1, len(owner_ids))]
+        .values_list("owner_id", "started_at", "finished_at", "time_limit_seconds")[
+            : HISTORY_RUNS * max(1, len(owner_ids))
+        ]
     )
-    for owner_id, started, finished in rows:
+    for owner_id, started, finished, limit in rows:
         if len(history[owner_id]) < HISTORY_RUNS:
-            history[owner_id].append((finished - started).total_seconds())
+            history[owner_id].append(((finished - started).total_seconds(), float(limit)))
     return history
 
 

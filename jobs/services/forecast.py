@@ -1,7 +1,7 @@
 """When will a queued workload start? A forward simulation of admission, as a pure function.
 
 Starting from what holds GPUs now (each expected to end at its time limit, or sooner where its owner's
-history says runs are usually shorter) and the queue in order, the simulation repeats the admission
+history says runs are usually shorter, scaled by the limit asked for where their limits tracked their runs) and the queue in order, the simulation repeats the admission
 plan (`sharing_plan.plan`) at every expected end, until every queued workload has a start or the
 horizon is reached. `capacity` (GPUs of the type the cohort can physically get) makes the forecast wait
 for the cluster too, where admission leaves that to the Kubernetes scheduler.
@@ -9,6 +9,7 @@ for the cluster too, where admission leaves that to the Kubernetes scheduler.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -29,23 +30,74 @@ class Estimate:
     reason: str
 
 
-def expected_run(time_limit: float, history: Sequence[float] = ()) -> float:
-    """How long a run is expected to last: the owner's typical (median) run where there is history, never
-    beyond the time limit, which ends it for sure."""
+Past = float | tuple[float, float | None]  # a past run's seconds, or (seconds, the time limit it ran under)
+MIN_PAIRED_RUNS = 5  # past runs with known limits before their limits are trusted to say anything
+
+
+def limit_slope(history: Sequence[Past]) -> float:
+    """How closely an owner's run lengths followed the time limits they asked for: the least-squares
+    slope of log(run) on log(limit) over their past runs, within 0..1. 1: runs grow in proportion to
+    the limit (asked for as a multiple of the expected run); 0: the limit says nothing (always the
+    same, or unrelated), or fewer than MIN_PAIRED_RUNS runs have a known limit. Kept per history: a
+    forecast asks it of the same owner's runs for each of their workloads."""
+    try:
+        return _slope(tuple(history))
+    except TypeError:  # a run given as a list: not hashable
+        return _slope.__wrapped__(history)
+
+
+@functools.lru_cache(maxsize=4096)
+def _slope(history: Sequence[Past]) -> float:
+    xs, ys = [], []
+    for seconds, limit in _paired(history):
+        if limit:
+            xs.append(math.log(limit))
+            ys.append(math.log(max(1.0, seconds)))
+    n = len(xs)
+    if n < MIN_PAIRED_RUNS:
+        return 0.0
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    if sxx <= 1e-12:
+        return 0.0
+    sxy = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True))
+    return min(1.0, max(0.0, sxy / sxx))
+
+
+def _paired(history: Sequence[Past]) -> list[tuple[float, float | None]]:
+    return [(h, None) if isinstance(h, int | float) else h for h in history]
+
+
+def like_this(time_limit: float, history: Sequence[Past]) -> list[float]:
+    """The owner's past runs as a run under `time_limit` would last: each scaled by (this limit ÷ the
+    limit it ran under) ** `limit_slope`, so someone whose limits track their runs gets an estimate
+    that tracks this limit, and someone whose limits say nothing gets their plain past runs. Never
+    beyond `time_limit`, which ends a run for sure."""
+    pairs = _paired(history)
+    slope = limit_slope(history) if time_limit > 0 else 0.0
+    top = float(time_limit)
+    if not slope:
+        return [min(top, float(seconds)) for seconds, _ in pairs]
+    return [min(top, seconds * (top / limit) ** slope if limit else float(seconds)) for seconds, limit in pairs]
+
+
+def expected_run(time_limit: float, history: Sequence[Past] = ()) -> float:
+    """How long a run is expected to last: the median of the owner's past runs as this one would last
+    them (`like_this`) where there is history, never beyond the time limit, which ends it for sure."""
     if not history:
         return float(time_limit)
-    return min(float(time_limit), float(statistics.median(history)))
+    return float(statistics.median(like_this(time_limit, history)))
 
 
-def remaining(expected: float, elapsed: float, time_limit: float, history: Sequence[float] = ()) -> float:
+def remaining(expected: float, elapsed: float, time_limit: float, history: Sequence[Past] = ()) -> float:
     """Seconds a running workload should still hold its GPUs.
 
-    With history: the typical (median) length of the owner's past runs that lasted longer than this one
-    has so far, less what it ran (a run that outlived most of its owner's runs is usually near its end);
-    without: its expected run, or its time limit once it outlived that."""
+    With history: the median of the owner's past runs (as this one would last them, `like_this`) that
+    lasted longer than this one has so far, less what it ran (a run that outlived most of its owner's
+    runs is usually near its end); without: its expected run, or its time limit once it outlived that."""
     cap = max(MIN_REMAINING_SECONDS, time_limit - elapsed)
     if history:
-        longer = [h for h in history if h > elapsed]
+        longer = [h for h in like_this(time_limit, history) if h > elapsed]
         left = statistics.median(longer) - elapsed if longer else MIN_REMAINING_SECONDS
         return min(cap, max(MIN_REMAINING_SECONDS, left))
     left = expected - elapsed

@@ -271,3 +271,43 @@ def test_fast_representation_matches_the_declared_fields(world, submit):
     workload = Workload.objects.select_related("team", "owner", "gpu_type").get(uid=uid)
     serializer = WorkloadSerializer(context={"now": timezone.now()})
     assert serializer.to_representation(workload) == drf.ModelSerializer.to_representation(serializer, workload)
+
+
+def test_list_queue_positions_with_ties_and_several_queues(world, submit):
+    # Same priority and the same created_at: the lower id goes first; other teams' queues are their own.
+    from jobs.selectors import with_queue_position
+
+    uids = [submit(name=f"t{i}")["uid"] for i in range(4)] + [submit("outsider", name="o1")["uid"]]
+    tied_at = timezone.now() - timedelta(minutes=5)
+    Workload.objects.filter(uid__in=uids[1:3]).update(created_at=tied_at)
+    Workload.objects.filter(uid=uids[0]).update(priority=-5)
+    listed = {w["uid"]: w["queue_position"] for w in world.client("admin").get("/api/v1/workloads/").json()["results"]}
+    expected = {w.uid: w.queue_position for w in with_queue_position(Workload.objects.filter(uid__in=uids))}
+    assert {uid: listed[uid] for uid in uids} == expected
+    first, second = sorted(Workload.objects.filter(uid__in=uids[1:3]), key=lambda w: w.id)
+    assert (listed[first.uid], listed[second.uid]) == (1, 2)
+    assert listed[uids[0]] == 4
+    assert listed[uids[4]] == 1
+
+
+def test_list_rows_are_the_workloads_own_and_queries_do_not_grow(world, submit):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from jobs.models import Membership
+
+    Membership.objects.create(user=world.teammate, team=world.other_team)
+    for i in range(3):
+        submit("owner", name=f"a{i}")
+        submit("teammate", team="vision", name=f"b{i}", gpu_type="k80")
+    submit("outsider", name="c0")
+    client = world.client("teammate")
+    with CaptureQueriesContext(connection) as small:
+        page = client.get("/api/v1/workloads/?page_size=2").json()
+    with CaptureQueriesContext(connection) as large:
+        listed = client.get("/api/v1/workloads/?page_size=50").json()["results"]
+    assert len(small.captured_queries) == len(large.captured_queries)
+    assert page["next"]
+    assert len(listed) == 7
+    for row in listed:  # each row as the workload's own page gives it (team, owner, GPU type, position...)
+        assert row == client.get(f"/api/v1/workloads/{row['uid']}/").json() | {"gpu_hours": row["gpu_hours"]}

@@ -14,4 +14,5 @@ def fake_kube(monkeypatch) -> FakeCluster:
     cluster = FakeCluster()
     for name in ("core", "batch", "apps", "stream_get", "timeout"):
         monkeypatch.setattr(kube, name, getattr(cluster, name))
+    monkeypatch.setattr(kube, "create", cluster.post)
     return cluster

@@ -129,7 +129,7 @@ class FakeCluster:
             raise ApiException(status=404, reason="Not Found") from None
 
     def create(self, kind: str, namespace: str, body: Any) -> _Response:
-        """A create as the portal sends it (a client model, the answer not decoded); 409 when it exists."""
+        """A create as the portal sends it (a JSON-ready dict, the answer not decoded); 409 when it exists."""
         self._call(f"create_namespaced_{KINDS[kind]}")
         if self.on_create is not None:
             self.on_create(kind, body)
@@ -139,6 +139,10 @@ class FakeCluster:
             raise ApiException(status=409, reason="AlreadyExists")
         meta["namespace"] = namespace
         return _Response(json.dumps(self.add(kind, obj)).encode())
+
+    def post(self, namespace: str, body: dict[str, Any]) -> None:
+        """kube.create: the object's kind is its body's."""
+        self.create(body["kind"], namespace, body)
 
     def delete(self, kind: str, name: str, namespace: str) -> None:
         self._call(f"delete_namespaced_{KINDS[kind]}")

@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
-from jobs.services.forecast import Demand, about, demand_from, expected_arrivals, expected_run, forecast, remaining
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobs.services.forecast import (
+    MIN_REMAINING_SECONDS,
+    Demand,
+    about,
+    demand_from,
+    expected_arrivals,
+    expected_run,
+    forecast,
+    like_this,
+    limit_slope,
+    remaining,
+)
 from jobs.services.sharing_plan import Held, Reason, TeamQuota, Waiting
 
 A, B = 1, 2
@@ -75,6 +89,57 @@ def test_a_run_that_outlived_most_of_its_owners_runs_is_expected_to_end_soon():
     assert remaining(800.0, 1000.0, 7200.0, history) == 1200.0  # median of the longer ones (2200) - 1000
     assert remaining(800.0, 3000.0, 7200.0, history) == 30.0  # longer than any: about to end
     assert remaining(800.0, 100.0, 400.0, history) == 300.0  # never beyond its time limit
+
+
+# --- run lengths and time limits --------------------------------------------------------------------
+H = 3600.0
+# Asks for about twice the run, rounded up to the hour: her limits say how long her runs last.
+CAREFUL = [(1200.0, H), (1500.0, H), (2700.0, 2 * H), (3300.0, 2 * H), (5000.0, 3 * H), (5800.0, 3 * H)]
+# Always asks for 8 h, whatever the run: her limits say nothing.
+BLANKET = [(1200.0, 8 * H), (1500.0, 8 * H), (2700.0, 8 * H), (3300.0, 8 * H), (5000.0, 8 * H), (5800.0, 8 * H)]
+
+
+def test_limit_slope_says_how_far_limits_followed_runs():
+    assert 0.8 <= limit_slope(CAREFUL) <= 1.0
+    assert limit_slope(BLANKET) == 0.0
+    assert limit_slope(CAREFUL[:4]) == 0.0  # too few runs to trust their limits
+    assert limit_slope([run for run, _ in CAREFUL]) == 0.0  # limits unknown
+    assert limit_slope([(run, 0.0) for run, _ in CAREFUL]) == 0.0
+
+
+def test_a_user_whose_limits_track_her_runs_is_expected_to_run_as_her_limit_says():
+    short, long_ = expected_run(H, CAREFUL), expected_run(3 * H, CAREFUL)
+    assert short < 2000.0 < 4000.0 < long_ <= 3 * H
+    # Three hours asked for, 70 min run: her 3 h runs lasted 83 to 97 min, so about 20 min more.
+    assert 600.0 < remaining(long_, 4200.0, 3 * H, CAREFUL) < 1800.0
+    # Limits that say nothing: the median of her runs whatever the limit, as before.
+    assert expected_run(H, BLANKET) == expected_run(3 * H, BLANKET) == 3000.0
+    assert expected_run(3 * H, [run for run, _ in CAREFUL]) == 3000.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    runs=st.lists(st.tuples(st.floats(1.0, 1e5), st.one_of(st.none(), st.floats(60.0, 1e5))), min_size=0, max_size=25),
+    limit=st.floats(60.0, 1e5),
+    elapsed=st.floats(0.0, 2e5),
+)
+def test_estimates_stay_within_the_limit(runs, limit, elapsed):
+    assert 0.0 <= limit_slope(runs) <= 1.0
+    assert all(0.0 < r <= limit for r in like_this(limit, runs))
+    expected = expected_run(limit, runs)
+    assert 0.0 < expected <= limit
+    left = remaining(expected, elapsed, limit, runs)
+    assert MIN_REMAINING_SECONDS <= left <= max(MIN_REMAINING_SECONDS, limit - elapsed)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    runs=st.lists(st.tuples(st.floats(60.0, 1e5), st.floats(60.0, 1e5)), min_size=0, max_size=25),
+    limits=st.tuples(st.floats(60.0, 1e5), st.floats(60.0, 1e5)),
+)
+def test_a_longer_limit_never_shortens_the_expected_run(runs, limits):
+    low, high = sorted(limits)
+    assert expected_run(low, runs) <= expected_run(high, runs)
 
 
 def test_only_the_head_of_a_long_queue_is_forecast():

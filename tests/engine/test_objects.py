@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kubernetes.client import ApiClient
 
 from jobs.kube import names, objects
@@ -182,3 +186,45 @@ def test_label_values_keep_distinct_inputs_distinct():
     assert names.label_value(long_a) != names.label_value(long_b)
     assert len(names.label_value(long_a)) <= 63
     assert names.label_value("alice@example.org") != names.label_value("alice_example.org")
+
+
+MODEL = {"Job": "V1Job", "Deployment": "V1Deployment", "Service": "V1Service"}
+words = st.from_regex(r"[a-z][a-z0-9-]{0,12}", fullmatch=True)
+volumes = st.builds(
+    objects.VolumeSpec,
+    name=words,
+    mount_path=words.map(lambda w: f"/data/{w}"),
+    read_only=st.booleans(),
+    claim_name=st.sampled_from(["", "home-alice"]),
+    nfs_server=st.just("nfs.example.org"),
+    nfs_path=st.just("/exports/x"),
+)
+workload_specs = st.builds(
+    spec,
+    kind=st.sampled_from(["batch", "service"]),
+    port=st.integers(1, 65535),
+    gpu_count=st.integers(0, 8),
+    command=st.lists(st.text(max_size=12), max_size=3).map(tuple),
+    args=st.lists(st.text(max_size=12), max_size=3).map(tuple),
+    env=st.lists(st.tuples(words.map(str.upper), st.text(max_size=12)), max_size=3).map(tuple),
+    volumes=st.lists(volumes, max_size=3).map(tuple),
+    secrets=st.lists(st.builds(objects.SecretRef, words, words, st.sampled_from(["", "TOKEN"])), max_size=2).map(tuple),
+    image_pull_secrets=st.sampled_from([(), ("pull-registry",)]),
+    cpu_millicores=st.one_of(st.none(), st.integers(100, 64000)),
+    memory_mib=st.one_of(st.none(), st.integers(64, 500000)),
+    run_as_root=st.booleans(),
+    read_only_root=st.booleans(),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(workload=workload_specs)
+def test_rendered_objects_are_exactly_what_the_clients_models_send(workload):
+    """The workload's objects go to the API server as rendered dicts: every key is a field the client's
+    models know under its API name, every value of the type they take, and none is None (a round trip
+    through the models, which drop unknown keys, refuse wrong types and leave out None, changes nothing)."""
+    api = ApiClient()
+    for obj in objects.make_objects(workload):
+        model = api.deserialize(json.dumps(obj), MODEL[obj["kind"]], "application/json")
+        assert api.sanitize_for_serialization(model) == obj
+        assert json.loads(json.dumps(obj)) == obj  # plain JSON: what the create sends is what was rendered

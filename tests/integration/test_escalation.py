@@ -100,7 +100,7 @@ def _refused(call) -> int:
     return refused.value.status
 
 
-def _job(namespace: str) -> k8s.V1Job:
+def _job(namespace: str) -> dict:
     spec = objects.WorkloadSpec(
         uid=uuid.uuid4().hex[:10], name="escalate", kind="batch", team_slug="x", username="u", namespace=namespace,
         image="ubuntu", gpu_type=objects.GpuTypeSpec("p100", "gputype", "p100", "nvidia.com/gpu", 1000, 1024),

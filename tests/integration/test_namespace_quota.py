@@ -29,7 +29,7 @@ from tests.engine.factories import GpuTypeFactory, TeamFactory
 pytestmark = pytest.mark.cluster
 
 
-def pod(namespace: str, gpu_type: Any, *, gpus: int, cpu_millicores: int, memory_mib: int) -> k8s.V1Pod:
+def pod(namespace: str, gpu_type: Any, *, gpus: int, cpu_millicores: int, memory_mib: int) -> dict:
     """A pod exactly as the portal renders a workload's (so only its size can be refused)."""
     uid = uuid.uuid4().hex[:16]
     spec = objects.WorkloadSpec(
@@ -42,10 +42,10 @@ def pod(namespace: str, gpu_type: Any, *, gpus: int, cpu_millicores: int, memory
         cpu_millicores=cpu_millicores, memory_mib=memory_mib,
     )  # fmt: skip
     template = objects.make_pod_template(spec)
-    return k8s.V1Pod(
-        api_version="v1", kind="Pod", metadata=k8s.V1ObjectMeta(name=f"sized-{uid}", labels=template.metadata.labels),
-        spec=template.spec,
-    )  # fmt: skip
+    return {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"sized-{uid}", "labels": template["metadata"]["labels"]},
+        "spec": template["spec"],
+    }  # fmt: skip
 
 
 def hard(kube_api: Any, namespace: str) -> dict[str, Decimal]:

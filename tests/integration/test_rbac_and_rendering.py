@@ -188,11 +188,11 @@ def test_accepted_specs_pass_the_api_servers_dry_run_and_refusals_name_a_field(
             "Job": batch.create_namespaced_job,
             "Deployment": apps.create_namespaced_deployment,
             "Service": core.create_namespaced_service,
-        }[obj.kind]
+        }[obj["kind"]]
         try:
             create(kube_namespace, obj, dry_run="All")
         except ApiException as exc:
-            pytest.fail(f"the API server refused a {obj.kind} for an accepted spec {raw!r}: {exc.body}")
+            pytest.fail(f"the API server refused a {obj['kind']} for an accepted spec {raw!r}: {exc.body}")
 
 
 @pytest.mark.django_db

@@ -230,6 +230,28 @@ def test_estimates_are_stored_with_the_reason_and_shown_everywhere(cohort, clien
     assert _state(body) == "QUEUED #1, starts about 60 min (waits for team quota)"
 
 
+def test_an_estimate_follows_the_time_limit_where_the_owners_limits_tracked_her_runs(cohort):
+    a, ann = cohort["a"], cohort["ann"]
+    Team.objects.filter(id=cohort["b"].id).update(cohort=None)
+    now = timezone.now()
+    # Her past runs: about 30 min under 1 h limits, about 90 min under 3 h ones (median of all: 58 min).
+    for minutes, hours in ((28, 1), (30, 1), (32, 1), (85, 3), (90, 3), (95, 3)):
+        done = submit(a, ann, gpu_count=1, time_limit_seconds=hours * 3600)
+        Workload.objects.filter(id=done.id).update(
+            state=State.SUCCEEDED,
+            started_at=now - timedelta(minutes=minutes + 5),
+            finished_at=now - timedelta(minutes=5),
+        )
+    running = submit(a, ann, gpu_count=4, time_limit_seconds=3 * 3600)
+    Workload.objects.filter(id=running.id).update(state=State.RUNNING, started_at=now)
+    waiting = submit(a, ann, gpu_count=2, time_limit_seconds=3600)
+    assert waiting.state == State.QUEUED
+    estimate(team_id=a.id, gpu_type_id=cohort["p100"].id)
+    waiting.refresh_from_db()
+    wait = (waiting.estimated_start_at - timezone.now()).total_seconds()
+    assert 80 * 60 < wait < 100 * 60  # as long as her 3 h runs, not her 58 min median
+
+
 def test_queue_page_and_api_explain_borrowed_lent_and_why_work_waits(cohort, client):
     b, ann, bob = cohort["b"], cohort["ann"], cohort["bob"]
     jobs = [submit(b, bob) for _ in range(6)]

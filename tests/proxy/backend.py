@@ -130,3 +130,81 @@ class Backend:
                 asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self.loop).result(5)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
+
+
+class RawBackend:
+    """A pod that speaks HTTP/1.1 by hand, for what a framework backend never does on purpose: bodies that
+    end when it closes, bodies cut short, interim 100 answers, and kept-alive connections it drops.
+
+    Routes (the last path segment): `until-close` (no length, the body ends at close), `cut` (announces
+    1000 bytes, sends 500, closes), `cut-chunked` (a chunked body that stops without its last chunk),
+    `continue` (a 100 Continue, then the answer), anything else: `hello` with a Content-Length, keeping the
+    connection open, except that the third request on one connection is dropped unanswered (a keep-alive
+    timeout striking just as a request arrives)."""
+
+    def __init__(self) -> None:
+        self.connections = 0  # accepted so far
+        self.loop = asyncio.new_event_loop()
+        self.port = 0
+        self._server: asyncio.AbstractServer | None = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        served = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                served += 1
+                path = head.split(b" ", 2)[1].rsplit(b"/", 1)[-1]
+                if path == b"until-close":
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n" + b"u" * 300_000)
+                    await writer.drain()
+                    break
+                if path == b"cut":
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"c" * 500)
+                    await writer.drain()
+                    break
+                if path == b"cut-chunked":
+                    writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+                    await writer.drain()
+                    break
+                if path == b"continue":
+                    writer.write(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfinal")
+                elif served == 3:
+                    break  # dropped unanswered
+                else:
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self._server = self.loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._started.set()
+        self.loop.run_forever()
+
+    def start(self) -> RawBackend:
+        self._thread.start()
+        self._started.wait(10)
+        return self
+
+    async def _shut(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self._shut(), self.loop).result(5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()

@@ -20,7 +20,7 @@ from jobs.models import Kind, Role, State, Workload
 from proxy import access
 from proxy.app import ServiceProxy
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, TeamFactory, UserFactory
-from tests.proxy.backend import Backend
+from tests.proxy.backend import Backend, RawBackend
 
 
 @dataclass
@@ -66,6 +66,13 @@ def serve(app, port: int) -> tuple[ThreadedServer, threading.Thread]:
 @pytest.fixture
 def backend():
     server = Backend().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def raw_backend():
+    server = RawBackend().start()
     yield server
     server.stop()
 

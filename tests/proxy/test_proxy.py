@@ -142,6 +142,41 @@ def test_large_download_arrives_whole(proxy_world):
     assert len(response.content) == 20_000_000
 
 
+def test_head_answers_with_the_length_and_no_body(proxy_world):
+    response = requests.head(proxy_world.url("download?bytes=12345"), cookies=proxy_world.cookies("owner"), timeout=10)
+    assert response.status_code == 200
+    assert response.headers["Content-Length"] == "12345"
+    assert response.content == b""
+
+
+def test_a_body_that_ends_when_the_app_closes_arrives_whole(proxy_world, raw_backend):
+    proxy_world.target["address"] = ("127.0.0.1", raw_backend.port)
+    response = get(proxy_world, "until-close")
+    assert response.status_code == 200
+    assert response.content == b"u" * 300_000
+
+
+@pytest.mark.parametrize("rest", ["cut", "cut-chunked"])
+def test_a_body_the_app_cuts_short_never_looks_whole(proxy_world, raw_backend, rest):
+    proxy_world.target["address"] = ("127.0.0.1", raw_backend.port)
+    with pytest.raises(requests.exceptions.ChunkedEncodingError):
+        get(proxy_world, rest)
+
+
+def test_an_interim_100_continue_is_not_the_answer(proxy_world, raw_backend):
+    proxy_world.target["address"] = ("127.0.0.1", raw_backend.port)
+    response = get(proxy_world, "continue")
+    assert response.status_code == 200
+    assert response.text == "final"
+
+
+def test_kept_alive_connections_are_reused_and_one_the_app_drops_is_retried(proxy_world, raw_backend):
+    proxy_world.target["address"] = ("127.0.0.1", raw_backend.port)
+    answers = [get(proxy_world, "page") for _ in range(3)]
+    assert [(a.status_code, a.text) for a in answers] == [(200, "hello")] * 3
+    assert raw_backend.connections == 2  # the first carried two answers, dropped the third: asked again anew
+
+
 # --- every failure is a portal page ----------------------------------------------------------------
 def test_a_hanging_backend_gets_the_timeout_page(proxy_world):
     started = time.monotonic()
