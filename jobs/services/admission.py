@@ -273,7 +273,9 @@ def _cohorts(team_ids: Iterable[int]) -> dict[int, tuple[int, ...]]:
 
 def _lock_pass_quotas(cohort_of: dict[int, tuple[int, ...]], types: list[int]) -> list[Quota]:
     return list(
-        Quota.objects.select_for_update()
+        # The quota rows alone (`of`): locking their teams' rows too would hold up every submission of
+        # those teams for the whole pass (a workload's insert checks its team with FOR KEY SHARE).
+        Quota.objects.select_for_update(of=("self",))
         .filter(team_id__in=list(cohort_of), gpu_type_id__in=types)
         .select_related("team")
         .order_by("id")
