@@ -54,17 +54,17 @@ def resolve_team(user, slug: str | None) -> Team:
 
 def resolve_team_to_submit(user, slug: str | None) -> tuple[Team, Snapshot]:
     """`resolve_team` (same rules, same answers) with the facts a submission to the team is judged
-    against (`intake_facts`), found together in one query."""
+    against (`intake_facts`), found together in one statement."""
     if slug:
         if not isinstance(slug, str):
             raise Invalid({"team": ["Give the team's slug as text."]})
-        team = intake_facts.with_snapshot(visible_teams(user).filter(slug=slug), user=user).first()
-        if team is None:
+        found = intake_facts.submission_teams(user=user, slug=slug, every_team=user.is_superuser, limit=1)
+        if not found:
             raise Invalid({"team": [f"You are not a member of a team {slug!r}."]})
-        return team, intake_facts.snapshot_of(team, user=user)
-    mine = list(intake_facts.with_snapshot(teams_for(user), user=user)[:2])
+        return found[0]
+    mine = intake_facts.submission_teams(user=user, slug=None) if user.is_authenticated else []
     if len(mine) == 1:
-        return mine[0], intake_facts.snapshot_of(mine[0], user=user)
+        return mine[0]
     if not mine:
         raise Invalid({"team": ["You are not a member of any team; ask an admin to add you to one."]})
     raise Invalid({"team": ["You belong to several teams: say which one (its slug)."]})

@@ -18,15 +18,15 @@ afresh.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from django.db import connection
-from django.db.models import CharField, OuterRef, QuerySet, Subquery
-from django.db.models.expressions import RawSQL
 
+from jobs import sql as jobs_sql
 from jobs.models import (
     AllowedRegistry,
     CatalogImage,
@@ -127,28 +127,51 @@ def snapshot(*, team: Team, user) -> Snapshot:
     return _snapshot_from(team=team, user=user, role=role, site_print=site_print, team_print=team_print)
 
 
-def with_snapshot(teams: QuerySet[Team], *, user) -> QuerySet[Team]:
-    """`teams` with what `snapshot_of` needs, so a team is found and its facts checked in one query."""
-    # The fingerprints' SQL holds only table and column names from the models, no value.
-    team_column = f"{connection.ops.quote_name(Team._meta.db_table)}.{connection.ops.quote_name('id')}"
-    site_print = _fingerprint_sql(SITE_TABLES)
-    team_print = _fingerprint_sql(TEAM_TABLES, f" WHERE team_id = {team_column}")
-    return teams.annotate(
-        snapshot_role=Subquery(Membership.objects.filter(team=OuterRef("pk"), user=user).values("role")[:1]),
-        snapshot_site_print=RawSQL(site_print, (), output_field=CharField()),  # noqa: S611  # nosec B611: names from the models only
-        snapshot_team_print=RawSQL(team_print, (), output_field=CharField()),  # noqa: S611  # nosec B611: names from the models only
+_SUBMISSION_TEAMS_SQL = """
+SELECT {team_columns},
+       (SELECT role FROM {membership} m WHERE m.team_id = t.id AND m.user_id = %(user)s),
+       {site_print},
+       {team_print}
+FROM {team} t
+WHERE {named} (%(every)s OR EXISTS (SELECT 1 FROM {membership} m WHERE m.team_id = t.id AND m.user_id = %(user)s))
+ORDER BY t.name
+LIMIT %(limit)s
+"""
+
+
+@functools.cache
+def _submission_teams_sql(named: bool, vendor: str) -> str:
+    # Table and column names from the models only; every value is a parameter.
+    return _SUBMISSION_TEAMS_SQL.format(
+        team_columns=jobs_sql.select_list(Team, "t"),
+        membership=connection.ops.quote_name(Membership._meta.db_table),
+        site_print=_fingerprint_sql(SITE_TABLES),
+        team_print=_fingerprint_sql(TEAM_TABLES, " WHERE team_id = t.id"),
+        team=connection.ops.quote_name(Team._meta.db_table),
+        named="t.slug = %(slug)s AND" if named else "",
     )
 
 
-def snapshot_of(team: Team, *, user) -> Snapshot:
-    """The facts for one submission to a team read through `with_snapshot`."""
-    return _snapshot_from(
-        team=team,
-        user=user,
-        role=team.snapshot_role,
-        site_print=team.snapshot_site_print,
-        team_print=team.snapshot_team_print,
-    )
+def submission_teams(
+    *, user, slug: str | None, every_team: bool = False, limit: int = 2
+) -> list[tuple[Team, Snapshot]]:
+    """The teams a submission could be for, each with its facts, in one statement: the team named `slug`
+    among the person's own (or among all, `every_team`: a superuser sees every team, `api.access`), else
+    the person's own teams by name, at most `limit` of them. Fixed SQL (`jobs.sql`): this runs on every
+    REST submission, and the ORM's query for it cost more CPU to build than to answer."""
+    params = {"user": user.pk, "slug": slug, "every": every_team, "limit": limit}
+    with connection.cursor() as cursor:
+        cursor.execute(_submission_teams_sql(slug is not None, connection.vendor), params)
+        rows = cursor.fetchall()
+    n = jobs_sql.width(Team)
+    found = []
+    for row in rows:
+        team = jobs_sql.instance(Team, row[:n])
+        role, site_print, team_print = row[n:]
+        found.append(
+            (team, _snapshot_from(team=team, user=user, role=role, site_print=site_print, team_print=team_print))
+        )
+    return found
 
 
 def _snapshot_from(*, team: Team, user, role: str | None, site_print: str | None, team_print: str | None) -> Snapshot:

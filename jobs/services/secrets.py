@@ -169,7 +169,10 @@ def _remove_in_engine(secret_id: int, version: int) -> None:
 
 def secrets_unusable(*, team: Team, k8s_names) -> dict[str, str]:
     """Of the secrets a submission names, those the engine could not write: name -> why."""
-    rows = _visible(team).filter(k8s_name__in=list(k8s_names), state=SecretState.FAILED)
+    k8s_names = list(k8s_names)
+    if not k8s_names:  # most submissions name none: no query to build
+        return {}
+    rows = _visible(team).filter(k8s_name__in=k8s_names, state=SecretState.FAILED)
     return {row.name: row.message for row in rows}
 
 

@@ -67,6 +67,8 @@ def datasets_allowed(team: Team) -> dict[str, bool]:
 
 def dataset_mounts(names_: tuple[str, ...]) -> list[dict[str, Any]]:
     """Read-only mounts for the chosen datasets, as stored on the workload (source copied at submit)."""
+    if not names_:  # most submissions mount none: no query to build
+        return []
     by_name = {d.name: d for d in Dataset.objects.filter(name__in=names_)}
     return [
         {
