@@ -62,19 +62,29 @@ RETURNING id
 """
 
 
-def create_once(*, user, key: str, fingerprint: str, perform: Callable[[], tuple[int, Any]]) -> Outcome:
+def create_once(
+    *,
+    user,
+    key: str,
+    fingerprint: str,
+    perform: Callable[[], tuple[int, Any]],
+    before_commit: Callable[[], None] | None = None,
+) -> Outcome:
     """Run `perform` at most once per (user, key); exceptions from it store nothing and propagate, unless
     the key's first request succeeded (then its response is replayed, whatever this attempt met).
 
     `perform` runs first and the record is written after it, in the same transaction, with its response:
     one statement. A duplicate running at the same time waits on the record's unique index (or on the
-    intake's locks) until the first commits, then finds the record, is rolled back and replays it."""
+    intake's locks) until the first commits, then finds the record, is rolled back and replays it.
+    `before_commit` runs last in the transaction, after the record: an exception from it undoes all of it."""
     for _ in range(2):  # a second time only if a live record expired between the two statements below
         now = timezone.now()
         try:
             with transaction.atomic():
                 status_code, body = perform()
                 if _record_store(user, key, fingerprint, status_code, body, now=now):
+                    if before_commit is not None:
+                        before_commit()
                     return Outcome(status_code, body, replayed=False)
                 raise _Taken
         except _Taken:

@@ -67,6 +67,7 @@ from jobs.selectors_sharing import team_queue_explained
 from jobs.services import reports
 from jobs.services.cancel import workload_cancel
 from jobs.services.intake import workload_submit
+from jobs.services.limits import queue_slot_take
 from jobs.services.log_streams import HeldStream, TooManyStreams
 from jobs.services.logs import MAX_TAIL, LogsUnavailable, follow_logs, workload_events, workload_logs
 from jobs.services.opening import workload_share
@@ -247,6 +248,8 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         team, snapshot = access.resolve_team_to_submit(request.user, team_slug)
         key = request.headers.get("Idempotency-Key")
 
+        stored: list[Workload] = []
+
         def perform() -> tuple[int, dict]:
             # With a key, the response is rendered inside the record's transaction, before an admission
             # after the commit could show in it: a worker admits (coalesced with concurrent submissions)
@@ -254,11 +257,16 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
             # With a key this runs in the record's transaction, which any error rolls back whole.
             workload = workload_submit(
                 team=team, owner=request.user, spec=spec, snapshot=snapshot, admit_in_line=key is None,
-                all_or_nothing=key is not None,
+                all_or_nothing=key is not None, queue_slot_later=key is not None,
             )  # fmt: skip
             if key is not None:  # still QUEUED: the admission comes after the commit
+                stored.append(workload)
                 return status.HTTP_201_CREATED, self._render_stored(workload)
             return status.HTTP_201_CREATED, self._render(workload)
+
+        def take_queue_slot() -> None:
+            # Last before the commit: every submission of the team waits for the caps' locks.
+            queue_slot_take(team=team, owner=request.user, stored=stored[0])
 
         if key is None:
             code, body = perform()
@@ -272,6 +280,7 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                     key=key,
                     fingerprint=request_fingerprint({"team": team.id, "spec": spec}),
                     perform=perform,
+                    before_commit=take_queue_slot,
                 )
             except KeyReused:
                 return Response(

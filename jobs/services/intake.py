@@ -72,6 +72,7 @@ def workload_submit(
     snapshot: intake_facts.Snapshot | None = None,
     admit_in_line: bool = True,
     all_or_nothing: bool = False,
+    queue_slot_later: bool = False,
 ) -> Workload:
     """Validate and store a submission as QUEUED, then trigger admission.
 
@@ -84,7 +85,13 @@ def workload_submit(
     wait for it. Raises SubmissionInvalid (errors by field) and stores nothing when any rule is broken.
     `all_or_nothing`: the caller runs this inside its own transaction and rolls all of it back on any
     error (the REST create with an Idempotency-Key), so the store needs no savepoint of its own.
+    `queue_slot_later` (with `all_or_nothing`): the caller takes the queue slot itself
+    (`limits.queue_slot_take(..., stored=workload)`) as its last statement before the commit, after its own
+    writes: the caps' locks, which every submission of the team waits for, are then held only for the
+    count and the commit.
     """
+    if queue_slot_later and not all_or_nothing:
+        raise ValueError("queue_slot_later needs the caller's transaction (all_or_nothing)")
     if facts is None:
         if snapshot is None:
             snapshot = intake_facts.snapshot(team=team, user=owner)  # one query when no fact has changed
@@ -149,7 +156,8 @@ def workload_submit(
             reason="Submitted",
             message=f"Submitted by {owner.get_username()}: {clean.gpu_count} × {gpu_type_name}.",
         )
-        queue_slot_take(team=team, owner=owner, stored=workload)  # locked until commit: the caps are hard
+        if not queue_slot_later:
+            queue_slot_take(team=team, owner=owner, stored=workload)  # locked until commit: the caps are hard
         if admit_in_line:
             transaction.on_commit(lambda: admit_now(team_id=team.id, gpu_type_id=gpu_type_id))
         else:
