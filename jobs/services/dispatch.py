@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 
 from django.db import transaction
 
 log = logging.getLogger(__name__)
 
 
-def _send(task_name: str, *args: int | str) -> None:
+def _send(task_name: str, *args: int | str, countdown: float = 0.0) -> None:
     from portal.celery import app
 
     try:
-        app.send_task(task_name, args=list(args))
+        app.send_task(task_name, args=list(args), countdown=countdown or None)
     except Exception as exc:  # kombu raises several types; any of them means "not now"
         log.warning("could not enqueue %s%s (%s); the periodic sweep will pick it up", task_name, args, exc)
 
@@ -28,10 +29,18 @@ def enqueue_admission(*, team_id: int, gpu_type_id: int) -> None:
 
 
 ADMISSION_REQUEST_TTL = 10  # seconds; then a request is sent again (a backlog; a pass lost with a killed worker)
+# While submissions keep coming, a team and GPU type's requested passes start at most this often: a burst
+# is admitted a few dozen at a time (one pass, a few create batches) instead of one pass and one create
+# task per workload. A lone submission is not held back: its pass starts at once.
+ADMISSION_PACE_SECONDS = 0.1
 
 
 def _admission_key(team_id: int, gpu_type_id: int) -> str:
     return f"admission-requested:{team_id}:{gpu_type_id}"
+
+
+def _last_pass_key(team_id: int, gpu_type_id: int) -> str:
+    return f"admission-started:{team_id}:{gpu_type_id}"
 
 
 def request_admission(*, team_id: int, gpu_type_id: int) -> None:
@@ -44,21 +53,28 @@ def request_admission(*, team_id: int, gpu_type_id: int) -> None:
     from django.core.cache import caches
 
     def send() -> None:
+        countdown = 0.0
         try:
-            if not caches["api"].add(_admission_key(team_id, gpu_type_id), 1, timeout=ADMISSION_REQUEST_TTL):
+            cache = caches["api"]
+            if not cache.add(_admission_key(team_id, gpu_type_id), 1, timeout=ADMISSION_REQUEST_TTL):
                 return
+            last_started = cache.get(_last_pass_key(team_id, gpu_type_id))
+            if last_started is not None:
+                countdown = max(0.0, min(ADMISSION_PACE_SECONDS, last_started + ADMISSION_PACE_SECONDS - time.time()))
         except Exception as exc:  # the cache is Redis: down means "send it anyway"
             log.info("admission request not coalesced (%s)", exc)
-        _send("jobs.tasks.admit", team_id, gpu_type_id)
+        _send("jobs.tasks.admit", team_id, gpu_type_id, countdown=countdown)
 
     transaction.on_commit(send)
 
 
 def admission_starting(*, team_id: int, gpu_type_id: int) -> None:
-    """A worker's pass is starting: requests from now on need a pass of their own (it may not see them)."""
+    """A worker's pass is starting: requests from now on need a pass of their own (it may not see them),
+    not started before ADMISSION_PACE_SECONDS from now."""
     from django.core.cache import caches
 
     try:
+        caches["api"].set(_last_pass_key(team_id, gpu_type_id), time.time(), timeout=1)
         caches["api"].delete(_admission_key(team_id, gpu_type_id))
     except Exception as exc:
         log.info("could not clear the admission request (%s)", exc)
