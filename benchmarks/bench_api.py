@@ -23,16 +23,15 @@ from __future__ import annotations
 
 import os
 import random
-import socket
 import statistics
-import subprocess
-import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
+
+from benchmarks import web
 
 WORKLOADS = int(os.environ.get("BENCH_API_WORKLOADS") or 100_000)  # smaller only while developing
 LIST_SAMPLES = 200
@@ -50,9 +49,6 @@ FIGURES = (
     "api_submit_per_s",
     "api_submit_in_process_p95_ms",
 )
-# How the chart runs the web process (helm/templates/web.yaml): gunicorn, gthread workers and threads.
-GUNICORN_WORKERS = 3
-GUNICORN_THREADS = 8
 
 
 def p95(values: list[float]) -> float:
@@ -226,48 +222,6 @@ def _http_poster(base_url: str, token: str):
     return post
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _gunicorn(ctx) -> tuple[subprocess.Popen, str]:
-    """The portal's web process on the bench database, as the chart starts it; returns it and its URL."""
-    from django.db import connection
-
-    s = connection.settings_dict
-    port = _free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"postgres://{s['USER'] or 'postgres'}:{s['PASSWORD'] or ''}@{s['HOST']}:{s['PORT']}/{s['NAME']}",
-        "DEBUG": "0",
-        "SECRET_KEY": "bench-secret-key",
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "API_THROTTLE_RATE": "1000000/min",
-        "API_USER_THROTTLE_RATE": "1000000/min",
-    }
-    log = open(ctx.work_dir / "gunicorn.log", "ab")  # noqa: SIM115 - the child owns it
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "portal.wsgi:application", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(GUNICORN_WORKERS), "--worker-class", "gthread", "--threads", str(GUNICORN_THREADS),
-         "--worker-tmp-dir", "/dev/shm", "--log-level", "warning"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    base_url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError(f"gunicorn did not start (see {ctx.work_dir / 'gunicorn.log'})") from None
-            time.sleep(0.2)
-    return process, base_url
-
-
 def run(ctx) -> Iterator[tuple[str, float | int]]:
     ctx.django()
     import logging
@@ -296,13 +250,9 @@ def run(ctx) -> Iterator[tuple[str, float | int]]:
             raise RuntimeError(f"queries per page vary: page 1 {first}, 5 per page {small}, page 20 {deep}")
         yield "api_list_queries_per_page", first
         in_process_p95, _ = _submit_run(world["tokens"], slug)
-        server, base_url = _gunicorn(ctx)
-        try:
+        with web.gunicorn(ctx) as base_url:
             _submit_run(world["tokens"][:2], slug, base_url)  # warm-up: every worker's imports and connections
             submit_p95, rate = _submit_run(world["tokens"], slug, base_url)
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
         yield "api_submit_p95_ms", round(submit_p95, 2)
         yield "api_submit_per_s", round(rate, 1)
         yield "api_submit_in_process_p95_ms", round(in_process_p95, 2)

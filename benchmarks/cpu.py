@@ -28,6 +28,7 @@ PATTERNS = (
     (" worker ", "worker"),
     (" beat ", "beat"),
     ("manage.py track", "tracker"),
+    ("gunicorn", "web"),
     ("-m benchmarks", "bench"),
 )
 
@@ -95,3 +96,13 @@ def describe(seconds: dict[str, float]) -> str:
         f"{part} {value:.1f}" for part, value in sorted(seconds.items(), key=lambda kv: -kv[1]) if value >= 0.05
     )
     return f"total {total:.1f} s: {parts}"
+
+
+def per_object(seconds: dict[str, float], n: int, what: str = "Job") -> str:
+    """`describe`, then the same per object: `...; ms per Job: kube-apiserver 6.01, etcd 2.03, ...`."""
+    each = ", ".join(
+        f"{part} {1000 * value / n:.2f}"
+        for part, value in sorted(seconds.items(), key=lambda kv: -kv[1])
+        if value >= 0.05
+    )
+    return f"{describe(seconds)}; ms per {what}: {each}"

@@ -105,12 +105,7 @@ def _delete_workloads(team) -> None:
 
 def _print_cpu(side: str, n: int, seconds: dict[str, float]) -> None:
     """Where the side's CPU went (all of the run's processes, until the n-th Job was seen), and per Job."""
-    per_job = ", ".join(
-        f"{part} {1000 * value / n:.2f}"
-        for part, value in sorted(seconds.items(), key=lambda kv: -kv[1])
-        if value >= 0.05
-    )
-    print(f"# drain {side} side cpu {cpu.describe(seconds)}; ms per Job: {per_job}", flush=True)
+    print(f"# drain {side} side cpu {cpu.per_object(seconds, n)}", flush=True)
 
 
 def _worker_batches(log: Path, offset: int) -> str:

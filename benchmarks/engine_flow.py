@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
+from benchmarks import cpu, web
 from benchmarks.engine import Engine, median, percentile, wait_until
 from benchmarks.kwatch import ObjectWatch
 
@@ -77,39 +78,70 @@ def _raw_round(engine: Engine, n: int) -> float:
     bodies = [objects.make_job(s) for s in specs]
     watch = _job_watch(engine, namespace)
     try:
+        before = cpu.snapshot()
         started = time.time()
         with ThreadPoolExecutor(CLIENTS) as pool:
             # The create the worker makes (kube.create: the rendered dict, the answer not decoded).
             list(pool.map(lambda b: kube.create(namespace, b), bodies))
         last = watch.wait_for(n, 300, "raw creates")
+        print(f"# submit raw side cpu {cpu.per_object(cpu.spent(before, cpu.snapshot()), n)}", flush=True)
     finally:
         watch.stop()
         engine.delete_namespace(namespace)
     return n / (last - started)
 
 
-def _portal_round(engine: Engine, n: int) -> float:
-    """The portal from submission (validate, store, admit) to the Job held by the API server, per second."""
-    from django.db import connection
+class RestClients:
+    """A team's script: CLIENTS threads POSTing to /api/v1/workloads/ over kept-alive HTTP connections, with
+    an API token and an Idempotency-Key each (as the `gpuportal` CLI does)."""
 
-    from jobs.services.intake import workload_submit
+    def __init__(self, base_url: str) -> None:
+        import urllib3
 
+        self.pool = urllib3.PoolManager(maxsize=CLIENTS, block=True, retries=False).connection_from_url(base_url)
+
+    def submit(self, token: str, team_slug: str, count: int, env: dict[str, str]) -> None:
+        variables = [{"name": name, "value": value} for name, value in env.items()]
+        body = json.dumps({"team": team_slug, "image": "ubuntu", "gpu_type": "k2", "env": variables}).encode()
+
+        def post(_: int) -> None:
+            response = self.pool.urlopen(
+                "POST",
+                "/api/v1/workloads/",
+                body=body,
+                headers={
+                    "Authorization": f"Bearer {token}",
+                    "Content-Type": "application/json",
+                    "Idempotency-Key": uuid.uuid4().hex,
+                },
+                timeout=60,
+            )
+            if response.status != 201:
+                raise RuntimeError(f"submission refused: {response.status} {response.data[:300]!r}")
+
+        with ThreadPoolExecutor(CLIENTS) as threads:
+            list(threads.map(post, range(count)))
+
+
+def _token(user) -> str:
+    from api.tokens import token_create
+
+    return token_create(user=user, name="bench").raw
+
+
+def _portal_round(engine: Engine, n: int, clients: RestClients) -> float:
+    """The portal from a REST submission (token, validation, store, admission) to the Job held by the API
+    server, per second."""
     team, user, namespace = _fresh_namespace(engine)
+    token = _token(user)
     watch = _job_watch(engine, namespace)
-
-    def submit_one(_: int) -> None:
-        try:
-            spec = {"image": "ubuntu", "gpu_type": "k2", "env": {"SIM_RUN_SECONDS": "600"}}
-            workload_submit(team=team, owner=user, spec=spec)
-        finally:
-            connection.close()
-
     try:
+        before = cpu.snapshot()
         started = time.time()
-        with ThreadPoolExecutor(CLIENTS) as pool:
-            list(pool.map(submit_one, range(n)))
+        clients.submit(token, team.slug, n, {"SIM_RUN_SECONDS": "600"})
         intake_done = time.time()
         last = watch.wait_for(n, 600, "portal submissions reaching the API server")
+        print(f"# submit portal side cpu {cpu.per_object(cpu.spent(before, cpu.snapshot()), n)}", flush=True)
     finally:
         watch.stop()
         engine.delete_namespace(namespace)
@@ -118,25 +150,43 @@ def _portal_round(engine: Engine, n: int) -> float:
     return n / (last - started)
 
 
+def _web_ready(engine: Engine, clients: RestClients) -> None:
+    """Before any timing: every web worker has answered submissions, and the engine took them to the end."""
+    from jobs.models import State, Workload
+
+    team, user, _ = _fresh_namespace(engine)
+    clients.submit(_token(user), team.slug, 4 * CLIENTS, {"SIM_RUN_SECONDS": "1"})
+    wait_until(
+        lambda: not Workload.objects.filter(team=team).exclude(state=State.SUCCEEDED).exists(),
+        180,
+        "the warm-up submissions through the web did not all succeed",
+        interval=0.2,
+    )
+
+
 def submit_throughput(engine: Engine) -> Iterator[tuple[str, float]]:
-    """Alternating A/B rounds (raw first in even rounds, portal first in odd ones), a fresh namespace each."""
+    """Alternating A/B rounds (raw first in even rounds, portal first in odd ones), a fresh namespace each;
+    the portal side through its REST API under gunicorn, as the chart runs it."""
     rounds, n = _env_int("BENCH_SUBMIT_ROUNDS", 5), _env_int("BENCH_SUBMIT_N", 300)
     raw_rates, portal_rates, ratios = [], [], []
-    for i in range(rounds):
-        if i % 2 == 0:
-            raw = _raw_round(engine, n)
-            portal = _portal_round(engine, n)
-        else:
-            portal = _portal_round(engine, n)
-            raw = _raw_round(engine, n)
-        raw_rates.append(raw)
-        portal_rates.append(portal)
-        ratios.append(portal / raw)
-        print(
-            f"# submit round {i + 1}/{rounds}: raw {raw:.1f}/s, portal {portal:.1f}/s, ratio {portal / raw:.3f}, "
-            f"load {os.getloadavg()[0]:.2f}",
-            flush=True,
-        )
+    with web.gunicorn(engine.ctx, env=engine.identity.env_as("web")) as base_url:
+        clients = RestClients(base_url)
+        _web_ready(engine, clients)
+        for i in range(rounds):
+            if i % 2 == 0:
+                raw = _raw_round(engine, n)
+                portal = _portal_round(engine, n, clients)
+            else:
+                portal = _portal_round(engine, n, clients)
+                raw = _raw_round(engine, n)
+            raw_rates.append(raw)
+            portal_rates.append(portal)
+            ratios.append(portal / raw)
+            print(
+                f"# submit round {i + 1}/{rounds}: raw {raw:.1f}/s, portal {portal:.1f}/s, ratio {portal / raw:.3f}, "
+                f"load {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
     yield "submit_rounds", rounds
     yield "submit_workloads_per_round", n
     yield "submit_raw_creates_per_s", round(median(raw_rates), 1)

@@ -152,6 +152,7 @@ class PostgresServer:
                 "max_connections=300",
                 "-c",
                 "shared_buffers=256MB",
+                *os.environ.get("GPUPORTAL_PG_OPTIONS", "").split(),
             ],
             stdout=subprocess.DEVNULL,
             stderr=open(self.directory / "postgres.log", "wb"),  # noqa: SIM115

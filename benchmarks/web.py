@@ -1,0 +1,67 @@
+"""The portal's web process for benchmarks that go through HTTP, as the chart runs it (gunicorn, gthread)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+# How the chart runs the web process (helm/templates/web.yaml): gunicorn, gthread workers and threads.
+GUNICORN_WORKERS = 3
+GUNICORN_THREADS = 8
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def gunicorn(ctx, *, env: dict[str, str] | None = None) -> Iterator[str]:
+    """The portal's web process on the bench database, started as the chart starts it; yields its URL and
+    stops it afterwards. Its log is `gunicorn.log` in the run's directory. API throttles are lifted: a
+    benchmark's clients submit far faster than any rate a site would allow one token."""
+    from django.db import connection
+
+    s = connection.settings_dict
+    port = _free_port()
+    full_env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{s['USER'] or 'postgres'}:{s['PASSWORD'] or ''}@{s['HOST']}:{s['PORT']}/{s['NAME']}",
+        "DEBUG": "0",
+        "SECRET_KEY": "bench-secret-key",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "API_THROTTLE_RATE": "1000000/min",
+        "API_USER_THROTTLE_RATE": "1000000/min",
+        **(env or {}),
+    }
+    log = open(ctx.work_dir / "gunicorn.log", "ab")  # noqa: SIM115 - the child owns it
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "portal.wsgi:application", "--bind", f"127.0.0.1:{port}",
+         "--workers", str(GUNICORN_WORKERS), "--worker-class", "gthread", "--threads", str(GUNICORN_THREADS),
+         "--worker-tmp-dir", "/dev/shm", "--log-level", "warning"],
+        env=full_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"gunicorn did not start (see {ctx.work_dir / 'gunicorn.log'})") from None
+                time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
