@@ -121,14 +121,13 @@ def _limit(rng: random.Random, duration: float) -> float:
 def expected_demand(earlier: list[Job]) -> dict[int, Demand]:
     """What the portal learns of each team's habits from the two weeks before the day: the same sums
     `jobs.services.estimates.arrival_demand` reads from the database (runs that ended in the window)."""
-    rows: dict[tuple[int, int], list[float]] = {}
+    rows: dict[tuple[int, int, int], list[float]] = {}
     for j in earlier:
-        row = rows.setdefault((j.team, int((j.arrival % DAY) // 3600)), [0, 0, 0, 0.0])
+        row = rows.setdefault((j.team, int((j.arrival % DAY) // 3600), j.gpus), [0, 0, 0.0])
         row[0] += 1
-        row[1] += j.gpus
-        row[2] += 1
-        row[3] += j.gpus * j.duration
-    return demand_from(((team, hour, *sums) for (team, hour), sums in rows.items()), HISTORY_DAYS)
+        row[1] += 1
+        row[2] += j.duration
+    return demand_from(((team, hour, gpus, *sums) for (team, hour, gpus), sums in rows.items()), HISTORY_DAYS)
 
 
 @dataclass

@@ -52,24 +52,25 @@ def run_history(owner_ids: set[int], gpu_type_id: int) -> dict[int, list[tuple[f
 
 def arrival_demand(team_ids: list[int], gpu_type_id: int) -> dict[int, Demand]:
     """Each team's habits on the type over the history window: how many workloads it submits at each
-    hour of the day, their size and GPU time (one aggregate query, kept a few minutes per process)."""
-    key = f"estimates:demand:{gpu_type_id}:{','.join(map(str, sorted(team_ids)))}"
+    hour of the day, the sizes they ask for and how long those runs last (one aggregate query, kept a
+    few minutes per process)."""
+    # v2: sizes per team (a cached Demand of the earlier layout would not read back as one).
+    key = f"estimates:demand:v2:{gpu_type_id}:{','.join(map(str, sorted(team_ids)))}"
     demand = cache.get(key)
     if demand is not None:
         return demand
     now = timezone.now()
     since = now - timedelta(days=settings.PORTAL_HISTORY_DAYS)
     ran = Q(started_at__isnull=False, finished_at__isnull=False)
-    gpu_time = ExpressionWrapper((F("finished_at") - F("started_at")) * F("gpu_count"), output_field=DurationField())
+    run_time = ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField())
     rows = list(
         Workload.objects.filter(team_id__in=team_ids, gpu_type_id=gpu_type_id, created_at__gte=since)
         .annotate(hour=ExtractHour("created_at", tzinfo=local_tz()))
-        .values("team_id", "hour")
+        .values("team_id", "hour", "gpu_count")
         .annotate(
             created=Count("id"),
-            gpus=Sum("gpu_count"),
             ran=Count("id", filter=ran),
-            gpu_time=Sum(gpu_time, filter=ran),
+            run_time=Sum(run_time, filter=ran),
             first=Min("created_at"),
         )
         .order_by()
@@ -82,10 +83,10 @@ def arrival_demand(team_ids: list[int], gpu_type_id: int) -> dict[int, Demand]:
             (
                 row["team_id"],
                 row["hour"],
+                row["gpu_count"],
                 row["created"],
-                row["gpus"],
                 row["ran"],
-                (row["gpu_time"] or timedelta()).total_seconds(),
+                (row["run_time"] or timedelta()).total_seconds(),
             )
             for row in rows
         ),

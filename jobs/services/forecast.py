@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from jobs.services.sharing_plan import Held, Plan, TeamQuota, Waiting, plan
@@ -107,13 +107,27 @@ def remaining(expected: float, elapsed: float, time_limit: float, history: Seque
 
 
 @dataclass(frozen=True)
+class Size:
+    """One size of workload a team asks for: `gpus`, its `share` of the team's arrivals, and how long
+    such a run lasts (`run_seconds`, the mean of those that ran: the GPU time it takes from the others)."""
+
+    gpus: int
+    share: float
+    run_seconds: float
+
+
+@dataclass(frozen=True)
 class Demand:
     """What a team is expected to submit on one GPU type, from its history: arrivals per hour at each hour
-    of the (local) day, and the size and run length of a typical one."""
+    of the (local) day, and the sizes it asks for, each with its share of arrivals and run length."""
 
     per_hour: tuple[float, ...]  # 24 values
-    gpus: int
-    run_seconds: float
+    sizes: tuple[Size, ...]
+
+    @classmethod
+    def single(cls, per_hour: Sequence[float], gpus: int, run_seconds: float) -> Demand:
+        """A team that always asks for `gpus` GPUs for `run_seconds`."""
+        return cls(tuple(per_hour), (Size(gpus, 1.0, run_seconds),))
 
 
 @dataclass(frozen=True)
@@ -129,15 +143,42 @@ ARRIVALS_WITHIN = 24 * 3600.0  # expected arrivals are simulated this far ahead
 ARRIVAL_ID = -(10**9)  # expected arrivals get ids from here down (no workload has them)
 
 
+def _sizes_in_turn(sizes: Sequence[Size]) -> Iterator[Size]:
+    """The sizes of a team's 1st, 2nd, ... expected arrivals, so that after any k of them each size has
+    come k x its share of times, give or take less than one (Tijdeman's chairman assignment: of the sizes
+    not already ahead of their share, the one that would soonest fall behind it; with n sizes none is
+    ever more than 1 - 1/(2n - 2) away). A team that asks for 1 GPU as often as for 4 is expected to
+    submit 1, 4, 1, 4, ...: never the 2 or 3 of their mean, which would fit holes neither size fits and
+    leave room both would take."""
+    sizes = [s for s in sizes if s.gpus > 0 and s.share > 0]
+    total = sum(s.share for s in sizes)
+    shares = [s.share / total for s in sizes]
+    n = len(sizes)
+    slack = 1 - 1 / (2 * n - 2) if n > 1 else 0.0
+    came = [0] * n
+    k = 0
+    while sizes:
+        k += 1
+        # Sizes whose turn it may be: taking one now leaves it at most `slack` ahead of its share (one at
+        # least: their shortfalls sum to 1, so the largest is 1/n, at least the 1 - slack asked for).
+        due = [i for i in range(n) if k * shares[i] - came[i] >= 1 - slack - 1e-9]
+        # The one that falls `slack` behind its share soonest; ties to the smaller.
+        i = min(due, key=lambda i: ((came[i] + slack) / shares[i], sizes[i].gpus))
+        came[i] += 1
+        yield sizes[i]
+
+
 def expected_arrivals(demand: Mapping[int, Demand], *, hour: float, within: float = ARRIVALS_WITHIN) -> list[Arrival]:
     """Each team's expected arrivals over the next `within` seconds, from `hour` (local hour of the day,
     fractional), as fixed points, not samples: the k-th one when the team's expected count of arrivals
-    reaches k - 1/3 (about the median time of a Poisson process's k-th arrival)."""
+    reaches k - 1/3 (about the median time of a Poisson process's k-th arrival), of the sizes the team
+    asks for in their shares (`_sizes_in_turn`)."""
     arrivals: list[Arrival] = []
     next_id = ARRIVAL_ID
     for team_id, d in sorted(demand.items()):
-        if d.gpus <= 0 or not any(r > 0 for r in d.per_hour):
+        if not any(s.gpus > 0 and s.share > 0 for s in d.sizes) or not any(r > 0 for r in d.per_hour):
             continue
+        sizes = _sizes_in_turn(d.sizes)
         expected, target, t = 0.0, 2 / 3, 0.0
         while t < within:
             h = hour + t / 3600.0
@@ -145,7 +186,8 @@ def expected_arrivals(demand: Mapping[int, Demand], *, hour: float, within: floa
             step = min(within - t, (math.floor(h) + 1 - h) * 3600.0) or 3600.0
             while rate > 0 and expected + rate * step >= target:
                 at = t + (target - expected) / rate
-                arrivals.append(Arrival(at, Waiting(next_id, team_id, d.gpus, next_id, 0, 0.0), d.run_seconds))
+                size = next(sizes)
+                arrivals.append(Arrival(at, Waiting(next_id, team_id, size.gpus, next_id, 0, 0.0), size.run_seconds))
                 next_id -= 1
                 target += 1.0
             expected += rate * step
@@ -155,23 +197,29 @@ def expected_arrivals(demand: Mapping[int, Demand], *, hour: float, within: floa
 
 
 def demand_from(rows: Iterable[tuple[int, int, int, int, int, float]], days: float) -> dict[int, Demand]:
-    """Each team's `Demand` from `days` days of history, given rows per (team, local hour of creation):
-    workloads created, GPUs they asked for, how many ran to an end, and those runs' GPU-seconds."""
+    """Each team's `Demand` from `days` days of history, given rows per (team, local hour of creation,
+    GPUs asked for): workloads created, how many ran to an end, and those runs' seconds."""
     per_hour: dict[int, list[float]] = {}
-    sums: dict[int, list[float]] = {}  # team -> [created, GPUs, ran, GPU-seconds]
-    for team_id, hour, created, gpus, ran, gpu_seconds in rows:
+    sums: dict[int, dict[int, list[float]]] = {}  # team -> GPUs -> [created, ran, run seconds]
+    for team_id, hour, gpus, created, ran, seconds in rows:
         per_hour.setdefault(team_id, [0.0] * 24)[hour % 24] += created / max(1.0, days)
-        total = sums.setdefault(team_id, [0, 0, 0, 0.0])
-        for i, value in enumerate((created, gpus, ran, gpu_seconds)):
+        total = sums.setdefault(team_id, {}).setdefault(gpus, [0, 0, 0.0])
+        for i, value in enumerate((created, ran, seconds)):
             total[i] += value
     demand = {}
-    for team_id, (created, gpus, ran, gpu_seconds) in sums.items():
+    for team_id, by_size in sums.items():
+        created = sum(c for c, _, _ in by_size.values())
+        ran = sum(r for _, r, _ in by_size.values())
         if not created:
             continue
-        size = max(1, round(gpus / created))
-        # A typical arrival takes the mean GPU time of those that ran (what it takes from the others).
-        run = gpu_seconds / ran / size if ran else 3600.0
-        demand[team_id] = Demand(tuple(per_hour[team_id]), size, max(60.0, run))
+        # A size none of whose runs ended yet is expected to run as long as the team's runs do.
+        usual = sum(s for _, _, s in by_size.values()) / ran if ran else 3600.0
+        sizes = tuple(
+            Size(gpus, c / created, max(60.0, s / r if r else usual))
+            for gpus, (c, r, s) in sorted(by_size.items())
+            if c and gpus > 0
+        )
+        demand[team_id] = Demand(tuple(per_hour[team_id]), sizes)
     return demand
 
 

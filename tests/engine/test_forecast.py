@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from jobs.services.forecast import (
     MIN_REMAINING_SECONDS,
     Demand,
+    Size,
     about,
     demand_from,
     expected_arrivals,
@@ -153,7 +154,7 @@ def test_only_the_head_of_a_long_queue_is_forecast():
 
 # --- expected arrivals ---------------------------------------------------------------------------
 def test_expected_arrivals_are_fixed_points_at_the_expected_rate():
-    steady = {A: Demand((2.0,) * 24, 2, 1800.0)}  # two an hour, all day
+    steady = {A: Demand.single((2.0,) * 24, 2, 1800.0)}  # two an hour, all day
     arrivals = expected_arrivals(steady, hour=9.0, within=2 * 3600.0)
     # The k-th when 2/h have made k - 1/3 expected: at 20, 50, 80 and 110 minutes.
     assert [round(a.at / 60) for a in arrivals] == [20, 50, 80, 110]
@@ -161,17 +162,51 @@ def test_expected_arrivals_are_fixed_points_at_the_expected_rate():
     assert len({a.waiting.id for a in arrivals}) == 4
     assert max(a.waiting.id for a in arrivals) < 0  # no workload's
     # A team that only works from 10 o'clock submits nothing before.
-    mornings = {B: Demand(tuple(3.0 if h == 10 else 0.0 for h in range(24)), 1, 600.0)}
+    mornings = {B: Demand.single(tuple(3.0 if h == 10 else 0.0 for h in range(24)), 1, 600.0)}
     assert [round(a.at / 60) for a in expected_arrivals(mornings, hour=9.5, within=4 * 3600.0)] == [43, 63, 83]
-    assert expected_arrivals({B: Demand((0.0,) * 24, 1, 600.0)}, hour=0.0) == []
+    assert expected_arrivals({B: Demand.single((0.0,) * 24, 1, 600.0)}, hour=0.0) == []
 
 
 def test_demand_from_history_per_hour_of_the_day():
-    # Two weeks: team A made 28 workloads at 9 o'clock (2 GPUs each, 20 of them ran 1 h), 14 at 10.
-    rows = [(A, 9, 28, 56, 20, 20 * 2 * 3600.0), (A, 10, 14, 28, 0, 0.0)]
+    # Two weeks: team A made 28 workloads of 2 GPUs at 9 o'clock (20 of them ran 1 h), 14 at 10.
+    rows = [(A, 9, 2, 28, 20, 20 * 3600.0), (A, 10, 2, 14, 0, 0.0)]
     demand = demand_from(rows, 14)[A]
     assert (demand.per_hour[9], demand.per_hour[10], demand.per_hour[11]) == (2.0, 1.0, 0.0)
-    assert (demand.gpus, demand.run_seconds) == (2, 3600.0)
+    assert demand.sizes == (Size(2, 1.0, 3600.0),)
+
+
+def test_demand_from_history_keeps_each_size_a_team_asks_for():
+    # A asked for 1 GPU 30 times (10 min runs), for 4 GPUs 10 times (2 h runs), and for 8 once, which
+    # has not ended yet.
+    rows = [(A, 9, 1, 20, 20, 20 * 600.0), (A, 10, 1, 10, 10, 10 * 600.0), (A, 9, 4, 10, 10, 10 * 7200.0)]
+    demand = demand_from([*rows, (A, 11, 8, 1, 0, 0.0)], 14)[A]
+    assert [(s.gpus, round(s.share * 41)) for s in demand.sizes] == [(1, 30), (4, 10), (8, 1)]
+    assert [s.run_seconds for s in demand.sizes[:2]] == [600.0, 7200.0]
+    # The 8-GPU run is expected to last as long as A's runs do on average.
+    assert demand.sizes[2].run_seconds == (30 * 600.0 + 10 * 7200.0) / 40
+
+
+def test_expected_arrivals_come_in_the_sizes_a_team_asks_for():
+    # Half of A's work asks for 1 GPU (10 min), a quarter 2 (1 h), a quarter 4 (2 h): never all of it
+    # as their mean size.
+    sizes = (Size(1, 0.5, 600.0), Size(2, 0.25, 3600.0), Size(4, 0.25, 7200.0))
+    arrivals = expected_arrivals({A: Demand((4.0,) * 24, sizes)}, hour=0.0, within=2 * 3600.0)
+    assert [a.waiting.gpus for a in arrivals] == [1, 2, 4, 1, 1, 2, 4, 1]
+    assert {(a.waiting.gpus, a.run_seconds) for a in arrivals} == {(1, 600.0), (2, 3600.0), (4, 7200.0)}
+
+
+@settings(max_examples=200, deadline=None)
+@given(shares=st.lists(st.floats(0.001, 1.0), min_size=1, max_size=8), count=st.integers(1, 200))
+def test_expected_arrivals_follow_the_teams_shares_of_sizes(shares, count):
+    total = sum(shares)
+    sizes = tuple(Size(gpus, share / total, 600.0) for gpus, share in enumerate(shares, start=1))
+    # Enough arrivals an hour that `count` come within the hour.
+    arrivals = expected_arrivals({A: Demand((float(count),) * 24, sizes)}, hour=0.0, within=3600.0)
+    assert len(arrivals) == count
+    # However many come, each size has come its share of them, give or take less than one.
+    for size in sizes:
+        came = sum(1 for a in arrivals if a.waiting.gpus == size.gpus)
+        assert abs(came - count * size.share) < 1.0
 
 
 def test_a_lenders_expected_work_comes_before_a_borrower():
@@ -181,9 +216,28 @@ def test_a_lenders_expected_work_comes_before_a_borrower():
     queued = [Waiting(1, B, 2)]
     assert forecast(teams, running, queued, {1: 600.0})[1].start_in == 3600.0
     # ...but A usually submits a 4-GPU job around then: it takes its quota back, B waits for its own.
-    habits = {A: Demand(tuple(1.0 if h == 9 else 0.0 for h in range(24)), 4, 3 * 3600.0)}
+    habits = {A: Demand.single(tuple(1.0 if h == 9 else 0.0 for h in range(24)), 4, 3 * 3600.0)}
     arrivals = expected_arrivals(habits, hour=9.0, within=6 * 3600.0)
     assert forecast(teams, running, queued, {1: 600.0}, arrivals=arrivals)[1].start_in == 7200.0
+
+
+def test_a_lender_that_mostly_asks_for_one_gpu_leaves_room_to_borrow():
+    teams = {A: TeamQuota(A, quota=4), B: TeamQuota(B, quota=4, borrowing_limit=4)}
+    # A's 4 GPUs end in 1 h, B's own 4 in 2 h; B's 3-GPU job needs 3 of A's.
+    running = [(Held(7, A, 4), 3600.0), (Held(8, B, 4), 7200.0)]
+    queued = [Waiting(1, B, 3)]
+    nine = tuple(1.0 if h == 9 else 0.0 for h in range(24))
+
+    def start(*sizes: Size) -> float | None:
+        arrivals = expected_arrivals({A: Demand(nine, sizes)}, hour=9.0, within=6 * 3600.0)
+        return forecast(teams, running, queued, {1: 600.0}, arrivals=arrivals)[1].start_in
+
+    # A usually asks for 1 GPU and now and then for 4 (2 on average): its next one (at 40 min) takes 1
+    # of its 4 and B borrows the other 3 when A's run ends.
+    assert start(Size(1, 0.75, 3 * H), Size(4, 0.25, 3 * H)) == 3600.0
+    # A team that asks for 2 every time leaves too little: B waits for its own GPUs.
+    assert start(Size(2, 1.0, 3 * H)) == 7200.0
+    assert start(Size(1, 0.25, 3 * H), Size(4, 0.75, 3 * H)) == 7200.0
 
 
 def test_a_borrower_a_lender_reclaims_from_is_requeued_ahead_of_its_team():
@@ -196,7 +250,7 @@ def test_a_borrower_a_lender_reclaims_from_is_requeued_ahead_of_its_team():
     assert forecast(teams, running, queued, durations)[1].start_in == 600.0
     # A's expected 2-GPU job (at 5 min) takes the cohort's last idle GPUs back: the borrowed run is
     # preempted and goes back to the front of B's queue, reruns on B's own GPUs, the queued job after it.
-    habits = {A: Demand((8.0,) + (0.0,) * 23, 2, 7200.0)}
+    habits = {A: Demand.single((8.0,) + (0.0,) * 23, 2, 7200.0)}
     arrivals = expected_arrivals(habits, hour=0.0, within=600.0)
     assert arrivals[0].at == 300.0
     assert forecast(teams, running, queued, durations, arrivals=arrivals)[1].start_in == 600.0 + 3000.0

@@ -25,6 +25,7 @@ from jobs.models import (
 )
 from jobs.services.admission import quota_admit
 from jobs.services.estimates import arrival_demand, estimate
+from jobs.services.forecast import Size
 from jobs.services.intake import workload_submit
 from jobs.services.provisioning import team_gpu_limits
 from jobs.services.validation import SubmissionInvalid
@@ -372,7 +373,7 @@ def test_a_borrowers_estimate_expects_the_lenders_usual_work(cohort):
                      finished_at=finished)  # fmt: skip
     demand = arrival_demand([a.id, b.id], p100.id)
     assert set(demand) == {a.id}
-    assert (demand[a.id].gpus, demand[a.id].run_seconds) == (4, 7200.0)
+    assert demand[a.id].sizes == (Size(4, 1.0, 7200.0),)
     assert sum(demand[a.id].per_hour) == pytest.approx(3.0, rel=0.01)
     # Now A runs 3 GPUs for at most 1 h, B its own 2 for 2 h: 1 of the cohort's 6 is idle, and B's 2-GPU
     # job waits for the cohort.
@@ -386,3 +387,23 @@ def test_a_borrowers_estimate_expects_the_lenders_usual_work(cohort):
     # so B's job starts on B's own quota when B's run ends (2 h).
     wait = (waiting.estimated_start_at - now).total_seconds()
     assert 7100 < wait <= 7300
+
+
+@pytest.mark.django_db  # rolled back: the suite's running engine never sees these rows
+def test_a_teams_habits_keep_each_size_it_asks_for(cohort):
+    a, ann, p100 = cohort["a"], cohort["ann"], cohort["p100"]
+    now = timezone.now()
+    # Two weeks: every day A runs a 1-GPU job of 30 min and a 4-GPU job of 2 h, and has one more 1-GPU
+    # job still waiting.
+    for day in range(1, 15):
+        created = now - timedelta(days=day)
+        for gpus, hours in ((1, 0.5), (4, 2.0), (1, None)):
+            ended = {"started_at": created, "finished_at": created + timedelta(hours=hours)} if hours else {}
+            state = State.SUCCEEDED if hours else State.QUEUED
+            Workload.objects.create(
+                team=a, owner=ann, name="train", kind=Kind.BATCH, image="docker.io/library/python:3.12",
+                gpu_type=p100, gpu_count=gpus, state=state, time_limit_seconds=14400, created_at=created, **ended,
+            )  # fmt: skip
+    sizes = arrival_demand([a.id], p100.id)[a.id].sizes
+    # Two of three ask for 1 GPU and run 30 min (the waiting ones have not run); one of three asks for 4.
+    assert [(s.gpus, round(3 * s.share), s.run_seconds) for s in sizes] == [(1, 2, 1800.0), (4, 1, 7200.0)]
