@@ -1,0 +1,100 @@
+"""Rows read with fixed SQL on the submission path (`jobs.sql`) are the instances the ORM would give, and
+the team a submission names is found by the same rules `api.access.resolve_team` applies."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.utils import timezone
+
+from api.access import resolve_team, resolve_team_to_submit
+from api.errors import Invalid
+from api.models import ApiToken
+from api.tokens import token_authenticate, token_create, token_revoke
+from jobs import sql as jobs_sql
+from jobs.models import Team
+from jobs.services import intake_facts
+from tests.engine.factories import MembershipFactory, TeamFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def _fields(instance) -> dict:
+    return {f.attname: getattr(instance, f.attname) for f in type(instance)._meta.concrete_fields}
+
+
+def test_a_team_read_by_fixed_sql_equals_the_orms():
+    team = TeamFactory(slug="lab", name="Lab", monthly_gpu_hour_budget=Decimal("120.50"), user_max_queued=7)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {jobs_sql.select_list(Team, 't')} FROM jobs_team t WHERE t.id = %s", [team.id])  # noqa: S608
+        row = cursor.fetchone()
+    assert len(row) == jobs_sql.width(Team)
+    read = jobs_sql.instance(Team, row)
+    assert _fields(read) == _fields(Team.objects.get(id=team.id))
+    assert read.monthly_gpu_hour_budget == Decimal("120.50")
+    assert not read._state.adding  # saved as an update, like any instance the ORM reads
+
+
+def test_a_token_and_its_user_read_by_fixed_sql_equal_the_orms():
+    user = UserFactory(username="olivia")
+    issued = token_create(user=user, name="laptop")
+    token = token_authenticate(issued.raw)
+    orm = ApiToken.objects.select_related("user").get(id=issued.token.id)
+    assert _fields(token) == {**_fields(orm), "last_used_at": token.last_used_at}
+    assert _fields(token.user) == _fields(orm.user)
+    assert token.user.get_username() == "olivia"
+
+
+def test_a_revoked_an_expired_or_an_unknown_token_authenticates_nobody():
+    user = UserFactory()
+    revoked = token_create(user=user, name="old")
+    token_revoke(token=revoked.token, by=user)
+    expired = token_create(user=user, name="expired", expires_at=timezone.now() - timedelta(seconds=1))
+    assert token_authenticate(revoked.raw) is None
+    assert token_authenticate(expired.raw) is None
+    assert token_authenticate("gpp_" + "x" * 43) is None
+    inactive = token_create(user=UserFactory(is_active=False), name="gone")
+    assert token_authenticate(inactive.raw) is None
+
+
+@pytest.fixture
+def teams():
+    lab, other = TeamFactory(slug="lab", name="Lab"), TeamFactory(slug="other", name="Other")
+    member = MembershipFactory(team=lab, user=UserFactory(username="member")).user
+    outsider = MembershipFactory(team=other, user=UserFactory(username="outsider")).user
+    both = UserFactory(username="both")
+    MembershipFactory(team=lab, user=both, role="manager")
+    MembershipFactory(team=other, user=both)
+    admin = get_user_model().objects.create_superuser("admin", "admin@example.org", "pw")
+    nobody = UserFactory(username="nobody")
+    return {"lab": lab, "member": member, "outsider": outsider, "both": both, "admin": admin, "nobody": nobody}
+
+
+@pytest.mark.parametrize("who", ["member", "outsider", "both", "admin", "nobody"])
+@pytest.mark.parametrize("slug", ["lab", "other", "missing", None])
+def test_the_team_a_submission_names_follows_resolve_teams_rules(teams, who, slug):
+    user = teams[who]
+    try:
+        expected = resolve_team(user, slug)
+    except Invalid as exc:
+        refusal = exc.detail
+    else:
+        refusal = None
+    if refusal is not None:
+        with pytest.raises(Invalid) as found:
+            resolve_team_to_submit(user, slug)
+        assert found.value.detail == refusal
+        return
+    team, snapshot = resolve_team_to_submit(user, slug)
+    assert team == expected
+    role = team.memberships.filter(user=user).values_list("role", flat=True).first()
+    assert snapshot.role == role  # None for a superuser outside the team: judged as not a member
+
+
+def test_a_person_in_several_teams_gets_them_by_name_with_their_role_in_each(teams):
+    found = intake_facts.submission_teams(user=teams["both"], slug=None)
+    assert [(team.slug, snapshot.role) for team, snapshot in found] == [("lab", "manager"), ("other", "member")]
