@@ -344,6 +344,8 @@ if CELERY_BROKER_URL.startswith("rediss://") and "ssl_cert_reqs" not in CELERY_B
     CELERY_BROKER_USE_SSL = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
     if env_str("REDIS_TLS_CA_FILE"):
         CELERY_BROKER_USE_SSL["ssl_ca_certs"] = env_str("REDIS_TLS_CA_FILE")
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CELERY_BROKER_TRANSPORT = "portal.broker:Transport"  # kombu's, one redis client per pool (portal/broker.py)
 CELERY_RESULT_BACKEND = None  # tasks report through the database, never through results
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
