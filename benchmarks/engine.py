@@ -35,6 +35,28 @@ def wait_until(predicate, timeout: float, what: str, interval: float = 0.05) -> 
         time.sleep(interval)
 
 
+QUIET_CPU = 0.15  # CPU seconds per second, all of the run's processes together: a machine at rest
+QUIET_WITHIN = 60.0
+
+
+def quiet() -> float:
+    """Wait until the run's processes (API server, etcd, engine, PostgreSQL, ...) are at rest, for two
+    seconds in a row, or QUIET_WITHIN seconds have passed; returns the seconds waited. What a side left
+    behind (the tracker and the worker recording ends, the controllers deleting) must not land in the next
+    side's clock."""
+    from benchmarks import cpu
+
+    started = time.monotonic()
+    calm = 0
+    before = cpu.snapshot()
+    while calm < 2 and time.monotonic() - started < QUIET_WITHIN:
+        time.sleep(1.0)
+        after = cpu.snapshot()
+        calm = calm + 1 if sum(cpu.spent(before, after).values()) < QUIET_CPU else 0
+        before = after
+    return time.monotonic() - started
+
+
 class Engine:
     """Cluster + the portal's identity + worker/beat/tracker processes on the bench database."""
 
@@ -145,6 +167,34 @@ class Engine:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+    def settle(self, namespace: str, *, team: Any = None, timeout: float = 300) -> None:
+        """After a side deleted its namespace: wait until the API server has removed it (its Jobs and pods
+        gone) and, for a portal side, until the engine has recorded the end of every workload of `team`,
+        so that the next side starts on a machine as quiet as this one did."""
+        from kubernetes import client as k8s
+        from kubernetes.client.exceptions import ApiException
+
+        from jobs.models import State, Workload
+
+        def gone() -> bool:
+            try:
+                k8s.CoreV1Api(self.admin).read_namespace(namespace)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return True
+                raise
+            return False
+
+        wait_until(gone, timeout, f"the namespace {namespace} was not removed", interval=0.5)
+        if team is not None:
+            wait_until(
+                lambda: not Workload.objects.filter(team=team).exclude(state__in=State.final()).exists(),
+                timeout,
+                f"the engine did not record the end of every workload of {team.slug}",
+                interval=0.5,
+            )
+        quiet()
 
     def close(self) -> None:
         self.processes.stop_all()

@@ -88,6 +88,7 @@ def _raw_round(engine: Engine, n: int) -> float:
     finally:
         watch.stop()
         engine.delete_namespace(namespace)
+    engine.settle(namespace)
     return n / (last - started)
 
 
@@ -145,6 +146,7 @@ def _portal_round(engine: Engine, n: int, clients: RestClients) -> float:
     finally:
         watch.stop()
         engine.delete_namespace(namespace)
+    engine.settle(namespace, team=team)
     # Where the portal's time went: the intake (every submission answered) and the rest (the worker).
     print(f"# portal round: intake {intake_done - started:.1f} s, last Job {last - started:.1f} s", flush=True)
     return n / (last - started)
