@@ -7,7 +7,6 @@ already stored in a state that the periodic sweep recognises, and the sweep hand
 from __future__ import annotations
 
 import logging
-import math
 import time
 
 from django.db import transaction
@@ -106,26 +105,15 @@ def enqueue_submit(workload_id: int) -> None:
 
 
 # An admission pass hands its creates to the worker in batches: at most SUBMIT_BATCH workloads a task
-# (one load, one namespace check, one transaction for all of them). A batch creates one object after
-# another: the API calls in flight are the worker's threads (SUBMIT_SPREAD of them), no more.
+# (one load, one namespace check, one transaction for all of them). A batch creates its workloads'
+# objects several at a time (object_creation.CREATES_IN_FLIGHT per worker process), so a few admitted
+# together go as one task, and a long queue is spread over the worker's threads (and workers) 50 at a time.
 SUBMIT_BATCH = 50
-SUBMIT_SPREAD = 8
-SUBMIT_SMALLEST = 5  # where there are enough ids: a batch's own load, check and transaction stay shared
 
 
 def submit_batches(workload_ids: list[int]) -> list[list[int]]:
-    """Pure: the ids split into batches, in order. A batch is at most SUBMIT_BATCH and at most a
-    (2 * SUBMIT_SPREAD)th of the ids left, so batches shrink towards the end of the queue: the worker's threads, which take
-    the batches in order as each becomes free, run out of work together instead of most of them waiting
-    while a few finish long last batches. A few ids go one or a few per task, so every thread creates."""
-    batches: list[list[int]] = []
-    start, n = 0, len(workload_ids)
-    smallest = min(SUBMIT_SMALLEST, math.ceil(n / SUBMIT_SPREAD))
-    while start < n:
-        size = max(smallest, min(SUBMIT_BATCH, math.ceil((n - start) / (2 * SUBMIT_SPREAD))))
-        batches.append(workload_ids[start : start + size])
-        start += size
-    return batches
+    """Pure: the ids split into batches of at most SUBMIT_BATCH, in order."""
+    return [workload_ids[start : start + SUBMIT_BATCH] for start in range(0, len(workload_ids), SUBMIT_BATCH)]
 
 
 def enqueue_submits(workload_ids: list[int]) -> None:

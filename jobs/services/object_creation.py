@@ -10,9 +10,11 @@ same workload uid, and a workload cancelled while we were creating gets its obje
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 
 from django.conf import settings
@@ -35,6 +37,7 @@ log = logging.getLogger(__name__)
 _ensured_lock = threading.Lock()
 _ensured: dict[str, tuple[tuple, float]] = {}  # namespace -> ((), when its provisioning was last asked for)
 PROVISION_REQUEST_TTL_SECONDS = 2.0
+CREATES_IN_FLIGHT = 8  # API calls a worker process makes at once for its batches (the raw client's 8 threads)
 PROVISION_WAIT_SECONDS = 15.0
 _ready: set[tuple[str, str]] = set()  # (team namespace, resource) this process was seen allowed to create
 
@@ -379,27 +382,24 @@ def _create_batch(workload_ids: list[int], profile: BatchProfile) -> tuple[int, 
         specs = {w.id: spec_for(w, pull_secrets=pull_secrets) for w in batch}
         rendered = {w.id: objects.make_objects(specs[w.id]) for w in batch}
     created: list[Workload] = []
-    pulled: set[tuple[str, tuple[str, ...]]] = set()
     failure: BaseException | None = None
     try:
         with profile.phase("prepare"):
             _prepare_namespaces(batch, specs)
         with profile.phase("create"):
-            for workload in batch:
-                heartbeat.beat()
-                spec = specs[workload.id]
-                try:
-                    secrets_written(workload, spec.secrets)
-                    if spec.image_pull_secrets and (spec.namespace, spec.image_pull_secrets) not in pulled:
-                        pull_secrets_ensure(spec.namespace, spec.image_pull_secrets)
-                        pulled.add((spec.namespace, spec.image_pull_secrets))
-                    for obj in rendered[workload.id]:
-                        _create_or_adopt(obj, spec, workload.team)
-                except SubmitRejected as exc:
-                    transition(workload, State.FAILED, reason=exc.reason, message=str(exc), finished_at=None)
+            ready, stopped = _ready_to_create(batch, specs, heartbeat)
+            outcomes = _create_all(ready, specs, rendered, heartbeat)
+            for workload in ready:
+                outcome = outcomes[workload.id]
+                if outcome is None:
+                    created.append(workload)
+                elif isinstance(outcome, SubmitRejected):
+                    transition(workload, State.FAILED, reason=outcome.reason, message=str(outcome), finished_at=None)
                     workload_delete_objects(workload)
-                    continue
-                created.append(workload)
+                elif stopped is None:
+                    stopped = outcome  # a transient failure: the task retries what is still SUBMITTING
+            if stopped is not None:
+                raise stopped
     except ApiException as exc:
         failure = exc
         message = f"Kubernetes is not accepting it yet ({kube.classify(exc).message}); retrying."
@@ -420,6 +420,77 @@ def _create_batch(workload_ids: list[int], profile: BatchProfile) -> tuple[int, 
     if failure is not None:
         raise failure
     return len(batch), moved
+
+
+def _ready_to_create(
+    batch: list[Workload], specs: dict[int, objects.WorkloadSpec], heartbeat: _Heartbeat
+) -> tuple[list[Workload], BaseException | None]:
+    """What each workload needs before its objects, in batch order (secrets written, pull Secrets there):
+    the workloads ready, and the failure that stopped the checks, if one did (those after it wait for the
+    task's retry). A workload refused here fails at once."""
+    ready: list[Workload] = []
+    pulled: set[tuple[str, tuple[str, ...]]] = set()
+    for workload in batch:
+        heartbeat.beat()
+        spec = specs[workload.id]
+        try:
+            secrets_written(workload, spec.secrets)
+            if spec.image_pull_secrets and (spec.namespace, spec.image_pull_secrets) not in pulled:
+                pull_secrets_ensure(spec.namespace, spec.image_pull_secrets)
+                pulled.add((spec.namespace, spec.image_pull_secrets))
+        except SubmitRejected as exc:
+            transition(workload, State.FAILED, reason=exc.reason, message=str(exc), finished_at=None)
+            workload_delete_objects(workload)
+            continue
+        except Exception as exc:  # SecretPending, the API server: the rest of the batch waits for the retry
+            return ready, exc
+        ready.append(workload)
+    return ready, None
+
+
+_creators: tuple[int, ThreadPoolExecutor] | None = None
+_creators_lock = threading.Lock()
+
+
+def _creator_pool() -> ThreadPoolExecutor:
+    """This process's threads for creates (made again in a forked child, which inherits no threads)."""
+    global _creators
+    with _creators_lock:
+        if _creators is None or _creators[0] != os.getpid():
+            _creators = (os.getpid(), ThreadPoolExecutor(CREATES_IN_FLIGHT, thread_name_prefix="kube-create"))
+        return _creators[1]
+
+
+def _create_all(
+    ready: list[Workload],
+    specs: dict[int, objects.WorkloadSpec],
+    rendered: dict[int, list[dict]],
+    heartbeat: _Heartbeat,
+) -> dict[int, BaseException | None]:
+    """Create every ready workload's objects, up to CREATES_IN_FLIGHT workloads at a time per process
+    (each workload's objects in order: a Deployment before its Service): a batch waits for the API
+    server's answers together, not one after another. The creates touch no database; this thread keeps
+    the batch's heartbeat while it waits. Returns each workload's outcome: None (created or adopted), or
+    what it raised."""
+
+    def create(workload: Workload) -> BaseException | None:
+        spec = specs[workload.id]
+        try:
+            for obj in rendered[workload.id]:
+                _create_or_adopt(obj, spec, workload.team)
+        except Exception as exc:
+            return exc
+        return None
+
+    if len(ready) <= 1:
+        return {w.id: create(w) for w in ready}
+    pool = _creator_pool()
+    futures = {w.id: pool.submit(create, w) for w in ready}
+    pending = set(futures.values())
+    while pending:
+        _, pending = wait(pending, timeout=heartbeat.every)
+        heartbeat.beat()
+    return {workload_id: future.result() for workload_id, future in futures.items()}
 
 
 class _Heartbeat:

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobs.services.admission import plan_admission
-from jobs.services.dispatch import SUBMIT_BATCH, SUBMIT_SMALLEST, SUBMIT_SPREAD, submit_batches
+from jobs.services.dispatch import SUBMIT_BATCH, submit_batches
 from jobs.services.sharing_plan import (
     NO_ROOM,
     Held,
@@ -163,8 +163,9 @@ def test_the_head_of_a_long_queue_is_short():
 
 
 # --- handing an admission pass's creates to the worker ------------------------------------------------
-def test_a_few_admitted_go_one_per_task_so_every_worker_thread_creates():
-    assert submit_batches([1, 2, 3]) == [[1], [2], [3]]
+def test_a_few_admitted_go_as_one_task():
+    # The task creates them several at a time (object_creation.CREATES_IN_FLIGHT): one load, one record.
+    assert submit_batches([1, 2, 3]) == [[1, 2, 3]]
     assert submit_batches([]) == []
 
 
@@ -172,13 +173,5 @@ def test_many_admitted_go_in_batches_of_at_most_50_in_order():
     ids = list(range(10_000))
     batches = submit_batches(ids)
     assert [i for b in batches for i in b] == ids
-    assert max(map(len, batches)) == SUBMIT_BATCH == 50
-    assert len(submit_batches(list(range(40)))) == SUBMIT_SPREAD  # 40 over the 8 threads: 5 each
-
-
-def test_batches_shrink_towards_the_end_so_the_worker_threads_run_out_of_work_together():
-    sizes = [len(b) for b in submit_batches(list(range(1000)))]
-    assert sizes[:5] == [SUBMIT_BATCH] * 5
-    assert sizes == sorted(sizes, reverse=True)
-    # The last round of the 8 threads is small batches (a few creates each), not 8 long ones.
-    assert max(sizes[-SUBMIT_SPREAD:]) <= SUBMIT_SMALLEST
+    assert [len(b) for b in batches] == [SUBMIT_BATCH] * 200
+    assert [len(b) for b in submit_batches(list(range(120)))] == [50, 50, 20]

@@ -1,12 +1,16 @@
 """A submit batch (jobs.services.object_creation.workloads_create_objects) against the in-memory Kubernetes
-client (tests/engine/fake_kube.py): a batch that takes longer than the sweep's patience is not handed over a
-second time while it is still creating."""
+client (tests/engine/fake_kube.py): its creates go out together, a batch that takes longer than the sweep's
+patience is not handed over a second time while it is still creating, and one refused create fails only
+its own workload."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
+from django.db import connection
+from kubernetes.client.exceptions import ApiException
 
 from jobs.models import Kind, State, Workload, WorkloadEvent
 from jobs.services import lifecycle, object_creation, preemption
@@ -16,7 +20,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def submitting(db, monkeypatch) -> list[Workload]:
+def submitting(monkeypatch) -> list[Workload]:
     """Six admitted workloads of one team, whose namespace this worker already knows to be usable."""
     team = TeamFactory(slug="vision")
     owner = MembershipFactory(team=team).user
@@ -38,22 +42,51 @@ def submitting(db, monkeypatch) -> list[Workload]:
     ]
 
 
+@pytest.mark.django_db(transaction=True)  # the sweep runs beside the batch, on a connection of its own
 def test_a_batch_slower_than_the_stuck_time_is_not_handed_over_again_while_it_creates(fake_kube, submitting, settings):
     settings.PORTAL_STUCK_SUBMIT_SECONDS = 0.6
     handed_over: list[int] = []
+    started: list[float] = []
+    lock = threading.Lock()
 
-    def slow(kind, body) -> None:  # each create takes a while; the sweep runs during the last one
-        time.sleep(0.15)
-        if len(fake_kube.names("Job")) == len(submitting) - 1:
-            handed_over.append(lifecycle.sweep()["resubmitted"])
+    def slow(kind, body) -> None:  # every create takes 1 s; the sweep runs 0.8 s into the batch
+        with lock:
+            first = not started
+            started.append(time.monotonic())
+        time.sleep(0.8)
+        if first:
+            try:
+                handed_over.append(lifecycle.sweep()["resubmitted"])
+            finally:
+                connection.close()
+        time.sleep(0.2)
 
     fake_kube.on_create = slow
+    began = time.monotonic()
     assert object_creation.workloads_create_objects([w.id for w in submitting]) == len(submitting)
     assert handed_over == [0]
     assert len(fake_kube.names("Job")) == len(submitting)
     assert set(Workload.objects.filter(id__in=[w.id for w in submitting]).values_list("state", flat=True)) == {
         State.PENDING
     }
+    # The six creates went out together, not one after another.
+    assert max(started) - began < 0.5
+
+
+def test_a_create_kubernetes_refuses_fails_its_own_workload_and_the_others_are_created(fake_kube, submitting):
+    refused = submitting[2]
+
+    def refuse(kind, body) -> None:
+        if body["metadata"]["labels"]["gpuportal.dev/workload"] == refused.uid:
+            raise ApiException(status=422, reason="Unprocessable Entity")
+
+    fake_kube.on_create = refuse
+    moved_to_pending = object_creation.workloads_create_objects([w.id for w in submitting])
+    assert moved_to_pending == len(submitting) - 1
+    states = dict(Workload.objects.filter(id__in=[w.id for w in submitting]).values_list("id", "state"))
+    assert states.pop(refused.id) == State.FAILED
+    assert set(states.values()) == {State.PENDING}
+    assert len(fake_kube.names("Job")) == len(submitting) - 1
 
 
 def test_a_preempted_attempt_and_an_ended_workload_lose_their_objects_with_their_own_grace(
