@@ -30,10 +30,12 @@ def _settings(settings):
 
 @pytest.fixture
 def enqueued(monkeypatch) -> dict[str, list[int]]:
-    """What the duties hand to the workers (ids), instead of sending it to the broker."""
+    """What the duties hand to the workers (ids), instead of sending it to the broker; the broker's queue
+    is taken to be empty (whatever earlier tests left in the suite's Redis), unless a test says otherwise."""
     sent: dict[str, list[int]] = {"submit": [], "delete": []}
     monkeypatch.setattr(lifecycle, "enqueue_submits", sent["submit"].extend)
     monkeypatch.setattr(lifecycle, "enqueue_delete", sent["delete"].append)
+    monkeypatch.setattr(lifecycle, "broker_backlog", lambda: False)
     return sent
 
 
@@ -77,6 +79,13 @@ def test_sweep_hands_over_again_only_submissions_stuck_past_the_limit(team, enqu
     workload(team, state=State.RUNNING, ago=3600)
     assert lifecycle.sweep()["resubmitted"] == 1
     assert enqueued["submit"] == [stuck.id]
+
+
+def test_sweep_leaves_stuck_submissions_alone_while_tasks_wait_in_the_brokers_queue(team, enqueued, monkeypatch):
+    workload(team, state=State.SUBMITTING, ago=31)
+    monkeypatch.setattr(lifecycle, "broker_backlog", lambda: True)  # a long drain's batches still queued
+    assert lifecycle.sweep()["resubmitted"] == 0
+    assert enqueued["submit"] == []
 
 
 # --- time limits -----------------------------------------------------------------------------------

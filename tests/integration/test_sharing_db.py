@@ -334,9 +334,9 @@ def test_usage_reports_count_borrowed_gpu_hours_apart(cohort, client):
     b, bob = cohort["b"], cohort["bob"]
     jobs = [submit(b, bob, gpu_count=2) for _ in range(2)]
     assert [w.borrowed for w in jobs] == [False, True]
-    end = timezone.now().replace(minute=0, second=0, microsecond=0)
-    if end.hour < 3:
-        end += timezone.timedelta(hours=3)
+    # Two hours that ended yesterday afternoon (local time): inside one day, and over, whatever the hour
+    # the suite runs at (just after midnight, "now" rounded to the hour left no room before it).
+    end = timezone.localtime().replace(hour=15, minute=0, second=0, microsecond=0) - timezone.timedelta(days=1)
     Workload.objects.filter(id__in=[w.id for w in jobs]).update(
         state=State.SUCCEEDED, started_at=end - timezone.timedelta(hours=2), finished_at=end
     )
