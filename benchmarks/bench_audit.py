@@ -70,7 +70,7 @@ def seed() -> tuple[dict, object]:
     teammate = users.objects.create_user(f"tom-{suffix}", f"tom-{suffix}@example.org", None)
     Membership.objects.create(user=manager, team=lab, role=Role.MANAGER)
     Membership.objects.create(user=teammate, team=lab, role=Role.MEMBER)
-    world = SimpleNamespace(lab=lab, p100=p100, k2=k2, manager=manager, owner=manager, teammate=teammate)
+    world = SimpleNamespace(team=lab, lab=lab, p100=p100, k2=k2, manager=manager, owner=manager, teammate=teammate)
     return _workloads(world), manager
 
 

@@ -270,7 +270,7 @@ def reclaim_on_cluster(ctx: BenchContext) -> Iterator[tuple[str, float]]:
     from devtools import engine as devengine
 
     devengine.FAST_INTERVALS["PORTAL_PREEMPT_GRACE_SECONDS"] = str(RECLAIM_GRACE_S)
-    from benchmarks.bench_engine import Engine, wait_until
+    from benchmarks.engine import Engine, wait_until
 
     engine = Engine(ctx)
     try:
