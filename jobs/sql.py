@@ -1,10 +1,13 @@
-"""Rows read with fixed SQL on the hottest paths, turned into model instances without the ORM's compiler.
+"""Rows read and written with fixed SQL on the hottest paths, without the ORM's compiler.
 
 The ORM builds and compiles a query anew on every call: about a millisecond of CPU for a filtered join
-with an annotation, several times per REST submission (the token, the team with its facts). The few
-statements on that path are written once, as plain SQL with parameters, and their rows become ordinary
-model instances (`Model.from_db`, as the ORM itself makes them), with the same conversions from database
-values that the ORM applies (none on PostgreSQL for the models read this way; dates and decimals on SQLite).
+with an annotation or an insert of a wide row, several times per REST submission (the token, the team with
+its facts, the workload and its first timeline entry). The statements on that path are written once per
+model, as plain SQL with parameters. Rows read become ordinary model instances (`Model.from_db`, as the
+ORM itself makes them), with the same conversions from database values that the ORM applies (none on
+PostgreSQL for the models read this way; dates and decimals on SQLite). Rows written get their values
+from each field exactly as `Model.save` prepares them (`pre_save`, `get_db_prep_save`); no model signal
+is sent, so only models without receivers are written this way.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from django.db import connection, models
+from django.db.models.fields import AutoFieldMixin
 
 M = TypeVar("M", bound=models.Model)
 
@@ -56,3 +60,48 @@ def instance(model: type[M], values: Sequence) -> M:
             for convert in functions:
                 values[index] = convert(values[index], column, connection)
     return model.from_db(connection.alias, _columns(model)[1], values)
+
+
+# Table and column names from the model only; every value is a parameter.
+_INSERT_SQL = "INSERT INTO {table} ({columns}) VALUES ({values}){on_conflict} RETURNING {pk}"
+
+
+@functools.cache
+def _insert_sql(
+    model: type[models.Model], vendor: str, conflict: tuple[str, ...]
+) -> tuple[str, tuple[models.Field, ...]]:
+    quote = connection.ops.quote_name
+    fields = tuple(f for f in model._meta.concrete_fields if not isinstance(f, AutoFieldMixin))
+    columns = ", ".join(quote(f.column) for f in fields)
+    on_conflict = ""
+    if conflict:
+        on_conflict = (
+            f" ON CONFLICT ({', '.join(quote(model._meta.get_field(name).column) for name in conflict)}) DO NOTHING"
+        )
+    sql = _INSERT_SQL.format(
+        table=quote(model._meta.db_table),
+        columns=columns,
+        values=", ".join(["%s"] * len(fields)),
+        on_conflict=on_conflict,
+        pk=quote(model._meta.pk.column),
+    )
+    return sql, fields
+
+
+def insert(instance: models.Model, *, unless_taken: tuple[str, ...] = ()) -> bool:
+    """Store a new instance in one statement, its values prepared as `Model.save` prepares them, and set
+    its primary key. `unless_taken`: field names of a unique constraint; a row already holding the same
+    values is left alone and nothing is stored (False), without the error and savepoint an insert that
+    meets it would need."""
+    model = type(instance)
+    sql, fields = _insert_sql(model, connection.vendor, unless_taken)
+    values = [f.get_db_prep_save(f.pre_save(instance, True), connection) for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    instance.pk = row[0]
+    instance._state.adding = False
+    instance._state.db = connection.alias
+    return True

@@ -8,9 +8,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
 from jobs import policy
+from jobs import sql as jobs_sql
 from jobs.models import (
     GpuType,
     Membership,
@@ -149,12 +150,14 @@ def workload_submit(
             reason="Queued",
             message="Waiting for the team's GPU quota.",
         )
-        WorkloadEvent.objects.create(
-            workload=workload,
-            at=workload.created_at,
-            to_state=workload.state,
-            reason="Submitted",
-            message=f"Submitted by {owner.get_username()}: {clean.gpu_count} × {gpu_type_name}.",
+        jobs_sql.insert(
+            WorkloadEvent(
+                workload=workload,
+                at=workload.created_at,
+                to_state=workload.state,
+                reason="Submitted",
+                message=f"Submitted by {owner.get_username()}: {clean.gpu_count} × {gpu_type_name}.",
+            )
         )
         if not queue_slot_later:
             queue_slot_take(team=team, owner=owner, stored=workload)  # locked until commit: the caps are hard
@@ -172,17 +175,15 @@ UID_ATTEMPTS = 5
 
 def create_with_fresh_uid(**fields: Any) -> Workload:
     """Store a workload under a new random uid, drawing again if that uid is taken (a collision is
-    vanishingly rare with 64 bits, and must never fail a submission with a server error)."""
-    for attempt in range(UID_ATTEMPTS):
-        uid = workloads_model.new_uid()
-        try:
-            with transaction.atomic():  # a savepoint: the surrounding transaction survives a collision
-                return Workload.objects.create(uid=uid, **fields)
-        except IntegrityError:
-            if attempt == UID_ATTEMPTS - 1 or not Workload.objects.filter(uid=uid).exists():
-                raise
-            log.warning("workload uid %s was taken; drawing another", uid)
-    raise AssertionError("unreachable")
+    vanishingly rare with 64 bits, and must never fail a submission with a server error). One statement
+    per draw: a taken uid stores nothing and returns no id (ON CONFLICT DO NOTHING), so neither an error
+    nor a savepoint is needed."""
+    for _ in range(UID_ATTEMPTS):
+        workload = Workload(uid=workloads_model.new_uid(), **fields)
+        if jobs_sql.insert(workload, unless_taken=("uid",)):
+            return workload
+        log.warning("workload uid %s was taken; drawing another", workload.uid)
+    raise RuntimeError(f"no free workload uid in {UID_ATTEMPTS} draws")
 
 
 def admit_now(*, team_id: int, gpu_type_id: int) -> None:

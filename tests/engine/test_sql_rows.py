@@ -1,5 +1,5 @@
-"""Rows read with fixed SQL on the submission path (`jobs.sql`) are the instances the ORM would give, and
-the team a submission names is found by the same rules `api.access.resolve_team` applies."""
+"""Rows read and written with fixed SQL on the submission path (`jobs.sql`) are what the ORM would read and
+store, and the team a submission names is found by the same rules `api.access.resolve_team` applies."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from api.errors import Invalid
 from api.models import ApiToken
 from api.tokens import token_authenticate, token_create, token_revoke
 from jobs import sql as jobs_sql
-from jobs.models import Team
+from jobs.models import Team, Workload
 from jobs.services import intake_facts
-from tests.engine.factories import MembershipFactory, TeamFactory, UserFactory
+from tests.engine.factories import GpuTypeFactory, MembershipFactory, TeamFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -98,3 +98,36 @@ def test_the_team_a_submission_names_follows_resolve_teams_rules(teams, who, slu
 def test_a_person_in_several_teams_gets_them_by_name_with_their_role_in_each(teams):
     found = intake_facts.submission_teams(user=teams["both"], slug=None)
     assert [(team.slug, snapshot.role) for team, snapshot in found] == [("lab", "manager"), ("other", "member")]
+
+
+def test_a_workload_stored_by_fixed_sql_reads_back_as_the_orms_twin():
+    team = TeamFactory(slug="lab", name="Lab")
+    owner = MembershipFactory(team=team).user
+    gpu = GpuTypeFactory(slug="p100")
+    values = {
+        "team": team, "owner": owner, "name": "train", "kind": "batch", "image": "docker.io/x:1", "gpu_type": gpu,
+        "gpu_count": 2, "time_limit_seconds": 600, "command": ["python", "train.py"],
+        "env": [{"name": "SEED", "value": "7"}], "mounts": [{"kind": "home", "claim": "home-olivia"}],
+        "created_at": timezone.now() - timedelta(minutes=3),
+    }  # fmt: skip
+    stored = Workload(uid="00000000000000aa", **values)
+    assert jobs_sql.insert(stored, unless_taken=("uid",))
+    twin = Workload.objects.create(uid="00000000000000bb", **values)
+    read, orm = Workload.objects.get(id=stored.id), Workload.objects.get(id=twin.id)
+    differ = {"id", "uid", "updated_at", "state_changed_at"}  # each instance's own moment
+    assert {k: v for k, v in _fields(read).items() if k not in differ} == {
+        k: v for k, v in _fields(orm).items() if k not in differ
+    }
+    assert read.updated_at is not None
+    assert not stored._state.adding
+
+
+def test_a_taken_unique_value_stores_nothing_and_leaves_the_transaction_usable():
+    team = TeamFactory(slug="lab", name="Lab")
+    owner = MembershipFactory(team=team).user
+    gpu = GpuTypeFactory(slug="p100")
+    values = {"team": team, "owner": owner, "name": "a", "kind": "batch", "image": "x", "gpu_type": gpu,
+              "gpu_count": 1, "time_limit_seconds": 60}  # fmt: skip
+    Workload.objects.create(uid="00000000000000cc", **values)
+    assert not jobs_sql.insert(Workload(uid="00000000000000cc", **values), unless_taken=("uid",))
+    assert Workload.objects.filter(uid="00000000000000cc").count() == 1  # the transaction goes on
