@@ -12,3 +12,9 @@ application = get_wsgi_application()
 from portal import sealing  # noqa: E402 - after Django is set up
 
 sealing.require_public_key()
+
+# Every URLconf and view module imported now, as the worker starts, instead of in the first request it
+# serves (0.3 s on a quiet machine, about 0.9 s when the workers of a new pod start together).
+from django.urls import get_resolver  # noqa: E402
+
+get_resolver().reverse_dict  # noqa: B018 - reading it populates the resolver
