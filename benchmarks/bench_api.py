@@ -12,7 +12,7 @@ Lines printed:
                                queued ones needs one fewer. Independent of page size and table size.
   api_submit_p95_ms            POST /api/v1/workloads/ with an Idempotency-Key, 20 client threads at once,
                                each submitting in a loop (validation, admission request, stored response),
-                               over HTTP to the portal under gunicorn run as the chart runs it (3 workers,
+                               over HTTP (urllib3, kept-alive connections) to the portal under gunicorn run as the chart runs it (3 workers,
                                gthread, 8 threads each), on its own processes beside this one
   api_submit_per_s             submissions per second over that run
   api_submit_in_process_p95_ms the same 20 clients through Django's test client in this process (one GIL
@@ -29,6 +29,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from benchmarks import web
@@ -159,21 +160,25 @@ def _queries(client, url: str) -> int:
     return len(captured.captured_queries)
 
 
-def _submit_run(tokens: list[str], gpu_type_slug: str, base_url: str | None = None) -> tuple[float, float]:
+def _submit_run(
+    tokens: list[str], gpu_type_slug: str, base_url: str | None = None, *, each: int = SUBMITS_PER_CLIENT
+) -> tuple[float, float]:
     """20 clients submitting at once: through Django's test client, or over HTTP to `base_url`."""
     from django.db import connection
 
+    api = web.Api(base_url, len(tokens)) if base_url else None
     barrier = threading.Barrier(len(tokens))
     timings: list[float] = []
+    first_ms: list[float] = []
     failures: list[str] = []
     lock = threading.Lock()
 
     def client_loop(token: str) -> None:
-        post = _http_poster(base_url, token) if base_url else _test_client_poster(token)
+        post = partial(api.submit, token) if api else _test_client_poster(token)
         mine = []
         try:
             barrier.wait()
-            for _ in range(SUBMITS_PER_CLIENT):
+            for _ in range(each):
                 spec = {"image": "docker.io/library/python:3.12", "gpu_type": gpu_type_slug, "command": ["true"]}
                 started = time.perf_counter()
                 status, body = post(spec, str(uuid.uuid4()))
@@ -184,6 +189,7 @@ def _submit_run(tokens: list[str], gpu_type_slug: str, base_url: str | None = No
             connection.close()
             with lock:
                 timings.extend(mine)
+                first_ms.extend(mine[:1])
 
     threads = [threading.Thread(target=client_loop, args=(t,)) for t in tokens]
     started = time.perf_counter()
@@ -194,6 +200,14 @@ def _submit_run(tokens: list[str], gpu_type_slug: str, base_url: str | None = No
     wall = time.perf_counter() - started
     if failures:
         raise RuntimeError(f"{len(failures)} submissions failed, e.g. {failures[0]}")
+    ordered = sorted(timings)
+    where = ("HTTP" if base_url else "in process") + (", warm-up" if each != SUBMITS_PER_CLIENT else "")
+    print(
+        f"# submit ({where}) ms: p50 {statistics.median(ordered):.1f}, p90 {ordered[int(0.9 * len(ordered))]:.1f}, "
+        f"p99 {ordered[int(0.99 * len(ordered))]:.1f}, max {ordered[-1]:.1f}; first per client "
+        f"{statistics.median(first_ms):.1f} (median)",
+        flush=True,
+    )
     return p95(timings), len(timings) / wall
 
 
@@ -202,21 +216,6 @@ def _test_client_poster(token: str):
 
     def post(spec: dict, key: str) -> tuple[int, bytes]:
         response = client.post("/api/v1/workloads/", spec, format="json", HTTP_IDEMPOTENCY_KEY=key)
-        return response.status_code, response.content
-
-    return post
-
-
-def _http_poster(base_url: str, token: str):
-    import requests
-
-    session = requests.Session()  # one kept-alive connection per client, as an API client would
-    session.headers.update({"Authorization": f"Bearer {token}"})
-
-    def post(spec: dict, key: str) -> tuple[int, bytes]:
-        response = session.post(
-            f"{base_url}/api/v1/workloads/", json=spec, headers={"Idempotency-Key": key}, timeout=60
-        )
         return response.status_code, response.content
 
     return post
@@ -251,7 +250,11 @@ def run(ctx) -> Iterator[tuple[str, float | int]]:
         yield "api_list_queries_per_page", first
         in_process_p95, _ = _submit_run(world["tokens"], slug)
         with web.gunicorn(ctx) as base_url:
-            _submit_run(world["tokens"][:2], slug, base_url)  # warm-up: every worker's imports and connections
+            # Warm-up: as many clients at once as the web process has threads (each thread's first request
+            # opens its database connection, each process fills its caches per person), a few times each;
+            # its times are printed, not judged.
+            threads = web.GUNICORN_WORKERS * web.GUNICORN_THREADS
+            _submit_run([world["tokens"][i % len(world["tokens"])] for i in range(threads)], slug, base_url, each=3)
             submit_p95, rate = _submit_run(world["tokens"], slug, base_url)
         yield "api_submit_p95_ms", round(submit_p95, 2)
         yield "api_submit_per_s", round(rate, 1)

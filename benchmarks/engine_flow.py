@@ -92,36 +92,18 @@ def _raw_round(engine: Engine, n: int) -> float:
     return n / (last - started)
 
 
-class RestClients:
-    """A team's script: CLIENTS threads POSTing to /api/v1/workloads/ over kept-alive HTTP connections, with
-    an API token and an Idempotency-Key each (as the `gpuportal` CLI does)."""
+def _rest_submit(api: web.Api, token: str, team_slug: str, count: int, env: dict[str, str]) -> None:
+    """CLIENTS threads of a team's script submitting `count` workloads over REST."""
+    variables = [{"name": name, "value": value} for name, value in env.items()]
+    spec = {"team": team_slug, "image": "ubuntu", "gpu_type": "k2", "env": variables}
 
-    def __init__(self, base_url: str) -> None:
-        import urllib3
+    def post(_: int) -> None:
+        status, body = api.submit(token, spec, uuid.uuid4().hex)
+        if status != 201:
+            raise RuntimeError(f"submission refused: {status} {body[:300]!r}")
 
-        self.pool = urllib3.PoolManager(maxsize=CLIENTS, block=True, retries=False).connection_from_url(base_url)
-
-    def submit(self, token: str, team_slug: str, count: int, env: dict[str, str]) -> None:
-        variables = [{"name": name, "value": value} for name, value in env.items()]
-        body = json.dumps({"team": team_slug, "image": "ubuntu", "gpu_type": "k2", "env": variables}).encode()
-
-        def post(_: int) -> None:
-            response = self.pool.urlopen(
-                "POST",
-                "/api/v1/workloads/",
-                body=body,
-                headers={
-                    "Authorization": f"Bearer {token}",
-                    "Content-Type": "application/json",
-                    "Idempotency-Key": uuid.uuid4().hex,
-                },
-                timeout=60,
-            )
-            if response.status != 201:
-                raise RuntimeError(f"submission refused: {response.status} {response.data[:300]!r}")
-
-        with ThreadPoolExecutor(CLIENTS) as threads:
-            list(threads.map(post, range(count)))
+    with ThreadPoolExecutor(CLIENTS) as threads:
+        list(threads.map(post, range(count)))
 
 
 def _token(user) -> str:
@@ -130,7 +112,7 @@ def _token(user) -> str:
     return token_create(user=user, name="bench").raw
 
 
-def _portal_round(engine: Engine, n: int, clients: RestClients) -> float:
+def _portal_round(engine: Engine, n: int, api: web.Api) -> float:
     """The portal from a REST submission (token, validation, store, admission) to the Job held by the API
     server, per second."""
     team, user, namespace = _fresh_namespace(engine)
@@ -139,7 +121,7 @@ def _portal_round(engine: Engine, n: int, clients: RestClients) -> float:
     try:
         before = cpu.snapshot()
         started = time.time()
-        clients.submit(token, team.slug, n, {"SIM_RUN_SECONDS": "600"})
+        _rest_submit(api, token, team.slug, n, {"SIM_RUN_SECONDS": "600"})
         intake_done = time.time()
         last = watch.wait_for(n, 600, "portal submissions reaching the API server")
         print(f"# submit portal side cpu {cpu.per_object(cpu.spent(before, cpu.snapshot()), n)}", flush=True)
@@ -152,12 +134,12 @@ def _portal_round(engine: Engine, n: int, clients: RestClients) -> float:
     return n / (last - started)
 
 
-def _web_ready(engine: Engine, clients: RestClients) -> None:
+def _web_ready(engine: Engine, api: web.Api) -> None:
     """Before any timing: every web worker has answered submissions, and the engine took them to the end."""
     from jobs.models import State, Workload
 
     team, user, _ = _fresh_namespace(engine)
-    clients.submit(_token(user), team.slug, 4 * CLIENTS, {"SIM_RUN_SECONDS": "1"})
+    _rest_submit(api, _token(user), team.slug, 4 * CLIENTS, {"SIM_RUN_SECONDS": "1"})
     wait_until(
         lambda: not Workload.objects.filter(team=team).exclude(state=State.SUCCEEDED).exists(),
         180,
@@ -172,14 +154,14 @@ def submit_throughput(engine: Engine) -> Iterator[tuple[str, float]]:
     rounds, n = _env_int("BENCH_SUBMIT_ROUNDS", 5), _env_int("BENCH_SUBMIT_N", 300)
     raw_rates, portal_rates, ratios = [], [], []
     with web.gunicorn(engine.ctx, env=engine.identity.env_as("web")) as base_url:
-        clients = RestClients(base_url)
-        _web_ready(engine, clients)
+        api = web.Api(base_url, CLIENTS)
+        _web_ready(engine, api)
         for i in range(rounds):
             if i % 2 == 0:
                 raw = _raw_round(engine, n)
-                portal = _portal_round(engine, n, clients)
+                portal = _portal_round(engine, n, api)
             else:
-                portal = _portal_round(engine, n, clients)
+                portal = _portal_round(engine, n, api)
                 raw = _raw_round(engine, n)
             raw_rates.append(raw)
             portal_rates.append(portal)
