@@ -189,6 +189,34 @@ def overadmission() -> Iterator[tuple[str, float]]:
     yield "quota_overadmissions", max(0, held - 4)
 
 
+# Every NOT NULL column of jobs_workload: a column added without a database default must be given here too
+# (tests/unit/test_bench_modules.py inserts a few rows this way and reads them back through the ORM).
+FINISHED_ROWS_SQL = """
+INSERT INTO jobs_workload (uid, team_id, owner_id, name, kind, image, gpu_type_id, gpu_count, command, args,
+    env, time_limit_seconds, priority, state, reason, message, namespace, k8s_name, node_name, pod_name,
+    pod_uid, created_at, started_at, finished_at, state_changed_at, updated_at, shared_with_team, attempt,
+    borrowed, restartable, wait_reason, mounts, secrets)
+SELECT %s || lpad(g::text, 11, '0'), (%s::bigint[])[1 + g %% 10], (%s::bigint[])[1 + g %% 40], 'w',
+    'batch', 'ubuntu', (%s::bigint[])[1 + g %% 3], 1 + g %% 4, '[]', '[]', '[]', 86400, 0, 'SUCCEEDED',
+    '', '', '', '', '', '', '', s, s, s + ((60 + g %% 7200) * interval '1 second'), s, s, false, 0,
+    false, false, '', '[]', '[]'
+FROM generate_series(1, %s) AS g,
+     LATERAL (SELECT %s::timestamptz + (g * 2.592) * interval '1 second' AS s) AS start
+"""
+
+
+def insert_finished(n: int, *, tag: str, teams, members, types, month: datetime) -> None:
+    """n finished one-to-four-GPU workloads in one statement, starting 2.592 s apart from `month` on, spread
+    over 10 teams, 40 people and 3 GPU types (round robin); uids are `tag` + the row number."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            FINISHED_ROWS_SQL,
+            [tag, [t.id for t in teams], [u.id for u in members], [t.id for t in types], n, month],
+        )
+
+
 def usage_report_1m() -> Iterator[tuple[str, float]]:
     """A month of 1,000,000 finished workloads (10 teams, 40 users, 3 GPU types): the report fully live,
     from the roll-up, and for the current month after late-finishing workloads reset most of its days."""
@@ -214,22 +242,8 @@ def usage_report_1m() -> Iterator[tuple[str, float]]:
     tag = next(
         t for t in (uuid.uuid4().hex[:4] for _ in range(100)) if not Workload.objects.filter(uid__startswith=f"z{t}")
     )
+    insert_finished(1_000_000, tag=f"z{tag}", teams=teams, members=members, types=types, month=month)
     with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            INSERT INTO jobs_workload (uid, team_id, owner_id, name, kind, image, gpu_type_id, gpu_count, command, args,
-                env, time_limit_seconds, priority, state, reason, message, namespace, k8s_name, node_name, pod_name,
-                pod_uid, created_at, started_at, finished_at, state_changed_at, updated_at, shared_with_team, attempt,
-                borrowed, restartable, wait_reason, mounts, secrets)
-            SELECT %s || lpad(g::text, 11, '0'), (%s::bigint[])[1 + g %% 10], (%s::bigint[])[1 + g %% 40], 'w',
-                'batch', 'ubuntu', (%s::bigint[])[1 + g %% 3], 1 + g %% 4, '[]', '[]', '[]', 86400, 0, 'SUCCEEDED',
-                '', '', '', '', '', '', '', s, s, s + ((60 + g %% 7200) * interval '1 second'), s, s, false, 0,
-                false, false, '', '[]', '[]'
-            FROM generate_series(1, 1000000) AS g,
-                 LATERAL (SELECT %s::timestamptz + (g * 2.592) * interval '1 second' AS s) AS start
-            """,
-            [f"z{tag}", [t.id for t in teams], [u.id for u in members], [t.id for t in types], month],
-        )
         cursor.execute("ANALYZE jobs_workload")
     start, end = month, datetime(2026, 10, 1, tzinfo=UTC)
     now = datetime(2026, 10, 15, tzinfo=UTC)
