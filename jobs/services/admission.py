@@ -454,26 +454,63 @@ def _held_by_group(
     return held
 
 
+_OWN_MESSAGE = "GPUs reserved from the team's quota; creating Kubernetes objects."
+_BORROWED_MESSAGE = "GPUs borrowed from the cohort's idle quota; creating Kubernetes objects."
+# QUEUED -> SUBMITTING for the ids given as one array (an IN list of 10,000 parameters cost 0.3 s to
+# build and send), and their timeline rows from arrays (10,000 model instances cost 0.8 s of CPU).
+_MARK_ADMITTED_SQL = """
+UPDATE {workload}
+SET state = %(submitting)s, reason = 'Admitted', message = %(message)s, borrowed = %(borrowed)s,
+    admitted_at = %(now)s, state_changed_at = %(now)s, updated_at = %(now)s
+WHERE id = ANY(%(ids)s::bigint[]) AND state = %(queued)s
+"""
+_ADMITTED_EVENTS_SQL = """
+INSERT INTO {event} (workload_id, at, source, from_state, to_state, reason, message)
+SELECT e.workload_id, %(now)s, %(source)s, %(queued)s, %(submitting)s, 'Admitted', e.message
+FROM unnest(%(ids)s::bigint[], %(messages)s::text[]) AS e(workload_id, message)
+"""
+
+
 def _mark_admitted(
     admitted: list[int], *, borrowed: set[int], reclaimed: dict[int, list[int]], quota_of: dict[int, int], now
 ) -> None:
-    """QUEUED -> SUBMITTING for every admitted workload: two UPDATEs and one bulk insert of timeline rows."""
+    """QUEUED -> SUBMITTING for every admitted workload: two UPDATEs and one insert of timeline rows."""
     own = [w for w in admitted if w not in borrowed]
     lent = [w for w in admitted if w in borrowed]
-    for ids, is_borrowed, message in (
-        (own, False, "GPUs reserved from the team's quota; creating Kubernetes objects."),
-        (lent, True, "GPUs borrowed from the cohort's idle quota; creating Kubernetes objects."),
-    ):
+    messages = [
+        _admit_message(
+            borrowed=workload_id in borrowed,
+            quota=quota_of[workload_id],
+            reclaimed=len(reclaimed.get(workload_id, ())),
+        )
+        for workload_id in admitted
+    ]
+    if connection.vendor != "postgresql":  # SQLite in development: no arrays
+        _mark_admitted_orm(admitted, own=own, lent=lent, messages=messages, now=now)
+        return
+    states = {"submitting": State.SUBMITTING, "queued": State.QUEUED, "now": now}
+    with connection.cursor() as cursor:
+        update = _MARK_ADMITTED_SQL.format(workload=connection.ops.quote_name(Workload._meta.db_table))
+        for ids, is_borrowed, message in (
+            (own, False, _OWN_MESSAGE),
+            (lent, True, _BORROWED_MESSAGE),
+        ):
+            if ids:
+                cursor.execute(update, {**states, "ids": ids, "message": message, "borrowed": is_borrowed})
+        cursor.execute(
+            _ADMITTED_EVENTS_SQL.format(event=connection.ops.quote_name(WorkloadEvent._meta.db_table)),
+            {**states, "ids": admitted, "messages": messages, "source": WorkloadEvent.Source.PORTAL},
+        )
+
+
+def _mark_admitted_orm(admitted: list[int], *, own: list[int], lent: list[int], messages: list[str], now) -> None:
+    """`_mark_admitted` through the ORM, where the database has no arrays."""
+    for ids, is_borrowed, message in ((own, False, _OWN_MESSAGE), (lent, True, _BORROWED_MESSAGE)):
         if ids:
             Workload.objects.filter(id__in=ids, state=State.QUEUED).update(
-                state=State.SUBMITTING,
-                reason="Admitted",
-                message=message,
-                borrowed=is_borrowed,
-                admitted_at=now,
-                state_changed_at=now,
-                updated_at=now,
-            )
+                state=State.SUBMITTING, reason="Admitted", message=message, borrowed=is_borrowed,
+                admitted_at=now, state_changed_at=now, updated_at=now,
+            )  # fmt: skip
     WorkloadEvent.objects.bulk_create(
         (
             WorkloadEvent(
@@ -482,13 +519,9 @@ def _mark_admitted(
                 from_state=State.QUEUED,
                 to_state=State.SUBMITTING,
                 reason="Admitted",
-                message=_admit_message(
-                    borrowed=workload_id in borrowed,
-                    quota=quota_of[workload_id],
-                    reclaimed=len(reclaimed.get(workload_id, ())),
-                ),
+                message=message,
             )
-            for workload_id in admitted
+            for workload_id, message in zip(admitted, messages, strict=True)
         ),
         batch_size=2000,
     )

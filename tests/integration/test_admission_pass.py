@@ -100,6 +100,17 @@ def test_admit_all_decides_what_each_cohort_s_plan_decides(world):
     # One timeline row each, written with the move.
     events = WorkloadEvent.objects.filter(workload_id__in=expected.admit, to_state=State.SUBMITTING)
     assert sorted(events.values_list("workload_id", flat=True)) == sorted(expected.admit)
+    for workload_id, from_state, reason, message in events.values_list(
+        "workload_id", "from_state", "reason", "message"
+    ):
+        assert (from_state, reason) == (State.QUEUED, "Admitted")
+        if workload_id in expected.borrowed:
+            assert message.startswith("GPUs borrowed from the cohort's idle quota (beyond the team's ")
+        else:
+            assert message.startswith("GPUs reserved (")
+    assert {w.message for w in Workload.objects.filter(id__in=expected.borrowed)} <= {
+        "GPUs borrowed from the cohort's idle quota; creating Kubernetes objects."
+    }
     # The spent team's queue waits; nobody holds more than its quota and borrowing limit.
     assert not Workload.objects.filter(team=world["teams"][4], state=State.SUBMITTING).exists()
     for quota in Quota.objects.all():
