@@ -86,7 +86,9 @@ def queued_position_and_type(workload: Workload) -> tuple[GpuType, int]:
     sql = _POSITION_SQL.format(workload=Workload._meta.db_table, gpu_type=GpuType._meta.db_table)
     params = {
         "type": workload.gpu_type_id, "team": workload.team_id, "queued": State.QUEUED,
-        "priority": workload.priority, "created": workload.created_at, "id": workload.id,
+        # As stored: SQLite keeps datetimes as text without the zone, which a raw parameter would compare against.
+        "priority": workload.priority, "created": connection.ops.adapt_datetimefield_value(workload.created_at),
+        "id": workload.id,
     }  # fmt: skip
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
