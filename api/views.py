@@ -260,7 +260,7 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                 all_or_nothing=key is not None, queue_slot_later=key is not None,
             )  # fmt: skip
             if key is not None:  # still QUEUED: the admission comes after the commit
-                stored.append(workload)
+                stored[:] = [workload]  # this attempt's (create_once may run it again after a rollback)
                 return status.HTTP_201_CREATED, self._render_stored(workload)
             return status.HTTP_201_CREATED, self._render(workload)
 
