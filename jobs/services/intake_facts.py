@@ -13,7 +13,8 @@ of the transaction that wrote each row version) and the sum of where those versi
 insert, update or delete changes one of them, committed by others or made earlier in one's own
 transaction. (The largest id would miss two writers committing out of id order; the sum does not.)
 Other databases (SQLite in development) have no such columns: there every submission reads the facts
-afresh.
+afresh. On PostgreSQL two PL/pgSQL functions compute the fingerprints (migration 0020), so their plans are
+kept per connection instead of made again for every submission.
 """
 
 from __future__ import annotations
@@ -108,13 +109,28 @@ def _fingerprint_sql(tables, where: str = "") -> str:
     return " || '/' || ".join(parts)
 
 
+# On PostgreSQL the fingerprints are computed by two PL/pgSQL functions holding exactly `_fingerprint_sql`'s
+# expressions (migration 0020): a function keeps its statement's plan for the session, where the eight
+# subqueries inlined in a query were planned afresh on every submission (0.66 ms of PostgreSQL's CPU).
+SITE_PRINT_FUNCTION = "gpuportal_site_facts_print"
+TEAM_PRINT_FUNCTION = "gpuportal_team_facts_print"
+
+
+def _site_print_sql() -> str:
+    return f"{SITE_PRINT_FUNCTION}()" if connection.vendor == "postgresql" else "NULL"
+
+
+def _team_print_sql(team: str) -> str:
+    return f"{TEAM_PRINT_FUNCTION}({team})" if connection.vendor == "postgresql" else "NULL"
+
+
 def _snapshot_sql() -> str:
     # Table names come from the models; every value is a parameter.
     membership = Membership._meta.db_table
     columns = [
         f"(SELECT role FROM {membership} WHERE user_id = %(user)s AND team_id = %(team)s)",  # noqa: S608
-        _fingerprint_sql(SITE_TABLES),
-        _fingerprint_sql(TEAM_TABLES, " WHERE team_id = %(team)s"),
+        _site_print_sql(),
+        _team_print_sql("%(team)s"),
     ]
     return "SELECT " + ", ".join(columns)
 
@@ -145,8 +161,8 @@ def _submission_teams_sql(named: bool, vendor: str) -> str:
     return _SUBMISSION_TEAMS_SQL.format(
         team_columns=jobs_sql.select_list(Team, "t"),
         membership=connection.ops.quote_name(Membership._meta.db_table),
-        site_print=_fingerprint_sql(SITE_TABLES),
-        team_print=_fingerprint_sql(TEAM_TABLES, " WHERE team_id = t.id"),
+        site_print=_site_print_sql(),
+        team_print=_team_print_sql("t.id"),
         team=connection.ops.quote_name(Team._meta.db_table),
         named="t.slug = %(slug)s AND" if named else "",
     )

@@ -53,6 +53,23 @@ def test_nothing_changed_costs_one_query(world):
     assert snapshot.gpu_types()["p100"].quota == 8
 
 
+def test_the_installed_fingerprint_functions_compute_what_intake_facts_would(world):
+    # Migration 0020 holds a copy of the fingerprints' SQL: a table added to SITE_TABLES or TEAM_TABLES
+    # without a migration that replaces the functions makes them differ here.
+    team_id = world["team"].id
+    site, team = intake_facts.SITE_PRINT_FUNCTION, intake_facts.TEAM_PRINT_FUNCTION
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {site}(), {intake_facts._fingerprint_sql(intake_facts.SITE_TABLES)}, {team}(%s), "
+            f"{intake_facts._fingerprint_sql(intake_facts.TEAM_TABLES, ' WHERE team_id = %s')}",
+            [team_id] * (1 + len(intake_facts.TEAM_TABLES)),
+        )
+        by_function_site, inline_site, by_function_team, inline_team = cursor.fetchone()
+    assert by_function_site == inline_site
+    assert by_function_team == inline_team
+    assert inline_team.count("/") == len(intake_facts.TEAM_TABLES) - 1
+
+
 def disable_type(world):
     world["p100"].enabled = False
     world["p100"].save()
