@@ -169,6 +169,9 @@ class Workload(models.Model):
             models.Index(fields=["state"], name="wl_state"),
             # Usage reports: intervals that overlap a range.
             models.Index(fields=["started_at", "finished_at"], name="wl_interval"),
+            # ... and the recent end of one (today, the days not rolled up yet): the runs that ended after a
+            # moment or still run. Only started runs: the queue's rows have no end either.
+            models.Index(fields=["finished_at"], condition=models.Q(started_at__isnull=False), name="wl_ended"),
             # GPU telemetry attributes each agent sample to a workload by its pod's UID.
             models.Index(fields=["pod_uid"], name="wl_pod_uid"),
         ]

@@ -47,6 +47,9 @@ def transition(
         log.info("workload %s: refusing %s -> %s", workload.uid, from_state, to_state)
         return False
     now = timezone.now()
+    from jobs.services.accounting import counted_interval, note_interval_changed
+
+    counted_before = counted_interval(workload)
     changes = {"state": to_state, "reason": reason, "message": message, "state_changed_at": now, **fields}
     if (
         to_state in State.final()
@@ -77,10 +80,8 @@ def transition(
             from jobs.services.dispatch import enqueue_admission
 
             enqueue_admission(team_id=workload.team_id, gpu_type_id=workload.gpu_type_id)
-        if to_state in State.final():
-            from jobs.services.accounting import note_interval_changed
-
-            note_interval_changed(workload)
+        if to_state in State.final() or changes.keys() & {"started_at", "finished_at", "counted_from"}:
+            note_interval_changed(workload, before=counted_before)
         # The one place workload news is recorded: in this transaction, sent by Celery after commit.
         workload_transitioned(workload, from_state=from_state, actor=actor)
     return True

@@ -7,8 +7,14 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 import time_machine
+from django.db.models import Q
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from jobs.models import State, Workload
+from jobs.models.usage import RolledUpDay, RunSegment
+from jobs.services import accounting
 from jobs.services.accounting import (
     budget_exhausted,
     rollup_pending,
@@ -18,6 +24,7 @@ from jobs.services.accounting import (
     usage_report_days,
     usage_rollup_day,
 )
+from jobs.services.transitions import transition
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, TeamFactory
 
 
@@ -31,6 +38,15 @@ def test_split_by_day_follows_the_local_calendar():
     tz = zoneinfo.ZoneInfo("Europe/Berlin")  # UTC+1 in winter
     parts = list(split_by_day(datetime(2026, 1, 1, 22, 30, tzinfo=UTC), datetime(2026, 1, 1, 23, 30, tzinfo=UTC), tz))
     assert parts == [(date(2026, 1, 1), 1800.0), (date(2026, 1, 2), 1800.0)]
+
+
+def test_split_by_day_counts_the_hours_a_day_has_when_the_clocks_change():
+    tz = zoneinfo.ZoneInfo("Europe/Berlin")  # forward on 29 March 2026, back on 25 October
+    spring = dict(split_by_day(datetime(2026, 3, 28, 12, tzinfo=UTC), datetime(2026, 3, 30, 12, tzinfo=UTC), tz))
+    autumn = dict(split_by_day(datetime(2026, 10, 24, 12, tzinfo=UTC), datetime(2026, 10, 26, 12, tzinfo=UTC), tz))
+    assert spring[date(2026, 3, 29)] == 23 * 3600.0
+    assert autumn[date(2026, 10, 25)] == 25 * 3600.0
+    assert sum(spring.values()) == sum(autumn.values()) == 48 * 3600.0
 
 
 @pytest.fixture
@@ -107,8 +123,6 @@ def test_a_late_recorded_end_invalidates_the_rollup(lab):
         usage_rollup_day(date(2026, 7, 1))
         usage_rollup_day(date(2026, 7, 2))
         # The tracker learns (late) that it ended at 23:30 on the 1st.
-        from jobs.services.transitions import transition
-
         transition(workload, State.SUCCEEDED, finished_at=datetime(2026, 7, 1, 23, 30, tzinfo=UTC))
         rows = usage_report_days(first_day=date(2026, 7, 1), last_day=date(2026, 7, 2))
     assert [(r.day, r.gpu_seconds) for r in rows] == [(date(2026, 7, 1), 1800.0)]
@@ -125,3 +139,109 @@ def test_budget_exhausted_when_month_usage_reaches_it(lab):
         assert budget_exhausted(team)  # 10 of 10
     with time_machine.travel(datetime(2026, 9, 1, 1, tzinfo=UTC)):
         assert not budget_exhausted(team)  # a new month
+
+
+# --- the live computation in PostgreSQL is the Python one ----------------------------------------------
+instants = st.datetimes(
+    min_value=datetime(2026, 3, 27), max_value=datetime(2026, 4, 3), timezones=st.just(UTC)
+)  # Berlin's clocks go forward on 29 March: one local day of the range has 23 hours
+
+
+@st.composite
+def runs(draw):
+    start = draw(instants)
+    return {
+        "gpus": draw(st.integers(1, 8)),
+        "start": start,
+        "length": draw(st.one_of(st.none(), st.timedeltas(timedelta(0), timedelta(days=4)))),
+        "counted_after": draw(st.one_of(st.none(), st.timedeltas(timedelta(0), timedelta(days=1)))),
+        "segment": draw(st.booleans()),
+        "type": draw(st.integers(0, 1)),
+    }
+
+
+@hypothesis_settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+@given(
+    drawn=st.lists(runs(), min_size=1, max_size=8),
+    zone=st.sampled_from(["UTC", "Europe/Berlin", "America/Los_Angeles"]),
+    window=st.tuples(instants, instants),
+)
+def test_the_database_splits_and_sums_as_python_does(lab, settings, drawn, zone, window):
+    """Every workload and run segment, clipped to any window and cut at local midnights (a DST change
+    included), gives PostgreSQL the same GPU-seconds per day, team, user and type as the Python path
+    that SQLite uses."""
+    team, user, p100, v100 = lab
+    Workload.objects.filter(team=team).delete()
+    now = datetime(2026, 4, 2, 12, tzinfo=UTC)
+    for run in drawn:
+        gpu_type = (p100, v100)[run["type"]]
+        end = run["start"] + run["length"] if run["length"] is not None else None
+        if run["segment"]:
+            workload = make(team, user, gpu_type, run["gpus"], None, None, state=State.QUEUED)
+            RunSegment.objects.create(
+                workload=workload, team=team, owner=user, gpu_type=gpu_type, gpu_count=run["gpus"], attempt=0,
+                started_at=run["start"], finished_at=end or run["start"] + timedelta(hours=5), reason="Preempted", borrowed=False,
+            )  # fmt: skip
+        else:
+            counted = run["start"] + run["counted_after"] if run["counted_after"] is not None else None
+            workload = make(team, user, gpu_type, run["gpus"], run["start"], end,
+                            state=State.SUCCEEDED if end else State.RUNNING)  # fmt: skip
+            Workload.objects.filter(id=workload.id).update(counted_from=counted)
+    settings.TIME_ZONE = zone
+    start, end = sorted(window)
+    for filters in (None, Q(gpu_type_id=p100.id), Q(team_id__in=[])):
+        workloads, segments = accounting._live_querysets(start, end, filters)
+        in_database = accounting._live_usage_sql(workloads, segments, start=start, end=min(end, now), now=now)
+        in_python = accounting._live_usage_python(workloads, segments, start=start, end=min(end, now), now=now)
+        positive = {key: value for key, value in in_python.items() if value > 0}
+        assert in_database.keys() == positive.keys()
+        for key, seconds in positive.items():
+            assert in_database[key] == pytest.approx(seconds, rel=1e-9, abs=1e-6)
+
+
+# --- which closed days a recorded run resets -------------------------------------------------------------
+T = datetime(2026, 8, 10, 9, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "since"),
+    [
+        (None, None, None),
+        ((T, None), (T, T + timedelta(days=3)), T + timedelta(days=3)),  # ended: nothing before its end
+        ((T, None), (T, T - timedelta(hours=1) + timedelta(days=1)), T + timedelta(hours=23)),
+        (None, (T, None), T),  # a start learned now: from the start
+        (None, (T, T + timedelta(hours=2)), T),  # started and ended in one step
+        ((T, None), (T + timedelta(hours=5), None), T),  # counted from later: from the earlier
+        ((T, T + timedelta(hours=2)), (T, T + timedelta(hours=1)), T + timedelta(hours=1)),  # end corrected
+        ((T, None), None, None),  # requeued: the run is kept as a segment, counted the same
+        ((T, None), (T, None), None),
+    ],
+)
+def test_a_recorded_run_changes_usage_from_its_earliest_difference(before, after, since):
+    assert accounting.changed_since(before, after) == since
+
+
+def test_an_end_recorded_as_it_happens_resets_no_closed_day(lab):
+    team, user, p100, _ = lab
+    workload = make(team, user, p100, 1, datetime(2026, 7, 1, 9, 0, tzinfo=UTC), None, state=State.RUNNING)
+    with time_machine.travel(datetime(2026, 7, 20, 10, tzinfo=UTC)):
+        assert rollup_pending() == 19
+        transition(workload, State.SUCCEEDED, finished_at=datetime(2026, 7, 20, 9, 59, tzinfo=UTC))
+        assert RolledUpDay.objects.filter(day__lt=date(2026, 7, 20)).count() == 19
+        rows = usage_report_days(first_day=date(2026, 7, 1), last_day=date(2026, 7, 20))
+    assert sum(r.gpu_hours for r in rows) == pytest.approx(19 * 24 - 9 + 9 + 59 / 60)
+
+
+def test_a_start_learned_late_resets_the_days_since_it(lab):
+    team, user, p100, _ = lab
+    workload = make(team, user, p100, 2, None, None, state=State.SUBMITTING)
+    with time_machine.travel(datetime(2026, 7, 20, 10, tzinfo=UTC)):
+        rollup_pending(now=datetime(2026, 7, 20, 10, tzinfo=UTC))
+        RolledUpDay.objects.bulk_create(RolledUpDay(day=date(2026, 7, d)) for d in range(15, 20))
+        # The portal was down for two days: the tracker learns now that it started on the 18th at noon.
+        transition(workload, State.RUNNING, started_at=datetime(2026, 7, 18, 12, tzinfo=UTC))
+        assert sorted(RolledUpDay.objects.values_list("day", flat=True)) == [date(2026, 7, d) for d in (15, 16, 17)]
+        rows = usage_report_days(first_day=date(2026, 7, 15), last_day=date(2026, 7, 19))
+    assert [(r.day, r.gpu_hours) for r in rows] == [(date(2026, 7, 18), 24.0), (date(2026, 7, 19), 48.0)]
