@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import statistics
 import time
 import uuid
@@ -55,6 +56,41 @@ def quiet() -> float:
         calm = calm + 1 if sum(cpu.spent(before, after).values()) < QUIET_CPU else 0
         before = after
     return time.monotonic() - started
+
+
+def worker_batches(log: Path, offset: int) -> str:
+    """The worker's own per-batch profile lines ("submit batch: ...", jobs/services/object_creation.py)
+    written since `offset`, summed: per created object, wall and worker-thread CPU per phase, SQL queries;
+    and the tasks it ran meanwhile, by name (the sweep's resubmissions counted)."""
+    wall: dict[str, float] = {}
+    cpu_s: dict[str, float] = {}
+    tasks: dict[str, int] = {}
+    created = queries = batches = resubmitted = 0
+    with log.open("rb") as f:
+        f.seek(offset)
+        for raw in f:
+            line = raw.decode(errors="replace")
+            task = re.search(r"Task ([\w.]+)\[[^\]]*\] (succeeded|raised|retry)", line)
+            if task:
+                tasks[task[1].rsplit(".", 1)[-1]] = tasks.get(task[1].rsplit(".", 1)[-1], 0) + 1
+                resubmitted += sum(int(v) for v in re.findall(r"'resubmitted': (\d+)", line))
+            match = re.search(r"submit batch: (\d+) of \d+ created; (\d+) SQL queries; s wall/cpu: (.*)$", line)
+            if not match:
+                continue
+            batches += 1
+            created += int(match[1])
+            queries += int(match[2])
+            for name, w, c in re.findall(r"(\w+) ([\d.]+)/([\d.]+)", match[3]):
+                wall[name] = wall.get(name, 0.0) + float(w)
+                cpu_s[name] = cpu_s.get(name, 0.0) + float(c)
+    if not created:
+        return "no batch lines"
+    phases = ", ".join(f"{name} {1000 * wall[name] / created:.2f}/{1000 * cpu_s[name] / created:.2f}" for name in wall)
+    ran = ", ".join(f"{name} {count}" for name, count in sorted(tasks.items(), key=lambda kv: -kv[1]))
+    return (
+        f"{batches} batches, {created} created, {queries / created:.2f} SQL queries per Job; "
+        f"ms per Job wall/thread-cpu: {phases}; tasks: {ran}; the sweep handed over {resubmitted} again"
+    )
 
 
 class Engine:

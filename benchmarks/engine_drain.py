@@ -21,14 +21,12 @@ Jobs are deleted. See benchmarks/README.md.
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from benchmarks import cpu
-from benchmarks.engine import Engine, median, wait_until
+from benchmarks.engine import Engine, median, wait_until, worker_batches
 from benchmarks.engine_flow import CLIENTS, _fresh_namespace, _job_watch
 
 FIGURES = (
@@ -108,41 +106,6 @@ def _print_cpu(side: str, n: int, seconds: dict[str, float]) -> None:
     print(f"# drain {side} side cpu {cpu.per_object(seconds, n)}", flush=True)
 
 
-def _worker_batches(log: Path, offset: int) -> str:
-    """The worker's own per-batch profile lines ("submit batch: ...", jobs/services/object_creation.py)
-    written since `offset`, summed: per created object, wall and worker-thread CPU per phase, SQL queries;
-    and the tasks it ran meanwhile, by name (the sweep's resubmissions counted)."""
-    wall: dict[str, float] = {}
-    cpu_s: dict[str, float] = {}
-    tasks: dict[str, int] = {}
-    created = queries = batches = resubmitted = 0
-    with log.open("rb") as f:
-        f.seek(offset)
-        for raw in f:
-            line = raw.decode(errors="replace")
-            task = re.search(r"Task ([\w.]+)\[[^\]]*\] (succeeded|raised|retry)", line)
-            if task:
-                tasks[task[1].rsplit(".", 1)[-1]] = tasks.get(task[1].rsplit(".", 1)[-1], 0) + 1
-                resubmitted += sum(int(v) for v in re.findall(r"'resubmitted': (\d+)", line))
-            match = re.search(r"submit batch: (\d+) of \d+ created; (\d+) SQL queries; s wall/cpu: (.*)$", line)
-            if not match:
-                continue
-            batches += 1
-            created += int(match[1])
-            queries += int(match[2])
-            for name, w, c in re.findall(r"(\w+) ([\d.]+)/([\d.]+)", match[3]):
-                wall[name] = wall.get(name, 0.0) + float(w)
-                cpu_s[name] = cpu_s.get(name, 0.0) + float(c)
-    if not created:
-        return "no batch lines"
-    phases = ", ".join(f"{name} {1000 * wall[name] / created:.2f}/{1000 * cpu_s[name] / created:.2f}" for name in wall)
-    ran = ", ".join(f"{name} {count}" for name, count in sorted(tasks.items(), key=lambda kv: -kv[1]))
-    return (
-        f"{batches} batches, {created} created, {queries / created:.2f} SQL queries per Job; "
-        f"ms per Job wall/thread-cpu: {phases}; tasks: {ran}; the sweep handed over {resubmitted} again"
-    )
-
-
 def _raw_side(engine: Engine, n: int, place) -> float:
     from django.conf import settings
 
@@ -212,7 +175,7 @@ def _portal_side(engine: Engine, n: int, place) -> tuple[float, float]:
             120,
             "workloads stayed SUBMITTING after their Jobs were made",
         )
-        print(f"# drain portal worker: {_worker_batches(worker_log, log_offset)}", flush=True)
+        print(f"# drain portal worker: {worker_batches(worker_log, log_offset)}", flush=True)
     finally:
         watch.stop()
         _delete_workloads(team)

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 from benchmarks import cpu, web
-from benchmarks.engine import Engine, median, percentile, wait_until
+from benchmarks.engine import Engine, median, percentile, wait_until, worker_batches
 from benchmarks.kwatch import ObjectWatch
 
 CLIENTS = 8  # submitting threads on both sides; the worker's concurrency is 8 as well
@@ -118,13 +118,16 @@ def _portal_round(engine: Engine, n: int, api: web.Api) -> float:
     team, user, namespace = _fresh_namespace(engine)
     token = _token(user)
     watch = _job_watch(engine, namespace)
+    worker_log = engine.log_dir / "worker.log"
     try:
         before = cpu.snapshot()
+        log_offset = worker_log.stat().st_size if worker_log.exists() else 0
         started = time.time()
         _rest_submit(api, token, team.slug, n, {"SIM_RUN_SECONDS": "600"})
         intake_done = time.time()
         last = watch.wait_for(n, 600, "portal submissions reaching the API server")
         print(f"# submit portal side cpu {cpu.per_object(cpu.spent(before, cpu.snapshot()), n)}", flush=True)
+        print(f"# submit portal worker: {worker_batches(worker_log, log_offset)}", flush=True)
     finally:
         watch.stop()
         engine.delete_namespace(namespace)
