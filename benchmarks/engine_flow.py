@@ -184,6 +184,9 @@ def submit_throughput(engine: Engine) -> Iterator[tuple[str, float]]:
 
 
 # --- tracking lag ----------------------------------------------------------------------------------
+# The recorder is a deferred constraint trigger: it runs as the transaction that inserted the timeline row
+# commits, so a transition is stamped when it is about to become visible (less the commit's own flush), not
+# when its row was written; a transaction that records many transitions is not credited before it commits.
 RECORDER_SQL = """
 CREATE TABLE IF NOT EXISTS bench_transition_recorded (
     workload_id bigint, to_state varchar(12), recorded_at timestamptz DEFAULT clock_timestamp());
@@ -194,7 +197,8 @@ BEGIN
     RETURN NEW;
 END $$ LANGUAGE plpgsql;
 DROP TRIGGER IF EXISTS bench_record_transition ON jobs_workloadevent;
-CREATE TRIGGER bench_record_transition AFTER INSERT ON jobs_workloadevent
+CREATE CONSTRAINT TRIGGER bench_record_transition AFTER INSERT ON jobs_workloadevent
+    DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW WHEN (NEW.to_state IN ('RUNNING', 'SUCCEEDED', 'FAILED'))
     EXECUTE FUNCTION bench_record_transition();
 """
