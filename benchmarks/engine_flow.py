@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
-from benchmarks import cpu, web
+from benchmarks import cpu, pgstat, web
 from benchmarks.engine import Engine, median, percentile, wait_until, worker_batches
 from benchmarks.kwatch import ObjectWatch
 
@@ -120,12 +120,15 @@ def _portal_round(engine: Engine, n: int, api: web.Api) -> float:
     watch = _job_watch(engine, namespace)
     worker_log = engine.log_dir / "worker.log"
     try:
+        pgstat.reset()
         before = cpu.snapshot()
         log_offset = worker_log.stat().st_size if worker_log.exists() else 0
         started = time.time()
         _rest_submit(api, token, team.slug, n, {"SIM_RUN_SECONDS": "600"})
         intake_done = time.time()
         last = watch.wait_for(n, 600, "portal submissions reaching the API server")
+        for line in pgstat.report("submit portal side", n):
+            print(line, flush=True)
         print(f"# submit portal side cpu {cpu.per_object(cpu.spent(before, cpu.snapshot()), n)}", flush=True)
         print(f"# submit portal worker: {worker_batches(worker_log, log_offset)}", flush=True)
     finally:
