@@ -230,3 +230,65 @@ def test_a_watch_the_api_server_ended_goes_on_from_the_last_version_seen_without
         "list_job_for_all_namespaces",
         "list_pod_for_all_namespaces",
     ]
+
+
+def _pending(team, owner, gpu_type, n: int) -> list[Workload]:
+    made = []
+    for i in range(n):
+        workload = Workload.objects.create(
+            team=team, owner=owner, name=f"burst-{i}", kind=Kind.BATCH, image="docker.io/x:1", gpu_type=gpu_type,
+            gpu_count=1, time_limit_seconds=3600, state=State.PENDING, namespace=team.namespace,
+            submitted_at=timezone.now(),
+        )  # fmt: skip
+        workload.k8s_name = names.attempt_name(workload.name, workload.uid, 0)
+        workload.save(update_fields=["k8s_name"])
+        made.append(workload)
+    return made
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_burst_of_pods_starting_is_recorded_a_batch_per_commit(running, monkeypatch):
+    """Every commit waits for the log to reach the disk: a burst of 5 starts with batches of 2 is 3 commits,
+    not 5, and every workload is RUNNING with its timeline entry."""
+    from django.db import connection
+
+    burst = [running, *_pending(running.team, running.owner, running.gpu_type, 4)]
+    view = watch_loop.ClusterView()
+    for workload in burst:
+        view.put("Job", job(workload))
+        view.put("Pod", pod(workload))
+    monkeypatch.setattr(watch_loop, "SYNC_BATCH", 2)
+    commits = []
+    real_commit = connection.commit
+    monkeypatch.setattr(connection, "commit", lambda: commits.append(1) or real_commit())
+    assert watch_loop.sync_workloads(view, {w.uid for w in burst}, full=False) == 5
+    assert len(commits) == 3
+    assert set(Workload.objects.filter(id__in=[w.id for w in burst]).values_list("state", flat=True)) == {State.RUNNING}
+    assert all(w.events.filter(to_state=State.RUNNING).exists() for w in burst)
+
+
+def test_a_workload_that_cannot_be_written_leaves_the_rest_of_its_batch_recorded(running, monkeypatch):
+    """A failing write (here: an error from the database, which aborts the statement) costs that workload
+    alone its update; the others in the same transaction are recorded, and it is tried again next time."""
+    from django.db import connection
+
+    burst = [running, *_pending(running.team, running.owner, running.gpu_type, 2)]
+    view = watch_loop.ClusterView()
+    for workload in burst:
+        view.put("Job", job(workload))
+        view.put("Pod", pod(workload))
+    apply = watch_loop.apply_observation
+
+    def broken_for_the_second(workload, obs):
+        if workload.id == burst[1].id:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1 / 0")
+        return apply(workload, obs)
+
+    monkeypatch.setattr(watch_loop, "apply_observation", broken_for_the_second)
+    assert watch_loop.sync_workloads(view, {w.uid for w in burst}, full=False) == 2
+    states = dict(Workload.objects.filter(id__in=[w.id for w in burst]).values_list("id", "state"))
+    assert states == {burst[0].id: State.RUNNING, burst[1].id: State.PENDING, burst[2].id: State.RUNNING}
+    monkeypatch.setattr(watch_loop, "apply_observation", apply)
+    assert watch_loop.sync_workloads(view, {burst[1].uid}, full=False) == 1
+    assert Workload.objects.get(id=burst[1].id).state == State.RUNNING
