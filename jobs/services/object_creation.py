@@ -544,11 +544,6 @@ _MARK_CREATED_SQL = f"""
 """  # noqa: S608 - the table name is our model's; every value is a parameter
 
 
-_LOCK_IN_ORDER_SQL = f"""
-    SELECT id FROM {Workload._meta.db_table} WHERE id = ANY(%s::bigint[]) ORDER BY id FOR NO KEY UPDATE
-"""  # noqa: S608 - the table name is our model's; the ids are a parameter
-
-
 def _mark_created(created: list[Workload], specs: dict[int, objects.WorkloadSpec]) -> int:
     """SUBMITTING -> PENDING for the batch's successes, as `transition` would move each (guarded by the
     state, timestamped, a timeline row each; the move tells nobody and releases nothing), in one
@@ -561,14 +556,10 @@ def _mark_created(created: list[Workload], specs: dict[int, objects.WorkloadSpec
         # commit): what all of them share as values, what differs (name, message, namespace) from arrays
         # joined by id. Django's UPDATE needed a CASE per field and row, which cost the worker more CPU
         # than the rest of the batch's bookkeeping.
-        values = sorted(
+        values = [
             (w.id, _created_message(specs[w.id]), specs[w.id].namespace, specs[w.id].object_name) for w in created
-        )
+        ]
         with connection.cursor() as cursor:
-            # The rows are locked first, in id order, as the tracker writes its batches: the UPDATE alone
-            # locks them in whatever order its plan reads them, and two transactions that lock the same
-            # rows in different orders can wait on each other in a circle.
-            cursor.execute(_LOCK_IN_ORDER_SQL, [[v[0] for v in values]])
             columns = [list(column) for column in zip(*values, strict=True)]  # ids, messages, namespaces, names
             cursor.execute(_MARK_CREATED_SQL, [State.PENDING, "Created", now, now, now, *columns, State.SUBMITTING])
             moved = {row[0] for row in cursor.fetchall()}

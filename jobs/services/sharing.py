@@ -126,7 +126,7 @@ def _beyond_limits(team_name: str, quota: sharing_plan.TeamQuota) -> str:
 def _flip_marks(ids: set[int], *, borrowed: bool, at: datetime) -> None:
     """Mark workloads borrowed or not from `at`. A started run keeps the stretch before as a segment
     with the old mark, so usage bills each part as it was."""
-    for workload in Workload.objects.filter(id__in=ids, borrowed=not borrowed).order_by("id"):  # as the tracker locks
+    for workload in Workload.objects.filter(id__in=ids, borrowed=not borrowed):
         if workload.started_at is not None:
             began = max(workload.started_at, workload.counted_from or workload.started_at)
             close_segment(

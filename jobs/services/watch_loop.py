@@ -22,7 +22,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections
 from django.utils import timezone
 from kubernetes.client.exceptions import ApiException
 
@@ -221,63 +221,38 @@ def objects_missing(workload: Workload) -> bool:
     return False
 
 
-# Transitions are written up to this many workloads to a transaction: a burst of pods starting is a few
-# commits (each waits for the log to reach the disk), not one per workload. Small, because none of a
-# batch is visible before its commit: at a few ms a workload, the first waits some tens of ms for the last.
-SYNC_BATCH = 20
-
-
 def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> int:
-    """Apply the view to active workloads (all of them on a full sync); returns how many changed.
-
-    What each workload's objects say is worked out first (a full sync may ask the API server whether a
-    Deployment still exists); then the changes are written, SYNC_BATCH workloads to a transaction, each in
-    a savepoint of its own, so one that cannot be written leaves the others' in place. Rows are written in
-    id order, as the worker's batches lock them, so the two never wait on each other in a circle.
-    """
+    """Apply the view to active workloads (all of them on a full sync); returns how many changed."""
     grace = timezone.now() - timedelta(seconds=max(10, settings.PORTAL_RESYNC_SECONDS))
     if uids is not None:
         uids = {uid for uid in uids if view.may_say_something(uid)}
         if not uids and not full:
             return 0
-    observed: list[tuple[Workload, Observation]] = []
-    for workload in _to_sync(view, uids, full=full, grace=grace).select_related("team").order_by("id"):
-        obs = _observation(view, workload, full=full, grace=grace)
-        if obs is not None:
-            observed.append((workload, obs))
     changed = 0
-    for start in range(0, len(observed), SYNC_BATCH):
-        with transaction.atomic():
-            for workload, obs in observed[start : start + SYNC_BATCH]:
-                try:
-                    with transaction.atomic():
-                        changed += apply_observation(workload, obs)
-                except Exception:
-                    log.exception("workload %s: could not apply observation", workload.uid)
+    for workload in _to_sync(view, uids, full=full, grace=grace).select_related("team"):
+        job, pods = view.objects_for(workload)
+        obs = observe(kind=workload.kind, job=job, pods=pods)
+        if obs is None:
+            if (
+                full
+                and workload.state in (State.PENDING, State.RUNNING)
+                and job is None
+                and not pods
+                and workload.submitted_at
+                and workload.submitted_at < grace
+                and objects_missing(workload)
+            ):
+                what = "Job was" if workload.kind == Kind.BATCH else "Deployment was"
+                obs = Observation(
+                    State.FAILED, "ObjectsMissing", f"Its {what} deleted outside the portal.", None, timezone.now()
+                )
+            else:
+                continue
+        try:
+            changed += apply_observation(workload, obs)
+        except Exception:
+            log.exception("workload %s: could not apply observation", workload.uid)
     return changed
-
-
-def _observation(view: ClusterView, workload: Workload, *, full: bool, grace) -> Observation | None:
-    """What the workload's objects say now (None: nothing to conclude). On a full sync, a batch job or
-    service past its grace whose objects are gone is failed as deleted outside the portal."""
-    job, pods = view.objects_for(workload)
-    obs = observe(kind=workload.kind, job=job, pods=pods)
-    if obs is not None:
-        return obs
-    if (
-        full
-        and workload.state in (State.PENDING, State.RUNNING)
-        and job is None
-        and not pods
-        and workload.submitted_at
-        and workload.submitted_at < grace
-        and objects_missing(workload)
-    ):
-        what = "Job was" if workload.kind == Kind.BATCH else "Deployment was"
-        return Observation(
-            State.FAILED, "ObjectsMissing", f"Its {what} deleted outside the portal.", None, timezone.now()
-        )
-    return None
 
 
 def _to_sync(view: ClusterView, uids: set[str] | None, *, full: bool, grace):
