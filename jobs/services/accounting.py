@@ -97,8 +97,9 @@ def _live_usage_python(workloads, segments, *, start: datetime, end: datetime, n
             usage[(day, team_id, user_id, type_id)] += seconds * gpus
 
     for team_id, user_id, type_id, gpus, started, finished, counted_from in workloads.iterator(chunk_size=5000):
-        began = max(started, counted_from) if counted_from else started
-        add(team_id, user_id, type_id, gpus, max(began, start), min(finished or now, end))
+        add(
+            team_id, user_id, type_id, gpus, max(counted_start(started, counted_from), start), min(finished or now, end)
+        )
     for team_id, user_id, type_id, gpus, started, finished in segments.iterator(chunk_size=5000):
         add(team_id, user_id, type_id, gpus, max(started, start), min(finished, end))
     return usage
@@ -336,12 +337,17 @@ def rollup_pending(*, now: datetime | None = None, max_days: int = 400) -> int:
 Interval = tuple[datetime, datetime | None]  # counted from, finished (None while it runs)
 
 
+def counted_start(started_at: datetime, counted_from: datetime | None) -> datetime:
+    """Where usage starts counting a run (pure): when it started, or later where a part of it before
+    `counted_from` is kept apart as a run segment (a borrowed mark that changed)."""
+    return max(started_at, counted_from) if counted_from else started_at
+
+
 def counted_interval(workload: Workload) -> Interval | None:
     """The stretch of a workload's current run that usage counts, as the workloads table has it."""
     if workload.started_at is None:
         return None
-    began = max(workload.started_at, workload.counted_from) if workload.counted_from else workload.started_at
-    return began, workload.finished_at
+    return counted_start(workload.started_at, workload.counted_from), workload.finished_at
 
 
 def changed_since(before: Interval | None, after: Interval | None) -> datetime | None:

@@ -19,6 +19,7 @@ from django.conf import settings
 
 from jobs.kube import names
 from jobs.models import Kind, RunSegment, State, Workload, WorkloadEvent
+from jobs.services.accounting import counted_start
 from jobs.services.dispatch import enqueue_preempt_delete
 from jobs.services.object_creation import workload_delete_objects
 from jobs.services.transitions import note, transition
@@ -79,7 +80,7 @@ def preempt(victim_id: int, *, at: datetime, for_workload_id: int | None = None,
         # The run is over but the workload is not: its GPU time stays in usage as a segment.
         close_segment(
             workload,
-            began=max(ran, counted) if counted else ran,
+            began=counted_start(ran, counted),
             at=at,
             borrowed=was_borrowed,
             attempt=workload.attempt - 1,

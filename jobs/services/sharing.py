@@ -18,6 +18,7 @@ from django.db import transaction
 
 from jobs.models import Quota, State, Team, Workload, WorkloadEvent
 from jobs.services import sharing_plan
+from jobs.services.accounting import counted_start
 from jobs.services.preemption import close_segment, preempt
 from jobs.services.sharing_plan import Held
 from jobs.services.transitions import note
@@ -128,10 +129,9 @@ def _flip_marks(ids: set[int], *, borrowed: bool, at: datetime) -> None:
     with the old mark, so usage bills each part as it was."""
     for workload in Workload.objects.filter(id__in=ids, borrowed=not borrowed):
         if workload.started_at is not None:
-            began = max(workload.started_at, workload.counted_from or workload.started_at)
             close_segment(
                 workload,
-                began=began,
+                began=counted_start(workload.started_at, workload.counted_from),
                 at=at,
                 borrowed=not borrowed,
                 attempt=workload.attempt,

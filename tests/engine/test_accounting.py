@@ -34,6 +34,14 @@ def test_split_by_day_cuts_at_midnight():
     assert parts == [(date(2026, 1, 31), 3600.0), (date(2026, 2, 1), 5400.0)]
 
 
+def test_a_run_counts_from_its_start_or_from_a_later_mark_change_never_earlier():
+    started = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+    assert accounting.counted_start(started, None) == started
+    assert accounting.counted_start(started, started + timedelta(hours=2)) == started + timedelta(hours=2)
+    # A mark older than the run (left from an earlier attempt) does not count time the run never had.
+    assert accounting.counted_start(started, started - timedelta(hours=2)) == started
+
+
 def test_split_by_day_follows_the_local_calendar():
     tz = zoneinfo.ZoneInfo("Europe/Berlin")  # UTC+1 in winter
     parts = list(split_by_day(datetime(2026, 1, 1, 22, 30, tzinfo=UTC), datetime(2026, 1, 1, 23, 30, tzinfo=UTC), tz))
