@@ -11,10 +11,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from jobs import sql as jobs_sql
 from jobs.models import Kind, State, Workload
 from notifications.models import Event, Topic
 
@@ -58,11 +59,10 @@ def notify(*, kind: str, workload: Workload, summary: str, key: str = "", **deta
         summary=summary[:300],
         details={**workload_facts(workload), **details},
     )
-    try:
-        with transaction.atomic():
-            event.save()
-    except IntegrityError:
-        return None  # already recorded: a retried caller, or a state reached twice (a service's pod re-made)
+    # One statement, no savepoint: an event already recorded under the key (a retried caller, or a state
+    # reached twice, as a service whose pod was made again) stores nothing.
+    if not jobs_sql.insert(event, unless_taken=("key",)):
+        return None
     transaction.on_commit(lambda: enqueue("notifications.tasks.fan_out", event.id))
     return event
 

@@ -203,3 +203,16 @@ def test_a_sender_that_died_mid_send_is_replaced_after_its_lease_with_the_same_k
         assert delivery_send(delivery.id) == "sent"
     (hook,) = receiver.deliveries
     assert hook.headers["Idempotency-Key"] == str(delivery.idempotency_key)
+
+
+def test_an_event_recorded_twice_under_one_key_is_stored_once_and_the_callers_transaction_goes_on(lab):
+    """A retried caller (or a service's pod made again that fails again) records nothing new, and the
+    transaction it runs in is not broken by the duplicate: what it writes next is kept."""
+    job = workload(lab, state=State.FAILED, finished_at=timezone.now())
+    first = events.notify(kind=events.FAILED, workload=job, summary="resnet failed: OOMKilled")
+    assert first is not None and first.pk
+    assert events.notify(kind=events.FAILED, workload=job, summary="resnet failed: OOMKilled") is None
+    Workload.objects.filter(id=job.id).update(message="written after the duplicate")
+    assert Event.objects.filter(key=f"{events.FAILED}:{job.uid}").count() == 1
+    assert Workload.objects.get(id=job.id).message == "written after the duplicate"
+    assert Event.objects.get(id=first.pk).details["name"] == "resnet"
