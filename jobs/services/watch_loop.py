@@ -229,7 +229,8 @@ def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> i
         if not uids and not full:
             return 0
     changed = 0
-    for workload in _to_sync(view, uids, full=full, grace=grace).select_related("team"):
+    # The GPU type too: a finished workload's notification names it.
+    for workload in _to_sync(view, uids, full=full, grace=grace).select_related("team", "gpu_type"):
         job, pods = view.objects_for(workload)
         obs = observe(kind=workload.kind, job=job, pods=pods)
         if obs is None:
