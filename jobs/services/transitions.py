@@ -10,9 +10,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
-from django.db.models import DateTimeField, Subquery, Value
-from django.db.models.functions import Coalesce, Greatest
+from django.db import connection, transaction
 from django.utils import timezone
 
 from jobs.models import State, Workload, WorkloadEvent
@@ -64,15 +62,10 @@ def transition(
         if not moved:
             workload.refresh_from_db()
             return False
-        WorkloadEvent.objects.create(
-            workload=workload,
-            at=not_before_last(workload.id, at or now),
-            source=source,
-            from_state=from_state,
-            to_state=to_state,
-            reason=reason,
+        timeline_append(
+            workload.id, at=at or now, source=source, from_state=from_state, to_state=to_state, reason=reason,
             message=message,
-        )
+        )  # fmt: skip
         for key, value in changes.items():
             setattr(workload, key, value)
         if from_state in State.holding() and to_state not in State.holding():
@@ -87,12 +80,25 @@ def transition(
     return True
 
 
-def not_before_last(workload_id: int, at: datetime) -> Greatest:
-    """`at`, or the time of the workload's latest timeline entry if that is later, computed by the INSERT
-    itself (one round trip): Kubernetes' timestamps have whole seconds, and an entry must never sort
-    before the one it follows."""
-    latest = WorkloadEvent.objects.filter(workload_id=workload_id).order_by("-at").values("at")[:1]
-    return Greatest(Value(at), Coalesce(Subquery(latest), Value(at)), output_field=DateTimeField())
+# A timeline entry at `at`, or at the workload's latest entry's time if that is later, computed by the
+# INSERT itself (one round trip): Kubernetes' timestamps have whole seconds, and an entry must never sort
+# before the one it follows. Fixed SQL (a CASE, which PostgreSQL and SQLite both have): every state change
+# writes one, and the ORM compiled the same subquery expression anew each time.
+_TIMELINE_APPEND_SQL = """
+INSERT INTO {event} (workload_id, at, source, from_state, to_state, reason, message)
+SELECT %s, CASE WHEN latest.at > %s THEN latest.at ELSE %s END, %s, %s, %s, %s, %s
+FROM (SELECT max(at) AS at FROM {event} WHERE workload_id = %s) AS latest
+"""
+
+
+def timeline_append(
+    workload_id: int, *, at: datetime, source: str, from_state: str, to_state: str, reason: str, message: str
+) -> None:
+    """Write a state change to the workload's timeline, never before its latest entry."""
+    moment = WorkloadEvent._meta.get_field("at").get_db_prep_save(at, connection)
+    sql = _TIMELINE_APPEND_SQL.format(event=connection.ops.quote_name(WorkloadEvent._meta.db_table))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [workload_id, moment, moment, source, from_state, to_state, reason, message, workload_id])
 
 
 def note(workload: Workload, *, reason: str, message: str, source: str = WorkloadEvent.Source.KUBERNETES) -> None:
