@@ -69,10 +69,12 @@ def transition(
         for key, value in changes.items():
             setattr(workload, key, value)
         if from_state in State.holding() and to_state not in State.holding():
-            # GPUs were released: the next queued workload of this team and type may fit now.
-            from jobs.services.dispatch import enqueue_admission
+            # GPUs were released: the next queued workload of this team and type may fit now. Asked once
+            # while a pass waits to start (a burst of ends is one pass, not one each; that pass starts after
+            # this commit, so it sees these GPUs free).
+            from jobs.services.dispatch import request_admission
 
-            enqueue_admission(team_id=workload.team_id, gpu_type_id=workload.gpu_type_id)
+            request_admission(team_id=workload.team_id, gpu_type_id=workload.gpu_type_id)
         if to_state in State.final() or changes.keys() & {"started_at", "finished_at", "counted_from"}:
             note_interval_changed(workload, before=counted_before)
         # The one place workload news is recorded: in this transaction, sent by Celery after commit.
