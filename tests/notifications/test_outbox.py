@@ -210,7 +210,8 @@ def test_an_event_recorded_twice_under_one_key_is_stored_once_and_the_callers_tr
     transaction it runs in is not broken by the duplicate: what it writes next is kept."""
     job = workload(lab, state=State.FAILED, finished_at=timezone.now())
     first = events.notify(kind=events.FAILED, workload=job, summary="resnet failed: OOMKilled")
-    assert first is not None and first.pk
+    assert first is not None
+    assert first.pk
     assert events.notify(kind=events.FAILED, workload=job, summary="resnet failed: OOMKilled") is None
     Workload.objects.filter(id=job.id).update(message="written after the duplicate")
     assert Event.objects.filter(key=f"{events.FAILED}:{job.uid}").count() == 1
