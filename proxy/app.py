@@ -4,7 +4,8 @@ Why these parts: **uvicorn** serves it (the reference ASGI server, maintained by
 through httptools and WebSockets through the `websockets` library, flow control both ways). Plain HTTP
 goes to the pods through proxy/upstream.py, a small keep-alive HTTP/1.1 client over httptools (llhttp, the
 parser uvicorn itself uses) that passes bodies on as the kernel hands them over: a general client parsed
-and re-queued every byte, which nearly doubled the proxy's CPU per GB downloaded. WebSockets to the pods go
+and re-queued every byte, which nearly doubled the proxy's CPU per GB downloaded. A large body of known
+length skips Python altogether: proxy/zerocopy.py splices it from the pod's socket to the browser's. WebSockets to the pods go
 through **aiohttp**'s client (maintained, with the close codes and subprotocols a proxy must pass on; it
 was already in the lock file through the Kubernetes client). The app itself is plain ASGI, no framework:
 it is one routing rule.
@@ -35,7 +36,7 @@ from django.db import connections
 from django.http.cookie import parse_cookie
 
 from jobs.services import opening
-from proxy import access, headers, upstream
+from proxy import access, headers, upstream, zerocopy
 from proxy.access import Door, Outcome
 
 log = logging.getLogger(__name__)
@@ -236,6 +237,7 @@ class ServiceProxy:
             await self._websocket(scope, receive, send, door)
             return
         started = False
+        sink = zerocopy.sink_for(scope, send)  # before `send` is wrapped: it needs the server's own
 
         async def tracked(message: dict[str, Any]) -> None:
             nonlocal started
@@ -244,7 +246,7 @@ class ServiceProxy:
 
         try:
             door = await self._door(_credential(scope), uid)
-            await self._http(scope, receive, tracked, door)
+            await self._http(scope, receive, tracked, door, sink)
         except Exception:  # the database is away, a template broke: a portal page, never a traceback
             log.exception("proxying %s failed", scope["path"])
             if not started:
@@ -313,7 +315,9 @@ class ServiceProxy:
         await self._respond(send, 302, "", extra=extra)
 
     # --- HTTP ----------------------------------------------------------------------------------------
-    async def _http(self, scope: Scope, receive: Receive, send: Send, door: Door) -> None:
+    async def _http(
+        self, scope: Scope, receive: Receive, send: Send, door: Door, sink: zerocopy.Sink | None = None
+    ) -> None:
         if door.outcome in (Outcome.SIGN_IN, Outcome.NOT_FOUND):
             await self._refuse(scope, receive, send, door)
             return
@@ -334,7 +338,7 @@ class ServiceProxy:
             prefix=f"/w/{door.uid}/",
         )
         self._touch(door)
-        outcome = await self._forward(scope, receive, send, target, forwarded, strip=True)
+        outcome = await self._forward(scope, receive, send, target, forwarded, strip=True, sink=sink)
         if outcome == "unreachable":
             self._forget_target(door)
             await self._sync(access.forget_endpoint, door.namespace, door.service)
@@ -365,6 +369,7 @@ class ServiceProxy:
         *,
         strip: bool,
         base: str = "",
+        sink: zerocopy.Sink | None = None,
     ) -> str | None:
         """Send the request to `target` (a pod's address, or the portal's in development) and stream the
         answer back. Returns None when an answer went out, else "unreachable" or "timeout" (nothing was
@@ -423,7 +428,7 @@ class ServiceProxy:
         reusable = False
         try:
             await send({"type": "http.response.start", "status": response.status, "headers": _bytes_headers(raw)})
-            reusable = await self._stream_back(conn, response, receive, send, uploading)
+            reusable = await self._stream_back(conn, response, receive, send, uploading, sink)
         finally:
             if uploading is not None and not uploading.done():  # the pod answered before the upload ended
                 uploading.cancel()
@@ -484,8 +489,10 @@ class ServiceProxy:
         receive: Receive,
         send: Send,
         uploading: asyncio.Future | None,
+        sink: zerocopy.Sink | None = None,
     ) -> bool:
-        """Copy the response body as it comes; stop as soon as the browser goes away (uvicorn's send would
+        """Copy the response body as it comes (a large one of known length inside the kernel, through
+        `sink`: proxy/zerocopy.py); stop as soon as the browser goes away (uvicorn's send would
         silently drop the rest, and an endless event stream would be read for nobody). Returns whether the
         connection to the pod ended cleanly at the end of the answer (it can then carry another)."""
         if uploading is None and response.length is not None and len(response.rest) == response.length:
@@ -493,11 +500,23 @@ class ServiceProxy:
             await send({"type": "http.response.body", "body": response.rest, "more_body": False})
             return response.keep_alive
 
+        spliced = (
+            sink is not None
+            and uploading is None
+            and response.length is not None
+            and response.length - len(response.rest) >= zerocopy.SPLICE_AT_LEAST
+            and sink.ready(response.length)
+        )
+
         async def copy() -> bool:
             try:
+                if spliced:
+                    await sink.relay(conn.sock.fileno(), response.rest, response.length)
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    return True
                 async for piece in upstream.body(conn, response):
                     await send({"type": "http.response.body", "body": piece, "more_body": True})
-            except (upstream.Unreachable, OSError):
+            except (upstream.Unreachable, zerocopy.PodClosed, OSError):
                 # Not completed on purpose: uvicorn then closes the browser's connection, so a truncated
                 # body never looks whole.
                 log.info("backend stream broke off", exc_info=True)

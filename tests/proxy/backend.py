@@ -9,9 +9,14 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import random
 import threading
 
 from aiohttp import WSMsgType, web
+
+
+def noise(size: int, seed: int) -> bytes:
+    return random.Random(seed).randbytes(size)
 
 
 class Backend:
@@ -51,6 +56,11 @@ class Backend:
     async def download(self, request: web.Request) -> web.Response:
         size = int(request.query.get("bytes", "1048576"))
         return web.Response(body=b"x" * size, content_type="application/octet-stream")
+
+    async def blob(self, request: web.Request) -> web.Response:
+        """`bytes` of noise from `seed`: a body where a byte lost, doubled or moved shows in its digest."""
+        size, seed = int(request.query["bytes"]), int(request.query.get("seed", "0"))
+        return web.Response(body=noise(size, seed), content_type="application/octet-stream")
 
     async def cookies(self, request: web.Request) -> web.Response:
         response = web.json_response({"cookie": request.headers.get("Cookie", "")})
@@ -100,6 +110,7 @@ class Backend:
         app = web.Application(client_max_size=0)
         app.router.add_get("/w/{uid}/stream", self.stream)
         app.router.add_get("/w/{uid}/download", self.download)
+        app.router.add_get("/w/{uid}/blob", self.blob)
         app.router.add_get("/w/{uid}/cookies", self.cookies)
         app.router.add_get("/w/{uid}/hop", self.hop)
         app.router.add_get("/w/{uid}/redirect", self.redirect)
@@ -137,10 +148,10 @@ class RawBackend:
     end when it closes, bodies cut short, interim 100 answers, and kept-alive connections it drops.
 
     Routes (the last path segment): `until-close` (no length, the body ends at close), `cut` (announces
-    1000 bytes, sends 500, closes), `cut-chunked` (a chunked body that stops without its last chunk),
-    `continue` (a 100 Continue, then the answer), anything else: `hello` with a Content-Length, keeping the
-    connection open, except that the third request on one connection is dropped unanswered (a keep-alive
-    timeout striking just as a request arrives)."""
+    1000 bytes, sends 500, closes), `cut-large` (the same at 8 MB announced, 3 MB sent), `cut-chunked` (a
+    chunked body that stops without its last chunk), `continue` (a 100 Continue, then the answer), anything
+    else: `hello` with a Content-Length, keeping the connection open, except that the third request on one
+    connection is dropped unanswered (a keep-alive timeout striking just as a request arrives)."""
 
     def __init__(self) -> None:
         self.connections = 0  # accepted so far
@@ -164,6 +175,10 @@ class RawBackend:
                     break
                 if path == b"cut":
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"c" * 500)
+                    await writer.drain()
+                    break
+                if path == b"cut-large":  # announces 8 MB, sends 3 MB, closes
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 8388608\r\n\r\n" + b"c" * 3_145_728)
                     await writer.drain()
                     break
                 if path == b"cut-chunked":
