@@ -417,7 +417,7 @@ class ServiceProxy:
             except BaseException:
                 conn.close()
                 raise
-        origin = f"http://{target[0]}:{target[1]}"
+        origin = headers.origin(*target)
         raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers]
         if strip:
             raw = headers.response_headers(raw, blocked_cookies=_blocked_cookies(), backend_origin=origin)
@@ -556,7 +556,7 @@ class ServiceProxy:
         if target is None:
             await send({"type": "websocket.close", "code": 1008})
             return
-        origin = f"http://{target[0]}:{target[1]}"
+        origin = headers.origin(*target)
         offered = headers.subprotocols(_str_headers(scope))
         forwarded = headers.request_headers(
             _str_headers(scope),

@@ -130,6 +130,12 @@ def response_headers(headers: list[Header], *, blocked_cookies: frozenset[str], 
     return out
 
 
+def origin(host: str, port: int) -> str:
+    """The pod's origin as a URL begins: an IPv6 address in brackets (`http://[fd00::7]:8888`), as a
+    dual-stack cluster's EndpointSlices give them bare."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def relative_location(location: str, backend_origin: str) -> str:
     """`http://10.0.0.7:8888/w/x/tree` -> `/w/x/tree` when it names the backend; anything else unchanged."""
     parts = urlsplit(location)

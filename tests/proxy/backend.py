@@ -20,7 +20,8 @@ def noise(size: int, seed: int) -> bytes:
 
 
 class Backend:
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host  # "::1": a pod with an IPv6 address, as on a dual-stack cluster
         self.close_codes: list[int | None] = []  # codes the browser's side closed with, as the app saw them
         self.loop = asyncio.new_event_loop()
         self.port = 0
@@ -82,7 +83,8 @@ class Backend:
 
     async def redirect(self, request: web.Request) -> web.Response:
         uid = request.match_info["uid"]
-        raise web.HTTPFound(f"http://127.0.0.1:{self.port}/w/{uid}/tree?x=1")  # its own address, not the Host
+        here = f"[{self.host}]" if ":" in self.host else self.host
+        raise web.HTTPFound(f"http://{here}:{self.port}/w/{uid}/tree?x=1")  # its own address, not the Host
 
     async def hang(self, request: web.Request) -> web.Response:
         await asyncio.sleep(60)
@@ -124,7 +126,7 @@ class Backend:
         asyncio.set_event_loop(self.loop)
         self._runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=0.5)
         self.loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, self.host, 0)
         self.loop.run_until_complete(site.start())
         self.port = site._server.sockets[0].getsockname()[1]
         self._started.set()

@@ -271,3 +271,26 @@ def test_websocket_refused_to_others(proxy_world, who):
     with pytest.raises(InvalidStatus) as refused:
         ws(proxy_world, who=who)
     assert refused.value.response.status_code == 403
+
+
+# --- a pod with an IPv6 address (dual-stack clusters give EndpointSlices bare IPv6 addresses) --------
+@pytest.fixture
+def ipv6_backend():
+    from tests.proxy.backend import Backend
+
+    server = Backend(host="::1").start()
+    yield server
+    server.stop()
+
+
+def test_an_ipv6_pod_serves_pages_redirects_and_websockets(proxy_world, ipv6_backend):
+    proxy_world.target["address"] = ("::1", ipv6_backend.port)
+    page = get(proxy_world, "lab?x=1")
+    assert page.status_code == 200
+    assert page.json()["path"] == f"/w/{proxy_world.workload.uid}/lab"
+    assert get(proxy_world, "download?bytes=3000000").content == b"x" * 3_000_000
+    redirect = get(proxy_world, "redirect")
+    assert redirect.headers["Location"] == f"/w/{proxy_world.workload.uid}/tree?x=1"
+    with ws(proxy_world) as socket:
+        socket.send("over six")
+        assert socket.recv(timeout=5) == "echo: over six"

@@ -56,6 +56,14 @@ def test_a_redirect_to_the_pods_own_address_stays_on_the_portal():
     assert headers.relative_location("/w/a/tree", origin) == "/w/a/tree"
 
 
+def test_a_redirect_to_an_ipv6_pods_own_address_stays_on_the_portal():
+    origin = headers.origin("fd00:10::7", 8888)
+    assert origin == "http://[fd00:10::7]:8888"
+    assert headers.relative_location("http://[fd00:10::7]:8888/w/a/tree?x=1", origin) == "/w/a/tree?x=1"
+    assert headers.relative_location("http://[fd00:10::8]:8888/w/a/tree", origin) == "http://[fd00:10::8]:8888/w/a/tree"
+    assert headers.origin("10.1.2.3", 8888) == "http://10.1.2.3:8888"
+
+
 def test_subprotocols_in_the_browsers_order():
     assert headers.subprotocols([("Sec-WebSocket-Protocol", "v2.jupyter, jupyter"), ("X", "y")]) == [
         "v2.jupyter",
