@@ -7,11 +7,13 @@ periodic full list; nothing here makes one API call per workload.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -226,14 +228,20 @@ def apply_observation(workload: Workload, obs: Observation) -> bool:
             source=WorkloadEvent.Source.KUBERNETES,
             **fields,
         )
-    changed = bool(fields)
-    if obs.reason != workload.reason or obs.message != workload.message:
+    new_reason = obs.reason != workload.reason
+    if new_reason or obs.message != workload.message:
         fields.update(reason=obs.reason, message=obs.message)
-        if obs.reason != workload.reason:
+    if not fields:
+        return False
+    # The row and its timeline entry together, and only while the state is still the one this observation
+    # was read against: a state change that slipped in between wrote its own entry, and this one is stale.
+    with transaction.atomic(savepoint=False) if new_reason else contextlib.nullcontext():
+        if not Workload.objects.filter(id=workload.id, state=workload.state).update(
+            updated_at=timezone.now(), **fields
+        ):
+            return False
+        if new_reason:
             note(workload, reason=obs.reason, message=obs.message)
-        changed = True
-    if changed:
-        Workload.objects.filter(id=workload.id, state=workload.state).update(updated_at=timezone.now(), **fields)
-        for key, value in fields.items():
-            setattr(workload, key, value)
-    return changed
+    for key, value in fields.items():
+        setattr(workload, key, value)
+    return True

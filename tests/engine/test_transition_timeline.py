@@ -52,3 +52,26 @@ def test_a_later_timestamp_is_kept(workload):
     later = timezone.now() + timedelta(seconds=30)
     transition(workload, State.PENDING, reason="Created", at=later)
     assert WorkloadEvent.objects.filter(workload=workload).latest("id").at == later
+
+
+def test_a_new_reason_read_against_a_state_that_has_moved_on_writes_nothing(workload):
+    from jobs.services.status_mapping import Observation, apply_observation
+
+    Workload.objects.filter(id=workload.id).update(state=State.RUNNING)  # the tracker's copy is behind
+    workload.state = State.PENDING
+    stale = Observation(state=State.PENDING, reason="ImagePullBackOff", message="Back-off pulling image")
+    assert not apply_observation(workload, stale)
+    assert not WorkloadEvent.objects.filter(workload=workload, reason="ImagePullBackOff").exists()
+    assert Workload.objects.get(id=workload.id).reason != "ImagePullBackOff"
+
+
+def test_a_new_reason_on_the_current_state_is_stored_with_its_timeline_entry(workload):
+    from jobs.services.status_mapping import Observation, apply_observation
+
+    Workload.objects.filter(id=workload.id).update(state=State.PENDING)
+    workload.state = State.PENDING
+    assert apply_observation(workload, Observation(state=State.PENDING, reason="Unschedulable", message="0/5 nodes"))
+    stored = Workload.objects.get(id=workload.id)
+    assert (stored.reason, stored.message) == ("Unschedulable", "0/5 nodes")
+    entry = WorkloadEvent.objects.get(workload=workload, reason="Unschedulable")
+    assert (entry.from_state, entry.to_state) == (State.PENDING, State.PENDING)
