@@ -7,7 +7,7 @@ race       quota_overadmissions: GPUs held beyond the quota after 50 concurrent 
 submit     submit_throughput_ratio: portal (submission -> Job held by the API server) / raw client creates,
            alternating A/B rounds, fresh namespaces, counted by our own watch (engine_flow.py)
 lag        tracking_lag_*: the simulator's successful status write -> the transition recorded in PostgreSQL
-crash      crash_duplicates/_lost: kill -9 of the worker at random points; Jobs and pods ever created
+crash      crash_duplicates/_lost: kill -9 of the worker mid-task at random points; Jobs and pods ever created
 drain      drain_10k_ratio: 10,000 queued workloads whose quota opens at once, until the API server holds all
            their Jobs / the raw client creating the same Jobs (engine_drain.py)
 usage      usage_report_1m_*: a month's report over 1,000,000 workloads (roll-up, fully live, and the current

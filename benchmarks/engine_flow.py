@@ -9,6 +9,7 @@ import json
 import os
 import random
 import re
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -334,6 +335,9 @@ def _in_flight(log_path, offset: int) -> int:
     return len(open_tasks)
 
 
+AIM_SECONDS = 3.0  # how long a kill may wait for the worker to be in the middle of a task
+
+
 def crash(engine: Engine) -> Iterator[tuple[str, float]]:
     """kill -9 of the worker at random points while 200 workloads go through; every Job and pod ever
     created is counted by watches started before the first submission."""
@@ -354,22 +358,37 @@ def crash(engine: Engine) -> Iterator[tuple[str, float]]:
     offset = worker_log.stat().st_size if worker_log.exists() else 0
 
     def kill() -> None:
+        """Wait up to AIM_SECONDS for the worker to hold a task it has not finished (its log says so), then
+        kill it: a kill between tasks proves little. Counted as in flight only if the log said so."""
         nonlocal kills, in_flight_kills, offset
-        busy = _in_flight(worker_log, offset)
+        aim_until = time.monotonic() + AIM_SECONDS
+        while (busy := _in_flight(worker_log, offset)) == 0 and time.monotonic() < aim_until:
+            time.sleep(0.005)
         engine.processes.kill("worker")
         offset = worker_log.stat().st_size
         engine.processes.start("worker")
         kills += 1
         in_flight_kills += busy > 0
 
+    submitting = threading.Event()
+    submitting.set()
+
+    def killer() -> None:  # beside the submissions, so it can watch for a task in flight while they go on
+        while submitting.is_set():
+            time.sleep(rng.uniform(0.5, 2.0))
+            if submitting.is_set():
+                kill()
+
+    killing = threading.Thread(target=killer, name="crash-killer", daemon=True)
+    killing.start()
     ids = []
-    next_kill = time.monotonic() + rng.uniform(0.5, 2.0)
-    for i in range(n):
-        spec = {"image": "ubuntu", "gpu_type": ("p100", "k2", "v100")[i % 3], "env": {"SIM_RUN_SECONDS": "1"}}
-        ids.append(workload_submit(team=team, owner=user, spec=spec).id)
-        if time.monotonic() >= next_kill:
-            kill()
-            next_kill = time.monotonic() + rng.uniform(0.5, 2.0)
+    try:
+        for i in range(n):
+            spec = {"image": "ubuntu", "gpu_type": ("p100", "k2", "v100")[i % 3], "env": {"SIM_RUN_SECONDS": "1"}}
+            ids.append(workload_submit(team=team, owner=user, spec=spec).id)
+    finally:
+        submitting.clear()
+        killing.join()
     for _ in range(4):
         time.sleep(rng.uniform(0.5, 2.0))
         kill()
