@@ -104,12 +104,9 @@ def timeline_append(
 
 
 def note(workload: Workload, *, reason: str, message: str, source: str = WorkloadEvent.Source.KUBERNETES) -> None:
-    """A timeline entry without a state change (a new reason while pending, a warning)."""
-    WorkloadEvent.objects.create(
-        workload=workload,
-        source=source,
-        from_state=workload.state,
-        to_state=workload.state,
-        reason=reason,
-        message=message,
-    )
+    """A timeline entry without a state change (a new reason while pending, a warning), never before the
+    latest entry (a state change may carry a Kubernetes timestamp ahead of this clock)."""
+    timeline_append(
+        workload.id, at=timezone.now(), source=source, from_state=workload.state, to_state=workload.state,
+        reason=reason, message=message,
+    )  # fmt: skip

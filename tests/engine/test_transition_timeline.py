@@ -54,6 +54,15 @@ def test_a_later_timestamp_is_kept(workload):
     assert WorkloadEvent.objects.filter(workload=workload).latest("id").at == later
 
 
+def test_a_note_after_a_state_change_stamped_ahead_of_our_clock_still_sorts_after_it(workload):
+    from jobs.services.transitions import note
+
+    ahead = timezone.now() + timedelta(seconds=30)  # the API server's clock runs ahead of the portal's
+    transition(workload, State.PENDING, reason="Created", at=ahead, source=WorkloadEvent.Source.KUBERNETES)
+    note(workload, reason="Unschedulable", message="0/5 nodes are available")
+    assert [e.reason for e in workload.events.order_by("at", "id")][-2:] == ["Created", "Unschedulable"]
+
+
 def test_a_new_reason_read_against_a_state_that_has_moved_on_writes_nothing(workload):
     from jobs.services.status_mapping import Observation, apply_observation
 
