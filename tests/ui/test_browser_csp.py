@@ -34,6 +34,7 @@ def test_no_page_breaks_the_policy_and_the_scripts_run(page, world):
         page.wait_for_load_state("networkidle")
         assert page.evaluate("typeof window.htmx") == "object", path
     page.goto("/usage/")
+    page.locator("#usage-chart").scroll_into_view_if_needed()  # Chart.js is fetched when the chart comes near
     page.wait_for_load_state("networkidle")
     assert page.evaluate("!!document.getElementById('usage-chart').chart"), "Chart.js did not draw the usage chart"
     assert violations == []

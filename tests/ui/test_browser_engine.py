@@ -150,6 +150,8 @@ def test_usage_chart_shows_the_finished_jobs_gpu_hours(page, lab):
     sign_in(page, lab.owner.username)
     page.goto("/usage/")
     expect(page.locator("#usage-chart")).to_be_visible()
+    page.locator("#usage-chart").scroll_into_view_if_needed()  # Chart.js comes when the chart is near the screen
+    page.wait_for_function("() => !!document.getElementById('usage-chart').chart")
     charted = page.evaluate(
         "() => document.getElementById('usage-chart').chart.data.datasets"
         ".reduce((sum, d) => sum + d.data.reduce((a, b) => a + b, 0), 0)"
