@@ -5,10 +5,10 @@ through httptools and WebSockets through the `websockets` library, flow control 
 goes to the pods through proxy/upstream.py, a small keep-alive HTTP/1.1 client over httptools (llhttp, the
 parser uvicorn itself uses) that passes bodies on as the kernel hands them over: a general client parsed
 and re-queued every byte, which nearly doubled the proxy's CPU per GB downloaded. A large body of known
-length skips Python altogether: proxy/zerocopy.py splices it from the pod's socket to the browser's. WebSockets to the pods go
-through **aiohttp**'s client (maintained, with the close codes and subprotocols a proxy must pass on; it
-was already in the lock file through the Kubernetes client). The app itself is plain ASGI, no framework:
-it is one routing rule.
+length skips Python altogether: proxy/zerocopy.py splices it from the pod's socket to the browser's.
+WebSockets to the pods go through **aiohttp**'s client (maintained, with the close codes and subprotocols a
+proxy must pass on; it was already in the lock file through the Kubernetes client). The app itself is
+plain ASGI, no framework: it is one routing rule.
 
 Per request: the portal session decides (proxy.access.door, in a worker thread: Django is synchronous),
 then the Endpoints give the pod's address, then bytes flow. The path is forwarded unchanged, prefix
@@ -379,8 +379,7 @@ class ServiceProxy:
         outgoing = [(k, v) for k, v in request_headers if k.lower() != "content-length" or framing != "chunked"]
         names = {k.lower() for k, _ in outgoing}
         if "host" not in names:
-            host = f"[{target[0]}]" if ":" in target[0] else target[0]
-            outgoing.insert(0, ("Host", f"{host}:{target[1]}"))
+            outgoing.insert(0, ("Host", headers.authority(*target)))
         if framing == "chunked":
             outgoing.append(("Transfer-Encoding", "chunked"))
         elif framing is None and method in ("POST", "PUT", "PATCH") and "content-length" not in names:

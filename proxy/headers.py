@@ -130,10 +130,15 @@ def response_headers(headers: list[Header], *, blocked_cookies: frozenset[str], 
     return out
 
 
+def authority(host: str, port: int) -> str:
+    """`host:port` as a URL and a Host header write it: an IPv6 address in brackets (`[fd00::7]:8888`), as
+    a dual-stack cluster's EndpointSlices give them bare."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def origin(host: str, port: int) -> str:
-    """The pod's origin as a URL begins: an IPv6 address in brackets (`http://[fd00::7]:8888`), as a
-    dual-stack cluster's EndpointSlices give them bare."""
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    """The pod's origin as a URL begins (`http://[fd00::7]:8888`)."""
+    return f"http://{authority(host, port)}"
 
 
 def relative_location(location: str, backend_origin: str) -> str:

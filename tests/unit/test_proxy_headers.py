@@ -62,6 +62,7 @@ def test_a_redirect_to_an_ipv6_pods_own_address_stays_on_the_portal():
     assert headers.relative_location("http://[fd00:10::7]:8888/w/a/tree?x=1", origin) == "/w/a/tree?x=1"
     assert headers.relative_location("http://[fd00:10::8]:8888/w/a/tree", origin) == "http://[fd00:10::8]:8888/w/a/tree"
     assert headers.origin("10.1.2.3", 8888) == "http://10.1.2.3:8888"
+    assert headers.authority("fd00:10::7", 8888) == "[fd00:10::7]:8888"
 
 
 def test_subprotocols_in_the_browsers_order():
