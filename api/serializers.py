@@ -237,10 +237,57 @@ class WorkloadCreateSerializer(serializers.Serializer):
     )
 
 
+class WorkloadSpecSerializer(WorkloadCreateSerializer):
+    """One workload of a batch: a submission without `team` (the batch names it once)."""
+
+    team = None
+
+
+class WorkloadBatchCreateSerializer(serializers.Serializer):
+    """Several submissions to one team, stored all or none (a sweep: the same image, other arguments)."""
+
+    team = serializers.CharField(required=False, help_text="Team slug; may be left out if you are in one team.")
+    workloads = WorkloadSpecSerializer(many=True, help_text="1 to 500 submissions, each as for a single one.")
+
+
+class WorkloadBatchSerializer(serializers.Serializer):
+    """The workloads a batch stored, in the order they were given."""
+
+    workloads = WorkloadSerializer(many=True)
+
+
 _STRING_FIELDS = {"team", "name", "kind", "image", "gpu_type"}
 _INT_FIELDS = {"gpu_count", "priority"}
 _NULLABLE_INT_FIELDS = {"catalog_image", "port", "time_limit_seconds", "cpu_millicores", "memory_mib"}
 _LIST_FIELDS = {"command", "args", "datasets"}
+
+
+def parse_batch(payload: Any) -> tuple[str | None, list[dict[str, Any]]]:
+    """Check a batch's JSON types as `parse_submission` checks one; returns (team slug, specs). Errors
+    name each item's field as `workloads[i].field`."""
+    if not isinstance(payload, dict):
+        raise Invalid({"non_field_errors": ["Send a JSON object."]}, "Send a JSON object.")
+    unknown = {name: ["Unknown field."] for name in payload if name not in ("team", "workloads")}
+    if unknown:
+        raise Invalid(unknown)
+    items = payload.get("workloads")
+    if not isinstance(items, list):
+        raise Invalid({"workloads": ["Give a list of workloads, each as for a single submission."]})
+    errors: dict[str, list[str]] = {}
+    specs = []
+    for index, item in enumerate(items):
+        if isinstance(item, dict) and "team" in item:
+            errors[f"workloads[{index}].team"] = ['Name the team once, beside "workloads".']
+            continue
+        try:
+            specs.append(parse_submission(item)[1])
+        except Invalid as invalid:
+            for name, messages in invalid.detail.items():
+                where = f"workloads[{index}]" if name == "non_field_errors" else f"workloads[{index}].{name}"
+                errors[where] = [str(m) for m in messages]
+    if errors:
+        raise Invalid(errors)
+    return payload.get("team"), specs
 
 
 def parse_submission(payload: Any) -> tuple[str | None, dict[str, Any]]:

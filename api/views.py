@@ -8,6 +8,7 @@ from datetime import date
 
 import urllib3
 from django.conf import settings
+from django.db import transaction
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 from django_filters.rest_framework import DjangoFilterBackend
@@ -45,9 +46,12 @@ from api.serializers import (
     TeamSerializer,
     TypeQueueSerializer,
     UsageSerializer,
+    WorkloadBatchCreateSerializer,
+    WorkloadBatchSerializer,
     WorkloadCreateSerializer,
     WorkloadEventsSerializer,
     WorkloadSerializer,
+    parse_batch,
     parse_submission,
 )
 from jobs import policy
@@ -66,13 +70,30 @@ from jobs.selectors import (
 from jobs.selectors_sharing import team_queue_explained
 from jobs.services import reports
 from jobs.services.cancel import workload_cancel
-from jobs.services.intake import workload_submit
+from jobs.services.intake import workload_submit, workloads_submit_many
 from jobs.services.limits import queue_slot_take
 from jobs.services.log_streams import HeldStream, TooManyStreams
 from jobs.services.logs import MAX_TAIL, LogsUnavailable, follow_logs, workload_events, workload_logs
 from jobs.services.opening import workload_share
 
 User = Membership._meta.get_field("user").related_model
+
+
+def _check_key(key: str) -> None:
+    if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable() or not key.isascii():
+        raise Invalid({"Idempotency-Key": [f"1 to {MAX_KEY_LENGTH} printable ASCII characters."]})
+
+
+def _key_reused() -> Response:
+    return Response(
+        error_body(
+            422,
+            "idempotency_key_reused",
+            "This Idempotency-Key was already used for a different request.",
+            {"Idempotency-Key": ["Already used for a different request."]},
+        ),
+        status=422,
+    )
 
 
 def _has_bad_text(value) -> bool:
@@ -272,8 +293,7 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
             code, body = perform()
             replayed = False
         else:
-            if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable() or not key.isascii():
-                raise Invalid({"Idempotency-Key": [f"1 to {MAX_KEY_LENGTH} printable ASCII characters."]})
+            _check_key(key)
             try:
                 outcome = create_once(
                     user=request.user,
@@ -283,20 +303,78 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                     before_commit=take_queue_slot,
                 )
             except KeyReused:
-                return Response(
-                    error_body(
-                        422,
-                        "idempotency_key_reused",
-                        "This Idempotency-Key was already used for a different request.",
-                        {"Idempotency-Key": ["Already used for a different request."]},
-                    ),
-                    status=422,
-                )
+                return _key_reused()
             code, body, replayed = outcome.status_code, outcome.body, outcome.replayed
         headers = {"Location": f"/api/v1/workloads/{body['uid']}/"}
         if replayed:
             headers["Idempotent-Replayed"] = "true"
         return Response(body, status=code, headers=headers)
+
+    @extend_schema(
+        summary="Submit several workloads at once",
+        description="A sweep in one request: each item is judged as a single submission, and all are stored "
+        "(201, in the order given) or none (each error names `workloads[i].field`). The Idempotency-Key, if "
+        "any, covers the whole request. Admission follows at once, as for single submissions.",
+        request=WorkloadBatchCreateSerializer,
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                description="As for a single submission: a retry with the same key and body gets the first response.",
+            )
+        ],
+        responses={201: WorkloadBatchSerializer, 422: E},
+    )
+    @action(detail=False, methods=["post"], url_path="batch", filter_backends=[], pagination_class=None)
+    def batch(self, request: Request) -> Response:
+        team_slug, specs = parse_batch(request.data)
+        if _has_bad_text(specs) or _has_bad_text(team_slug):
+            raise Invalid({"non_field_errors": ["Text may not contain NUL characters or lone surrogates."]})
+        team, snapshot = access.resolve_team_to_submit(request.user, team_slug)
+        key = request.headers.get("Idempotency-Key")
+        stored: list[Workload] = []
+
+        def perform() -> tuple[int, dict]:
+            stored[:] = workloads_submit_many(team=team, owner=request.user, specs=specs, snapshot=snapshot)
+            return status.HTTP_201_CREATED, {"workloads": self._render_stored_many(stored, snapshot)}
+
+        def take_queue_slots() -> None:
+            # Last before the commit, as for one submission: every submission of the team waits for these locks.
+            queue_slot_take(team=team, owner=request.user, stored=stored)
+
+        if key is None:
+            with transaction.atomic():
+                code, body = perform()
+                take_queue_slots()
+            return Response(body, status=code)
+        _check_key(key)
+        try:
+            outcome = create_once(
+                user=request.user,
+                key=key,
+                fingerprint=request_fingerprint({"team": team.id, "batch": specs}),
+                perform=perform,
+                before_commit=take_queue_slots,
+            )
+        except KeyReused:
+            return _key_reused()
+        headers = {"Idempotent-Replayed": "true"} if outcome.replayed else {}
+        return Response(outcome.body, status=outcome.status_code, headers=headers)
+
+    def _render_stored_many(self, workloads: list[Workload], snapshot) -> list[dict]:
+        """Workloads this request just stored QUEUED, rendered from memory: their queue positions in one
+        statement, their GPU types from the facts the request was judged by."""
+        positions = queue_positions(workloads)
+        slugs = {type_id: slug for slug, type_id in snapshot.site.gpu_type_ids.items()}
+        types: dict[int, GpuType] = {}
+        for workload in workloads:
+            type_id = workload.gpu_type_id
+            if type_id not in types:
+                types[type_id] = GpuType.from_db(workload._state.db, ["id", "slug"], [type_id, slugs[type_id]])
+            workload.gpu_type = types[type_id]
+            workload.queue_position = positions.get(workload.id)
+        return self.get_serializer(workloads, many=True).data
 
     @extend_schema(summary="Cancel a workload", request=None, responses={200: WorkloadSerializer, 409: E})
     @action(detail=True, methods=["post"])

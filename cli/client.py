@@ -65,6 +65,14 @@ class PortalClient:
         key = idempotency_key or str(uuid.uuid4())
         return self._request("POST", "/workloads/", retry=True, json=spec, headers={"Idempotency-Key": key}).json()
 
+    def submit_many(self, specs: list[dict[str, Any]], *, team: str | None = None) -> list[dict]:
+        """Several workloads in one request, stored all or none (one key for every retry of it)."""
+        body: dict[str, Any] = {"workloads": specs}
+        if team:
+            body["team"] = team
+        headers = {"Idempotency-Key": str(uuid.uuid4())}
+        return self._request("POST", "/workloads/batch/", retry=True, json=body, headers=headers).json()["workloads"]
+
     def workloads(self, *, limit: int = 50, **filters: Any) -> Iterator[dict]:
         params: dict[str, Any] = {k: v for k, v in filters.items() if v not in (None, [], "")}
         params["page_size"] = min(max(limit, 1), 200)

@@ -21,6 +21,7 @@ from cli.client import ApiError, PortalClient, Unreachable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_TIMEOUT = 0, 1, 2, 3, 4
 FINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "PREEMPTED"}
+ARRAY_AT_MOST = 500  # the portal takes at most this many workloads in one request
 NOT_STARTED = {"QUEUED", "SUBMITTING", "PENDING"}
 
 
@@ -69,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     submit.add_argument("--args", action="store_true", help="what follows `--` are arguments, not the command")
     submit.add_argument("--shared", action="store_true", help="a service: teammates may open it too")
+    submit.add_argument(
+        "--array",
+        type=int,
+        metavar="N",
+        help="submit N copies in one request (a sweep), each with $GPUPORTAL_ARRAY_INDEX set to 0..N-1 and "
+        "$GPUPORTAL_ARRAY_SIZE to N; with --name, they are named NAME-0 .. NAME-(N-1)",
+    )
     submit.add_argument("--wait", action="store_true", help="wait until it finishes; exit 0 only if it succeeded")
     submit.add_argument("command_line", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
 
@@ -202,11 +210,43 @@ def cmd_submit(client: PortalClient, args: argparse.Namespace) -> int:
         spec["datasets"] = list(args.dataset)
     if args.secret:
         spec["secrets"] = [{"name": name, "env": var} for name, _, var in (item.partition("=") for item in args.secret)]
+    if args.array is not None:
+        return _submit_array(client, args, spec)
     workload = client.submit(spec)
     _show(args, workload, f"{workload['uid']}  {_state(workload)}")
     if args.wait:
         return _wait(client, workload["uid"], timeout=0, interval=2.0, quiet=args.json)
     return EXIT_OK
+
+
+def _submit_array(client: PortalClient, args: argparse.Namespace, spec: dict[str, Any]) -> int:
+    """--array N: N copies in one request, told apart by $GPUPORTAL_ARRAY_INDEX (all stored, or none)."""
+    if not 1 <= args.array <= ARRAY_AT_MOST:
+        print(f"gpuportal: --array wants 1 to {ARRAY_AT_MOST}, got {args.array}", file=sys.stderr)
+        return EXIT_USAGE
+    team = spec.pop("team", None)
+    items = []
+    for index in range(args.array):
+        item = dict(spec)
+        item["env"] = [
+            *spec.get("env", []),
+            {"name": "GPUPORTAL_ARRAY_INDEX", "value": str(index)},
+            {"name": "GPUPORTAL_ARRAY_SIZE", "value": str(args.array)},
+        ]
+        if "name" in spec:
+            item["name"] = f"{spec['name']}-{index}"
+        items.append(item)
+    workloads = client.submit_many(items, team=team)
+    if args.json and not args.wait:
+        print(json.dumps(workloads, indent=2))
+    elif not args.json:
+        for workload in workloads:
+            print(f"{workload['uid']}  {_state(workload)}")
+    if not args.wait:
+        return EXIT_OK
+    # Every one waited for in turn; exit 0 only if all succeeded.
+    codes = [_wait(client, w["uid"], timeout=0, interval=2.0, quiet=args.json) for w in workloads]
+    return next((code for code in codes if code != EXIT_OK), EXIT_OK)
 
 
 def cmd_list(client: PortalClient, args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from django.utils import timezone
 from jobs.models import CatalogImage, GpuType, Kind, Role, State, Workload
 from jobs.services import reports
 from jobs.services.spec_fields import MAX_COMMAND_TOTAL, MAX_ENV_NAME, field_limits
-from jobs.services.validation import ENV_NAME_RE, RESERVED_ENV, RESERVED_ENV_PREFIXES
+from jobs.services.validation import ENV_NAME_RE, env_reserved
 
 CUSTOM_IMAGE = ""
 TIME_UNITS = {"minutes": 60, "hours": 3600, "days": 86400}
@@ -183,7 +183,7 @@ class LaunchForm(forms.Form):
                 error = f"Tick {name} to attach it as ${variable}, or clear its variable name."
             elif not ENV_NAME_RE.match(variable) or len(variable) > MAX_ENV_NAME:
                 error = f"{variable[:40]!r} is not a variable name: letters, digits and _, not starting with a digit."
-            elif variable in RESERVED_ENV or variable.startswith(RESERVED_ENV_PREFIXES):
+            elif env_reserved(variable):
                 error = f"{variable} is set by the portal and cannot be overridden."
             elif variable in seen:
                 error = f"{variable} is already the variable of {seen[variable]}."

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -101,11 +101,33 @@ def workload_submit(
         member = Membership.objects.filter(user=owner, team=team).exists()
     if not member:
         raise SubmissionInvalid({"team": ["You are not a member of this team."]})
+    clean, shared = _judged(team=team, spec=spec, facts=facts or facts_from(snapshot, team=team, user=owner))
+    if facts is None:
+        gpu_type_id = snapshot.site.gpu_type_ids[clean.gpu_type]
+        gpu_type_name = snapshot.site.gpu_types[clean.gpu_type].display_name
+    else:
+        gpu_type_id, gpu_type_name = GpuType.objects.values_list("id", "display_name").get(slug=clean.gpu_type)
+    with transaction.atomic(savepoint=not all_or_nothing):
+        workload = _store(team=team, owner=owner, clean=clean, shared=shared, gpu_type=(gpu_type_id, gpu_type_name))
+        if not queue_slot_later:
+            queue_slot_take(team=team, owner=owner, stored=workload)  # locked until commit: the caps are hard
+        if admit_in_line:
+            transaction.on_commit(lambda: admit_now(team_id=team.id, gpu_type_id=gpu_type_id))
+        else:
+            request_admission(team_id=team.id, gpu_type_id=gpu_type_id)  # sent on commit
+    if not transaction.get_connection().in_atomic_block:
+        workload.refresh_from_db()  # admission has run: say whether it was admitted or queued
+    return workload
+
+
+def _judged(*, team: Team, spec: Mapping[str, Any], facts: Facts) -> tuple[Any, bool]:
+    """One submission judged against the team's facts: (the validated fields, shared with the team).
+    Raises SubmissionInvalid naming every field that breaks a rule; reads nothing unless it names secrets."""
     spec = dict(spec)
     shared = spec.pop("shared_with_team", False)
     if not isinstance(shared, bool):
         raise SubmissionInvalid({"shared_with_team": ["Must be true or false."]})
-    clean = validate_submission(spec, facts or facts_from(snapshot, team=team, user=owner))
+    clean = validate_submission(spec, facts)
     unusable = secrets_unusable(team=team, k8s_names=[k8s_name for _, k8s_name, _ in clean.secrets])
     if unusable:
         raise SubmissionInvalid(
@@ -119,55 +141,94 @@ def workload_submit(
         raise SubmissionInvalid(
             {"shared_with_team": ["Only a service can be shared: a batch job has nothing to open."]}
         )
-    if facts is None:
-        gpu_type_id = snapshot.site.gpu_type_ids[clean.gpu_type]
-        gpu_type_name = snapshot.site.gpu_types[clean.gpu_type].display_name
-    else:
-        gpu_type_id, gpu_type_name = GpuType.objects.values_list("id", "display_name").get(slug=clean.gpu_type)
-    with transaction.atomic(savepoint=not all_or_nothing):
-        workload = create_with_fresh_uid(
-            team=team,
-            owner=owner,
-            name=clean.name,
-            kind=clean.kind,
-            image=clean.image,
-            catalog_image_id=clean.catalog_image_id,
-            gpu_type_id=gpu_type_id,
-            gpu_count=clean.gpu_count,
-            command=list(clean.command),
-            args=list(clean.args),
-            env=[{"name": n, "value": v} for n, v in clean.env],
-            port=clean.port,
-            secrets=[{"name": n, "k8s_name": k, "env": e} for n, k, e in clean.secrets],
-            cpu_millicores=clean.cpu_millicores,
-            memory_mib=clean.memory_mib,
-            mounts=workspace_mounts(team=team, username=owner.get_username()) + dataset_mounts(clean.datasets),
-            shared_with_team=shared,
-            time_limit_seconds=clean.time_limit_seconds,
-            priority=clean.priority,
-            restartable=clean.restartable,
-            namespace=team.namespace,
-            reason="Queued",
-            message="Waiting for the team's GPU quota.",
+    return clean, shared
+
+
+def _store(
+    *, team: Team, owner, clean, shared: bool, gpu_type: tuple[int, str], home: list[dict[str, Any]] | None = None
+) -> Workload:
+    """Insert one judged submission QUEUED with its first timeline entry (two statements). `home`: the
+    owner's workspace mounts, when the caller computed them once for several workloads."""
+    workload = create_with_fresh_uid(
+        team=team,
+        owner=owner,
+        name=clean.name,
+        kind=clean.kind,
+        image=clean.image,
+        catalog_image_id=clean.catalog_image_id,
+        gpu_type_id=gpu_type[0],
+        gpu_count=clean.gpu_count,
+        command=list(clean.command),
+        args=list(clean.args),
+        env=[{"name": n, "value": v} for n, v in clean.env],
+        port=clean.port,
+        secrets=[{"name": n, "k8s_name": k, "env": e} for n, k, e in clean.secrets],
+        cpu_millicores=clean.cpu_millicores,
+        memory_mib=clean.memory_mib,
+        mounts=workspace_mounts(team=team, username=owner.get_username()) + dataset_mounts(clean.datasets),
+        shared_with_team=shared,
+        time_limit_seconds=clean.time_limit_seconds,
+        priority=clean.priority,
+        restartable=clean.restartable,
+        namespace=team.namespace,
+        reason="Queued",
+        message="Waiting for the team's GPU quota.",
+    )
+    jobs_sql.insert(
+        WorkloadEvent(
+            workload=workload,
+            at=workload.created_at,
+            to_state=workload.state,
+            reason="Submitted",
+            message=f"Submitted by {owner.get_username()}: {clean.gpu_count} × {gpu_type[1]}.",
         )
-        jobs_sql.insert(
-            WorkloadEvent(
-                workload=workload,
-                at=workload.created_at,
-                to_state=workload.state,
-                reason="Submitted",
-                message=f"Submitted by {owner.get_username()}: {clean.gpu_count} × {gpu_type_name}.",
-            )
-        )
-        if not queue_slot_later:
-            queue_slot_take(team=team, owner=owner, stored=workload)  # locked until commit: the caps are hard
-        if admit_in_line:
-            transaction.on_commit(lambda: admit_now(team_id=team.id, gpu_type_id=gpu_type_id))
-        else:
-            request_admission(team_id=team.id, gpu_type_id=gpu_type_id)  # sent on commit
-    if not transaction.get_connection().in_atomic_block:
-        workload.refresh_from_db()  # admission has run: say whether it was admitted or queued
+    )
     return workload
+
+
+MANY_AT_MOST = 500  # workloads in one request: a sweep's worth; a bigger one is sent in parts
+
+
+def workloads_submit_many(
+    *, team: Team, owner, specs: Sequence[Mapping[str, Any]], snapshot: intake_facts.Snapshot
+) -> list[Workload]:
+    """Validate and store several submissions of one person in one team, all or none, QUEUED, and ask
+    for one admission pass per GPU type they use (a worker's, coalesced: the caller answers at once).
+
+    For a team's script that submits a sweep: one request, the team's facts read once, every workload
+    judged as `workload_submit` judges one, the queue caps checked for all of them together. Runs in the
+    caller's transaction (the REST create, which rolls all of it back on any error). Raises
+    SubmissionInvalid with each field named `workloads[i].field`, after judging them all, and stores
+    nothing when any of them breaks a rule.
+    """
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("workloads_submit_many runs inside the caller's transaction")
+    if snapshot.role is None:
+        raise SubmissionInvalid({"team": ["You are not a member of this team."]})
+    if not specs:
+        raise SubmissionInvalid({"workloads": ["Give at least one workload."]})
+    if len(specs) > MANY_AT_MOST:
+        raise SubmissionInvalid(
+            {"workloads": [f"At most {MANY_AT_MOST} workloads in one request; send the rest in another."]}
+        )
+    facts = facts_from(snapshot, team=team, user=owner)
+    judged, errors = [], {}
+    for index, spec in enumerate(specs):
+        try:
+            judged.append(_judged(team=team, spec=spec, facts=facts))
+        except SubmissionInvalid as invalid:
+            errors.update({f"workloads[{index}].{field}": messages for field, messages in invalid.errors.items()})
+    if errors:
+        raise SubmissionInvalid(errors)
+    home = workspace_mounts(team=team, username=owner.get_username())
+    stored, gpu_type_ids = [], set()
+    for clean, shared in judged:
+        gpu_type = (snapshot.site.gpu_type_ids[clean.gpu_type], snapshot.site.gpu_types[clean.gpu_type].display_name)
+        stored.append(_store(team=team, owner=owner, clean=clean, shared=shared, gpu_type=gpu_type, home=home))
+        gpu_type_ids.add(gpu_type[0])
+    for gpu_type_id in sorted(gpu_type_ids):
+        request_admission(team_id=team.id, gpu_type_id=gpu_type_id)  # sent on commit
+    return stored
 
 
 UID_ATTEMPTS = 5

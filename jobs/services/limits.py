@@ -10,6 +10,8 @@ on each other in a circle.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.conf import settings
 from django.db import connection
 
@@ -24,67 +26,76 @@ USER_LOCK_SPACE = 0x7175
 TEAM_LOCK_SPACE = 0x7174
 
 
-# Queued workloads of the person (site-wide), of the team, and of the person in the team, but the one
-# just stored (0: none; ids start at 1). The table name comes from the model; every value is a parameter.
+# Queued workloads of the person (site-wide), of the team, and of the person in the team, those this
+# transaction stored included. The table name comes from the model; every value is a parameter.
 _QUEUED_COUNTS_SQL = """
 SELECT count(*) FILTER (WHERE owner_id = %(user)s),
        count(*) FILTER (WHERE team_id = %(team)s),
        count(*) FILTER (WHERE owner_id = %(user)s AND team_id = %(team)s)
 FROM {workload}
 WHERE state = %(queued)s AND (owner_id = %(user)s OR team_id = %(team)s)
-      AND id <> %(stored)s
 """
 
 
-def queue_slot_take(*, team: Team, owner, stored: Workload | None = None) -> None:
-    """Check every queue cap for one more workload of `owner` in `team`, holding the locks that make the
-    check and the caller's insert one decision. Must run inside the transaction that stores the workload.
+def queue_slot_take(*, team: Team, owner, stored: Workload | Sequence[Workload] | None = None) -> None:
+    """Check every queue cap for one more workload of `owner` in `team` (or for all of `stored`), holding
+    the locks that make the check and the caller's inserts one decision. Must run inside the transaction
+    that stores the workloads.
 
-    `stored`: the workload, when the caller stored it already in this transaction (it is not counted).
-    Taking the locks after the inserts keeps them held for the shortest time: submissions of one team
-    wait on each other only for the count and the commit. Raises SubmissionInvalid naming `queue` (the
-    site's caps) or `team` (the team's cap per member).
+    `stored`: the workload, or the workloads of one request, when the caller stored them already in this
+    transaction (they are counted as the new ones). Taking the locks after the inserts keeps them held for
+    the shortest time: submissions of one team wait on each other only for the count and the commit.
+    Raises SubmissionInvalid naming `queue` (the site's caps) or `team` (the team's cap per member).
     """
     if not connection.in_atomic_block:
         raise RuntimeError("queue_slot_take must run inside the transaction that stores the workload")
+    if stored is None:
+        new, uncounted = 1, 1  # not inserted yet
+    else:
+        new, uncounted = (1 if isinstance(stored, Workload) else len(stored)), 0
     queue_locks_take(user_id=owner.pk, team_id=team.pk)
     # One statement for the three counts (under the locks, so it sees every submission committed before),
     # written as SQL: it runs on every submission, and the ORM's aggregate cost more CPU to build.
     with connection.cursor() as cursor:
         cursor.execute(
             _QUEUED_COUNTS_SQL.format(workload=connection.ops.quote_name(Workload._meta.db_table)),
-            {"user": owner.pk, "team": team.pk, "queued": State.QUEUED, "stored": stored.pk if stored else 0},
+            {"user": owner.pk, "team": team.pk, "queued": State.QUEUED},
         )
-        mine, theirs, in_team = cursor.fetchone()
-    if mine >= settings.PORTAL_MAX_QUEUED_PER_USER:
+        mine, theirs, in_team = (count + uncounted - new for count in cursor.fetchone())  # waiting before these
+    if mine + new > settings.PORTAL_MAX_QUEUED_PER_USER:
         raise SubmissionInvalid(
             {
                 QUEUE_FIELD: [
-                    f"You already have {mine} workloads waiting (at most {settings.PORTAL_MAX_QUEUED_PER_USER}); "
-                    "cancel some or wait until they start."
+                    f"You already have {mine} workloads waiting (at most {settings.PORTAL_MAX_QUEUED_PER_USER})"
+                    f"{_these(new)}; cancel some or wait until they start."
                 ]
             }
         )
-    if theirs >= settings.PORTAL_MAX_QUEUED_PER_TEAM:
+    if theirs + new > settings.PORTAL_MAX_QUEUED_PER_TEAM:
         raise SubmissionInvalid(
             {
                 QUEUE_FIELD: [
                     f"{team.name} already has {theirs} workloads waiting (at most "
-                    f"{settings.PORTAL_MAX_QUEUED_PER_TEAM}); wait until some start."
+                    f"{settings.PORTAL_MAX_QUEUED_PER_TEAM}){_these(new)}; wait until some start."
                 ]
             }
         )
     if team.user_max_queued is None:
         return
-    if in_team >= team.user_max_queued:
+    if in_team + new > team.user_max_queued:
         raise SubmissionInvalid(
             {
                 TEAM_FIELD: [
-                    f"You already have {in_team} workload{'s' if in_team != 1 else ''} waiting in {team.name}; "
-                    f"the team allows {team.user_max_queued} per member. Cancel one or wait until one starts."
+                    f"You already have {in_team} workload{'s' if in_team != 1 else ''} waiting in {team.name}"
+                    f"{_these(new)}; the team allows {team.user_max_queued} per member. Cancel one or wait until "
+                    "one starts."
                 ]
             }
         )
+
+
+def _these(new: int) -> str:
+    return f" and this request adds {new}" if new > 1 else ""
 
 
 def queue_locks_take(*, user_id: int, team_id: int) -> None:

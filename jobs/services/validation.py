@@ -57,6 +57,14 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # not given (the NVIDIA runtime honours NVIDIA_VISIBLE_DEVICES=all).
 RESERVED_ENV = {"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
 RESERVED_ENV_PREFIXES = ("GPUPORTAL_",)
+# Under the portal's prefix but the submitter's to set: a sweep member's number and the sweep's size
+# (`gpuportal submit --array N` sets them; the portal sets nothing under these names).
+SUBMITTER_ENV = {"GPUPORTAL_ARRAY_INDEX", "GPUPORTAL_ARRAY_SIZE"}
+
+
+def env_reserved(name: str) -> bool:
+    """Whether the portal sets this variable itself, so a submission may not."""
+    return name in RESERVED_ENV or (name.startswith(RESERVED_ENV_PREFIXES) and name not in SUBMITTER_ENV)
 
 
 @dataclass(frozen=True)
@@ -385,7 +393,7 @@ def _env_problem(name: Any, value: Any, seen: set[str]) -> str | None:
     """What is wrong with one variable, or None."""
     if not isinstance(name, str) or not ENV_NAME_RE.match(name) or len(name) > MAX_ENV_NAME:
         return f"{str(name)[:40]!r} is not a valid variable name (letters, digits, '_'; not starting with a digit)."
-    if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
+    if env_reserved(name):
         return f"{name} is set by the portal and cannot be overridden."
     if name in seen:
         return f"{name} is given twice."
@@ -462,7 +470,7 @@ def _secret_ref_problem(ref: Any, available: Mapping[str, str], seen: set[str], 
         return None
     if not isinstance(env_name, str) or not ENV_NAME_RE.match(env_name) or len(env_name) > MAX_ENV_NAME:
         return f"{str(env_name)[:40]!r} is not a valid variable name."
-    if env_name in RESERVED_ENV or env_name.startswith(RESERVED_ENV_PREFIXES):
+    if env_reserved(env_name):
         return f"{env_name} is set by the portal and cannot be overridden."
     if env_name in used_env:
         return f"{env_name} clashes with another variable of the same name."

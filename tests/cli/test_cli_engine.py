@@ -57,3 +57,26 @@ def test_wait_reports_a_failure_with_exit_code_1(cli, engine):
     assert submitted.returncode == 1, submitted.stderr
     assert "FAILED" in submitted.stderr
     assert "Exited with code 3." in submitted.stderr
+
+
+def test_an_array_runs_every_copy_with_its_own_index(cli, engine):
+    submitted = cli(
+        "submit", "--image", "nvidia/cuda:12.2.0-base-ubuntu22.04", "--gpu-type", "p100", "--name", "sweep",
+        "--env", "SIM_RUN_SECONDS=1", "--array", "3", "--wait", timeout=240,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    uids = [line.split()[0] for line in submitted.stdout.splitlines()]
+    assert len(uids) == 3
+    workloads = {w.uid: w for w in Workload.objects.filter(uid__in=uids)}
+    assert [workloads[uid].name for uid in uids] == ["sweep-0", "sweep-1", "sweep-2"]
+    assert {workloads[uid].state for uid in uids} == {State.SUCCEEDED}
+    indexes = [{e["name"]: e["value"] for e in workloads[uid].env}["GPUPORTAL_ARRAY_INDEX"] for uid in uids]
+    assert indexes == ["0", "1", "2"]
+
+
+def test_an_array_with_a_bad_field_submits_nothing(cli, engine):
+    refused = cli("submit", "--image", "docker.io/x:1", "--gpu-type", "p100", "--gpus", "99", "--array", "2")
+    assert refused.returncode != 0
+    assert "workloads[0].gpu_count" in refused.stderr
+    assert cli("submit", "--image", "docker.io/x:1", "--gpu-type", "p100", "--array", "0").returncode == 2
+    assert not Workload.objects.filter(owner=engine.owner, image="docker.io/x:1").exists()

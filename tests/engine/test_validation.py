@@ -75,6 +75,7 @@ def test_a_service_takes_the_catalog_port():
         ({"image": "ubuntu", "gpu_type": "p100", "args": ["a" * 5000]}, "args", "4096"),
         ({"image": "ubuntu", "gpu_type": "p100", "env": {"1BAD": "x"}}, "env", "not a valid variable name"),
         ({"image": "ubuntu", "gpu_type": "p100", "env": {"NVIDIA_VISIBLE_DEVICES": "all"}}, "env", "set by the portal"),
+        ({"image": "ubuntu", "gpu_type": "p100", "env": {"GPUPORTAL_BASE_URL": "/"}}, "env", "set by the portal"),
         ({"image": "ubuntu", "gpu_type": "p100", "env": {"BIG": "x" * 5000}}, "env", "longer than 4 KiB"),
         ({"image": "ubuntu", "gpu_type": "p100", "env": [{"name": "A"}, {"name": "A"}]}, "env", "given twice"),
         ({"image": "ubuntu", "gpu_type": "p100", "port": 8080}, "port", "Only services"),
@@ -91,6 +92,13 @@ def test_each_bad_field_is_named(raw, field, fragment):
     errors = errors_of(raw)
     assert field in errors, errors
     assert any(fragment in message for message in errors[field]), errors[field]
+
+
+def test_a_sweep_members_number_is_the_submitters_to_set():
+    # `gpuportal submit --array` sets these under the portal's prefix; the portal sets nothing there.
+    env = {"GPUPORTAL_ARRAY_INDEX": "3", "GPUPORTAL_ARRAY_SIZE": "8"}
+    clean = validate_submission({"image": "ubuntu", "gpu_type": "p100", "env": env}, facts())
+    assert dict(clean.env) == env
 
 
 def test_a_gpu_count_above_the_largest_node_is_refused():
