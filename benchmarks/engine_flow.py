@@ -21,6 +21,7 @@ from benchmarks.engine import Engine, median, percentile, wait_until, worker_bat
 from benchmarks.kwatch import ObjectWatch
 
 CLIENTS = 8  # submitting threads on both sides; the worker's concurrency is 8 as well
+ARRAY = 50  # workloads per request on the sweeps side (`gpuportal submit --array 50`)
 
 
 def _env_int(name: str, default: int) -> int:
@@ -107,15 +108,38 @@ def _rest_submit(api: web.Api, token: str, team_slug: str, count: int, env: dict
         list(threads.map(post, range(count)))
 
 
+def _rest_submit_arrays(api: web.Api, token: str, team_slug: str, count: int, env: dict[str, str]) -> None:
+    """A team's script submitting `count` workloads as sweeps of ARRAY each (`gpuportal submit --array`),
+    from up to CLIENTS threads."""
+    variables = [{"name": name, "value": value} for name, value in env.items()]
+    sizes = [min(ARRAY, count - start) for start in range(0, count, ARRAY)]
+
+    def post(size: int) -> None:
+        specs = [
+            {
+                "image": "ubuntu",
+                "gpu_type": "k2",
+                "env": [*variables, {"name": "GPUPORTAL_ARRAY_INDEX", "value": str(i)}],
+            }
+            for i in range(size)
+        ]
+        status, body = api.submit_many(token, team_slug, specs, uuid.uuid4().hex)
+        if status != 201:
+            raise RuntimeError(f"sweep refused: {status} {body[:300]!r}")
+
+    with ThreadPoolExecutor(min(CLIENTS, len(sizes))) as threads:
+        list(threads.map(post, sizes))
+
+
 def _token(user) -> str:
     from api.tokens import token_create
 
     return token_create(user=user, name="bench").raw
 
 
-def _portal_round(engine: Engine, n: int, api: web.Api) -> float:
+def _portal_round(engine: Engine, n: int, api: web.Api, *, arrays: bool = False) -> float:
     """The portal from a REST submission (token, validation, store, admission) to the Job held by the API
-    server, per second."""
+    server, per second: one POST per workload, or (`arrays`) sweeps of ARRAY workloads per POST."""
     team, user, namespace = _fresh_namespace(engine)
     token = _token(user)
     watch = _job_watch(engine, namespace)
@@ -125,19 +149,25 @@ def _portal_round(engine: Engine, n: int, api: web.Api) -> float:
         before = cpu.snapshot()
         log_offset = worker_log.stat().st_size if worker_log.exists() else 0
         started = time.time()
-        _rest_submit(api, token, team.slug, n, {"SIM_RUN_SECONDS": "600"})
+        (_rest_submit_arrays if arrays else _rest_submit)(api, token, team.slug, n, {"SIM_RUN_SECONDS": "600"})
         intake_done = time.time()
         last = watch.wait_for(n, 600, "portal submissions reaching the API server")
-        for line in pgstat.report("submit portal side", n):
+        first = watch.wait_for(1, 1, "the first Job")
+        side = "portal arrays" if arrays else "portal"
+        for line in pgstat.report(f"submit {side} side", n):
             print(line, flush=True)
-        print(f"# submit portal side cpu {cpu.per_object(cpu.spent(before, cpu.snapshot()), n)}", flush=True)
-        print(f"# submit portal worker: {worker_batches(worker_log, log_offset)}", flush=True)
+        print(f"# submit {side} side cpu {cpu.per_object(cpu.spent(before, cpu.snapshot()), n)}", flush=True)
+        print(f"# submit {side} worker: {worker_batches(worker_log, log_offset)}", flush=True)
     finally:
         watch.stop()
         engine.delete_namespace(namespace)
     engine.settle(namespace, team=team)
     # Where the portal's time went: the intake (every submission answered) and the rest (the worker).
-    print(f"# portal round: intake {intake_done - started:.1f} s, last Job {last - started:.1f} s", flush=True)
+    print(
+        f"# {side} round: intake {intake_done - started:.2f} s, first Job {first - started:.2f} s, "
+        f"last Job {last - started:.2f} s",
+        flush=True,
+    )
     return n / (last - started)
 
 
@@ -156,35 +186,44 @@ def _web_ready(engine: Engine, api: web.Api) -> None:
 
 
 def submit_throughput(engine: Engine) -> Iterator[tuple[str, float]]:
-    """Alternating A/B rounds (raw first in even rounds, portal first in odd ones), a fresh namespace each;
-    the portal side through its REST API under gunicorn, as the chart runs it."""
+    """Alternating rounds, a fresh namespace each: the raw client, the portal with one POST per workload
+    and the portal with sweeps (`submit/batch`), the order turning each round; the portal's sides
+    through its REST API under gunicorn, as the chart runs it."""
     rounds, n = _env_int("BENCH_SUBMIT_ROUNDS", 5), _env_int("BENCH_SUBMIT_N", 300)
-    raw_rates, portal_rates, ratios = [], [], []
+    rates: dict[str, list[float]] = {"raw": [], "portal": [], "arrays": []}
     with web.gunicorn(engine.ctx, env=engine.identity.env_as("web")) as base_url:
         api = web.Api(base_url, CLIENTS)
         _web_ready(engine, api)
+        sides = {
+            "raw": lambda: _raw_round(engine, n),
+            "portal": lambda: _portal_round(engine, n, api),
+            "arrays": lambda: _portal_round(engine, n, api, arrays=True),
+        }
+        order = list(sides)
         for i in range(rounds):
-            if i % 2 == 0:
-                raw = _raw_round(engine, n)
-                portal = _portal_round(engine, n, api)
-            else:
-                portal = _portal_round(engine, n, api)
-                raw = _raw_round(engine, n)
-            raw_rates.append(raw)
-            portal_rates.append(portal)
-            ratios.append(portal / raw)
+            for side in order[i % 3 :] + order[: i % 3]:
+                rates[side].append(sides[side]())
+            raw, portal, arrays = (rates[side][-1] for side in order)
             print(
-                f"# submit round {i + 1}/{rounds}: raw {raw:.1f}/s, portal {portal:.1f}/s, ratio {portal / raw:.3f}, "
+                f"# submit round {i + 1}/{rounds}: raw {raw:.1f}/s, portal {portal:.1f}/s (ratio {portal / raw:.3f}), "
+                f"portal with sweeps of {ARRAY} {arrays:.1f}/s (ratio {arrays / raw:.3f}), "
                 f"load {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
+    ratios = [p / r for p, r in zip(rates["portal"], rates["raw"], strict=True)]
+    array_ratios = [a / r for a, r in zip(rates["arrays"], rates["raw"], strict=True)]
     yield "submit_rounds", rounds
     yield "submit_workloads_per_round", n
-    yield "submit_raw_creates_per_s", round(median(raw_rates), 1)
-    yield "submit_portal_per_s", round(median(portal_rates), 1)
+    yield "submit_raw_creates_per_s", round(median(rates["raw"]), 1)
+    yield "submit_portal_per_s", round(median(rates["portal"]), 1)
     yield "submit_throughput_ratio", round(median(ratios), 3)
     yield "submit_throughput_ratio_min", round(min(ratios), 3)
     yield "submit_throughput_ratio_max", round(max(ratios), 3)
+    yield "submit_array_size", ARRAY
+    yield "submit_array_portal_per_s", round(median(rates["arrays"]), 1)
+    yield "submit_array_throughput_ratio", round(median(array_ratios), 3)
+    yield "submit_array_throughput_ratio_min", round(min(array_ratios), 3)
+    yield "submit_array_throughput_ratio_max", round(max(array_ratios), 3)
 
 
 # --- tracking lag ----------------------------------------------------------------------------------

@@ -89,3 +89,14 @@ class Api:
             timeout=60,
         )
         return response.status, response.data
+
+    def submit_many(self, token: str, team_slug: str, specs: list[dict], key: str) -> tuple[int, bytes]:
+        """POST /api/v1/workloads/batch/ with an Idempotency-Key, as `gpuportal submit --array` sends it."""
+        response = self.pool.urlopen(
+            "POST",
+            "/api/v1/workloads/batch/",
+            body=json.dumps({"team": team_slug, "workloads": specs}).encode(),
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json", "Idempotency-Key": key},
+            timeout=120,
+        )
+        return response.status, response.data

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
+from datetime import datetime
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -376,7 +377,7 @@ def _create_batch(workload_ids: list[int], profile: BatchProfile) -> tuple[int, 
         if not batch:
             return 0, 0
         # Being created now: the sweep leaves workloads touched within PORTAL_STUCK_SUBMIT_SECONDS alone.
-        heartbeat = _Heartbeat([w.id for w in batch])
+        heartbeat = _Heartbeat([w.id for w in batch], marked_at=min(w.updated_at for w in batch))
     with profile.phase("render"):
         pull_secrets = registry_pull_secrets()
         specs = {w.id: spec_for(w, pull_secrets=pull_secrets) for w in batch}
@@ -498,10 +499,14 @@ class _Heartbeat:
     which hands over again what nobody touched for PORTAL_STUCK_SUBMIT_SECONDS, leaves a long batch alone
     and picks up only one whose worker died (kill -9): then the marks stop."""
 
-    def __init__(self, ids: list[int]) -> None:
+    def __init__(self, ids: list[int], *, marked_at: datetime | None = None) -> None:
+        """`marked_at`: the oldest mark of the batch as loaded (the admission that handed it over set it
+        just now): the first mark is made only when that one is a third of the time old, as if this
+        heartbeat had made it (an UPDATE of the whole batch saved on every fresh batch)."""
         self.ids = ids
         self.every = settings.PORTAL_STUCK_SUBMIT_SECONDS / 3
-        self.last = float("-inf")
+        age = (timezone.now() - marked_at).total_seconds() if marked_at is not None else float("inf")
+        self.last = time.monotonic() - max(age, 0.0)
         self.beat()
 
     def beat(self) -> None:

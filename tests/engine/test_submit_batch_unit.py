@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 from kubernetes.client.exceptions import ApiException
 
 from jobs.models import Kind, State, Workload, WorkloadEvent
@@ -71,6 +73,28 @@ def test_a_batch_slower_than_the_stuck_time_is_not_handed_over_again_while_it_cr
     }
     # The six creates went out together, not one after another.
     assert max(started) - began < 0.5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_handed_over_again_is_marked_before_it_creates(fake_kube, submitting, settings):
+    # The sweep gave these back after their first worker died: their mark is old. A fresh batch is not
+    # marked again at its start (its admission just marked it); this one must be, or a sweep running
+    # while it creates would hand it over a third time.
+    settings.PORTAL_STUCK_SUBMIT_SECONDS = 30
+    Workload.objects.filter(id__in=[w.id for w in submitting]).update(updated_at=timezone.now() - timedelta(minutes=5))
+    handed_over: list[int] = []
+
+    def sweep_at_first_create(kind, body) -> None:
+        if not handed_over:
+            try:
+                handed_over.append(lifecycle.sweep()["resubmitted"])
+            finally:
+                connection.close()
+
+    fake_kube.on_create = sweep_at_first_create
+    assert object_creation.workloads_create_objects([w.id for w in submitting]) == len(submitting)
+    assert handed_over and set(handed_over) == {0}  # every create ran a sweep: none handed anything over
+    assert len(fake_kube.names("Job")) == len(submitting)
 
 
 def test_a_create_kubernetes_refuses_fails_its_own_workload_and_the_others_are_created(fake_kube, submitting):
