@@ -105,3 +105,36 @@ def insert(instance: models.Model, *, unless_taken: tuple[str, ...] = ()) -> boo
     instance._state.adding = False
     instance._state.db = connection.alias
     return True
+
+
+def insert_many(instances: Sequence[models.Model], *, unless_taken: tuple[str, ...] = ()) -> None:
+    """Store new instances of one model in one statement, each as `insert` stores one, and set the primary
+    key of each stored. `unless_taken`: field names of a unique constraint; an instance whose values a row
+    already holds (or an earlier instance of the same call) is left out, its primary key left None."""
+    if not instances:
+        return
+    model = type(instances[0])
+    one_row, fields = _insert_sql(model, connection.vendor, unless_taken)
+    head, rest = one_row.split(" VALUES ", 1)
+    row = rest[: rest.index(")") + 1]
+    tail = rest[len(row) :]
+    keys = [model._meta.get_field(name) for name in unless_taken]
+    if keys:  # the rows stored are told apart by the constraint's values, not by their order
+        quote = connection.ops.quote_name
+        tail += ", " + ", ".join(quote(f.column) for f in keys)
+    sql = f"{head} VALUES {', '.join([row] * len(instances))}{tail}"
+    values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for obj in instances for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        returned = cursor.fetchall()
+    if keys:
+        waiting: dict[tuple, list[models.Model]] = {}
+        for obj in instances:
+            waiting.setdefault(tuple(getattr(obj, f.attname) for f in keys), []).append(obj)
+        stored = [(waiting[tuple(found[1:])].pop(0), found[0]) for found in returned]
+    else:
+        stored = [(obj, found[0]) for obj, found in zip(instances, returned, strict=True)]
+    for obj, pk in stored:
+        obj.pk = pk
+        obj._state.adding = False
+        obj._state.db = connection.alias

@@ -144,46 +144,84 @@ def _judged(*, team: Team, spec: Mapping[str, Any], facts: Facts) -> tuple[Any, 
     return clean, shared
 
 
-def _store(
-    *, team: Team, owner, clean, shared: bool, gpu_type: tuple[int, str], home: list[dict[str, Any]] | None = None
-) -> Workload:
-    """Insert one judged submission QUEUED with its first timeline entry (two statements). `home`: the
-    owner's workspace mounts, when the caller computed them once for several workloads."""
+def _fields(*, team: Team, owner, clean, shared: bool, gpu_type_id: int, home: list[dict[str, Any]]) -> dict[str, Any]:
+    """A judged submission's row, QUEUED. `home`: the owner's workspace mounts in the team."""
+    return {
+        "team": team,
+        "owner": owner,
+        "name": clean.name,
+        "kind": clean.kind,
+        "image": clean.image,
+        "catalog_image_id": clean.catalog_image_id,
+        "gpu_type_id": gpu_type_id,
+        "gpu_count": clean.gpu_count,
+        "command": list(clean.command),
+        "args": list(clean.args),
+        "env": [{"name": n, "value": v} for n, v in clean.env],
+        "port": clean.port,
+        "secrets": [{"name": n, "k8s_name": k, "env": e} for n, k, e in clean.secrets],
+        "cpu_millicores": clean.cpu_millicores,
+        "memory_mib": clean.memory_mib,
+        "mounts": home + dataset_mounts(clean.datasets),
+        "shared_with_team": shared,
+        "time_limit_seconds": clean.time_limit_seconds,
+        "priority": clean.priority,
+        "restartable": clean.restartable,
+        "namespace": team.namespace,
+        "reason": "Queued",
+        "message": "Waiting for the team's GPU quota.",
+    }
+
+
+def _first_event(workload: Workload, *, owner, gpu_type_name: str) -> WorkloadEvent:
+    return WorkloadEvent(
+        workload=workload,
+        at=workload.created_at,
+        to_state=workload.state,
+        reason="Submitted",
+        message=f"Submitted by {owner.get_username()}: {workload.gpu_count} × {gpu_type_name}.",
+    )
+
+
+def _store(*, team: Team, owner, clean, shared: bool, gpu_type: tuple[int, str]) -> Workload:
+    """Insert one judged submission QUEUED with its first timeline entry (two statements)."""
+    home = workspace_mounts(team=team, username=owner.get_username())
     workload = create_with_fresh_uid(
-        team=team,
-        owner=owner,
-        name=clean.name,
-        kind=clean.kind,
-        image=clean.image,
-        catalog_image_id=clean.catalog_image_id,
-        gpu_type_id=gpu_type[0],
-        gpu_count=clean.gpu_count,
-        command=list(clean.command),
-        args=list(clean.args),
-        env=[{"name": n, "value": v} for n, v in clean.env],
-        port=clean.port,
-        secrets=[{"name": n, "k8s_name": k, "env": e} for n, k, e in clean.secrets],
-        cpu_millicores=clean.cpu_millicores,
-        memory_mib=clean.memory_mib,
-        mounts=workspace_mounts(team=team, username=owner.get_username()) + dataset_mounts(clean.datasets),
-        shared_with_team=shared,
-        time_limit_seconds=clean.time_limit_seconds,
-        priority=clean.priority,
-        restartable=clean.restartable,
-        namespace=team.namespace,
-        reason="Queued",
-        message="Waiting for the team's GPU quota.",
+        **_fields(team=team, owner=owner, clean=clean, shared=shared, gpu_type_id=gpu_type[0], home=home)
     )
-    jobs_sql.insert(
-        WorkloadEvent(
-            workload=workload,
-            at=workload.created_at,
-            to_state=workload.state,
-            reason="Submitted",
-            message=f"Submitted by {owner.get_username()}: {clean.gpu_count} × {gpu_type[1]}.",
-        )
-    )
+    jobs_sql.insert(_first_event(workload, owner=owner, gpu_type_name=gpu_type[1]))
     return workload
+
+
+def _store_many(
+    *, team: Team, owner, judged: list[tuple[Any, bool]], snapshot: intake_facts.Snapshot
+) -> list[Workload]:
+    """Insert several judged submissions QUEUED, in order, with their first timeline entries: one
+    statement for the rows and one for the entries (a taken uid, vanishingly rare, is drawn again alone)."""
+    home = workspace_mounts(team=team, username=owner.get_username())
+    site = snapshot.site
+    workloads = [
+        Workload(
+            uid=workloads_model.new_uid(),
+            **_fields(
+                team=team,
+                owner=owner,
+                clean=clean,
+                shared=shared,
+                gpu_type_id=site.gpu_type_ids[clean.gpu_type],
+                home=home,
+            ),
+        )
+        for clean, shared in judged
+    ]
+    jobs_sql.insert_many(workloads, unless_taken=("uid",))
+    for workload in workloads:
+        if workload.pk is None:
+            workload.uid = workloads_model.new_uid()
+            _store_under_fresh_uid(workload)
+    names = {site.gpu_type_ids[slug]: gpu_type.display_name for slug, gpu_type in site.gpu_types.items()}
+    jobs_sql.insert_many([_first_event(w, owner=owner, gpu_type_name=names[w.gpu_type_id]) for w in workloads])
+    return workloads
 
 
 MANY_AT_MOST = 500  # workloads in one request: a sweep's worth; a bigger one is sent in parts
@@ -220,13 +258,8 @@ def workloads_submit_many(
             errors.update({f"workloads[{index}].{field}": messages for field, messages in invalid.errors.items()})
     if errors:
         raise SubmissionInvalid(errors)
-    home = workspace_mounts(team=team, username=owner.get_username())
-    stored, gpu_type_ids = [], set()
-    for clean, shared in judged:
-        gpu_type = (snapshot.site.gpu_type_ids[clean.gpu_type], snapshot.site.gpu_types[clean.gpu_type].display_name)
-        stored.append(_store(team=team, owner=owner, clean=clean, shared=shared, gpu_type=gpu_type, home=home))
-        gpu_type_ids.add(gpu_type[0])
-    for gpu_type_id in sorted(gpu_type_ids):
+    stored = _store_many(team=team, owner=owner, judged=judged, snapshot=snapshot)
+    for gpu_type_id in sorted({w.gpu_type_id for w in stored}):
         request_admission(team_id=team.id, gpu_type_id=gpu_type_id)  # sent on commit
     return stored
 
@@ -239,11 +272,15 @@ def create_with_fresh_uid(**fields: Any) -> Workload:
     vanishingly rare with 64 bits, and must never fail a submission with a server error). One statement
     per draw: a taken uid stores nothing and returns no id (ON CONFLICT DO NOTHING), so neither an error
     nor a savepoint is needed."""
+    return _store_under_fresh_uid(Workload(uid=workloads_model.new_uid(), **fields))
+
+
+def _store_under_fresh_uid(workload: Workload) -> Workload:
     for _ in range(UID_ATTEMPTS):
-        workload = Workload(uid=workloads_model.new_uid(), **fields)
         if jobs_sql.insert(workload, unless_taken=("uid",)):
             return workload
         log.warning("workload uid %s was taken; drawing another", workload.uid)
+        workload.uid = workloads_model.new_uid()
     raise RuntimeError(f"no free workload uid in {UID_ATTEMPTS} draws")
 
 

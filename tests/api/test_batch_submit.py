@@ -100,3 +100,20 @@ def test_an_outsider_cannot_submit_to_another_team(world):
     assert response.status_code == 400
     assert "team" in response.json()["error"]["fields"]
     assert Workload.objects.count() == 0
+
+
+def test_taken_uids_are_drawn_again_and_the_order_is_kept(world, monkeypatch):
+    from jobs.models import workloads as workloads_model
+
+    taken = world.client("owner").post(URL, {"workloads": sweep(1)}, format="json").json()["workloads"][0]["uid"]
+    # The sweep's first draw is taken already, its second and third are the same: each is drawn again.
+    draws = iter([taken, "aaaa000000000001", "aaaa000000000001", "aaaa000000000002", "aaaa000000000003"])
+    monkeypatch.setattr(workloads_model, "new_uid", lambda: next(draws))
+    response = world.client("owner").post(URL, {"workloads": sweep(3)}, format="json")
+    assert response.status_code == 201, response.content
+    answered = response.json()["workloads"]
+    assert [w["args"] for w in answered] == [["--lr=0.1"], ["--lr=0.2"], ["--lr=0.3"]]
+    assert len({w["uid"] for w in answered} | {taken}) == 4
+    for w in answered:
+        assert Workload.objects.get(uid=w["uid"]).args == w["args"]
+    assert WorkloadEvent.objects.filter(reason="Submitted").count() == 4
