@@ -34,7 +34,7 @@ from rest_framework.views import APIView
 from api import access, throttling
 from api.errors import BodyTooLarge, ClusterUnavailable, Conflict, Invalid, error_body
 from api.filters import WorkloadFilter
-from api.idempotency import MAX_KEY_LENGTH, KeyReused, create_once, request_fingerprint
+from api.idempotency import MAX_KEY_LENGTH, KeyReused, Outcome, create_once, request_fingerprint
 from api.pagination import WorkloadCursorPagination
 from api.renderers import PlainTextRenderer, UsageCsvRenderer
 from api.serializers import (
@@ -79,21 +79,29 @@ from jobs.services.opening import workload_share
 User = Membership._meta.get_field("user").related_model
 
 
-def _check_key(key: str) -> None:
+def _once(request: Request, key: str, payload: dict, perform, before_commit) -> Outcome | Response:
+    """A create under the request's Idempotency-Key (`create_once`): its outcome, first or replayed, or
+    the 422 for a key used before with another body (`payload`: what makes the request this one)."""
     if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable() or not key.isascii():
         raise Invalid({"Idempotency-Key": [f"1 to {MAX_KEY_LENGTH} printable ASCII characters."]})
-
-
-def _key_reused() -> Response:
-    return Response(
-        error_body(
-            422,
-            "idempotency_key_reused",
-            "This Idempotency-Key was already used for a different request.",
-            {"Idempotency-Key": ["Already used for a different request."]},
-        ),
-        status=422,
-    )
+    try:
+        return create_once(
+            user=request.user,
+            key=key,
+            fingerprint=request_fingerprint(payload),
+            perform=perform,
+            before_commit=before_commit,
+        )
+    except KeyReused:
+        return Response(
+            error_body(
+                422,
+                "idempotency_key_reused",
+                "This Idempotency-Key was already used for a different request.",
+                {"Idempotency-Key": ["Already used for a different request."]},
+            ),
+            status=422,
+        )
 
 
 def _has_bad_text(value) -> bool:
@@ -293,17 +301,9 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
             code, body = perform()
             replayed = False
         else:
-            _check_key(key)
-            try:
-                outcome = create_once(
-                    user=request.user,
-                    key=key,
-                    fingerprint=request_fingerprint({"team": team.id, "spec": spec}),
-                    perform=perform,
-                    before_commit=take_queue_slot,
-                )
-            except KeyReused:
-                return _key_reused()
+            outcome = _once(request, key, {"team": team.id, "spec": spec}, perform, take_queue_slot)
+            if isinstance(outcome, Response):
+                return outcome
             code, body, replayed = outcome.status_code, outcome.body, outcome.replayed
         headers = {"Location": f"/api/v1/workloads/{body['uid']}/"}
         if replayed:
@@ -348,17 +348,9 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                 code, body = perform()
                 take_queue_slots()
             return Response(body, status=code)
-        _check_key(key)
-        try:
-            outcome = create_once(
-                user=request.user,
-                key=key,
-                fingerprint=request_fingerprint({"team": team.id, "batch": specs}),
-                perform=perform,
-                before_commit=take_queue_slots,
-            )
-        except KeyReused:
-            return _key_reused()
+        outcome = _once(request, key, {"team": team.id, "batch": specs}, perform, take_queue_slots)
+        if isinstance(outcome, Response):
+            return outcome
         headers = {"Idempotent-Replayed": "true"} if outcome.replayed else {}
         return Response(outcome.body, status=outcome.status_code, headers=headers)
 
