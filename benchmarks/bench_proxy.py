@@ -10,10 +10,16 @@ Lines printed:
   proxy_overhead_p95_ms     p95 of proxied minus p95 of direct latency, small GET, keep-alive (goal <= 5)
   proxy_latency_p95_ms      p95 latency through the proxy (context for the line above)
   direct_latency_p95_ms     p95 latency straight to the backend
-  proxy_throughput_ratio    MB/s of a 64 MB download through the proxy / straight to the backend, the median
+  proxy_throughput_ratio    MB/s of a 256 MB download through the proxy / straight to the backend, the median
                             over 7 rounds of each round's pair (goal >= 0.8)
   proxy_throughput_cpu_ratio  CPU seconds per GB direct (client + backend) / proxied (client + backend +
                             proxy): the ratio when the CPU is what limits (a `#` line has the parts)
+  proxy_bare_relay_ratio    the same download through the barest relay there is (a fourth process: per
+                            connection, two threads moving bytes between the sockets with splice(2); no
+                            HTTP, no sign-in, no Python per byte) / straight to the backend, in the same
+                            rounds: what one more process in the path leaves on this machine
+  proxy_vs_bare_relay       MB/s through the proxy / through the bare relay, the median of the rounds'
+                            pairs: the part of the gap the proxy's own code is responsible for
   proxy_ws_concurrent       WebSockets opened through one proxy process, left idle, that all still echo
                             afterwards (WS_TARGET tried; goal >= 1000); 0 if any one of them failed
 """
@@ -22,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import fcntl
 import os
 import resource
 import socket
@@ -38,10 +46,12 @@ FIGURES = [
     "direct_latency_p95_ms",
     "proxy_throughput_ratio",
     "proxy_throughput_cpu_ratio",
+    "proxy_bare_relay_ratio",
+    "proxy_vs_bare_relay",
     "proxy_ws_concurrent",
 ]
 SMALL_REQUESTS = 600  # per side
-BLOB_MB = 64
+BLOB_MB = 256  # at loopback speeds (1-4 GB/s) a smaller body is over before TCP's windows have grown
 THROUGHPUT_ROUNDS = 7  # per side, alternating: each round's pair gives one ratio
 WS_TARGET = 1000
 UID = "b0c0ffee00000001"  # hex, like every workload uid (the proxy routes only those)
@@ -116,6 +126,40 @@ def serve_proxy(port: int, backend_port: int) -> None:
         app, host="127.0.0.1", port=port, log_level="warning", ws="websockets-sansio",
         ws_per_message_deflate=False, lifespan="on", backlog=4096,
     )  # fmt: skip
+
+
+def serve_relay(port: int, backend_port: int) -> None:
+    """The barest relay: each connection accepted is joined to a new one to the backend by two threads
+    that splice(2) bytes across through a pipe, blocking; the kernel does all the waiting."""
+    import threading
+
+    def pump(source: socket.socket, target: socket.socket) -> None:
+        read_end, write_end = os.pipe()
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 1 << 20)
+        try:
+            while moved := os.splice(source.fileno(), write_end, 1 << 20):
+                while moved:
+                    moved -= os.splice(read_end, target.fileno(), moved)
+        except OSError:
+            pass
+        finally:
+            os.close(read_end)
+            os.close(write_end)
+            with contextlib.suppress(OSError):
+                target.shutdown(socket.SHUT_WR)
+
+    def join(browser: socket.socket) -> None:
+        with browser, socket.create_connection(("127.0.0.1", backend_port)) as pod:
+            upstream = threading.Thread(target=pump, args=(browser, pod), daemon=True)
+            upstream.start()
+            pump(pod, browser)
+            upstream.join()
+
+    with socket.create_server(("127.0.0.1", port), backlog=128) as server:
+        while True:
+            browser, _ = server.accept()
+            threading.Thread(target=join, args=(browser,), daemon=True).start()
 
 
 # --- the run ---------------------------------------------------------------------------------------------
@@ -222,11 +266,11 @@ async def _websockets(proxy: str, session_id: str) -> int:
 
 
 def _cpu_seconds(children: list[subprocess.Popen], since: dict[str, float] | None = None) -> dict[str, float]:
-    """CPU seconds (user + system) used so far by this process (the client) and the two children; with
-    `since`, the difference from that earlier reading."""
+    """CPU seconds (user + system) used so far by this process (the client) and the children (backend,
+    proxy, bare relay); with `since`, the difference from that earlier reading."""
     tick = os.sysconf("SC_CLK_TCK")
     now = {"client": time.process_time()}
-    for name, child in zip(("backend", "proxy"), children, strict=True):
+    for name, child in zip(("backend", "proxy", "relay"), children, strict=True):
         with open(f"/proc/{child.pid}/stat") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
         now[name] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
@@ -240,7 +284,7 @@ def _cpu_per_gb(cpu: dict[str, dict[str, float]]) -> tuple[dict[str, dict[str, i
     gigabytes = THROUGHPUT_ROUNDS * BLOB_MB / 1024
     per_gb = {side: {k: round(v / gigabytes * 1000) for k, v in used.items()} for side, used in cpu.items()}
     direct_total = per_gb["direct"]["client"] + per_gb["direct"]["backend"]
-    proxy_total = sum(per_gb["proxy"].values())
+    proxy_total = per_gb["proxy"]["client"] + per_gb["proxy"]["backend"] + per_gb["proxy"]["proxy"]
     return per_gb, (direct_total / proxy_total if proxy_total else 0.0)
 
 
@@ -252,38 +296,53 @@ def run(ctx: Any) -> Iterator[tuple[str, float | int]]:
     ctx.django()
     _raise_fd_limit()
     session_id = _prepare_service()
-    backend_port, proxy_port = _free_port(), _free_port()
+    backend_port, proxy_port, relay_port = _free_port(), _free_port(), _free_port()
     env = {**os.environ, "PROXY_ACTIVITY_WRITE_SECONDS": "60", "LOG_LEVEL": "WARNING"}
     me = [sys.executable, "-m", "benchmarks.bench_proxy"]
     children = [
         subprocess.Popen([*me, "--backend", str(backend_port)], env=env),
         subprocess.Popen([*me, "--proxy", str(proxy_port), str(backend_port)], env=env),
+        subprocess.Popen([*me, "--relay", str(relay_port), str(backend_port)], env=env),
     ]
     try:
-        _wait_port(backend_port)
-        _wait_port(proxy_port)
+        for port in (backend_port, proxy_port, relay_port):
+            _wait_port(port)
         proxy, direct = f"http://127.0.0.1:{proxy_port}", f"http://127.0.0.1:{backend_port}"
+        relay = f"http://127.0.0.1:{relay_port}"
         cookies = {"sessionid": session_id}
         through, straight = asyncio.run(_latencies(proxy, direct, cookies))
         yield "proxy_overhead_p95_ms", round(_p95(through) - _p95(straight), 3)
         yield "proxy_latency_p95_ms", round(_p95(through), 3)
         yield "direct_latency_p95_ms", round(_p95(straight), 3)
-        speeds: dict[str, list[float]] = {"proxy": [], "direct": []}
-        cpu = {side: {"client": 0.0, "backend": 0.0, "proxy": 0.0} for side in speeds}
-        for _ in range(THROUGHPUT_ROUNDS):
-            for side, url, jar in (("direct", direct, {}), ("proxy", proxy, cookies)):
+        speeds: dict[str, list[float]] = {"proxy": [], "direct": [], "relay": []}
+        cpu = {side: {"client": 0.0, "backend": 0.0, "proxy": 0.0, "relay": 0.0} for side in speeds}
+        sides = [("direct", direct, {}), ("proxy", proxy, cookies), ("relay", relay, {})]
+        for turn in range(THROUGHPUT_ROUNDS):
+            for side, url, jar in sides[turn % 3 :] + sides[: turn % 3]:  # each side goes first in turn
                 before = _cpu_seconds(children)
                 speeds[side].append(asyncio.run(_throughput(url, jar)))
                 for process, spent in _cpu_seconds(children, since=before).items():
                     cpu[side][process] += spent
         rounded = {side: [round(v) for v in values] for side, values in speeds.items()}
-        print(f"# proxy_throughput MB/s per round: proxy {rounded['proxy']}, direct {rounded['direct']}", flush=True)
+        print(
+            f"# proxy_throughput MB/s per round: proxy {rounded['proxy']}, direct {rounded['direct']},"
+            f" bare relay {rounded['relay']}",
+            flush=True,
+        )
         print(f"# proxy_throughput best of each side: {max(speeds['proxy']) / max(speeds['direct']):.3f}", flush=True)
         per_gb, bound = _cpu_per_gb(cpu)
-        print(f"# proxy_throughput CPU ms/GB: direct {per_gb['direct']}, proxy {per_gb['proxy']}", flush=True)
+        print(
+            f"# proxy_throughput CPU ms/GB: direct {per_gb['direct']}, proxy {per_gb['proxy']},"
+            f" bare relay {per_gb['relay']}",
+            flush=True,
+        )
         pairs = [p / d for p, d in zip(speeds["proxy"], speeds["direct"], strict=True)]
         yield "proxy_throughput_ratio", round(statistics.median(pairs), 3)
         yield "proxy_throughput_cpu_ratio", round(bound, 3)
+        bare = [r / d for r, d in zip(speeds["relay"], speeds["direct"], strict=True)]
+        yield "proxy_bare_relay_ratio", round(statistics.median(bare), 3)
+        versus = [p / r for p, r in zip(speeds["proxy"], speeds["relay"], strict=True)]
+        yield "proxy_vs_bare_relay", round(statistics.median(versus), 3)
         yield "proxy_ws_concurrent", asyncio.run(_websockets(proxy, session_id))
     finally:
         for child in children:
@@ -300,12 +359,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_proxy")
     parser.add_argument("--backend", type=int, metavar="PORT")
     parser.add_argument("--proxy", type=int, nargs=2, metavar=("PORT", "BACKEND_PORT"))
+    parser.add_argument("--relay", type=int, nargs=2, metavar=("PORT", "BACKEND_PORT"))
     options = parser.parse_args()
     _raise_fd_limit()
     if options.backend:
         serve_backend(options.backend)
     elif options.proxy:
         serve_proxy(*options.proxy)
+    elif options.relay:
+        serve_relay(*options.relay)
     else:
         parser.error("the benchmark runs through `python -m benchmarks proxy`")
 
