@@ -272,7 +272,7 @@ def reclaim_on_cluster(ctx: BenchContext) -> Iterator[tuple[str, float]]:
     devengine.FAST_INTERVALS["PORTAL_PREEMPT_GRACE_SECONDS"] = str(RECLAIM_GRACE_S)
     from benchmarks.engine import Engine, wait_until
 
-    engine = Engine(ctx)
+    engine = Engine(ctx, fast_intervals=True)  # reclaim_p95_s times the preemption grace, set short here
     try:
         yield from _reclaims(engine, wait_until)
     finally:

@@ -96,7 +96,12 @@ def worker_batches(log: Path, offset: int) -> str:
 class Engine:
     """Cluster + the portal's identity + worker/beat/tracker processes on the bench database."""
 
-    def __init__(self, ctx: BenchContext, *, start_processes: bool = True) -> None:
+    def __init__(self, ctx: BenchContext, *, start_processes: bool = True, fast_intervals: bool = False) -> None:
+        """`fast_intervals`: the periodic tasks (admission sweep, limits, resync, ...) at the test suite's
+        intervals (devtools.engine.FAST_INTERVALS: every 1-2 s) instead of the settings' defaults, which
+        are what a deployment runs (every 10-30 s). Only a part that times one of those periodic tasks
+        should ask for it: run every second beside a throughput measurement, they are load production
+        never sees."""
         from django.conf import settings
         from django.db import connection
         from kubernetes import config
@@ -114,7 +119,8 @@ class Engine:
             admin_kubeconfig=Path(cluster.kubeconfig),
             directory=ctx.work_dir,
         )
-        for key, value in {**self.identity.settings(), **{k: int(v) for k, v in FAST_INTERVALS.items()}}.items():
+        intervals = dict(FAST_INTERVALS) if fast_intervals else {}
+        for key, value in {**self.identity.settings(), **{k: int(v) for k, v in intervals.items()}}.items():
             setattr(settings, key, value)
         kube.reset()
         forget_namespaces()
@@ -122,7 +128,7 @@ class Engine:
         env = {
             **os.environ,
             **self.identity.env(),
-            **FAST_INTERVALS,
+            **intervals,
             "DATABASE_URL": f"postgres://{s['USER'] or 'postgres'}:{s['PASSWORD'] or ''}@{s['HOST']}:{s['PORT']}/{s['NAME']}",
             "DEBUG": "0",
             "SECRET_KEY": "bench-secret-key",
@@ -234,3 +240,32 @@ class Engine:
 
     def close(self) -> None:
         self.processes.stop_all()
+
+
+def apiserver_requests(admin_api: Any) -> dict[tuple[str, str], float]:
+    """The API server's own count of requests served so far, by verb and resource (its /metrics,
+    `apiserver_request_total`), to compare two moments: which calls a side made, beside its CPU."""
+    configuration = admin_api.configuration
+    token = configuration.get_api_key_with_prefix("authorization") or configuration.get_api_key_with_prefix(
+        "BearerToken"
+    )
+    response = admin_api.rest_client.pool_manager.request(
+        "GET", f"{configuration.host}/metrics", headers={"Authorization": token} if token else {}, retries=False
+    )
+    if response.status >= 400:
+        raise RuntimeError(f"GET /metrics: HTTP {response.status}")
+    totals: dict[tuple[str, str], float] = {}
+    for line in response.data.decode().splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
+        key = (labels.get("verb", "?"), labels.get("resource", "?"))
+        totals[key] = totals.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return totals
+
+
+def requests_per_object(before: dict, after: dict, n: int) -> str:
+    """The calls made between two `apiserver_requests` readings, per created object, most first."""
+    spent = {key: after[key] - before.get(key, 0.0) for key in after}
+    top = sorted(((v, k) for k, v in spent.items() if v > 0), reverse=True)
+    return ", ".join(f"{verb} {resource} {count / n:.3f}" for count, (verb, resource) in top[:12]) or "none"

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from benchmarks import cpu
-from benchmarks.engine import Engine, median, wait_until, worker_batches
+from benchmarks.engine import Engine, apiserver_requests, median, requests_per_object, wait_until, worker_batches
 from benchmarks.engine_flow import CLIENTS, _fresh_namespace, _job_watch
 
 FIGURES = (
@@ -121,6 +121,7 @@ def _raw_side(engine: Engine, n: int, place) -> float:
         settings.PORTAL_INSTANCE = instance
     watch = _job_watch(engine, namespace)
     try:
+        calls = apiserver_requests(engine.admin)
         before = cpu.snapshot()
         started = time.time()
         with ThreadPoolExecutor(CLIENTS) as pool:
@@ -128,6 +129,9 @@ def _raw_side(engine: Engine, n: int, place) -> float:
         last = watch.wait_for(n, 1800, "raw creates")
         print(f"# drain raw side: {last - started:.1f} s, load {os.getloadavg()[0]:.2f}", flush=True)
         _print_cpu("raw", n, cpu.spent(before, cpu.snapshot()))
+        print(
+            f"# drain raw side API requests per Job: {requests_per_object(calls, apiserver_requests(engine.admin), n)}"
+        )
     finally:
         watch.stop()
         _delete_jobs(engine, namespace)
@@ -157,6 +161,7 @@ def _portal_side(engine: Engine, n: int, place) -> tuple[float, float]:
     worker_log = engine.log_dir / "worker.log"
     log_offset = worker_log.stat().st_size if worker_log.exists() else 0
     try:
+        calls = apiserver_requests(engine.admin)
         before = cpu.snapshot()
         started = time.time()
         with transaction.atomic():  # as admin saves a quota and records the change
@@ -170,6 +175,11 @@ def _portal_side(engine: Engine, n: int, place) -> tuple[float, float]:
             flush=True,
         )
         _print_cpu("portal", n, cpu.spent(before, cpu.snapshot()))
+        print(
+            f"# drain portal side API requests per Job: "
+            f"{requests_per_object(calls, apiserver_requests(engine.admin), n)}",
+            flush=True,
+        )
         wait_until(
             lambda: not Workload.objects.filter(team=team, state=State.SUBMITTING).exists(),
             120,
