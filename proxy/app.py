@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import re
 import threading
@@ -50,6 +51,25 @@ IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})  # 
 WORKERS = 8  # threads for Django work (sessions, policy, EndpointSlices, activity)
 # Close codes an endpoint may not send (RFC 6455 7.4.1): "no status", "abnormal", "TLS failure".
 UNSENDABLE_CLOSE = {1005, 1006, 1015}
+
+
+# When a pod cuts a body short, the proxy leaves the browser's answer incomplete on purpose (completing it
+# would make a truncated download look whole; uvicorn then closes the connection). uvicorn logs that at
+# ERROR as if the proxy had failed; it is the pod's doing, which the proxy logs itself, so those lines are
+# told as INFO. Only for answers the proxy cut: the flag lives in the request's own context.
+_cut_on_purpose: contextvars.ContextVar[bool] = contextvars.ContextVar("proxy_cut_on_purpose", default=False)
+_INCOMPLETE = "ASGI callable returned without completing response."
+
+
+class _CutBodyIsNotAnError(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and _cut_on_purpose.get() and record.getMessage() == _INCOMPLETE:
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            return logging.getLogger(record.name).isEnabledFor(logging.INFO)
+        return True
+
+
+_CUT_FILTER = _CutBodyIsNotAnError()
 
 
 def _blocked_cookies() -> frozenset[str]:
@@ -139,6 +159,9 @@ class ServiceProxy:
         self._targets: dict[tuple[str, str], tuple[float, tuple[str, int] | None]] = {}
         # Django work (sessions, policy, Endpoints, activity) runs here, off the event loop.
         self._django = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="proxy-django")
+        server_errors = logging.getLogger("uvicorn.error")
+        if _CUT_FILTER not in server_errors.filters:
+            server_errors.addFilter(_CUT_FILTER)
 
     # --- plumbing -------------------------------------------------------------------------------------
     async def _sync(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -541,6 +564,8 @@ class ServiceProxy:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         complete = copying.done() and not copying.cancelled() and copying.result()
+        if copying.done() and not copying.cancelled() and not complete:
+            _cut_on_purpose.set(True)  # in this request's task: uvicorn reads it when the app returns
         uploaded = uploading is None or (
             uploading.done() and not uploading.cancelled() and uploading.exception() is None
         )
