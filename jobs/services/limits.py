@@ -108,8 +108,13 @@ def queue_locks_take(*, user_id: int, team_id: int) -> None:
     """
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            # Two statements, so the order (person first) is certain.
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [USER_LOCK_SPACE, user_id % 2_147_483_647])
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [TEAM_LOCK_SPACE, team_id % 2_147_483_647])
+            # One round trip, the person first: a MATERIALIZED CTE is computed once, before the outer
+            # query reads its row, so the team's lock is asked for only once the person's is held. Every
+            # round trip here is one more a submission of the same team waits for.
+            cursor.execute(
+                "WITH person AS MATERIALIZED (SELECT pg_advisory_xact_lock(%s, %s) AS held) "
+                "SELECT pg_advisory_xact_lock(%s, %s) FROM person",
+                [USER_LOCK_SPACE, user_id % 2_147_483_647, TEAM_LOCK_SPACE, team_id % 2_147_483_647],
+            )
         return
     Membership.objects.select_for_update().filter(user_id=user_id, team_id=team_id).first()

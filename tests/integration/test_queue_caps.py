@@ -105,3 +105,58 @@ def test_a_member_at_the_teams_cap_gets_exactly_the_cap(crowd):
     assert len(stored) == 8
     assert len(refused) == THREADS - 8
     assert all("4 per member" in exc.errors["team"][0] for exc in refused)
+
+
+@pytest.mark.parametrize("held_elsewhere", ["person", "team"])
+def test_a_submission_locks_the_person_before_the_team(crowd, held_elsewhere):
+    """Every submission takes the same two locks in the same order (person, then team), so two of them can
+    never each hold the lock the other waits for. Seen from PostgreSQL while one waits on a lock held
+    elsewhere: waiting on the team, it holds the person; waiting on the person, it holds nothing yet."""
+    from django.db import connections, transaction
+
+    from jobs.services.limits import TEAM_LOCK_SPACE, USER_LOCK_SPACE, queue_locks_take
+
+    team, user = crowd["team"], crowd["members"][1]
+    keys = {"person": (USER_LOCK_SPACE, user.pk), "team": (TEAM_LOCK_SPACE, team.pk)}
+    holder = connections.create_connection("default")
+    waiting = threading.Event()
+    backend: list[int] = []
+
+    def submit() -> None:
+        try:
+            with transaction.atomic():
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_backend_pid()")
+                    backend.append(cursor.fetchone()[0])
+                waiting.set()
+                queue_locks_take(user_id=user.pk, team_id=team.pk)
+        finally:
+            connection.close()
+
+    try:
+        with holder.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s, %s)", keys[held_elsewhere])
+        thread = threading.Thread(target=submit)
+        thread.start()
+        assert waiting.wait(10)
+        locks: dict[tuple[int, int], bool] = {}
+        for _ in range(100):
+            with holder.cursor() as cursor:
+                cursor.execute(
+                    "SELECT classid::int, objid::int, granted FROM pg_locks WHERE locktype = 'advisory' AND pid = %s",
+                    [backend[0]],
+                )
+                locks = {(space, key): granted for space, key, granted in cursor.fetchall()}
+            if keys[held_elsewhere] in locks:  # it is waiting now
+                break
+            threading.Event().wait(0.05)
+        if held_elsewhere == "team":
+            assert locks == {keys["person"]: True, keys["team"]: False}
+        else:
+            assert locks == {keys["person"]: False}
+        with holder.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", keys[held_elsewhere])
+        thread.join(10)
+        assert not thread.is_alive()
+    finally:
+        holder.close()
