@@ -211,6 +211,38 @@ def create(namespace: str, body: dict[str, Any]) -> None:
         raise error
 
 
+def delete(kind: str, namespace: str, name: str, body: dict[str, Any] | None = None) -> None:
+    """Delete one Job, Deployment or Service by name, its answer read but not decoded. The client's
+    delete_namespaced_* decode the answer into the type the newest API servers send back (for a Service,
+    the Service), and fail on what older ones send (a Status, as Kubernetes 1.20 does): after the object
+    is gone. Raises ApiException as the client does; 404 included, for the caller to judge."""
+    from urllib.parse import quote
+
+    api = api_client()
+    url = (
+        api.configuration.host
+        + CREATE_PATHS[kind].format(namespace=quote(namespace, safe=""))
+        + "/"
+        + quote(name, safe="")
+    )
+    response = api.rest_client.pool_manager.request(
+        "DELETE",
+        url,
+        body=json.dumps(body) if body is not None else None,
+        headers=_headers(api, Accept="application/json", **{"Content-Type": "application/json"}),
+        timeout=urllib3.Timeout(total=timeout()),
+        preload_content=False,
+    )
+    try:
+        answer = response.read()
+    finally:
+        response.release_conn()
+    if not 200 <= response.status <= 299:
+        error = ApiException(status=response.status, reason=response.reason)
+        error.body = answer.decode("utf-8", "replace")
+        raise error
+
+
 def timeout() -> float:
     return float(settings.KUBE_REQUEST_TIMEOUT)
 

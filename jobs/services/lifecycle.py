@@ -156,10 +156,4 @@ def cleanup() -> dict[str, int]:
 
 
 def _delete(kind: str, name: str, namespace: str) -> None:
-    body = {"propagationPolicy": "Background"}
-    if kind == "Job":
-        kube.batch().delete_namespaced_job(name, namespace, body=body, _request_timeout=kube.timeout())
-    elif kind == "Deployment":
-        kube.apps().delete_namespaced_deployment(name, namespace, body=body, _request_timeout=kube.timeout())
-    else:
-        kube.core().delete_namespaced_service(name, namespace, _request_timeout=kube.timeout())
+    kube.delete(kind, namespace, name, {"propagationPolicy": "Background"} if kind != "Service" else None)

@@ -15,4 +15,5 @@ def fake_kube(monkeypatch) -> FakeCluster:
     for name in ("core", "batch", "apps", "stream_get", "timeout"):
         monkeypatch.setattr(kube, name, getattr(cluster, name))
     monkeypatch.setattr(kube, "create", cluster.post)
+    monkeypatch.setattr(kube, "delete", cluster.delete_by_name)
     return cluster

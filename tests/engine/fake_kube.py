@@ -7,7 +7,7 @@ selectors of `k=v` pairs) and records every call, so a test can say "three list 
 this Job". The integration tests keep the real local cluster.
 
 Use the `fake_kube` fixture (tests/engine/conftest.py): it replaces `core`, `batch`, `apps`,
-`stream_get` and `timeout` in jobs.kube.client for the test.
+`stream_get`, `timeout`, `create` and `delete` in jobs.kube.client for the test.
 """
 
 from __future__ import annotations
@@ -143,6 +143,10 @@ class FakeCluster:
     def post(self, namespace: str, body: dict[str, Any]) -> None:
         """kube.create: the object's kind is its body's."""
         self.create(body["kind"], namespace, body)
+
+    def delete_by_name(self, kind: str, namespace: str, name: str, body: dict[str, Any] | None = None) -> None:
+        """kube.delete (its argument order), recording the grace period as the client's delete does."""
+        _Api(self)._delete(kind, name, namespace, body)
 
     def delete(self, kind: str, name: str, namespace: str) -> None:
         self._call(f"delete_namespaced_{KINDS[kind]}")
