@@ -564,10 +564,20 @@ def _mark_created(created: list[Workload], specs: dict[int, objects.WorkloadSpec
         values = [
             (w.id, _created_message(specs[w.id]), specs[w.id].namespace, specs[w.id].object_name) for w in created
         ]
-        with connection.cursor() as cursor:
-            columns = [list(column) for column in zip(*values, strict=True)]  # ids, messages, namespaces, names
-            cursor.execute(_MARK_CREATED_SQL, [State.PENDING, "Created", now, now, now, *columns, State.SUBMITTING])
-            moved = {row[0] for row in cursor.fetchall()}
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                columns = [list(column) for column in zip(*values, strict=True)]  # ids, messages, namespaces, names
+                cursor.execute(_MARK_CREATED_SQL, [State.PENDING, "Created", now, now, now, *columns, State.SUBMITTING])
+                moved = {row[0] for row in cursor.fetchall()}
+        else:  # SQLite (`make run` without DATABASE_URL): no arrays; one guarded UPDATE per workload
+            shared = {"state": State.PENDING, "reason": "Created", "submitted_at": now, "state_changed_at": now}
+            moved = {
+                workload_id
+                for workload_id, message, namespace, name in values
+                if Workload.objects.filter(id=workload_id, state=State.SUBMITTING).update(
+                    **shared, updated_at=now, message=message, namespace=namespace, k8s_name=name
+                )
+            }
         rows = [w for w in created if w.id in moved]
         for workload in rows:
             spec = specs[workload.id]
@@ -638,18 +648,10 @@ def workload_delete_objects(workload: Workload, *, name: str = "", grace_seconds
     object_name = name or workload.k8s_name or names.attempt_name(workload.name, workload.uid, workload.attempt)
     namespace = workload.namespace or workload.team.namespace
     body = {"propagationPolicy": "Background", "gracePeriodSeconds": grace_seconds}
-    options = {"body": body, "_request_timeout": kube.timeout()}
-    calls = (
-        [lambda: kube.batch().delete_namespaced_job(object_name, namespace, **options)]
-        if workload.kind == Kind.BATCH
-        else [
-            lambda: kube.apps().delete_namespaced_deployment(object_name, namespace, **options),
-            lambda: kube.core().delete_namespaced_service(object_name, namespace, _request_timeout=kube.timeout()),
-        ]
-    )
-    for call in calls:
+    kinds = [("Job", body)] if workload.kind == Kind.BATCH else [("Deployment", body), ("Service", None)]
+    for kind, options in kinds:
         try:
-            call()
+            kube.delete(kind, namespace, object_name, options)
         except ApiException as exc:
             if exc.status != 404:
                 raise

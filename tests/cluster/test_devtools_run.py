@@ -75,6 +75,56 @@ def _may_create_namespace(kubeconfig: str) -> tuple[bool, int]:
     return True, 201
 
 
+def _open_a_notebook_and_cancel_it(base: str) -> None:
+    """What a newcomer does first: sign in as the demo's alice, launch the catalog's notebook, open it through
+    the portal (the node simulator's backend answers under /w/<uid>/), then cancel it."""
+    import re
+
+    import requests
+
+    web = requests.Session()
+    form = web.get(f"{base}/login/", timeout=30)
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text)[1]
+    signed_in = web.post(
+        f"{base}/login/",
+        data={"csrfmiddlewaretoken": token, "username": "alice", "password": "gpuportal-demo"},
+        headers={"Referer": f"{base}/login/"},
+        timeout=30,
+    )
+    assert signed_in.url == f"{base}/", signed_in.url
+    unsafe = {"X-CSRFToken": web.cookies["csrftoken"], "Referer": f"{base}/"}
+    images = web.get(f"{base}/api/v1/images/", timeout=30).json()
+    notebook = next(i for i in images if "jupyter" in str(i).lower())
+    launched = web.post(
+        f"{base}/api/v1/workloads/",
+        json={"team": "demo", "catalog_image": notebook["id"], "gpu_type": "p100", "kind": "service"},
+        headers=unsafe,
+        timeout=30,
+    )
+    assert launched.status_code == 201, launched.text
+    uid = launched.json()["uid"]
+    deadline = time.monotonic() + 90
+    while True:
+        opened = web.get(f"{base}/w/{uid}/", timeout=30)
+        if opened.status_code == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert opened.status_code == 200, opened.text[:300]
+    assert "Simulated service" in opened.text
+    assert f"/w/{uid}/" in opened.text
+    detail = web.get(f"{base}/api/v1/workloads/{uid}/", timeout=30).json()
+    assert detail["state"] == "RUNNING"
+    assert detail["open_url"].endswith(f"/w/{uid}/")
+    assert web.post(f"{base}/api/v1/workloads/{uid}/cancel/", headers=unsafe, timeout=30).status_code in (200, 202)
+    deadline = time.monotonic() + 60
+    while web.get(f"{base}/api/v1/workloads/{uid}/", timeout=30).json()["state"] != "CANCELLED":
+        assert time.monotonic() < deadline, "the cancelled notebook never reached CANCELLED"
+        time.sleep(1)
+    ended = web.get(f"{base}/w/{uid}/", timeout=30)
+    assert ended.status_code != 200
+    assert "ended" in ended.text.lower(), ended.text[:300]
+
+
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_make_run_serves_the_portal_and_ctrl_c_stops_everything(tmp_path):
@@ -146,6 +196,13 @@ def test_make_run_serves_the_portal_and_ctrl_c_stops_everything(tmp_path):
         assert _may_create_namespace(processes["worker"][1]["KUBECONFIG"]) == (False, 403)
         assert processes["provisioner"][1]["KUBECONFIG"].endswith("provisioner-kubeconfig")
         assert processes["proxy"][1]["KUBECONFIG"].endswith("proxy-kubeconfig")  # its own, as in the chart
+        # The first thing a newcomer tries works on this database (SQLite, as `make run` starts without
+        # DATABASE_URL), and leaves no failed task behind in the worker's log.
+        _open_a_notebook_and_cancel_it(f"http://127.0.0.1:{port}")
+        time.sleep(3)  # the cancel's delete task
+        text = "".join(output)
+        failures = [n for n, line in enumerate(text.splitlines()) if "raised unexpected" in line or "Traceback" in line]
+        assert failures == [], "\n".join(text.splitlines()[failures[0] - 5 : failures[0] + 40])
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGINT)
