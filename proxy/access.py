@@ -132,9 +132,10 @@ def _app_cookie_user(value: str, uid: str):
     return user
 
 
-def door(credential: str | None, uid: str) -> Door:
-    """Who may pass to workload `uid` with this credential (credential_cookie()), and what they find."""
-    cached = _doors.get((credential, uid))
+def door(credential: str | None, uid: str, *, fresh: bool = False) -> Door:
+    """Who may pass to workload `uid` with this credential (credential_cookie()), and what they find.
+    `fresh`: from the database, whatever the cache holds."""
+    cached = None if fresh else _doors.get((credential, uid))
     if isinstance(cached, Door):
         return cached
     close_old_connections()  # the proxy is long-lived; Django's request signals never run here

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
 import re
 import threading
@@ -167,13 +168,14 @@ class ServiceProxy:
     async def _sync(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._django, fn, *args)
 
-    async def _door(self, session_key: str | None, uid: str) -> Door:
-        """access.door, answered on the event loop while fresh: most requests of a page load are assets."""
+    async def _door(self, session_key: str | None, uid: str, *, fresh: bool = False) -> Door:
+        """access.door, answered on the event loop while fresh: most requests of a page load are assets.
+        `fresh`: ask the database whatever the cache holds (the service seemed to be gone)."""
         key = (session_key, uid)
         hit = self._doors.get(key)
-        if hit is not None and hit[0] > time.monotonic():
+        if hit is not None and hit[0] > time.monotonic() and not fresh:
             return hit[1]
-        door = await self._sync(access.door, session_key, uid)
+        door = await self._sync(functools.partial(access.door, session_key, uid, fresh=fresh))
         if door.outcome != Outcome.SIGN_IN and settings.PROXY_ACCESS_CACHE_SECONDS > 0:
             if len(self._doors) > 10_000:
                 self._doors.clear()
@@ -350,8 +352,8 @@ class ServiceProxy:
         target = None
         if door.outcome == Outcome.OPEN:
             target = await self._target(door)
-        if target is None:
-            await self._page(send, "starting", door)
+        if target is None:  # no ready pod: starting, or ended since the door was cached
+            await self._page_after_recheck(scope, receive, send, door, "starting")
             return
         forwarded = headers.request_headers(
             _str_headers(scope),
@@ -365,9 +367,19 @@ class ServiceProxy:
         if outcome == "unreachable":
             self._forget_target(door)
             await self._sync(access.forget_endpoint, door.namespace, door.service)
-            await self._page(send, "unreachable", door)
+            await self._page_after_recheck(scope, receive, send, door, "unreachable")
         elif outcome == "timeout":
             await self._page(send, "timeout", door)
+
+    async def _page_after_recheck(self, scope: Scope, receive: Receive, send: Send, door: Door, kind: str) -> None:
+        """The `kind` page for a service whose pod did not answer, unless the database says, asked again
+        past the cache, that it ended meanwhile (a cancel a moment ago: then the ended page) or that this
+        person may no longer see it."""
+        door = await self._door(_credential(scope), door.uid, fresh=True)
+        if door.outcome in (Outcome.SIGN_IN, Outcome.NOT_FOUND):
+            await self._refuse(scope, receive, send, door)
+        else:
+            await self._page(send, "ended" if door.outcome == Outcome.ENDED else kind, door)
 
     async def _pass_to_portal(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Development only: the portal's own pages, so one origin serves both (see devtools/run.py)."""
@@ -416,19 +428,19 @@ class ServiceProxy:
         while True:
             try:
                 conn, reused = await self._pool.connect(*target, settings.PROXY_CONNECT_TIMEOUT)
-            except upstream.Unreachable:
-                log.info("backend %s:%s unreachable", *target, exc_info=True)
+            except upstream.Unreachable as exc:  # the pod went away or is not listening yet: no traceback
+                log.info("backend %s:%s unreachable: %s", *target, exc)
                 return "unreachable"
             uploading: asyncio.Future | None = None
             try:
                 response, uploading = await self._ask(conn, receive, head, method, framing, progress, limit)
                 break
-            except upstream.Unreachable:
+            except upstream.Unreachable as exc:
                 conn.close()
                 if reused and retry:
                     retry = False  # the pod closed a kept-alive connection just as we used it: once more
                     continue
-                log.info("backend %s:%s gave no answer", *target, exc_info=True)
+                log.info("backend %s:%s gave no answer: %s", *target, exc)
                 return "unreachable"
             except TimeoutError:
                 conn.close()
@@ -538,10 +550,10 @@ class ServiceProxy:
                     return True
                 async for piece in upstream.body(conn, response):
                     await send({"type": "http.response.body", "body": piece, "more_body": True})
-            except (upstream.Unreachable, zerocopy.PodClosed, OSError):
+            except (upstream.Unreachable, zerocopy.PodClosed, OSError) as exc:
                 # Not completed on purpose: uvicorn then closes the browser's connection, so a truncated
                 # body never looks whole.
-                log.info("backend stream broke off", exc_info=True)
+                log.info("backend stream broke off: %s", exc)
                 return False
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return True

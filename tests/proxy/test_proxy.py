@@ -242,6 +242,42 @@ def test_starting_states_refresh_themselves(proxy_world, state):
     assert "js/proxy-starting.js" in response.text
 
 
+@pytest.mark.parametrize("pod", ["gone", "no longer answering"])
+def test_a_service_cancelled_a_moment_ago_says_it_ended_not_starting(proxy_world, settings, pod):
+    """The proxy keeps who may enter for a few seconds; a cancel inside that window still ends in the
+    ended page (the pod's silence makes it ask the database again), not "starting" or "cannot be reached"."""
+    import http.server
+    import threading
+
+    settings.PROXY_ACCESS_CACHE_SECONDS = 60
+    settings.PROXY_ENDPOINT_CACHE_SECONDS = 0 if pod == "gone" else 60
+
+    class Lab(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    app = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Lab)
+    threading.Thread(target=app.serve_forever, daemon=True).start()
+    proxy_world.target["address"] = ("127.0.0.1", app.server_address[1])
+    try:
+        assert get(proxy_world, "").status_code == 200  # the door (and the pod's address) cached: open
+    finally:
+        app.shutdown()
+        app.server_close()
+    Workload.objects.filter(id=proxy_world.workload.id).update(state=State.CANCELLED)
+    if pod == "gone":
+        proxy_world.target["address"] = None  # its EndpointSlice lists no ready pod any more
+    response = get(proxy_world, "")
+    assert response.status_code == 410
+    assert "has ended" in response.text
+
+
 def test_ended_service_says_so_with_a_link(proxy_world):
     Workload.objects.filter(id=proxy_world.workload.id).update(state=State.CANCELLED, finished_at=None, started_at=None)
     response = get(proxy_world, "lab")
