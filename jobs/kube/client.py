@@ -11,6 +11,7 @@ import os
 import threading
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import urllib3
 from django.conf import settings
@@ -189,26 +190,7 @@ def create(namespace: str, body: dict[str, Any]) -> None:
     its per-call argument validation (which rebuilds the whole object as client models from the dict, then
     serializes them back) and without decoding the answer. Raises ApiException as the client does (status,
     reason, the API server's Status as its body)."""
-    from urllib.parse import quote
-
-    api = api_client()
-    url = api.configuration.host + CREATE_PATHS[body["kind"]].format(namespace=quote(namespace, safe=""))
-    response = api.rest_client.pool_manager.request(
-        "POST",
-        url,
-        body=json.dumps(body),
-        headers=_headers(api, Accept="application/json", **{"Content-Type": "application/json"}),
-        timeout=urllib3.Timeout(total=timeout()),
-        preload_content=False,
-    )
-    try:
-        answer = response.read()
-    finally:
-        response.release_conn()
-    if not 200 <= response.status <= 299:
-        error = ApiException(status=response.status, reason=response.reason)
-        error.body = answer.decode("utf-8", "replace")
-        raise error
+    _send("POST", CREATE_PATHS[body["kind"]].format(namespace=quote(namespace, safe="")), body)
 
 
 def delete(kind: str, namespace: str, name: str, body: dict[str, Any] | None = None) -> None:
@@ -216,18 +198,17 @@ def delete(kind: str, namespace: str, name: str, body: dict[str, Any] | None = N
     delete_namespaced_* decode the answer into the type the newest API servers send back (for a Service,
     the Service), and fail on what older ones send (a Status, as Kubernetes 1.20 does): after the object
     is gone. Raises ApiException as the client does; 404 included, for the caller to judge."""
-    from urllib.parse import quote
+    path = CREATE_PATHS[kind].format(namespace=quote(namespace, safe="")) + "/" + quote(name, safe="")
+    _send("DELETE", path, body)
 
+
+def _send(method: str, path: str, body: dict[str, Any] | None) -> None:
+    """One request with a JSON body through the client's pool and credentials; the answer is read and
+    dropped. A status outside 2xx raises ApiException (status, reason, the answer as its body)."""
     api = api_client()
-    url = (
-        api.configuration.host
-        + CREATE_PATHS[kind].format(namespace=quote(namespace, safe=""))
-        + "/"
-        + quote(name, safe="")
-    )
     response = api.rest_client.pool_manager.request(
-        "DELETE",
-        url,
+        method,
+        api.configuration.host + path,
         body=json.dumps(body) if body is not None else None,
         headers=_headers(api, Accept="application/json", **{"Content-Type": "application/json"}),
         timeout=urllib3.Timeout(total=timeout()),
