@@ -13,8 +13,9 @@ from django.utils import timezone
 
 from jobs.models import CatalogImage, GpuType, Kind, Role, State, Workload
 from jobs.services import reports
+from jobs.services.intake import MANY_AT_MOST
 from jobs.services.spec_fields import MAX_COMMAND_TOTAL, MAX_ENV_NAME, field_limits
-from jobs.services.validation import ENV_NAME_RE, env_reserved
+from jobs.services.validation import ENV_NAME_RE, MAX_NAME, default_name, env_reserved
 
 CUSTOM_IMAGE = ""
 TIME_UNITS = {"minutes": 60, "hours": 3600, "days": 86400}
@@ -94,6 +95,15 @@ class LaunchForm(forms.Form):
         label="Restartable",
         help_text="Batch jobs on borrowed GPUs: if the lender reclaims them, requeue at the front instead of failing.",
     )
+    copies = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MANY_AT_MOST,
+        initial=1,
+        label="Copies",
+        help_text="Batch jobs: run this many copies at once (a sweep), named NAME-0, NAME-1, … and told apart by "
+        "$GPUPORTAL_ARRAY_INDEX (0, 1, …) and $GPUPORTAL_ARRAY_SIZE. All are submitted, or none.",
+    )
     shared_with_team = forms.BooleanField(
         required=False,
         label="Shared with my team",
@@ -170,6 +180,15 @@ class LaunchForm(forms.Form):
             self.env_errors.append("Every value needs a variable name.")
         self.env_rows = rows
         self._clean_secret_env(set(cleaned.get("secrets") or ()))
+        copies = cleaned.get("copies") or 1
+        if copies > 1 and cleaned.get("kind") == Kind.SERVICE:
+            self.add_error("copies", "A service runs once: copies are for batch jobs. Set copies to 1.")
+        elif copies > 1 and cleaned.get("name"):
+            room = MAX_NAME - len(f"-{copies - 1}")
+            if len(cleaned["name"]) > room:
+                self.add_error(
+                    "name", f"With {copies} copies the name may have at most {room} characters (each gets -0, -1, …)."
+                )
         return cleaned
 
     def _clean_secret_env(self, chosen: set[str]) -> None:
@@ -239,6 +258,35 @@ class LaunchForm(forms.Form):
         if data["kind"] == Kind.SERVICE:
             spec["shared_with_team"] = bool(data.get("shared_with_team"))
         return spec
+
+    def copy_count(self) -> int:
+        return self.cleaned_data.get("copies") or 1
+
+    def copies_base_name(self) -> str:
+        """What the copies are named after: the name given, else the image's (as a single one is named)."""
+        data = self.cleaned_data
+        if data.get("name"):
+            return data["name"]
+        chosen = next((c for c in self.catalog if str(c.id) == data.get("catalog_image")), None)
+        return default_name(chosen.reference if chosen else (data.get("image") or "").strip())
+
+    def add_copies_errors(self, errors: dict[str, list[str]]) -> None:
+        """The errors of a sweep (`workloads[i].field`, as the REST batch names them) shown once per field:
+        the copies differ only in name and index, so what is wrong with one is wrong with all. The count's
+        own limits (the queue caps, at most so many in one go) go to the copies field."""
+        by_field: dict[str, list[str]] = {}
+        for key, messages in errors.items():
+            field = key.split(".", 1)[1] if key.startswith("workloads[") and "." in key else key
+            if field in ("workloads", "queue"):
+                field = "copies"
+            seen = by_field.setdefault(field, [])
+            seen.extend(m for m in messages if m not in seen)
+        for field, messages in by_field.items():
+            if field == "copies":
+                for message in messages:
+                    self.add_error("copies", message)
+            else:
+                self.add_submission_errors({field: messages})
 
     def add_submission_errors(self, errors: dict[str, list[str]]) -> None:
         """Show the service's errors next to the fields they are about."""

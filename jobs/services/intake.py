@@ -20,7 +20,7 @@ from jobs.models import (
     WorkloadEvent,
 )
 from jobs.models import workloads as workloads_model
-from jobs.services import intake_facts
+from jobs.services import intake_facts, validation
 from jobs.services.dispatch import enqueue_admission, request_admission
 from jobs.services.limits import queue_slot_take
 from jobs.services.secrets import secrets_unusable
@@ -262,6 +262,29 @@ def workloads_submit_many(
     for gpu_type_id in sorted({w.gpu_type_id for w in stored}):
         request_admission(team_id=team.id, gpu_type_id=gpu_type_id)  # sent on commit
     return stored
+
+
+ARRAY_INDEX_ENV, ARRAY_SIZE_ENV = "GPUPORTAL_ARRAY_INDEX", "GPUPORTAL_ARRAY_SIZE"
+
+
+def copies_of(spec: Mapping[str, Any], copies: int, *, base_name: str) -> list[dict[str, Any]]:
+    """Pure: `copies` submissions of one spec (a sweep from the launch page), told apart as the CLI's
+    --array tells them: $GPUPORTAL_ARRAY_INDEX from 0 to copies-1, $GPUPORTAL_ARRAY_SIZE the count, and
+    named BASE-0 .. BASE-(copies-1) (the base cut short so that every name keeps within the limit)."""
+    suffix_room = len(str(copies - 1)) + 1
+    base = base_name[: validation.MAX_NAME - suffix_room].rstrip("-") or "copy"
+    return [
+        {
+            **spec,
+            "name": f"{base}-{index}",
+            "env": [
+                *spec.get("env", []),
+                {"name": ARRAY_INDEX_ENV, "value": str(index)},
+                {"name": ARRAY_SIZE_ENV, "value": str(copies)},
+            ],
+        }
+        for index in range(copies)
+    ]
 
 
 UID_ATTEMPTS = 5

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from django.contrib import messages
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 
 from jobs import policy
 from jobs.forms import LaunchForm, initial_from_workload, join_args
@@ -15,8 +17,10 @@ from jobs.selectors import (
     queue_position,
     team_quota_use,
 )
+from jobs.services import intake_facts
 from jobs.services.accounting import budget_use
-from jobs.services.intake import gather_facts, workload_submit
+from jobs.services.intake import copies_of, gather_facts, workload_submit, workloads_submit_many
+from jobs.services.limits import queue_slot_take
 from jobs.services.validation import SubmissionInvalid, cuda_tuple
 from jobs.services.workspaces import workspace_mounts
 from jobs.views.common import team_page
@@ -61,7 +65,11 @@ def launch(request: HttpRequest) -> HttpResponse:
     }
     if request.method == "POST":
         form = LaunchForm(request.POST, **options)
-        if form.is_valid():
+        if form.is_valid() and form.copy_count() > 1:
+            submitted = _submit_copies(request, form)
+            if submitted is not None:
+                return submitted
+        elif form.is_valid():
             try:
                 workload = workload_submit(team=acting.team, owner=request.user, spec=form.spec(), facts=facts)
             except SubmissionInvalid as exc:
@@ -120,6 +128,28 @@ def launch(request: HttpRequest) -> HttpResponse:
         },
         status=400 if form.is_bound else 200,
     )
+
+
+def _submit_copies(request: HttpRequest, form: LaunchForm) -> HttpResponse | None:
+    """N copies of the form's job as one sweep, judged and stored as the REST batch stores one (all or
+    none, the queue caps counted for all of them); admission follows in a worker. Returns the redirect
+    to the list of one's workloads, or None with the errors on the form."""
+    team, copies = request.acting.team, form.copy_count()
+    specs = copies_of(form.spec(), copies, base_name=form.copies_base_name())
+    try:
+        with transaction.atomic():
+            snapshot = intake_facts.snapshot(team=team, user=request.user)
+            stored = workloads_submit_many(team=team, owner=request.user, specs=specs, snapshot=snapshot)
+            queue_slot_take(team=team, owner=request.user, stored=stored)
+    except SubmissionInvalid as exc:
+        form.add_copies_errors(exc.errors)
+        return None
+    messages.success(
+        request,
+        f"{copies} copies were submitted, {stored[0].name} to {stored[-1].name}. Each starts when your team's "
+        "quota has room.",
+    )
+    return redirect(f"{reverse('workload_list')}?scope=mine")
 
 
 def _outlook_for(team, gpu_types: list[GpuType], form: LaunchForm):

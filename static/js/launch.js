@@ -15,6 +15,7 @@
     var description = document.getElementById("catalog-description");
     var customField = document.getElementById("custom-image-field");
     var portField = document.getElementById("port-field");
+    var copiesField = document.getElementById("copies-field");
     var command = form.querySelector("[name=command]");
     var args = form.querySelector("[name=args]");
     var port = form.querySelector("[name=port]");
@@ -52,6 +53,8 @@
       var option = catalog.options[catalog.selectedIndex];
       if (customField) customField.hidden = !!(option && option.value);
       portField.hidden = kind() !== "service";
+      // A service runs once: copies are for batch jobs (the server says so too, without this script).
+      if (copiesField) copiesField.hidden = kind() === "service";
       if (option) showDescription(option);
     }
 

@@ -7,6 +7,8 @@ import pytest
 from django.urls import reverse
 
 from jobs.models import AllowedRegistry, CatalogImage, GpuNode, State, Workload
+from jobs.services.intake import copies_of
+from jobs.services.validation import MAX_NAME, default_name
 from tests.ui.conftest import make_workload
 
 pytestmark = pytest.mark.django_db
@@ -240,3 +242,90 @@ def test_the_form_says_which_images_need_root_and_refuses_an_unallowed_one(login
     assert response.status_code == 400
     assert "needs to run as root" in " ".join(field_errors(response)["catalog_image"])
     assert Workload.objects.count() == before
+
+
+def test_copies_of_names_each_and_tells_them_apart():
+    spec = {"name": "", "kind": "batch", "env": [{"name": "LR", "value": "0.1"}]}
+    copies = copies_of(spec, 12, base_name="sweep")
+    assert [c["name"] for c in copies] == [f"sweep-{i}" for i in range(12)]
+    assert copies[11]["env"] == [
+        {"name": "LR", "value": "0.1"},
+        {"name": "GPUPORTAL_ARRAY_INDEX", "value": "11"},
+        {"name": "GPUPORTAL_ARRAY_SIZE", "value": "12"},
+    ]
+    assert spec["env"] == [{"name": "LR", "value": "0.1"}]  # the form's spec is left as it was
+    # A long base is cut so that the longest name still fits, and never ends in '-'.
+    long = copies_of(spec, 100, base_name="a" * (MAX_NAME - 3) + "-bcd")
+    assert all(len(c["name"]) <= MAX_NAME for c in long)
+    assert long[99]["name"] == "a" * (MAX_NAME - 3) + "-99"
+
+
+def test_copies_of_a_batch_job_are_submitted_together(login, world):
+    client = login(world.owner)
+    response = post(
+        client,
+        catalog_image=str(world.trainer.id),
+        name="sweep",
+        copies="3",
+        env_name=["LR"],
+        env_value=["0.1"],
+    )
+    assert response.status_code == 302
+    assert response["Location"] == reverse("workload_list") + "?scope=mine"
+    stored = list(Workload.objects.order_by("name"))
+    assert [w.name for w in stored] == ["sweep-0", "sweep-1", "sweep-2"]
+    for index, workload in enumerate(stored):
+        assert workload.state == State.QUEUED
+        assert workload.owner == world.owner
+        assert workload.image == world.trainer.reference
+        assert workload.env == [
+            {"name": "LR", "value": "0.1"},
+            {"name": "GPUPORTAL_ARRAY_INDEX", "value": str(index)},
+            {"name": "GPUPORTAL_ARRAY_SIZE", "value": "3"},
+        ]
+    page = client.get(response["Location"]).content.decode()
+    assert "3 copies were submitted, sweep-0 to sweep-2." in page
+    assert "sweep-2" in page
+
+
+def test_unnamed_copies_are_named_after_the_image(login, world):
+    response = post(login(world.owner), catalog_image=str(world.trainer.id), copies="2")
+    assert response.status_code == 302
+    base = default_name(world.trainer.reference)
+    assert sorted(Workload.objects.values_list("name", flat=True)) == [f"{base}-0", f"{base}-1"]
+
+
+def test_copies_are_refused_with_the_field_named_and_nothing_stored(login, world, settings):
+    client = login(world.owner)
+    response = post(client, kind="service", catalog_image=str(world.notebook.id), port="8888", copies="2")
+    assert response.status_code == 400
+    assert "A service runs once" in field_errors(response)["copies"][0]
+
+    for count in ("0", "501", "two"):
+        response = post(client, catalog_image=str(world.trainer.id), copies=count)
+        assert response.status_code == 400
+        assert "copies" in field_errors(response), count
+
+    response = post(client, catalog_image=str(world.trainer.id), copies="10", name="n" * MAX_NAME)
+    assert response.status_code == 400
+    assert f"With 10 copies the name may have at most {MAX_NAME - 2} characters" in field_errors(response)["name"][0]
+
+    # What is wrong with one copy is wrong with all: said once, next to its field.
+    response = post(
+        client, catalog_image=str(world.trainer.id), copies="4", gpu_count="5", env_name=["CUDA_VISIBLE_DEVICES"],
+        env_value=["0"],
+    )  # fmt: skip
+    assert response.status_code == 400
+    errors = field_errors(response)
+    assert len(errors["gpu_count"]) == 1
+    assert "quota for Tesla P100 is 2 GPUs" in errors["gpu_count"][0]
+    assert len(errors["env"]) == 1
+    assert "CUDA_VISIBLE_DEVICES is set by the portal" in errors["env"][0]
+    assert 'value="4"' in response.content.decode()  # the count typed is kept
+
+    # The queue caps count every copy: more than one may have waiting is refused as a whole.
+    settings.PORTAL_MAX_QUEUED_PER_USER = 3
+    response = post(client, catalog_image=str(world.trainer.id), copies="4")
+    assert response.status_code == 400
+    assert "at most 3" in field_errors(response)["copies"][0]
+    assert not Workload.objects.exists()
