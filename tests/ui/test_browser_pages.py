@@ -80,9 +80,11 @@ def test_catalog_image_fills_defaults_and_env_rows(page, world):
     expect(page.get_by_label("Batch job")).to_be_checked()
     expect(page.locator("#port-field")).to_be_hidden()
     expect(page.locator("#custom-image-field")).to_be_hidden()
+    expect(page.get_by_label("Copies")).to_be_visible()
     image.select_option(label="Jupyter notebook")
     expect(page.get_by_label("Service")).to_be_checked()
     expect(page.get_by_label("Port")).to_have_value("8888")
+    expect(page.locator("#copies-field")).to_be_hidden()  # a service runs once
     # Environment rows: add two, remove one.
     page.get_by_role("button", name="Add variable").click()
     expect(page.get_by_label("Variable name")).to_have_count(2)
