@@ -283,6 +283,7 @@ class LaunchOutlook:
     queued_gpus: int
     cluster_free: int
     cluster_total: int
+    copies: int = 1  # a sweep from the launch page: this many workloads of gpu_count GPUs each
 
     @property
     def quota_left(self) -> int:
@@ -300,10 +301,21 @@ class LaunchOutlook:
     @property
     def cluster_short(self) -> bool:
         """The cluster has fewer free GPUs than asked: the pod waits for the scheduler even with quota."""
-        return self.cluster_free < self.gpu_count
+        return self.cluster_free < self.gpu_count * self.copies_start_now
+
+    @property
+    def copies_start_now(self) -> int:
+        """How many of the copies the quota left admits at once (each on its own: best-effort, as one)."""
+        if self.limit is None or self.gpu_count > self.limit:
+            return 0
+        return min(self.copies, self.quota_left // self.gpu_count)
+
+    @property
+    def copies_waiting(self) -> int:
+        return self.copies - self.copies_start_now
 
 
-def launch_outlook(team: Team, gpu_type: GpuType, gpu_count: int) -> LaunchOutlook:
+def launch_outlook(team: Team, gpu_type: GpuType, gpu_count: int, copies: int = 1) -> LaunchOutlook:
     """Quota and cluster room for one GPU type, for the launch form's "will it wait?" notice (3 queries)."""
     limit = Quota.objects.filter(team=team, gpu_type=gpu_type).values_list("max_gpus", flat=True).first()
     counts = Workload.objects.filter(team=team, gpu_type=gpu_type, state__in=State.active()).aggregate(
@@ -321,6 +333,7 @@ def launch_outlook(team: Team, gpu_type: GpuType, gpu_count: int) -> LaunchOutlo
         queued_gpus=counts["queued_gpus"],
         cluster_free=capacity.free,
         cluster_total=capacity.total,
+        copies=copies,
     )
 
 

@@ -155,22 +155,27 @@ def _submit_copies(request: HttpRequest, form: LaunchForm) -> HttpResponse | Non
 def _outlook_for(team, gpu_types: list[GpuType], form: LaunchForm):
     slug = form["gpu_type"].value()
     gpu_type = next((t for t in gpu_types if t.slug == slug), None)
-    try:
-        count = int(form["gpu_count"].value() or 1)
-    except (TypeError, ValueError):
-        count = 1
-    if gpu_type is None or count < 1:
+    count, copies = _positive(form["gpu_count"].value()), _positive(form["copies"].value())
+    if gpu_type is None or count is None:
         return None
-    return launch_outlook(team, gpu_type, count)
+    return launch_outlook(team, gpu_type, count, copies if form["kind"].value() != "service" and copies else 1)
+
+
+def _positive(value) -> int | None:
+    """A count typed into the form (1 when left empty); None when it is not a positive number."""
+    try:
+        number = int(value or 1)
+    except (TypeError, ValueError):
+        return None
+    return number if number >= 1 else None
 
 
 @team_page
 def launch_outlook_partial(request: HttpRequest) -> HttpResponse:
     """The "will it wait?" notice, refreshed by htmx as the GPU type or count changes."""
     gpu_type = GpuType.objects.filter(slug=request.GET.get("gpu_type", ""), enabled=True).first()
-    try:
-        count = int(request.GET.get("gpu_count") or 1)
-    except ValueError:
-        count = 0
-    outlook = launch_outlook(request.acting.team, gpu_type, count) if gpu_type and count >= 1 else None
+    count, copies = _positive(request.GET.get("gpu_count")), _positive(request.GET.get("copies"))
+    if request.GET.get("kind") == "service" or copies is None:
+        copies = 1  # a service runs once; a bad count is the form's to refuse
+    outlook = launch_outlook(request.acting.team, gpu_type, count, copies) if gpu_type and count else None
     return render(request, "jobs/_launch_outlook.html", {"outlook": outlook})

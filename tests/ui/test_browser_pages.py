@@ -81,6 +81,8 @@ def test_catalog_image_fills_defaults_and_env_rows(page, world):
     expect(page.locator("#port-field")).to_be_hidden()
     expect(page.locator("#custom-image-field")).to_be_hidden()
     expect(page.get_by_label("Copies")).to_be_visible()
+    page.get_by_label("Copies").fill("5")  # the outlook counts every copy (quota 2 of each type)
+    expect(page.locator("#outlook")).to_contain_text("2 of the 5 copies fit your team's quota now")
     image.select_option(label="Jupyter notebook")
     expect(page.get_by_label("Service")).to_be_checked()
     expect(page.get_by_label("Port")).to_have_value("8888")

@@ -329,3 +329,28 @@ def test_copies_are_refused_with_the_field_named_and_nothing_stored(login, world
     assert response.status_code == 400
     assert "at most 3" in field_errors(response)["copies"][0]
     assert not Workload.objects.exists()
+
+
+def test_the_outlook_counts_every_copy(login, world):
+    client = login(world.owner)
+
+    def outlook(**params) -> str:
+        return client.get(reverse("launch_outlook"), {"gpu_type": "p100", "gpu_count": "1", **params}).content.decode()
+
+    # The team's P100 quota is 2, none used.
+    assert "All 2 copies fit your team's quota" in outlook(copies="2")
+    some = outlook(copies="5")
+    assert 'data-outlook="some"' in some
+    assert "2 of the 5 copies fit your team's quota now" in some
+    assert "The other 3 wait in the queue" in some
+    assert "1 of the 3 copies" in outlook(copies="3", gpu_count="2")
+    make_workload(world, state=State.RUNNING, gpu_count=2)
+    waits = outlook(copies="3")
+    assert "These will wait for quota." in waits
+    assert "The 3 copies start by themselves" in waits
+    # A service runs once, and a count that is not one is left to the form: the outlook is for one.
+    assert "This will wait for quota." in outlook(copies="3", kind="service")
+    assert "This will wait for quota." in outlook(copies="lots")
+    # The page itself, as first shown after a refused post, counts the copies typed.
+    page = post(client, catalog_image=str(world.trainer.id), copies="3", name="Bad_Name!").content.decode()
+    assert "These will wait for quota." in page
