@@ -63,7 +63,7 @@ def run(ctx: Any) -> Iterator[tuple[str, float | int]]:
             pod_uid=pod_uid, started_at=timezone.now(),
         )  # fmt: skip
         pods[index] = BusyGpu(pod_uid=pod_uid)
-    _row, token = agent_token_issue(name=f"bench {run_id}")
+    _row, token = agent_token_issue(name=f"bench {run_id}", node=node)
     sampler = SimulatedSampler(node, GPUS, "Tesla P100-PCIE-16GB", "12.2", busy_fn=lambda: pods, seed=1)
     start = datetime.now(UTC) - timedelta(seconds=5 * (REPORTS + 10))
     bodies = [

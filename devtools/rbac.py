@@ -1,5 +1,6 @@
 """The portal's own identities in a cluster: four service accounts (engine, web, proxy, provisioner) with
-exactly the rules of helm/files/rbac-rules.yaml. The Helm chart creates the same objects; tests and
+exactly the rules of helm/files/rbac-rules.yaml (the web also checks node agents' tokens: agent-review,
+agent-pods). The Helm chart creates the same objects; tests and
 `make run` use this to run the portal's processes as those accounts instead of as cluster admin.
 """
 
@@ -106,7 +107,38 @@ def install_portal_identity(
             lambda binding=binding: rbac.create_cluster_role_binding(binding),
             lambda binding=binding: rbac.replace_cluster_role_binding(binding.metadata.name, binding),
         )
+    install_agent_review(admin, namespace=namespace, fullname=names.fullname)
     return {identity: account_token(core, namespace, names.account(identity), timeout) for identity in IDENTITIES}
+
+
+def install_agent_review(
+    admin: k8s.ApiClient, *, namespace: str, fullname: str, agent_namespace: str | None = None
+) -> None:
+    """Let the web check node agents' own tokens, as the chart does: `agent-review` cluster-wide and
+    `agent-pods` in the agent's namespace (the portal's own namespace unless said otherwise)."""
+    rbac = k8s.RbacAuthorizationV1Api(admin)
+    names = PortalNames(fullname)
+    web = [k8s.RbacV1Subject(kind="ServiceAccount", name=names.account("web"), namespace=namespace)]
+    ref = "rbac.authorization.k8s.io"
+    cluster_binding = k8s.V1ClusterRoleBinding(
+        metadata=k8s.V1ObjectMeta(name=names.role("agent-review")),
+        role_ref=k8s.V1RoleRef(api_group=ref, kind="ClusterRole", name=names.role("agent-review")),
+        subjects=web,
+    )
+    _apply(
+        lambda: rbac.create_cluster_role_binding(cluster_binding),
+        lambda: rbac.replace_cluster_role_binding(cluster_binding.metadata.name, cluster_binding),
+    )
+    where = agent_namespace or namespace
+    binding = k8s.V1RoleBinding(
+        metadata=k8s.V1ObjectMeta(name=names.role("agent-pods"), namespace=where),
+        role_ref=k8s.V1RoleRef(api_group=ref, kind="ClusterRole", name=names.role("agent-pods")),
+        subjects=web,
+    )
+    _apply(
+        lambda: rbac.create_namespaced_role_binding(where, binding),
+        lambda: rbac.replace_namespaced_role_binding(binding.metadata.name, where, binding),
+    )
 
 
 def account_token(core: k8s.CoreV1Api, namespace: str, account: str, timeout: float = 60) -> str:

@@ -311,6 +311,14 @@ TELEMETRY_MAX_PROCESSES_PER_GPU = env_int("TELEMETRY_MAX_PROCESSES_PER_GPU", 128
 # Reports stamped further than this ahead of the portal's clock are refused (a node with a wrong clock).
 TELEMETRY_MAX_CLOCK_SKEW_SECONDS = env_int("TELEMETRY_MAX_CLOCK_SKEW_SECONDS", 300, minimum=1)
 TELEMETRY_IDLE_CHECK_SECONDS = env_int("TELEMETRY_IDLE_CHECK_SECONDS", 300, minimum=10)
+# Agents in the cluster prove their node with their own projected service-account token (audience below),
+# checked by TokenReview and mapped to the pod's node; empty AGENT_SERVICE_ACCOUNT turns that path off.
+# "namespace/name" of the agent's ServiceAccount; AGENT_DAEMONSET: the DaemonSet its pods must belong to.
+AGENT_SERVICE_ACCOUNT = env_str("AGENT_SERVICE_ACCOUNT")
+AGENT_DAEMONSET = env_str("AGENT_DAEMONSET")
+AGENT_TOKEN_AUDIENCE = env_str("AGENT_TOKEN_AUDIENCE", "gpuportal-agent")
+# A reviewed token's node is remembered this long (a deleted agent pod's token works at most this much longer).
+AGENT_TOKEN_REVIEW_CACHE_SECONDS = env_int("AGENT_TOKEN_REVIEW_CACHE_SECONDS", 60, minimum=0)
 
 # --- notifications (notifications/) -----------------------------------------------------------------
 # Webhooks may reach only public addresses, except networks listed here (CIDRs, comma-separated), e.g. a

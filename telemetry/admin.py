@@ -19,6 +19,14 @@ class AgentTokenAdmin(admin.ModelAdmin):
             return ["name", "node_name"]
         return ["name", "node_name", "prefix", "created_at", "created_by", "last_used_at", "revoked_at"]
 
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if db_field.name == "node_name" and field is not None:
+            # A token without a node would speak for none (telemetry/services/tokens.py).
+            field.required = True
+            field.help_text = "The one node whose reports this token may send (its Kubernetes node name)."
+        return field
+
     def get_readonly_fields(self, request, obj=None):
         # A token's node is fixed once issued: re-pointing it would let one token speak for another node.
         return [*self.readonly_fields, "node_name"] if obj is not None else self.readonly_fields
@@ -29,10 +37,10 @@ class AgentTokenAdmin(admin.ModelAdmin):
 
             token = TOKEN_PREFIX + secrets.token_urlsafe(32)
             obj.prefix, obj.token_hash, obj.created_by = token[:12], token_digest(token), request.user
-            if obj.node_name:  # one node, one live token: the node's earlier token stops working now
-                AgentToken.objects.filter(node_name=obj.node_name, revoked_at__isnull=True).update(
-                    revoked_at=timezone.now()
-                )
+            # One node, one live token: the node's earlier token stops working now.
+            AgentToken.objects.filter(node_name=obj.node_name, revoked_at__isnull=True).update(
+                revoked_at=timezone.now()
+            )
             super().save_model(request, obj, form, change)
             messages.warning(
                 request,

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 from drf_spectacular.utils import extend_schema
 from rest_framework.authentication import BaseAuthentication
-from rest_framework.exceptions import AuthenticationFailed, UnsupportedMediaType
+from rest_framework.exceptions import AuthenticationFailed, PermissionDenied, UnsupportedMediaType
 from rest_framework.permissions import BasePermission
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -26,9 +26,11 @@ from api.errors import BodyTooLarge, Invalid, StoreUnavailable
 from jobs import policy
 from jobs.models import Workload
 from telemetry.chart import workload_gpu_chart
+from telemetry.models import AgentToken
 from telemetry.selectors import nodes_overview, workload_gpu_series, workload_gpu_summary
+from telemetry.services.agent_pods import AgentPod, ReviewUnavailable, agent_pod_identify
 from telemetry.services.ingest import ReportRejected, report_ingest
-from telemetry.services.tokens import agent_token_check, agent_token_may_report
+from telemetry.services.tokens import TOKEN_PREFIX, agent_token_check, agent_token_may_report
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +38,25 @@ TOKEN_REQUIRED = "A valid agent token is required (Authorization: Bearer <token>
 
 
 class AgentTokenAuthentication(BaseAuthentication):
-    """`Authorization: Bearer <agent token>`; the token row becomes `request.auth` (no person signs in)."""
+    """`Authorization: Bearer <token>`: an agent pod's own service-account token (agent_pods.py), or an
+    issued agent token (`gpa_...`, for agents outside the cluster). `request.auth` becomes the AgentPod or
+    the token row; no person signs in."""
 
     def authenticate(self, request: Request):
         scheme, _, token = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
         if scheme.lower() != "bearer":
             return None
-        row = agent_token_check(token.strip())
-        if row is None:
+        token = token.strip()
+        if token.startswith(TOKEN_PREFIX):
+            credential = agent_token_check(token)
+        else:
+            try:
+                credential = agent_pod_identify(token)
+            except ReviewUnavailable:
+                raise StoreUnavailable() from None  # 503: the agent keeps the report and retries
+        if credential is None:
             raise AuthenticationFailed(TOKEN_REQUIRED)
-        return AnonymousUser(), row
+        return AnonymousUser(), credential
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="gpuportal-agent"'
@@ -62,7 +73,8 @@ class AgentReportView(APIView):
     """POST /api/v1/agent/reports: one gpuportal.agent.report/v1 body, bearer-token authenticated.
 
     202 stored (or a duplicate acknowledged); errors in the API's one format (api/errors.py): 400
-    naming the bad field, 401 bad or missing token, 405 not a POST, 413 body over
+    naming the bad field, 401 bad or missing token, 403 a report for a node that is not the agent's own,
+    405 not a POST, 413 body over
     TELEMETRY_MAX_REPORT_BYTES, 415 not JSON, 503 the portal could not store it (the agent keeps the
     report and retries). Not throttled: an agent catching up after an outage sends its buffer at once,
     and a token speaks for one node only.
@@ -77,9 +89,10 @@ class AgentReportView(APIView):
     @extend_schema(exclude=True)  # for agents, not people: documented in agent/README.md
     def post(self, request: Request) -> Response:
         report = _read_report(request)
-        if not agent_token_may_report(request.auth, report.node):
-            log.warning("agent token %s refused: it may not report for node %s", request.auth.prefix, report.node[:253])
-            raise AuthenticationFailed("This agent token may not report for this node.")
+        if not _may_report(request.auth, report.node):
+            label = request.auth.label if isinstance(request.auth, AgentPod) else f"token {request.auth.prefix}"
+            log.warning("agent %s refused: it may not report for node %s", label, report.node[:253])
+            raise PermissionDenied("This agent may not report for this node.")
         try:
             result = report_ingest(report=report, received_at=timezone.now())
         except ReportRejected as exc:
@@ -98,6 +111,12 @@ class AgentReportView(APIView):
             },
             status=202,
         )
+
+
+def _may_report(credential: AgentPod | AgentToken, node: str) -> bool:
+    if isinstance(credential, AgentPod):
+        return credential.node_name == node
+    return agent_token_may_report(credential, node)
 
 
 def _invalid(message: str) -> Invalid:

@@ -11,7 +11,7 @@ import logging
 import secrets
 from datetime import timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from telemetry.models import AgentToken
@@ -27,13 +27,15 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def agent_token_issue(*, name: str, node: str = "", by=None) -> tuple[AgentToken, str]:
+def agent_token_issue(*, name: str, node: str, by=None) -> tuple[AgentToken, str]:
     """Create a token for one node; returns the row and the token itself, which is never stored or shown
-    again. A node's earlier token is revoked: one node, one live token."""
+    again. A node's earlier token is revoked: one node, one live token. For agents outside the cluster
+    (and the local cluster's simulator); agents in pods use their own service-account token instead."""
+    if not node:
+        raise ValueError("node: an agent token speaks for one node; name it")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with transaction.atomic():
-        if node:
-            AgentToken.objects.filter(node_name=node, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        AgentToken.objects.filter(node_name=node, revoked_at__isnull=True).update(revoked_at=timezone.now())
         row = AgentToken.objects.create(
             name=name,
             node_name=node,
@@ -45,21 +47,9 @@ def agent_token_issue(*, name: str, node: str = "", by=None) -> tuple[AgentToken
 
 
 def agent_token_may_report(row: AgentToken, node: str) -> bool:
-    """Whether the token may speak for `node`. A token issued without a node is bound to the first node
-    it reports for (unless that node already has its own token); after that, only to that node."""
-    if row.node_name:
-        return row.node_name == node
-    try:
-        with transaction.atomic():
-            bound = AgentToken.objects.filter(id=row.id, node_name="").update(node_name=node)
-    except IntegrityError:
-        return False  # the node has a token of its own
-    if bound:
-        log.info("agent token %s is now bound to node %s", row.prefix, node)
-        row.node_name = node
-        return True
-    row.refresh_from_db(fields=["node_name"])
-    return row.node_name == node
+    """Whether the token may speak for `node`: only the node it was issued for. A token issued without one
+    (before every token had to name its node) speaks for none; issue a node's own token to replace it."""
+    return bool(row.node_name) and row.node_name == node
 
 
 def agent_token_revoke(*, token: AgentToken) -> None:

@@ -167,8 +167,9 @@ def test_the_web_identity_writes_nothing_at_all(escalation_scene, portal_account
         for verb in sorted(set(WRITE_VERBS) & verbs):
             where = [team, "kube-system", "default"] if namespaced else [""]
             allowed += [(verb, group, resource, ns) for ns in where if can_i(kube_api, who, verb, resource, ns, group)]
-    # Not even users' stored secrets: the web seals them for the engine, which writes them.
-    assert allowed == []
+    # Not even users' stored secrets: the web seals them for the engine, which writes them. Its one "create"
+    # is a TokenReview (asks who a node agent's token belongs to; nothing is stored).
+    assert allowed == [("create", "authentication.k8s.io", "tokenreviews", "")]
     for verb in ("get", "create", "update", "delete"):
         assert not can_i(kube_api, who, verb, "secrets", team)
     # What it may do: read its team's pods, logs and events.
@@ -177,6 +178,10 @@ def test_the_web_identity_writes_nothing_at_all(escalation_scene, portal_account
     assert can_i(kube_api, who, "list", "events", team)
     assert can_i(kube_api, who, "list", "endpoints", team)
     assert not can_i(kube_api, who, "list", "pods", "kube-system")
+    # The agents' pods: one by name in the portal's namespace (the agent's), never a list, never elsewhere.
+    assert can_i(kube_api, who, "get", "pods", portal_account.system_namespace, name="agent-x")
+    assert not can_i(kube_api, who, "list", "pods", portal_account.system_namespace)
+    assert not can_i(kube_api, who, "get", "pods", "kube-system", name="x")
     # And really: with its own token it cannot create a ConfigMap or a Secret in its team's namespace.
     core = k8s.CoreV1Api(escalation_scene["clients"]["web"])
     body = k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="probe"))

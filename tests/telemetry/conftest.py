@@ -47,7 +47,7 @@ def people(db) -> People:
 
 @pytest.fixture
 def agent_token(db) -> str:
-    _row, token = agent_token_issue(name="test nodes")
+    _row, token = agent_token_issue(name="gpu-p100-1's agent", node="gpu-p100-1")
     return token
 
 

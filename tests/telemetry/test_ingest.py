@@ -229,7 +229,7 @@ def test_only_post_is_allowed(client, agent_token):
 
 
 def test_the_management_command_prints_a_token_once_and_stores_only_its_digest(client, people, capsys):
-    call_command("agent_token", "issue", "cluster A nodes")
+    call_command("agent_token", "issue", "cluster A nodes", "--node", "gpu-p100-1")
     token = capsys.readouterr().out.strip()
     row = AgentToken.objects.get(name="cluster A nodes")
     assert token.startswith("gpa_")
@@ -242,7 +242,12 @@ def test_the_management_command_prints_a_token_once_and_stores_only_its_digest(c
 
 
 def test_an_admin_issues_a_token_and_sees_it_once(admin_client):
-    response = admin_client.post("/admin/telemetry/agenttoken/add/", {"name": "rack 7"}, follow=True)
+    refused = admin_client.post("/admin/telemetry/agenttoken/add/", {"name": "rack 7"})
+    assert refused.status_code == 200
+    assert "node_name" in refused.context["adminform"].form.errors
+    response = admin_client.post(
+        "/admin/telemetry/agenttoken/add/", {"name": "rack 7", "node_name": "gpu-p100-1"}, follow=True
+    )
     assert response.status_code == 200
     shown = [str(m) for m in response.context["messages"]]
     token = shown[0].split(": ", 1)[1].split(" ")[0]

@@ -136,14 +136,14 @@ def test_bad_volume_fields_are_refused_naming_the_field(client, people, agent_to
 
 
 def test_another_nodes_report_with_volumes_is_still_refused(client, people, agent_token, workspaces):
-    assert post(client, make_report(), agent_token).status_code == 202  # binds the token to gpu-p100-1
+    assert post(client, make_report(), agent_token).status_code == 202  # the token is gpu-p100-1's
     elsewhere = running_workload(people, namespace=NAMESPACE, mounts=_mounts("owner"))
     Workload.objects.filter(id=elsewhere.id).update(node_name="gpu-p100-2")
     report = _with_volumes(make_report("gpu-p100-2"), VolumeReading("pvc-home-1", used_bytes=GIB))
 
     response = post(client, report, agent_token)
 
-    assert response.status_code == 401
+    assert response.status_code == 403
     assert not Workspace.objects.filter(used_bytes__isnull=False).exists()
 
 

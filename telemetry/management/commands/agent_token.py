@@ -1,4 +1,7 @@
-"""Issue, list or revoke agent tokens: `manage.py agent_token issue "GPU nodes"` prints the token once."""
+"""Issue, list or revoke agent tokens: `manage.py agent_token issue NAME --node NODE` prints it once.
+
+For agents outside the cluster (and the local cluster's simulator): agents in the chart's DaemonSet need
+no issued token, they send their pod's own service-account token (agent/README.md)."""
 
 from __future__ import annotations
 
@@ -15,11 +18,7 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="action", required=True)
         issue = sub.add_parser("issue", help="issue a token and print it (only the token, on stdout)")
         issue.add_argument("name", help="what the token is for, e.g. 'GPU nodes of cluster A'")
-        issue.add_argument(
-            "--node",
-            default="",
-            help="the node whose reports it may send (recommended; without it the first node to report binds it)",
-        )
+        issue.add_argument("--node", required=True, help="the one node whose reports it may send")
         sub.add_parser("list", help="list tokens (never the tokens themselves)")
         revoke = sub.add_parser("revoke", help="revoke a token by its id or prefix")
         revoke.add_argument("token", help="the id or the prefix shown by `list`")
