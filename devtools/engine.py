@@ -53,6 +53,8 @@ class PortalIdentity:
     instance: str
     namespace_prefix: str
     system_namespace: str
+    # The provisioner's admission guard registered with a local cluster that runs one (None: no guard there).
+    admission_guard: str | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -107,12 +109,22 @@ def install_identity(
     """Install the portal's accounts and roles with the admin's client, and write a kubeconfig for each
     identity (mode 0600) into `directory`. Names default to fresh ones per call (tests, benchmarks: side by
     side in one cluster); `make run` passes fixed ones so a cluster it reuses keeps its team namespaces."""
+    from devtools.admission_guard import register_provisioner_guard
     from devtools.rbac import PortalNames, install_portal_identity, kubeconfig_for_token
 
     run = uuid.uuid4().hex[:6]
     namespace = namespace or f"gpuportal-system-{run}"
     names = PortalNames(fullname or f"gpuportal-{run}")
     tokens = install_portal_identity(admin_api, namespace=namespace, fullname=names.fullname)
+    namespace_prefix = namespace_prefix or f"t{run}-"
+    guard = register_provisioner_guard(
+        admin_api,
+        state_dir=Path(admin_kubeconfig).parent,
+        fullname=names.fullname,
+        provisioner=f"{namespace}/{names.account('provisioner')}",
+        prefix=namespace_prefix,
+        roles=[names.role("workloads"), names.role("reader"), names.role("proxy")],
+    )
     ca = cluster_ca(admin_kubeconfig)
     directory.mkdir(parents=True, exist_ok=True)
     kubeconfigs = {}
@@ -129,8 +141,9 @@ def install_identity(
         reader_role=names.role("reader"),
         proxy_role=names.role("proxy"),
         instance=instance or f"run-{run}",
-        namespace_prefix=namespace_prefix or f"t{run}-",
+        namespace_prefix=namespace_prefix,
         system_namespace=namespace,
+        admission_guard=guard,
     )
 
 

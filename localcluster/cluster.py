@@ -31,6 +31,7 @@ from typing import IO, Any
 
 import yaml
 
+from localcluster import admission
 from localcluster.pki import Pki
 from localcluster.pools import PoolsConfig
 from localcluster.procs import (
@@ -45,7 +46,14 @@ from localcluster.procs import (
 
 KUBE_VERSION = "1.20.2"
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "node-simulator")
+COMPONENTS = (
+    "etcd",
+    "admission-guard",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "node-simulator",
+)
 SERVICE_CIDR = "10.96.0.0/16"
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -275,7 +283,15 @@ class LocalCluster:
                 )
             old["apiserver"] = self.requested_port
         taken: set[int] = set()
-        for key in ("etcd_client", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kubelet"):
+        for key in (
+            "etcd_client",
+            "etcd_peer",
+            "apiserver",
+            "controller_manager",
+            "scheduler",
+            "kubelet",
+            "admission_guard",
+        ):
             port = old.get(key, 0)
             # Reusing last run's ports keeps the kubeconfig stable; a port taken since then is replaced.
             if not port or port in taken or not port_is_free(port):
@@ -427,6 +443,7 @@ class LocalCluster:
         env.pop("KUBECONFIG", None)
         argvs = {
             "etcd": etcd_argv,
+            "admission-guard": lambda: admission.guard_argv(pki, p["admission_guard"]),
             "kube-apiserver": apiserver_argv,
             "kube-controller-manager": controller_manager_argv,
             "kube-scheduler": scheduler_argv,
@@ -453,9 +470,17 @@ class LocalCluster:
             self._discard_etcd("etcd could not open it")
             etcd.start()
             self._wait_component("etcd", min(deadline, time.monotonic() + 15))
+        # Before the API server, which may call it as soon as it serves (admission/, localcluster/admission.py).
+        self.components["admission-guard"].start()
+        self._wait_component("admission-guard", deadline)
+        admission.write_info(self.state_dir, self.ports["admission_guard"], self.pki.ca_cert)
         self._log(f"starting kube-apiserver on {self.server}")
         self.components["kube-apiserver"].start()
         self._wait_component("kube-apiserver", deadline)
+        try:
+            admission.forget_registrations(self.ports["apiserver"], self.pki.admin_token(), self.pki.ca_cert)
+        except (OSError, http.client.HTTPException) as exc:
+            self._log(f"could not delete the admission guard's old registrations: {exc}")
         self._log("starting kube-controller-manager, kube-scheduler and the node simulator")
         for name in ("kube-controller-manager", "kube-scheduler", "node-simulator"):
             self.components[name].start()
@@ -477,6 +502,9 @@ class LocalCluster:
             port = self.ports["controller_manager" if name == "kube-controller-manager" else "scheduler"]
             # An HTTP answer, not just an open port: a port taken by someone else is open too.
             component.wait_until(lambda: _healthz_ok(port), timeout=timeout, what="healthy")
+        elif name == "admission-guard":
+            port, ca = self.ports["admission_guard"], self.pki.ca_cert
+            component.wait_until(lambda: admission.guard_healthy(port, ca), timeout=timeout, what="healthy")
         elif name == "node-simulator":
             self._log(f"waiting for {self.pools.node_count} simulated GPU nodes to be Ready")
             component.wait_until(self._nodes_ready, timeout=timeout, what="ready (nodes not Ready)")

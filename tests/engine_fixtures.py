@@ -60,6 +60,11 @@ def portal_identity(
         kube.reset()
         with contextlib.suppress(Exception):
             k8s.CoreV1Api(kube_api).delete_namespace(identity.system_namespace)
+        if identity.admission_guard:
+            with contextlib.suppress(Exception):
+                k8s.AdmissionregistrationV1Api(kube_api).delete_validating_webhook_configuration(
+                    identity.admission_guard
+                )
 
 
 def database_url() -> str:

@@ -1,0 +1,5 @@
+import sys
+
+from admission.server import main
+
+sys.exit(main())
