@@ -78,7 +78,7 @@ class AgentConfig:
                 raise ConfigError("AGENT_TOKEN or AGENT_TOKEN_FILE must be set when PORTAL_URL is")
             if token_file is not None:
                 try:
-                    read_token(token_path(token_file, node_name))
+                    read_token(token_file)
                 except OSError as exc:
                     raise ConfigError(f"AGENT_TOKEN_FILE={token_file} cannot be read: {exc.strerror}") from exc
                 except ValueError as exc:
@@ -109,14 +109,8 @@ class AgentConfig:
     def token(self) -> str | None:
         """The bearer token now; from the file when one is configured (it may have been rotated)."""
         if self.agent_token_file is not None:
-            return read_token(token_path(self.agent_token_file, self.node_name))
+            return read_token(self.agent_token_file)
         return self.agent_token
-
-
-def token_path(configured: Path, node_name: str) -> Path:
-    """AGENT_TOKEN_FILE names the token file, or a directory of tokens named by node (a Secret with one
-    key per node, mounted whole): the portal binds each token to one node, so each agent takes its own."""
-    return configured / node_name if configured.is_dir() else configured
 
 
 def read_token(path: Path) -> str:

@@ -158,6 +158,11 @@ TEAM_EGRESS_DENY_CIDRS: {{ .Values.networkPolicy.teamEgress.denyCidrs | join ","
 TEAM_INGRESS_PROXY_LABELS: {{ printf "app.kubernetes.io/instance=%s,app.kubernetes.io/component=proxy" .Release.Name | quote }}
 TEAM_INGRESS_PORTAL_NAMESPACE_LABELS: {{ printf "kubernetes.io/metadata.name=%s" .Release.Namespace | quote }}
 PORTAL_INSTANCE: {{ include "gpuportal.instance" . | quote }}
+{{- if and .Values.agent.enabled .Values.agent.push.enabled }}
+AGENT_SERVICE_ACCOUNT: {{ printf "%s/%s" .Release.Namespace (include "gpuportal.partname" (list . "agent")) | quote }}
+AGENT_DAEMONSET: {{ include "gpuportal.partname" (list . "agent") | quote }}
+AGENT_TOKEN_AUDIENCE: {{ .Values.agent.push.tokenAudience | quote }}
+{{- end }}
 PORTAL_SEAL_PUBLIC_KEY: {{ .Values.seal.publicKey | quote }}
 WORKSPACE_STORAGE_CLASS: {{ $cfg.workspaceStorageClass | quote }}
 WORKSPACE_HOME_GIB: {{ $cfg.workspaceHomeGib | toString | quote }}
@@ -298,9 +303,6 @@ rendered, so `helm install`, `helm upgrade` and `helm template` all stop here wi
 {{- end -}}
 {{- if and (not $v.redis.enabled) (not $v.externalRedis.url) (not $v.externalRedis.existingSecret) -}}
 {{- fail "redis.enabled is false, so an external Redis is needed: set externalRedis.url (redis://...) or externalRedis.existingSecret" -}}
-{{- end -}}
-{{- if and $v.agent.enabled $v.agent.push.enabled (not $v.agent.push.tokenSecret) -}}
-{{- fail "agent.push.enabled is true but agent.push.tokenSecret is empty: name the Secret that holds the agent's token" -}}
 {{- end -}}
 {{- if and $v.oidc.enabled (or (not $v.oidc.issuer) (not $v.oidc.clientId)) -}}
 {{- fail "oidc.enabled is true but oidc.issuer or oidc.clientId is empty: set both (and oidc.clientSecret or oidc.existingSecret)" -}}

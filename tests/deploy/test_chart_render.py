@@ -40,6 +40,8 @@ SERVED_BY_1_20 = {
     "NetworkPolicy": "networking.k8s.io/v1",
     "ClusterRole": "rbac.authorization.k8s.io/v1",
     "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
+    "RoleBinding": "rbac.authorization.k8s.io/v1",
+    "ValidatingWebhookConfiguration": "admissionregistration.k8s.io/v1",
 }
 PORTAL_COMPONENTS = ("web", "worker", "beat", "tracker", "provisioner")
 VALUE_SETS = [pytest.param(None, id="default-values")] + [pytest.param(p, id=p.stem) for p in CI_VALUES]
@@ -486,10 +488,25 @@ def test_full_values_wire_ingress_hosts_extra_env_and_the_agent() -> None:
     assert agent_env["HOST_PROC"] == "/host/proc"
     assert agent_env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert agent_env["PORTAL_URL"] == "http://portal-web.portal.svc:8080"
-    # One token per node by default: the whole Secret (keys are node names), read by the agent's node name.
-    assert agent_env["AGENT_TOKEN_FILE"] == "/etc/gpuportal/agent"
+    # No shared secret: each pod sends its own projected token, for the portal's audience, expiring.
+    assert agent_env["AGENT_TOKEN_FILE"] == "/var/run/secrets/gpuportal/agent/token"
     token = next(v for v in agent["volumes"] if v["name"] == "token")
-    assert token["secret"] == {"secretName": "portal-agent-token"}
+    assert token["projected"] == {
+        "sources": [
+            {"serviceAccountToken": {"audience": "gpuportal-agent", "expirationSeconds": 3600, "path": "token"}}
+        ]
+    }
+    assert agent["serviceAccountName"] == "portal-agent"
+    assert not any("secret" in v for v in agent["volumes"])
+    # The portal checks that token (TokenReview) and reads the agent pod's node: in this namespace only.
+    config = find(manifests, "ConfigMap", "portal-config")["data"]
+    assert config["AGENT_SERVICE_ACCOUNT"] == "portal/portal-agent"
+    assert config["AGENT_DAEMONSET"] == "portal-agent"
+    pods = find(manifests, "RoleBinding", "portal-agent-pods")
+    assert pods["metadata"]["namespace"] == "portal"
+    assert pods["subjects"] == [{"kind": "ServiceAccount", "name": "portal-web", "namespace": "portal"}]
+    review = find(manifests, "ClusterRoleBinding", "portal-agent-review")
+    assert review["subjects"] == pods["subjects"]
     web = deployment(manifests, "web")["spec"]["template"]["spec"]
     assert web["imagePullSecrets"] == [{"name": "registry-pull"}]
     assert web["containers"][0]["image"] == "registry.example.org/research/gpuportal:2026.11.1"
@@ -743,11 +760,6 @@ def test_agent_reports_workspace_use_only_when_asked_and_then_as_root_with_one_r
             id="two-private-seal-keys",
         ),
         pytest.param({"seal": {**TEST_SEAL, "publicKey": "not-a-key"}}, "/seal/publicKey", id="malformed-seal-key"),
-        pytest.param(
-            {"agent": {"enabled": True, "push": {"enabled": True}}},
-            "agent.push.tokenSecret is empty",
-            id="agent-push-without-token",
-        ),
     ],
 )
 def test_bad_values_are_refused_with_a_clear_message(values: dict[str, Any], message: str) -> None:
