@@ -102,14 +102,12 @@ def test_agent_process_with_a_bad_variable_exits_78_naming_it(tmp_path: Path):
     assert "SAMPLE_INTERVAL_SECONDS='soon' is not a number" in result.stderr
 
 
-def test_a_directory_of_tokens_gives_each_node_its_own(tmp_path: Path):
-    # The chart mounts a Secret whose keys are node names; the portal binds each token to one node.
+def test_the_token_file_is_one_token_never_a_directory_of_every_nodes(tmp_path: Path):
+    # The chart used to mount a Secret of every node's tokens into every agent; now each pod has its own.
     (tmp_path / "gpu-a").write_text("token-of-a\n")
-    (tmp_path / "gpu-b").write_text("token-of-b\n")
-    env = {"PORTAL_URL": "http://p", "AGENT_TOKEN_FILE": str(tmp_path)}
-    assert AgentConfig.from_env({**env, "NODE_NAME": "gpu-b"}).token() == "token-of-b"
+    env = {"PORTAL_URL": "http://p", "AGENT_TOKEN_FILE": str(tmp_path), "NODE_NAME": "gpu-a"}
     with pytest.raises(ConfigError, match="AGENT_TOKEN_FILE"):
-        AgentConfig.from_env({**env, "NODE_NAME": "gpu-c"})
+        AgentConfig.from_env(env)
 
 
 def test_start_up_line_says_it_pushes_when_portal_url_is_set(tmp_path: Path):
