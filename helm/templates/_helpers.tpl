@@ -87,6 +87,14 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/* The provisioner's guard as a webhook (admission-webhook.yaml): where the policy above is not rendered. */}}
+{{- define "gpuportal.admissionWebhookEnabled" -}}
+{{- $mode := .Values.rbac.admissionWebhook -}}
+{{- if and .Values.rbac.create .Values.provisioner.enabled (or (eq $mode "always") (and (eq $mode "auto") (not (include "gpuportal.admissionPolicyEnabled" .)))) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{/* The ClusterRole the portal binds in every team namespace; the app gets it as KUBE_WORKLOADS_CLUSTERROLE. */}}
 {{- define "gpuportal.workloadsRoleName" -}}
 {{- .Values.rbac.workloadsRoleName | default (include "gpuportal.partname" (list . "workloads")) -}}

@@ -401,9 +401,13 @@ def test_external_services_from_urls_in_values() -> None:
 
 def test_existing_secrets_are_referenced_and_no_secret_is_rendered() -> None:
     manifests = render(load_values(CHART_DIR / "ci" / "existing-secrets.yaml"))
-    assert not [m for m in manifests if m.kind == "Secret"]
+    # The one Secret the chart always makes itself: the admission guard's serving certificate (no user data).
+    assert [m.name for m in manifests if m.kind == "Secret"] == ["gp-gpuportal-admission-guard-tls"]
     for where, spec in pod_specs(manifests).items():
         env = env_of(spec["containers"][0])
+        if where.endswith("-admission-guard"):
+            assert env == {}, "the guard holds no secret of the portal's"
+            continue
         assert env["SECRET_KEY"] == {"secretKeyRef": {"name": "portal-credentials", "key": "django-secret-key"}}, where
         assert env["DATABASE_URL"] == {"secretKeyRef": {"name": "portal-credentials", "key": "database-url"}}, where
         assert env["REDIS_URL"] == {"secretKeyRef": {"name": "portal-credentials", "key": "redis-url"}}, where
@@ -843,3 +847,45 @@ def test_the_values_examples_in_the_readme_render() -> None:
         assert deployment(manifests, "web")
         merged.update(example)
     assert deployment(render(merged), "web")
+
+
+# --- the provisioner's admission guard as a webhook (Kubernetes < 1.26) ----------------------------------
+
+
+def test_the_guard_webhook_is_rendered_where_the_policy_is_not_and_matches_the_portals_own() -> None:
+    from admission.rules import Guard, webhook_configuration
+
+    manifests = render({})  # the renderer's cluster serves no ValidatingAdmissionPolicy
+    assert not [m for m in manifests if m.kind == "ValidatingAdmissionPolicy"]
+    rendered = find(manifests, "ValidatingWebhookConfiguration", "gp-gpuportal-admission-guard")
+    ca = rendered["webhooks"][0]["clientConfig"]["caBundle"]
+    tls = find(manifests, "Secret", "gp-gpuportal-admission-guard-tls")
+    assert tls["data"]["ca.crt"] == ca
+    guard = Guard(
+        user="system:serviceaccount:portal:gp-gpuportal-provisioner",
+        prefix="gpuportal-",
+        roles=frozenset({"gp-gpuportal-workloads", "gp-gpuportal-reader", "gp-gpuportal-proxy"}),
+    )
+    service = {"name": "gp-gpuportal-admission-guard", "namespace": "portal", "port": 443}
+    expected = webhook_configuration(name="x", guard=guard, ca_bundle=ca, service=service)
+    assert rendered["webhooks"] == expected["webhooks"]
+    guard_pod = find(manifests, "Deployment", "gp-gpuportal-admission-guard")["spec"]["template"]["spec"]
+    assert guard_pod["automountServiceAccountToken"] is False
+    assert guard_pod["containers"][0]["command"][:3] == ["python", "-m", "admission"]
+    assert find(manifests, "NetworkPolicy", "gp-gpuportal-admission-guard")["spec"]["ingress"][0]["ports"] == [
+        {"port": "https", "protocol": "TCP"}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("values", "webhook"),
+    [
+        ({"rbac": {"admissionWebhook": "never"}}, False),
+        ({"rbac": {"admissionPolicy": "always"}}, False),
+        ({"rbac": {"admissionPolicy": "always", "admissionWebhook": "always"}}, True),
+        ({"provisioner": {"enabled": False}}, False),
+    ],
+)
+def test_the_guard_webhook_is_left_out_where_asked_or_where_the_policy_serves(values, webhook) -> None:
+    kinds = [m.kind for m in render(values)]
+    assert ("ValidatingWebhookConfiguration" in kinds) is webhook
