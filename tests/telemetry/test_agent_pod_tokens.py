@@ -41,9 +41,13 @@ def agents(portal_account: Any, kube_api: Any, settings: Any) -> Iterator[dict[s
     core.create_namespaced_service_account(namespace, k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name=account)))
     labels = {"app": name}
     container = k8s.V1Container(name="agent", image="gpuportal/agent:test", command=["python", "-m", "agent"])
-    pin = k8s.V1NodeSelectorTerm(
-        match_fields=[k8s.V1NodeSelectorRequirement(key="metadata.name", operator="In", values=nodes)]
-    )
+    # One term per node (a node field selector takes one value); terms are ORed.
+    pins = [
+        k8s.V1NodeSelectorTerm(
+            match_fields=[k8s.V1NodeSelectorRequirement(key="metadata.name", operator="In", values=[n])]
+        )
+        for n in nodes
+    ]
     template = k8s.V1PodTemplateSpec(
         metadata=k8s.V1ObjectMeta(labels=labels),
         spec=k8s.V1PodSpec(
@@ -53,7 +57,7 @@ def agents(portal_account: Any, kube_api: Any, settings: Any) -> Iterator[dict[s
             tolerations=[k8s.V1Toleration(operator="Exists")],
             affinity=k8s.V1Affinity(
                 node_affinity=k8s.V1NodeAffinity(
-                    required_during_scheduling_ignored_during_execution=k8s.V1NodeSelector(node_selector_terms=[pin])
+                    required_during_scheduling_ignored_during_execution=k8s.V1NodeSelector(node_selector_terms=pins)
                 )
             ),
         ),
