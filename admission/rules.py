@@ -9,9 +9,9 @@ requests from reaching this webhook.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
 
 # Objects in a namespace labelled `<GUARD_LABEL>=lenient` are checked by a webhook that fails open
 # (Ignore): the cluster's own namespaces, whose writes must never wait on the portal. Everything else the
@@ -31,23 +31,37 @@ class Guard:
 
     def path(self) -> str:
         """The webhook path that carries this guard (the registration, which only an admin can write, is
-        where the guard's settings live; the server itself keeps no state)."""
+        where the guard's settings live; the server itself keeps no state):
+        `/provisioner/<namespace>/<account>/<prefix>/<role>...`, the prefix and each role in lowercase
+        base32, since the API server takes only DNS-subdomain path segments (a prefix ends with "-")."""
         _, _, rest = self.user.partition("system:serviceaccount:")
         namespace, _, account = rest.partition(":")
-        return f"/provisioner/{namespace}/{account}/{self.prefix}/{','.join(sorted(self.roles))}"
+        encoded = "/".join(segment_encode(v) for v in [self.prefix, *sorted(self.roles)])
+        return f"/provisioner/{namespace}/{account}/{encoded}"
+
+
+def segment_encode(value: str) -> str:
+    """Lowercase unpadded base32: a valid path segment for any value (helm: `b32enc | lower | trimAll "="`)."""
+    return base64.b32encode(value.encode()).decode().lower().rstrip("=")
+
+
+def _segment_decode(segment: str) -> str:
+    return base64.b32decode(segment.upper() + "=" * (-len(segment) % 8)).decode()
 
 
 def guard_from_path(path: str) -> Guard | None:
-    """The Guard a request path names (`/provisioner/<namespace>/<account>/<prefix>/<role,role,...>`)."""
-    parts = [unquote(p) for p in path.split("?")[0].strip("/").split("/")]
-    if len(parts) != 5 or parts[0] != "provisioner" or not all(parts[1:]):
+    """The Guard a request path names (Guard.path)."""
+    parts = path.split("?")[0].strip("/").split("/")
+    if len(parts) < 5 or parts[0] != "provisioner" or not all(parts[1:]):
         return None
-    _, namespace, account, prefix, roles = parts
-    return Guard(
-        user=f"system:serviceaccount:{namespace}:{account}",
-        prefix=prefix,
-        roles=frozenset(r for r in roles.split(",") if r),
-    )
+    namespace, account = parts[1], parts[2]
+    try:
+        prefix, *roles = (_segment_decode(p) for p in parts[3:])
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not prefix:
+        return None
+    return Guard(user=f"system:serviceaccount:{namespace}:{account}", prefix=prefix, roles=frozenset(roles))
 
 
 def refusal(request: dict[str, Any], guard: Guard) -> str | None:

@@ -132,7 +132,10 @@ class Release:
         return {k: base64.b64decode(v).decode() for k, v in secret.data.items()}
 
 
-INSTALL_VALUES = with_seal({"migrations": QUICK_POD, "seed": QUICK_POD})
+# No guard webhook: the local cluster's pods are simulated, so the API server could not reach its Service and,
+# failing closed, would refuse every namespace write while the release is installed. The local cluster
+# enforces the same guard itself (localcluster/admission.py); the webhook is checked rendered.
+INSTALL_VALUES = with_seal({"migrations": QUICK_POD, "seed": QUICK_POD, "rbac": {"admissionWebhook": "never"}})
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from admission.rules import Guard, guard_from_path, review_answer, webhook_configuration
@@ -46,7 +48,18 @@ def test_the_guard_allows_the_provisioner_only_its_prefix_and_roles(request_, al
 
 def test_the_path_carries_the_guard_and_nothing_else_passes_for_one():
     assert guard_from_path(GUARD.path()) == GUARD
-    for bad in ("/", "/provisioner/a/b/c", "/other/a/b/c/d", "/provisioner/a//c/d"):
+    # Kubernetes takes only DNS-subdomain path segments; the prefix ends with "-", role names may hold ":".
+    odd = Guard(user="system:serviceaccount:ns:sa", prefix="gpuportal-", roles=frozenset({"org:workloads"}))
+    for segment in odd.path().strip("/").split("/"):
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", segment), segment
+    assert guard_from_path(odd.path()) == odd
+    for bad in (
+        "/",
+        "/provisioner/a/b/c",
+        "/other/a/b/mfxa/mfxa/mfxa",
+        "/provisioner/a//mfxa/mfxa",
+        "/provisioner/a/b/1/2",
+    ):
         assert guard_from_path(bad) is None, bad
 
 
