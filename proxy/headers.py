@@ -6,7 +6,9 @@
 - The portal's own cookies (session, CSRF, and anything named in settings) never reach the proxied app,
   and the app can never set, overwrite or delete them: a notebook must not be able to read the researcher's
   portal session or plant a CSRF token.
-- The backend sees where the request came from (`X-Forwarded-*`) and the prefix it is served under.
+- The backend sees where the request came from (`X-Forwarded-*`) and the prefix it is served under. The
+  proxy writes these itself: a client's own `X-Forwarded-*` are dropped unless it is a trusted proxy
+  (PROXY_TRUSTED_PROXIES; the chart gives it the same list as the portal's TRUSTED_PROXIES), whose chain is kept and extended.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ def request_headers(
     scheme: str,
     prefix: str,
     websocket: bool = False,
+    from_trusted_proxy: bool = False,
 ) -> list[Header]:
     """Headers to send to the backend for a browser's request.
 
@@ -92,8 +95,8 @@ def request_headers(
         lower = name.lower()
         if lower == "host":
             host = value
-        if lower == "x-forwarded-for":
-            prior_for = value  # kept as the start of the chain, like any proxy in a row
+        if lower == "x-forwarded-for" and from_trusted_proxy:
+            prior_for = value  # a trusted proxy in front: its chain goes on
         if lower in FORWARDED:
             continue
         if lower == "cookie":
@@ -110,6 +113,26 @@ def request_headers(
     if host:
         out.append(("X-Forwarded-Host", host))
     out.append(("X-Forwarded-Prefix", prefix.rstrip("/")))
+    return out
+
+
+def portal_request_headers(
+    headers: list[Header], *, client_ip: str, scheme: str, from_trusted_proxy: bool
+) -> list[Header]:
+    """Headers to send to the portal's own web for a request passed through (one origin, no ingress):
+    end to end headers as they came, and the forwarding headers written by the proxy. A client's own
+    `X-Forwarded-For`/`-Proto`/`-Host`/`Forwarded` are dropped, so the portal (which believes this proxy)
+    counts sign-in failures by the address that really connected; from a trusted proxy in front they are
+    kept and the chain extended."""
+    kept = _end_to_end(headers)
+    out = [(name, value) for name, value in kept if name.lower() not in FORWARDED]
+    if from_trusted_proxy:
+        prior = [v for n, v in kept if n.lower() == "x-forwarded-for"]
+        proto = [v for n, v in kept if n.lower() == "x-forwarded-proto"]
+        chain = ", ".join([*prior, client_ip])
+        out += [("X-Forwarded-For", chain), ("X-Forwarded-Proto", proto[-1] if proto else scheme)]
+    else:
+        out += [("X-Forwarded-For", client_ip), ("X-Forwarded-Proto", scheme)]
     return out
 
 

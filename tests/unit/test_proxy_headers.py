@@ -28,11 +28,26 @@ def test_forwarded_headers_from_the_client_are_replaced_not_trusted():
     )
     assert out == {
         "Host": "gpus.example.org",
-        "X-Forwarded-For": "1.2.3.4, 10.0.0.9",
+        "X-Forwarded-For": "10.0.0.9",
         "X-Forwarded-Proto": "http",
         "X-Forwarded-Host": "gpus.example.org",
         "X-Forwarded-Prefix": "/w/a",
     }
+    trusted = dict(
+        headers.request_headers(sent, blocked_cookies=BLOCKED, client_ip="10.0.0.9", scheme="http", prefix="/w/a/",
+                                from_trusted_proxy=True)
+    )  # fmt: skip
+    assert trusted["X-Forwarded-For"] == "1.2.3.4, 10.0.0.9"  # a trusted proxy's chain goes on
+
+
+def test_the_portal_gets_the_forwarding_headers_the_proxy_writes():
+    sent = [("Host", "gpus.example.org"), ("X-Forwarded-For", "203.0.113.5"), ("X-Forwarded-Proto", "https"),
+            ("Forwarded", "for=1.2.3.4"), ("Connection", "close"), ("Cookie", "sessionid=s")]  # fmt: skip
+    out = headers.portal_request_headers(sent, client_ip="198.51.100.2", scheme="http", from_trusted_proxy=False)
+    assert out == [("Host", "gpus.example.org"), ("Cookie", "sessionid=s"), ("X-Forwarded-For", "198.51.100.2"),
+                   ("X-Forwarded-Proto", "http")]  # fmt: skip
+    behind = dict(headers.portal_request_headers(sent, client_ip="10.0.0.2", scheme="http", from_trusted_proxy=True))
+    assert (behind["X-Forwarded-For"], behind["X-Forwarded-Proto"]) == ("203.0.113.5, 10.0.0.2", "https")
 
 
 def test_portal_cookies_never_reach_the_app():
