@@ -115,6 +115,17 @@ def _behind_trusted_proxy(peer: str) -> bool:
     return is_trusted_proxy(peer, settings.PROXY_TRUSTED_PROXIES)
 
 
+def _origin_allowed(scope: Scope) -> bool:
+    """A WebSocket's page origin: the one it came to, or the portal's where services share it."""
+    found = {k.decode(): v.decode("latin-1") for k, v in scope.get("headers", []) if k in (b"origin", b"host")}
+    site = urlsplit(settings.SITE_URL)
+    portal_origin = "" if settings.PROXY_ORIGIN else f"{site.scheme}://{site.netloc}"
+    return headers.websocket_origin_allowed(
+        found.get("origin"), found.get("host", ""), portal_origin=portal_origin,
+        https_only=settings.SESSION_COOKIE_SECURE,
+    )  # fmt: skip
+
+
 def _full_path(scope: Scope) -> str:
     path = scope.get("raw_path") or scope["path"].encode()
     query = scope.get("query_string") or b""
@@ -269,6 +280,10 @@ class ServiceProxy:
                 await send({"type": "websocket.close", "code": 1008})
             return
         if kind == "websocket":
+            if not _origin_allowed(scope):
+                log.info("WebSocket to %s refused: its page's origin is not the portal's or the service's", uid)
+                await send({"type": "websocket.close", "code": 1008})  # before accept: the handshake gets 403
+                return
             door = await self._door(_credential(scope), uid)
             await self._websocket(scope, receive, send, door)
             return

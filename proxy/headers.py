@@ -181,3 +181,25 @@ def subprotocols(headers: list[Header]) -> list[str]:
         if name.lower() == "sec-websocket-protocol":
             offered.extend(p.strip() for p in value.split(",") if p.strip())
     return offered
+
+
+def websocket_origin_allowed(origin: str | None, host: str, *, portal_origin: str, https_only: bool) -> bool:
+    """Whether a WebSocket handshake's `Origin` may open a service with the person's cookie.
+
+    Browsers always send Origin on a WebSocket handshake and cookies go with it whatever page opened it,
+    so a page on another port, a sibling subdomain or another service's origin could act as the person.
+    Allowed: the origin the request came to (Origin's host and port equal the `Host` header: the
+    portal's pages in one-origin mode, the service's own pages on an apps' origin), and the portal's own
+    origin (`portal_origin`, SITE_URL) where services share it; with secure cookies only https pages.
+    A client that sends no Origin is no browser and carries no ambient cookie of someone else's: allowed."""
+    if origin is None:
+        return True
+    parts = urlsplit(origin.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc or origin.strip().lower() == "null":
+        return False
+    if https_only and parts.scheme != "https":
+        return False
+    given = f"{parts.scheme}://{parts.netloc}".lower()
+    if portal_origin and given == portal_origin.lower().rstrip("/"):
+        return True
+    return parts.netloc.lower() == host.strip().lower()

@@ -335,6 +335,22 @@ def test_websocket_refused_to_others(proxy_world, who):
     assert refused.value.response.status_code == 403
 
 
+@pytest.mark.parametrize("origin", ["https://evil.example", "http://127.0.0.1:1", "http://localhost:{port}", "null"])
+def test_a_websocket_from_another_origin_is_refused_even_with_the_owners_cookie(proxy_world, origin, settings):
+    """Issue 33.4: a page elsewhere (another site, another port of this host, a sandboxed frame) cannot
+    use the owner's cookie to open their service's WebSocket; the portal's own pages can."""
+    settings.SESSION_COOKIE_SECURE = False  # a plain-HTTP trial, as here: http:// pages are the portal's
+    port = proxy_world.base.rsplit(":", 1)[1]
+    opened = len(proxy_world.backend.close_codes)
+    with pytest.raises(InvalidStatus) as refused:
+        ws(proxy_world, origin=origin.replace("{port}", port))
+    assert refused.value.response.status_code == 403
+    with ws(proxy_world, origin=proxy_world.base) as socket:  # the page it came to: the portal's own
+        socket.send("hello")
+        assert socket.recv(timeout=5) == "echo: hello"
+    assert len(proxy_world.backend.close_codes) <= opened + 1  # the refused one never reached the service
+
+
 # --- a pod with an IPv6 address (dual-stack clusters give EndpointSlices bare IPv6 addresses) --------
 @pytest.fixture
 def ipv6_backend():

@@ -101,3 +101,23 @@ def test_first_ready_endpoint_of_the_slices():
     )  # no name: the one port; no condition: ready
     assert _first_ready([{"ports": [{"name": "http", "port": 1}], "endpoints": []}], "http") is None
     assert _first_ready([], "http") is None
+
+
+def test_a_websocket_may_come_only_from_the_page_origin_it_was_sent_to_or_the_portals():
+    allowed = headers.websocket_origin_allowed
+    one = {"portal_origin": "https://gpus.example.org", "https_only": True}
+    assert allowed("https://gpus.example.org", "gpus.example.org", **one)
+    assert allowed(None, "gpus.example.org", **one)  # no browser: no one else's cookie
+    for origin in ("https://evil.example", "https://gpus.example.org:8443", "https://x.gpus.example.org",
+                   "http://gpus.example.org", "null", "", "gpus.example.org"):  # fmt: skip
+        assert not allowed(origin, "gpus.example.org", **one), origin
+    # One origin per service: only the service's own page (its host), never a sibling service or the portal.
+    apps = {"portal_origin": "", "https_only": True}
+    assert allowed("https://abc123.apps.example.org", "abc123.apps.example.org", **apps)
+    assert not allowed("https://zzz999.apps.example.org", "abc123.apps.example.org", **apps)
+    assert not allowed("https://gpus.example.org", "abc123.apps.example.org", **apps)
+    # Plain-HTTP trials (no secure cookies): the same rule over http.
+    assert allowed("http://localhost:8000", "localhost:8000", portal_origin="http://127.0.0.1:8000", https_only=False)
+    assert not allowed(
+        "http://localhost:8001", "localhost:8000", portal_origin="http://127.0.0.1:8000", https_only=False
+    )
