@@ -140,13 +140,17 @@ def response_headers(headers: list[Header], *, blocked_cookies: frozenset[str], 
     """Headers to send to the browser for the backend's response.
 
     A `Location` pointing at the backend's own address (an app that does not know it is proxied) becomes
-    a path on the portal; `Set-Cookie` for the portal's cookies is dropped.
+    a path on the portal; `Set-Cookie` for the portal's cookies is dropped, and so is
+    `Service-Worker-Allowed` (a worker registered with scope `/` would control the portal's pages).
     """
     out: list[Header] = []
     for name, value in _end_to_end(headers):
         lower = name.lower()
         if lower == "set-cookie" and sets_blocked_cookie(value, blocked_cookies):
             continue
+        if lower == "service-worker-allowed":
+            continue  # a service worker's scope stays under the service's path (/w/<uid>/), never the origin
+
         if lower == "location":
             value = relative_location(value, backend_origin)
         out.append((name, value))

@@ -90,6 +90,8 @@ def test_hop_by_hop_headers_stay_on_their_hop(proxy_world):
     assert "X-Backend-Secret" not in back.headers
     assert "Keep-Alive" not in back.headers
     assert back.headers["X-Kept"] == "1"
+    # Issue 33.7: in one-origin mode a service could widen its service worker's scope over the portal's pages.
+    assert "Service-Worker-Allowed" not in back.headers
 
 
 def test_redirect_to_the_backends_own_address_stays_on_the_portal(proxy_world):
