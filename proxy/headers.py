@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import urlsplit
@@ -195,15 +196,26 @@ def websocket_origin_allowed(origin: str | None, host: str, *, portal_origin: st
     Allowed: the origin the request came to (Origin's host and port equal the `Host` header: the
     portal's pages in one-origin mode, the service's own pages on an apps' origin), and the portal's own
     origin (`portal_origin`, SITE_URL) where services share it; with secure cookies only https pages.
-    A client that sends no Origin is no browser and carries no ambient cookie of someone else's: allowed."""
+    A client that sends no Origin is no browser and carries no ambient cookie of someone else's: allowed.
+    `https_only` (Secure cookies): only https pages, and http ones on loopback, which browsers also treat
+    as secure (a development portal on http://localhost)."""
     if origin is None:
         return True
     parts = urlsplit(origin.strip())
     if parts.scheme not in ("http", "https") or not parts.netloc or origin.strip().lower() == "null":
         return False
-    if https_only and parts.scheme != "https":
-        return False
+    if https_only and parts.scheme != "https" and not _loopback(parts.hostname or ""):
+        return False  # an http page could be anyone's on the way; loopback pages are secure contexts
     given = f"{parts.scheme}://{parts.netloc}".lower()
     if portal_origin and given == portal_origin.lower().rstrip("/"):
         return True
     return parts.netloc.lower() == host.strip().lower()
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -338,10 +338,9 @@ def test_websocket_refused_to_others(proxy_world, who):
 
 
 @pytest.mark.parametrize("origin", ["https://evil.example", "http://127.0.0.1:1", "http://localhost:{port}", "null"])
-def test_a_websocket_from_another_origin_is_refused_even_with_the_owners_cookie(proxy_world, origin, settings):
+def test_a_websocket_from_another_origin_is_refused_even_with_the_owners_cookie(proxy_world, origin):
     """Issue 33.4: a page elsewhere (another site, another port of this host, a sandboxed frame) cannot
     use the owner's cookie to open their service's WebSocket; the portal's own pages can."""
-    settings.SESSION_COOKIE_SECURE = False  # a plain-HTTP trial, as here: http:// pages are the portal's
     port = proxy_world.base.rsplit(":", 1)[1]
     opened = len(proxy_world.backend.close_codes)
     with pytest.raises(InvalidStatus) as refused:

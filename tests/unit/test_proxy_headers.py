@@ -116,6 +116,9 @@ def test_a_websocket_may_come_only_from_the_page_origin_it_was_sent_to_or_the_po
     assert allowed("https://abc123.apps.example.org", "abc123.apps.example.org", **apps)
     assert not allowed("https://zzz999.apps.example.org", "abc123.apps.example.org", **apps)
     assert not allowed("https://gpus.example.org", "abc123.apps.example.org", **apps)
+    # Loopback pages are secure contexts to browsers: Secure cookies reach them over http.
+    assert allowed("http://127.0.0.1:8000", "127.0.0.1:8000", portal_origin="", https_only=True)
+    assert not allowed("http://10.0.0.5:8000", "10.0.0.5:8000", portal_origin="", https_only=True)
     # Plain-HTTP trials (no secure cookies): the same rule over http.
     assert allowed("http://localhost:8000", "localhost:8000", portal_origin="http://127.0.0.1:8000", https_only=False)
     assert not allowed(
