@@ -121,6 +121,29 @@ def _has_bad_text(value) -> bool:
     return False
 
 
+BAD_TEXT = "May not contain NUL characters or lone surrogates."
+
+
+def _bad_text_errors(team_slug, specs: list, *, prefix: str = "") -> dict[str, list[str]]:
+    """The fields (as validation names them: `env`, `workloads[2].command`) whose text cannot be stored."""
+    errors: dict[str, list[str]] = {}
+    if _has_bad_text(team_slug):
+        errors["team"] = [BAD_TEXT]
+    for index, spec in enumerate(specs):
+        item = f"{prefix}[{index}]" if prefix else "non_field_errors"  # as the serializers name an item
+        where = f"{prefix}[{index}]." if prefix else ""
+        if not isinstance(spec, dict):
+            if _has_bad_text(spec):
+                errors[item] = [BAD_TEXT]
+            continue
+        for name, value in spec.items():
+            if _has_bad_text(name):
+                errors[item] = [BAD_TEXT]
+            elif _has_bad_text(value):
+                errors[f"{where}{name}"] = [BAD_TEXT]
+    return errors
+
+
 class ApiViewMixin:
     """What every endpoint shares: a body size limit, clean text, and errors always as JSON."""
 
@@ -272,8 +295,9 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     )
     def create(self, request: Request) -> Response:
         team_slug, spec = parse_submission(request.data)
-        if _has_bad_text(spec) or _has_bad_text(team_slug):
-            raise Invalid({"non_field_errors": ["Text may not contain NUL characters or lone surrogates."]})
+        bad = _bad_text_errors(team_slug, [spec])
+        if bad:
+            raise Invalid(bad)
         team, snapshot = access.resolve_team_to_submit(request.user, team_slug)
         key = request.headers.get("Idempotency-Key")
 
@@ -329,8 +353,9 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     @action(detail=False, methods=["post"], url_path="batch", filter_backends=[], pagination_class=None)
     def batch(self, request: Request) -> Response:
         team_slug, specs = parse_batch(request.data)
-        if _has_bad_text(specs) or _has_bad_text(team_slug):
-            raise Invalid({"non_field_errors": ["Text may not contain NUL characters or lone surrogates."]})
+        bad = _bad_text_errors(team_slug, specs, prefix="workloads")
+        if bad:
+            raise Invalid(bad)
         team, snapshot = access.resolve_team_to_submit(request.user, team_slug)
         key = request.headers.get("Idempotency-Key")
         stored: list[Workload] = []

@@ -211,6 +211,9 @@ def main() -> int:
     # Webhooks to a receiver on this machine (a local chat server, a test listener) are allowed here;
     # a deployment allows only public addresses unless it says otherwise.
     env.setdefault("NOTIFY_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128")
+    # The web believes X-Forwarded-For from the proxy on loopback, which writes the browser's address there:
+    # sign-in lockouts then count each (username, browser address), not everyone as the proxy.
+    env.setdefault("TRUSTED_PROXIES", "127.0.0.1/32,::1/128")
     env["PYTHONUNBUFFERED"] = "1"
     VAR.mkdir(exist_ok=True)
     python = sys.executable

@@ -48,9 +48,19 @@ def _username_for(claims: dict[str, Any], subject: str) -> str:
     return f"{base}-{hashlib.sha256(subject.encode()).hexdigest()[:8]}"
 
 
+def without_unverified_email(claims: dict[str, Any]) -> dict[str, Any]:
+    """The claims without `email` unless the provider says it verified it (`email_verified` true): an
+    address anyone can type at some providers must neither become the person's portal e-mail (where
+    notifications go) nor match a team rule on `email`."""
+    if claims.get("email_verified") in (True, "true"):
+        return claims
+    return {key: value for key, value in claims.items() if key != "email"}
+
+
 @transaction.atomic
 def signin_complete(*, claims: dict[str, Any]) -> Any:
     """The portal user for verified claims: created on first sign-in, e-mail and teams kept in step."""
+    claims = without_unverified_email(claims)
     issuer, subject = str(claims.get("iss") or settings.OIDC_ISSUER), str(claims.get("sub") or "")
     if not subject:
         raise SignInRefused("The identity provider did not say who you are (no subject).")

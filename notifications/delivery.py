@@ -20,7 +20,7 @@ import smtplib
 from datetime import timedelta
 from urllib.parse import urlsplit
 
-import requests
+import urllib3
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import EmailMessage
@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from notifications.events import KINDS, enqueue
 from notifications.models import Delivery, Event, Preference, TeamWebhook
-from notifications.webhooks import WebhookUrlError, check_webhook_url, webhook_body
+from notifications.webhooks import WebhookUrlError, webhook_body, webhook_post, webhook_target
 
 log = logging.getLogger(__name__)
 
@@ -134,16 +134,18 @@ def _finish(delivery: Delivery, status: str, error: str) -> str:
 
 
 def _describe(exc: Exception) -> str:
-    """An error without the URL (requests puts it in its messages; webhook URLs hold tokens)."""
-    if isinstance(exc, requests.Timeout):
+    """An error without the URL (urllib3 puts it in its messages; webhook URLs hold tokens)."""
+    if isinstance(exc, urllib3.exceptions.TimeoutError):
         return "the receiver did not answer in time"
-    if isinstance(exc, requests.ConnectionError):
+    if isinstance(exc, urllib3.exceptions.SSLError):
+        return "the receiver's TLS certificate was refused"
+    if isinstance(exc, (urllib3.exceptions.HTTPError, ConnectionError)):
         return "could not connect to the receiver"
     if isinstance(exc, TransientFailure):
         return str(exc)
     if isinstance(exc, smtplib.SMTPResponseException):
         return f"mail server answered {exc.smtp_code}"
-    return type(exc).__name__ + (f": {exc}" if not isinstance(exc, requests.RequestException) else "")
+    return type(exc).__name__ + (f": {exc}" if not isinstance(exc, urllib3.exceptions.HTTPError) else "")
 
 
 def _recipient_user(delivery: Delivery):
@@ -202,29 +204,28 @@ def _webhook_target(delivery: Delivery) -> tuple[str, str]:
 def _send_webhook(delivery: Delivery) -> None:
     url, fmt = _webhook_target(delivery)
     try:
-        check_webhook_url(url)
+        target = webhook_target(url)  # checked and resolved once; the request goes to that address
     except WebhookUrlError as exc:
         raise PermanentFailure(str(exc)) from exc
     event = delivery.event
     key = str(delivery.idempotency_key)
     body = webhook_body(fmt, event_kind=event.kind, summary=event.summary, details=event.details, delivery_id=key)
-    response = requests.post(
-        url,
-        data=json.dumps(body).encode(),
-        headers={
+    status = webhook_post(  # never follows a redirect: it could lead anywhere the check would have refused
+        target,
+        json.dumps(body).encode(),
+        {
             "Content-Type": "application/json",
             "User-Agent": "GPU-Portal-Notifications/1",
             "Idempotency-Key": key,
             "X-GPU-Portal-Event": event.kind,
         },
-        timeout=(settings.NOTIFY_WEBHOOK_TIMEOUT_SECONDS, settings.NOTIFY_WEBHOOK_TIMEOUT_SECONDS),
-        allow_redirects=False,  # a redirect could lead anywhere the URL check would have refused
+        timeout=settings.NOTIFY_WEBHOOK_TIMEOUT_SECONDS,
     )
-    if 200 <= response.status_code < 300:
+    if 200 <= status < 300:
         return
-    if response.status_code in (408, 429) or response.status_code >= 500:
-        raise TransientFailure(f"the receiver answered HTTP {response.status_code}")
-    raise PermanentFailure(f"the receiver answered HTTP {response.status_code}")
+    if status in (408, 429) or status >= 500:
+        raise TransientFailure(f"the receiver answered HTTP {status}")
+    raise PermanentFailure(f"the receiver answered HTTP {status}")
 
 
 def notifications_sweep(*, now=None, limit: int = 500) -> dict[str, int]:

@@ -1,56 +1,226 @@
-"""Webhooks: which URLs may receive them, and what they are sent (JSON, Slack, Mattermost).
+"""Webhooks: which URLs may receive them, how they are sent, and what they are sent (JSON, Slack, Mattermost).
 
-A webhook URL is checked when it is saved and again before every send (a name may resolve elsewhere
-later): http(s) only, never the portal itself, and never a private, loopback, link-local or otherwise
-non-public address unless NOTIFY_WEBHOOK_ALLOWED_NETWORKS lists its network (a site's own chat server on
-an internal network; tests and `make run` list 127.0.0.0/8). This keeps a user's webhook from becoming a
-way to reach the cluster's internal services or the cloud's metadata address.
+One parser decides and sends. `webhook_target` reads a URL once (scheme, host, port, path; nothing else),
+resolves the host once, checks every address, and returns the address it will connect to; `webhook_post`
+connects to exactly that address (keeping the name for the Host header, TLS SNI and certificate checks),
+so neither a second parser reading the URL differently (a backslash or user part that one library ends the
+host at and another does not) nor a second lookup answering differently (DNS rebinding) can send the
+request anywhere the check did not see.
+
+Refused: anything but http(s); user info (`user@`) and backslashes anywhere; the portal itself; private,
+loopback, link-local and other non-public addresses unless NOTIFY_WEBHOOK_ALLOWED_NETWORKS lists their
+network (a site's own chat server; tests and `make run` list 127.0.0.0/8); and, whatever the allow-list
+says, the clouds' metadata addresses and the Kubernetes API server's address and port. The URL is checked
+when it is saved and again before every send.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
+import os
+import re
 import socket
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import certifi
+import urllib3
 from django.conf import settings
 
 from notifications.models import WebhookFormat
+
+log = logging.getLogger(__name__)
+
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# Instance metadata services (AWS IPv4/IPv6 and ECS, GCP and Azure share 169.254.169.254, Alibaba): never.
+METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a)
+    for a in ("169.254.169.254", "169.254.170.2", "169.254.170.23", "fd00:ec2::254", "fd00:ec2::23", "100.100.100.200")
+)
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# scheme://authority then the rest; the authority ends at the first / ? or #, as the URL standard says.
+_URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<authority>[^/?#]*)(?P<rest>[^#]*)(?:#.*)?", re.S)
+_HOST_NAME = re.compile(
+    r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?"
+)
 
 
 class WebhookUrlError(ValueError):
     """A webhook URL the portal will not call; the message says why, for the person who entered it."""
 
 
-def check_webhook_url(url: str) -> None:
-    """Raise WebhookUrlError unless the portal may POST to `url`."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https"):
+@dataclass(frozen=True)
+class WebhookTarget:
+    """A checked webhook URL: where to connect (`address`, pinned) and what to ask for there."""
+
+    scheme: str
+    host: str  # the name (or literal) as written, lower case; IPv6 without brackets
+    port: int
+    path: str  # path and query, as sent in the request line
+    address: str  # the checked address the request goes to
+
+    @property
+    def authority(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        default = 443 if self.scheme == "https" else 80
+        return host if self.port == default else f"{host}:{self.port}"
+
+
+def _parse(url: str) -> tuple[str, str, int, str]:
+    """(scheme, host, port, path) of a webhook URL, or WebhookUrlError. Strict on purpose: printable ASCII
+    only (no spaces, controls or backslashes), no user info, a host name, IPv4 or bracketed IPv6 literal."""
+    if not isinstance(url, str) or any(not (0x21 <= ord(c) <= 0x7E) for c in url):
+        raise WebhookUrlError("The webhook address may contain no spaces, control or non-ASCII characters.")
+    if "\\" in url:
+        raise WebhookUrlError("The webhook address may not contain a backslash.")
+    match = _URL.fullmatch(url)
+    if match is None:
+        raise WebhookUrlError("Enter a full http:// or https:// address.")
+    scheme = match["scheme"].lower()
+    if scheme not in ("http", "https"):
         raise WebhookUrlError("Only http:// and https:// webhook addresses are allowed.")
-    host = (parts.hostname or "").lower()
-    if not host:
-        raise WebhookUrlError("The webhook address names no host.")
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError as exc:
-        raise WebhookUrlError("The webhook address has an invalid port.") from exc
+    authority = match["authority"]
+    if "@" in authority:
+        raise WebhookUrlError("The webhook address may not contain a user name or password (user@host).")
+    if authority.startswith("["):
+        host, _, after = authority[1:].partition("]")
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError as exc:
+            raise WebhookUrlError("The webhook address names no valid host.") from exc
+        if after and not after.startswith(":"):
+            raise WebhookUrlError("The webhook address names no valid host.")
+        port_text = after[1:] if after else ""
+    else:
+        host, colon, port_text = authority.partition(":")
+        if colon and not port_text:
+            raise WebhookUrlError("The webhook address has an invalid port.")
+        if not host:
+            raise WebhookUrlError("The webhook address names no host.")
+        if len(host) > 253 or not _HOST_NAME.fullmatch(host):
+            raise WebhookUrlError("The webhook address names no valid host.")
+    if port_text:
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise WebhookUrlError("The webhook address has an invalid port.")
+        port = int(port_text)
+    else:
+        port = 443 if scheme == "https" else 80
+    path = match["rest"] or "/"
+    if not path.startswith("/"):
+        path = "/" + path  # only a query: `http://host?x` asks for `/?x`
+    return scheme, host.lower().rstrip("."), port, path
+
+
+def webhook_target(url: str) -> WebhookTarget:
+    """The checked target of `url`, resolved once; raises WebhookUrlError unless the portal may POST there."""
+    scheme, host, port, path = _parse(url)
     if _is_portal(host, port):
         raise WebhookUrlError("A webhook cannot point at the portal itself.")
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError, ValueError) as exc:  # gaierror, an IDNA error, an embedded NUL
+    except (OSError, UnicodeError, ValueError) as exc:  # gaierror, an IDNA error
         raise WebhookUrlError(f"The host {host} cannot be resolved.") from exc
+    addresses = [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]
+    if not addresses:
+        raise WebhookUrlError(f"The host {host} cannot be resolved.")
+    forbidden = _api_server_endpoints()
+    for address in addresses:
+        _check_address(host, address, port, forbidden)
+    return WebhookTarget(scheme=scheme, host=host, port=port, path=path, address=str(addresses[0]))
+
+
+def check_webhook_url(url: str) -> None:
+    """Raise WebhookUrlError unless the portal may POST to `url`."""
+    webhook_target(url)
+
+
+def _embedded(address: IpAddress) -> list[IpAddress]:
+    """The address and any IPv4 address it carries (IPv4-mapped, NAT64), each judged on its own."""
+    found: list[IpAddress] = [address]
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            found.append(address.ipv4_mapped)
+        if address in NAT64:
+            found.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    return found
+
+
+def _check_address(host: str, address: IpAddress, port: int, forbidden: set[tuple[IpAddress, int]]) -> None:
     allowed = [ipaddress.ip_network(net, strict=False) for net in settings.NOTIFY_WEBHOOK_ALLOWED_NETWORKS]
-    for info in infos:
-        address = ipaddress.ip_address(info[4][0].split("%", 1)[0])
-        if any(address in net for net in allowed):
+    for each in _embedded(address):
+        if each in METADATA_ADDRESSES:
+            raise WebhookUrlError(f"The host {host} resolves to {each}, the cloud's metadata address.")
+        if (each, port) in forbidden:
+            raise WebhookUrlError(f"The host {host} resolves to the cluster's API server.")
+    if any(address in net for net in allowed):
+        return
+    if any(not each.is_global or each.is_multicast for each in _embedded(address)):
+        raise WebhookUrlError(
+            f"The host {host} resolves to {address}, a private or internal address; webhooks may only "
+            "go to public addresses (an administrator can allow internal networks)."
+        )
+
+
+def _api_server_endpoints() -> set[tuple[IpAddress, int]]:
+    """The Kubernetes API server's (address, port) pairs this process knows of: the in-cluster service
+    (KUBERNETES_SERVICE_HOST/PORT) and the host of the portal's own kube configuration."""
+    found: set[tuple[IpAddress, int]] = set()
+    candidates = []
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        candidates.append((os.environ["KUBERNETES_SERVICE_HOST"], os.environ.get("KUBERNETES_SERVICE_PORT", "443")))
+    try:
+        from jobs.kube import client as kube
+
+        configured = urlsplit(kube.api_client().configuration.host)
+        if configured.hostname:
+            candidates.append((configured.hostname, str(configured.port or 443)))
+    except Exception as exc:  # no kube configuration here (a web without a cluster): nothing more to refuse
+        log.debug("webhooks: no kube configuration to learn the API server from (%s)", exc)
+    for host, port in candidates:
+        try:
+            for info in socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM):
+                found.add((ipaddress.ip_address(info[4][0].split("%", 1)[0]), int(port)))
+        except (OSError, ValueError):
             continue
-        if not address.is_global or address.is_multicast:
-            raise WebhookUrlError(
-                f"The host {host} resolves to {address}, a private or internal address; webhooks may only "
-                "go to public addresses (an administrator can allow internal networks)."
-            )
+    return found
+
+
+def webhook_post(target: WebhookTarget, body: bytes, headers: dict[str, str], *, timeout: float) -> int:
+    """POST `body` to the checked target's pinned address (never resolving its name again, never following
+    a redirect); returns the HTTP status. Raises urllib3's errors for timeouts and refused connections."""
+    pool_args: dict[str, Any] = {
+        "timeout": urllib3.Timeout(connect=timeout, read=timeout),
+        "retries": False,
+        "maxsize": 1,
+    }
+    if target.scheme == "https":
+        pool: urllib3.HTTPConnectionPool = urllib3.HTTPSConnectionPool(
+            target.address,
+            target.port,
+            server_hostname=target.host,
+            assert_hostname=target.host,
+            cert_reqs="CERT_REQUIRED",
+            ca_certs=os.environ.get("REQUESTS_CA_BUNDLE") or certifi.where(),
+            **pool_args,
+        )
+    else:
+        pool = urllib3.HTTPConnectionPool(target.address, target.port, **pool_args)
+    try:
+        response = pool.urlopen(
+            "POST",
+            target.path,
+            body=body,
+            headers={**headers, "Host": target.authority},
+            redirect=False,
+            retries=False,
+            assert_same_host=False,
+        )
+        return response.status
+    finally:
+        pool.close()
 
 
 def _is_portal(host: str, port: int) -> bool:

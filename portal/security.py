@@ -24,12 +24,14 @@ def _networks(entries: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddre
     return tuple(ipaddress.ip_network(entry, strict=False) for entry in entries)
 
 
-def is_trusted_proxy(address: str) -> bool:
+def is_trusted_proxy(address: str, trusted: list[str] | None = None) -> bool:
+    """Whether `address` is one of the proxies in `trusted` (by default TRUSTED_PROXIES: in front of the web)."""
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
         return False
-    return any(ip in network for network in _networks(tuple(settings.TRUSTED_PROXIES)))
+    entries = settings.TRUSTED_PROXIES if trusted is None else trusted
+    return any(ip in network for network in _networks(tuple(entries)))
 
 
 def client_address(request: HttpRequest) -> str:

@@ -154,6 +154,9 @@ SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 # Addresses or networks of the reverse proxies in front of the portal (ingress controller, load balancer):
 # only their X-Forwarded-Proto/-For are believed (portal/security.py drops them from anyone else).
 TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES")
+# The same for the service proxy (proxy/): whose X-Forwarded-For it extends instead of replacing. Empty: the
+# proxy writes the address that connected (one entry: make run, compose); the chart sets trustedProxies here.
+PROXY_TRUSTED_PROXIES = env_networks("PROXY_TRUSTED_PROXIES")
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("BEHIND_TLS_PROXY") else None
 # check --deploy asks for SECURE_SSL_REDIRECT; behind a TLS proxy that redirect is the proxy's (above).
 SILENCED_SYSTEM_CHECKS = ["security.W008"] if SECURE_PROXY_SSL_HEADER and not SECURE_SSL_REDIRECT else []
@@ -167,12 +170,14 @@ CONTENT_SECURITY_POLICY = env_str(
 )
 
 # --- sign-in throttling (django-axes) ---
-# Failed sign-ins on /login/ and /admin/ are counted per username and, separately, per client address;
-# at the limit further attempts are refused (429) until the cool-off has passed.
+# Failed sign-ins on /login/ and /admin/ are counted per pair of username and client address (the address
+# as TRUSTED_PROXIES let the portal know it: portal/security.py); at the limit further attempts of that pair
+# are refused (429) until the cool-off has passed. A pair, so that nobody can lock another person (or
+# everyone behind one proxy) out by failing on purpose.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = env_int("LOGIN_COOLOFF_MINUTES", 15, minimum=1) / 60  # hours
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "portal.security.axes_client_ip"
 AXES_USERNAME_CALLABLE = "portal.security.axes_username"

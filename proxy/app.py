@@ -38,6 +38,7 @@ from django.db import connections
 from django.http.cookie import parse_cookie
 
 from jobs.services import opening
+from portal.security import is_trusted_proxy
 from proxy import access, headers, upstream, zerocopy
 from proxy.access import Door, Outcome
 
@@ -102,6 +103,27 @@ def _credential(scope: Scope) -> str | None:
             if found:
                 return found
     return None
+
+
+def _client_ip(scope: Scope) -> str:
+    """The address that connected to the proxy (uvicorn runs without proxy_headers: the real peer)."""
+    return (scope.get("client") or ("", 0))[0]
+
+
+def _behind_trusted_proxy(peer: str) -> bool:
+    """Whether the peer is a proxy in front of this one (PROXY_TRUSTED_PROXIES), whose chain goes on."""
+    return is_trusted_proxy(peer, settings.PROXY_TRUSTED_PROXIES)
+
+
+def _origin_allowed(scope: Scope) -> bool:
+    """A WebSocket's page origin: the one it came to, or the portal's where services share it."""
+    found = {k.decode(): v.decode("latin-1") for k, v in scope.get("headers", []) if k in (b"origin", b"host")}
+    site = urlsplit(settings.SITE_URL)
+    portal_origin = "" if settings.PROXY_ORIGIN else f"{site.scheme}://{site.netloc}"
+    return headers.websocket_origin_allowed(
+        found.get("origin"), found.get("host", ""), portal_origin=portal_origin,
+        https_only=settings.SESSION_COOKIE_SECURE,
+    )  # fmt: skip
 
 
 def _full_path(scope: Scope) -> str:
@@ -258,6 +280,10 @@ class ServiceProxy:
                 await send({"type": "websocket.close", "code": 1008})
             return
         if kind == "websocket":
+            if not _origin_allowed(scope):
+                log.info("WebSocket to %s refused: its page's origin is not the portal's or the service's", uid)
+                await send({"type": "websocket.close", "code": 1008})  # before accept: the handshake gets 403
+                return
             door = await self._door(_credential(scope), uid)
             await self._websocket(scope, receive, send, door)
             return
@@ -358,9 +384,10 @@ class ServiceProxy:
         forwarded = headers.request_headers(
             _str_headers(scope),
             blocked_cookies=_blocked_cookies(),
-            client_ip=(scope.get("client") or ("", 0))[0],
+            client_ip=_client_ip(scope),
             scheme=scope.get("scheme", "http"),
             prefix=f"/w/{door.uid}/",
+            from_trusted_proxy=_behind_trusted_proxy(_client_ip(scope)),
         )
         self._touch(door)
         outcome = await self._forward(scope, receive, send, target, forwarded, strip=True, sink=sink)
@@ -383,11 +410,13 @@ class ServiceProxy:
 
     async def _pass_to_portal(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Development only: the portal's own pages, so one origin serves both (see devtools/run.py)."""
-        forwarded = [
-            (name, value)
-            for name, value in _str_headers(scope)
-            if name.lower() not in headers.HOP_BY_HOP | headers.connection_tokens(_str_headers(scope))
-        ]
+        client_ip = _client_ip(scope)
+        forwarded = headers.portal_request_headers(
+            _str_headers(scope),
+            client_ip=client_ip,
+            scheme=scope.get("scheme", "http"),
+            from_trusted_proxy=_behind_trusted_proxy(client_ip),
+        )
         parts = urlsplit(self.portal_upstream)
         target = (parts.hostname or "127.0.0.1", parts.port or 80)
         outcome = await self._forward(scope, receive, send, target, forwarded, strip=False, base=parts.path)
@@ -597,10 +626,11 @@ class ServiceProxy:
         forwarded = headers.request_headers(
             _str_headers(scope),
             blocked_cookies=_blocked_cookies(),
-            client_ip=(scope.get("client") or ("", 0))[0],
+            client_ip=_client_ip(scope),
             scheme="https" if scope.get("scheme") == "wss" else "http",
             prefix=f"/w/{door.uid}/",
             websocket=True,
+            from_trusted_proxy=_behind_trusted_proxy(_client_ip(scope)),
         )
         try:
             backend = await self.client.ws_connect(

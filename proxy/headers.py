@@ -6,11 +6,14 @@
 - The portal's own cookies (session, CSRF, and anything named in settings) never reach the proxied app,
   and the app can never set, overwrite or delete them: a notebook must not be able to read the researcher's
   portal session or plant a CSRF token.
-- The backend sees where the request came from (`X-Forwarded-*`) and the prefix it is served under.
+- The backend sees where the request came from (`X-Forwarded-*`) and the prefix it is served under. The
+  proxy writes these itself: a client's own `X-Forwarded-*` are dropped unless it is a trusted proxy
+  (PROXY_TRUSTED_PROXIES; the chart gives it the same list as the portal's TRUSTED_PROXIES), whose chain is kept and extended.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import urlsplit
@@ -79,6 +82,7 @@ def request_headers(
     scheme: str,
     prefix: str,
     websocket: bool = False,
+    from_trusted_proxy: bool = False,
 ) -> list[Header]:
     """Headers to send to the backend for a browser's request.
 
@@ -92,8 +96,8 @@ def request_headers(
         lower = name.lower()
         if lower == "host":
             host = value
-        if lower == "x-forwarded-for":
-            prior_for = value  # kept as the start of the chain, like any proxy in a row
+        if lower == "x-forwarded-for" and from_trusted_proxy:
+            prior_for = value  # a trusted proxy in front: its chain goes on
         if lower in FORWARDED:
             continue
         if lower == "cookie":
@@ -113,17 +117,41 @@ def request_headers(
     return out
 
 
+def portal_request_headers(
+    headers: list[Header], *, client_ip: str, scheme: str, from_trusted_proxy: bool
+) -> list[Header]:
+    """Headers to send to the portal's own web for a request passed through (one origin, no ingress):
+    end to end headers as they came, and the forwarding headers written by the proxy. A client's own
+    `X-Forwarded-For`/`-Proto`/`-Host`/`Forwarded` are dropped, so the portal (which believes this proxy)
+    counts sign-in failures by the address that really connected; from a trusted proxy in front they are
+    kept and the chain extended."""
+    kept = _end_to_end(headers)
+    out = [(name, value) for name, value in kept if name.lower() not in FORWARDED]
+    if from_trusted_proxy:
+        prior = [v for n, v in kept if n.lower() == "x-forwarded-for"]
+        proto = [v for n, v in kept if n.lower() == "x-forwarded-proto"]
+        chain = ", ".join([*prior, client_ip])
+        out += [("X-Forwarded-For", chain), ("X-Forwarded-Proto", proto[-1] if proto else scheme)]
+    else:
+        out += [("X-Forwarded-For", client_ip), ("X-Forwarded-Proto", scheme)]
+    return out
+
+
 def response_headers(headers: list[Header], *, blocked_cookies: frozenset[str], backend_origin: str) -> list[Header]:
     """Headers to send to the browser for the backend's response.
 
     A `Location` pointing at the backend's own address (an app that does not know it is proxied) becomes
-    a path on the portal; `Set-Cookie` for the portal's cookies is dropped.
+    a path on the portal; `Set-Cookie` for the portal's cookies is dropped, and so is
+    `Service-Worker-Allowed` (a worker registered with scope `/` would control the portal's pages).
     """
     out: list[Header] = []
     for name, value in _end_to_end(headers):
         lower = name.lower()
         if lower == "set-cookie" and sets_blocked_cookie(value, blocked_cookies):
             continue
+        if lower == "service-worker-allowed":
+            continue  # a service worker's scope stays under the service's path (/w/<uid>/), never the origin
+
         if lower == "location":
             value = relative_location(value, backend_origin)
         out.append((name, value))
@@ -158,3 +186,36 @@ def subprotocols(headers: list[Header]) -> list[str]:
         if name.lower() == "sec-websocket-protocol":
             offered.extend(p.strip() for p in value.split(",") if p.strip())
     return offered
+
+
+def websocket_origin_allowed(origin: str | None, host: str, *, portal_origin: str, https_only: bool) -> bool:
+    """Whether a WebSocket handshake's `Origin` may open a service with the person's cookie.
+
+    Browsers always send Origin on a WebSocket handshake and cookies go with it whatever page opened it,
+    so a page on another port, a sibling subdomain or another service's origin could act as the person.
+    Allowed: the origin the request came to (Origin's host and port equal the `Host` header: the
+    portal's pages in one-origin mode, the service's own pages on an apps' origin), and the portal's own
+    origin (`portal_origin`, SITE_URL) where services share it; with secure cookies only https pages.
+    A client that sends no Origin is no browser and carries no ambient cookie of someone else's: allowed.
+    `https_only` (Secure cookies): only https pages, and http ones on loopback, which browsers also treat
+    as secure (a development portal on http://localhost)."""
+    if origin is None:
+        return True
+    parts = urlsplit(origin.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc or origin.strip().lower() == "null":
+        return False
+    if https_only and parts.scheme != "https" and not _loopback(parts.hostname or ""):
+        return False  # an http page could be anyone's on the way; loopback pages are secure contexts
+    given = f"{parts.scheme}://{parts.netloc}".lower()
+    if portal_origin and given == portal_origin.lower().rstrip("/"):
+        return True
+    return parts.netloc.lower() == host.strip().lower()
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

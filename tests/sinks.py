@@ -132,6 +132,8 @@ class WebhookReceiver:
     delay: float = 0.0
     deliveries: list[Delivery] = field(default_factory=list)
     hold: _Hold = field(default_factory=_Hold)
+    host: str = "127.0.0.1"  # any loopback address (127.0.0.2, ...) to stand for another machine
+    bind_port: int = 0
 
     def __post_init__(self) -> None:
         receiver = self
@@ -157,7 +159,7 @@ class WebhookReceiver:
                 pass
 
         self.cut_off: list[Delivery] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer((self.host, self.bind_port), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -172,7 +174,7 @@ class WebhookReceiver:
         self._server.server_close()
 
     def url(self, path: str = "/hook") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"http://{self.host}:{self.port}{path}"
 
     def wait_for(self, count: int, timeout: float = 30) -> list[Delivery]:
         deadline = time.monotonic() + timeout

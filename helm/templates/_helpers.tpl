@@ -154,6 +154,7 @@ TIME_ZONE: {{ $cfg.timeZone | quote }}
 SECURE_COOKIES: {{ ternary "1" "0" $cfg.secureCookies | quote }}
 BEHIND_TLS_PROXY: {{ ternary "1" "0" $cfg.behindTlsProxy | quote }}
 TRUSTED_PROXIES: {{ $cfg.trustedProxies | join "," | quote }}
+PROXY_TRUSTED_PROXIES: {{ $cfg.trustedProxies | join "," | quote }}
 KUBE_NAMESPACE_PREFIX: {{ $cfg.kubeNamespacePrefix | quote }}
 KUBE_WORKLOADS_CLUSTERROLE: {{ include "gpuportal.workloadsRoleName" . | quote }}
 KUBE_SERVICE_ACCOUNT: {{ printf "%s/%s" .Release.Namespace (include "gpuportal.serviceAccountName" .) | quote }}

@@ -54,20 +54,23 @@ def label_value(text: str) -> str:
     return f"{value[:54].rstrip('_.-')}-{digest}".lstrip("_.-")
 
 
-def home_claim_name(username: str) -> str:
-    """The claim of a user's home workspace: readable, and distinct for distinct usernames (hash)."""
-    digest = hashlib.sha256(username.encode()).hexdigest()[:8]
-    return f"home-{dns_label(username, max_length=63 - 14, fallback='u')}-{digest}"
+def home_claim_name(username: str, user_id: int) -> str:
+    """The claim of a new home workspace: readable, and distinct for distinct users (their id, never a
+    hash that two usernames could share). Homes made before this kept their stored name (hash of the
+    username, `home-<name>-<8 hex>`): the `u` keeps the two forms apart."""
+    suffix = f"-u{int(user_id)}"
+    return f"home-{dns_label(username, max_length=63 - 5 - len(suffix), fallback='u')}{suffix}"
 
 
 TEAM_CLAIM_NAME = "team-shared"
 
 
-def secret_object_name(name: str, *, username: str, shared: bool) -> str:
-    """The Kubernetes Secret behind a stored secret: per user (a hash of the username) or team-wide."""
+def secret_object_name(name: str, *, user_id: int, shared: bool) -> str:
+    """The Kubernetes Secret behind a new stored secret: per user (their id) or team-wide. Secrets made
+    before this keep their stored name (`secret-u<8 hex of the username>-<name>`); `p` keeps the forms apart."""
     if shared:
         return f"secret-team-{name}"
-    return f"secret-u{hashlib.sha256(username.encode()).hexdigest()[:8]}-{name}"
+    return f"secret-p{int(user_id)}-{name}"
 
 
 def pull_secret_name(registry_host: str) -> str:

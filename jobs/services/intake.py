@@ -185,7 +185,7 @@ def _first_event(workload: Workload, *, owner, gpu_type_name: str) -> WorkloadEv
 
 def _store(*, team: Team, owner, clean, shared: bool, gpu_type: tuple[int, str]) -> Workload:
     """Insert one judged submission QUEUED with its first timeline entry (two statements)."""
-    home = workspace_mounts(team=team, username=owner.get_username())
+    home = workspace_mounts(team=team, owner=owner)
     workload = create_with_fresh_uid(
         **_fields(team=team, owner=owner, clean=clean, shared=shared, gpu_type_id=gpu_type[0], home=home)
     )
@@ -198,7 +198,7 @@ def _store_many(
 ) -> list[Workload]:
     """Insert several judged submissions QUEUED, in order, with their first timeline entries: one
     statement for the rows and one for the entries (a taken uid, vanishingly rare, is drawn again alone)."""
-    home = workspace_mounts(team=team, username=owner.get_username())
+    home = workspace_mounts(team=team, owner=owner)
     site = snapshot.site
     workloads = [
         Workload(

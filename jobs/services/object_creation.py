@@ -55,6 +55,12 @@ class SecretUnavailable(SubmitRejected):
     reason = "SecretUnavailable"
 
 
+class NotTheOwners(SubmitRejected):
+    """A workload names a personal secret or a home workspace that belongs to someone else."""
+
+    reason = "NotTheOwners"
+
+
 class SecretPending(Exception):
     """A secret the workload names is not written yet (just stored or replaced): the submit task retries."""
 
@@ -213,6 +219,8 @@ def secrets_written(workload: Workload, refs: tuple[objects.SecretRef, ...]) -> 
             row = rows.get(ref.k8s_name)
             if row is None or row.state == SecretState.DELETING:
                 raise SecretUnavailable(f"The secret {ref.name} was deleted after this was submitted; store it again.")
+            if not row.shared and row.owner_id != workload.owner_id:
+                raise NotTheOwners(f"The secret {ref.name} belongs to someone else; store your own.")
             if row.state == SecretState.FAILED:
                 raise SecretUnavailable(f"The secret {ref.name} could not be written: {row.message}")
             if row.state == SecretState.PENDING:
@@ -431,10 +439,13 @@ def _ready_to_create(
     task's retry). A workload refused here fails at once."""
     ready: list[Workload] = []
     pulled: set[tuple[str, tuple[str, ...]]] = set()
+    not_owned = workspaces.homes_not_owned(batch)
     for workload in batch:
         heartbeat.beat()
         spec = specs[workload.id]
         try:
+            if workload.id in not_owned:
+                raise NotTheOwners(f"The home workspace {not_owned[workload.id]} belongs to someone else.")
             secrets_written(workload, spec.secrets)
             if spec.image_pull_secrets and (spec.namespace, spec.image_pull_secrets) not in pulled:
                 pull_secrets_ensure(spec.namespace, spec.image_pull_secrets)

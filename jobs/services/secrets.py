@@ -107,12 +107,24 @@ def secret_save(*, team: Team, user, name, value, shared=False) -> TeamSecret:
         sealed = sealing.seal(value)
     except sealing.SealError as exc:
         raise SecretNotWritable(str(exc)) from exc
-    k8s_name = names.secret_object_name(name, username=user.get_username(), shared=shared)
     now = timezone.now()
     with transaction.atomic():
-        secret, created = TeamSecret.objects.select_for_update().get_or_create(
-            team=team, k8s_name=k8s_name, defaults={"owner": user, "name": name, "shared": shared, "updated_at": now}
-        )
+        secret = _stored(team=team, user=user, name=name, shared=shared)
+        if secret is None:
+            # New: its Kubernetes name comes from the owner's id (or the team, shared), never a hash two
+            # usernames could share. get_or_create: the same store racing itself makes one row.
+            k8s_name = names.secret_object_name(name, user_id=user.pk, shared=shared)
+            secret, created = TeamSecret.objects.select_for_update().get_or_create(
+                team=team,
+                k8s_name=k8s_name,
+                defaults={"owner": user, "name": name, "shared": shared, "updated_at": now},
+            )
+            if not created and not _is_theirs(secret, user=user, name=name, shared=shared):
+                # Only a name function gone wrong gets here: never write into another person's Secret.
+                log.error("secret %s in %s: its Kubernetes name %s is another's", name, team.slug, k8s_name)
+                raise SecretInvalid({"name": [f"The name {name} cannot be used; choose another name."]})
+        else:
+            created = False
         if not created:
             revived = secret.state == SecretState.DELETING
             secret.version += 1
@@ -124,6 +136,19 @@ def secret_save(*, team: Team, user, name, value, shared=False) -> TeamSecret:
         transaction.on_commit(lambda: _hand_to_engine(secret_id, version, sealed))
     log.info("secret %s (version %s) sealed for %s in %s", name, version, user.get_username(), team.slug)
     return secret
+
+
+def _stored(*, team: Team, user, name: str, shared: bool) -> TeamSecret | None:
+    """The row this store replaces, locked: the team's shared secret of that name, or this person's own
+    (whatever its Kubernetes name: secrets stored under an older naming keep theirs)."""
+    rows = TeamSecret.objects.select_for_update().filter(team=team, name=name, shared=shared)
+    return (rows if shared else rows.filter(owner=user)).order_by("id").first()
+
+
+def _is_theirs(secret: TeamSecret, *, user, name: str, shared: bool) -> bool:
+    if secret.name != name or secret.shared != shared:
+        return False
+    return shared or secret.owner_id == user.pk
 
 
 def _hand_to_engine(secret_id: int, version: int, sealed: str) -> None:

@@ -34,16 +34,56 @@ def shared_size_gib(team: Team) -> int:
     return team.shared_size_gib or settings.WORKSPACE_TEAM_GIB
 
 
-def workspace_mounts(*, team: Team, username: str) -> list[dict[str, Any]]:
+def home_claim(*, team: Team, owner) -> str:
+    """The claim of this user's home in this team: the one recorded for them (homes made under an older
+    naming keep their name, so nobody's home becomes empty), else a new name from their id."""
+    recorded = (
+        Workspace.objects.filter(namespace=team.namespace, owner=owner)
+        .order_by("id")
+        .values_list("claim_name", flat=True)
+        .first()
+    )
+    return recorded or names.home_claim_name(owner.get_username(), owner.pk)
+
+
+def homes_not_owned(workloads) -> dict[int, str]:
+    """Of these workloads, those whose home claim is recorded for another person: workload id -> claim.
+    One query for the lot."""
+    wanted = {
+        (w.namespace or w.team.namespace, m["claim"]): w
+        for w in workloads
+        for m in (w.mounts or [])
+        if m.get("kind") == "home"
+    }
+    if not wanted:
+        return {}
+    found: dict[tuple[str, str], int | None] = {}
+    for namespace in {ns for ns, _ in wanted}:
+        claims = [c for ns, c in wanted if ns == namespace]
+        rows = Workspace.objects.filter(namespace=namespace, claim_name__in=claims).values_list(
+            "claim_name", "owner_id"
+        )
+        found.update({(namespace, claim): owner_id for claim, owner_id in rows})
+    refused: dict[int, str] = {}
+    for w in workloads:
+        for m in w.mounts or []:
+            key = (w.namespace or w.team.namespace, m.get("claim", ""))
+            if m.get("kind") == "home" and key in found and found[key] != w.owner_id:
+                refused[w.id] = m["claim"]
+    return refused
+
+
+def workspace_mounts(*, team: Team, owner) -> list[dict[str, Any]]:
     """What a workload of this user in this team mounts (stored on the workload at submit); empty
     when workspaces are off (no StorageClass configured)."""
     if not settings.WORKSPACE_STORAGE_CLASS:
         return []
+    username = owner.get_username()
     return [
         {
             "kind": "home",
             "mount_path": f"{HOME_ROOT}/{username}",
-            "claim": names.home_claim_name(username),
+            "claim": home_claim(team=team, owner=owner),
             "read_only": False,
             "size_gib": home_size_gib(team),
             "storage_class": settings.WORKSPACE_STORAGE_CLASS,
@@ -101,13 +141,16 @@ def volume_specs(mounts: list[dict[str, Any]]) -> tuple[objects.VolumeSpec, ...]
 
 
 def workspaces_ensure(workload: Workload) -> None:
-    """The workload's workspace claims exist (created on first use). Transient API errors propagate."""
+    """The workload's workspace claims exist (created on first use). Transient API errors propagate.
+    A home recorded for someone else is left alone (the workload is refused: `homes_not_owned`)."""
     team, owner = workload.team, workload.owner
     namespace = workload.namespace or team.namespace
     for mount in workload.mounts or []:
         if mount.get("kind") not in ("home", "team"):
             continue
         is_home = mount["kind"] == "home"
+        if is_home and homes_not_owned([workload]):
+            continue
         claim = objects.make_workspace_claim(
             namespace=namespace,
             name=mount["claim"],

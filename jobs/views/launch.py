@@ -124,7 +124,7 @@ def launch(request: HttpRequest) -> HttpResponse:
             # Custom images are offered only where a registry is allowed for them.
             "registries": list(AllowedRegistry.objects.values_list("host", flat=True)),
             "budget": budget_use(acting.team),
-            "mounts": workspace_mounts(team=acting.team, username=request.user.get_username()),
+            "mounts": workspace_mounts(team=acting.team, owner=request.user),
         },
         status=400 if form.is_bound else 200,
     )

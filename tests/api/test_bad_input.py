@@ -68,9 +68,18 @@ def test_unknown_fields_are_refused(world):
 def test_nul_characters_and_lone_surrogates(world):
     client = world.client("owner")
     body = {"image": "docker.io/x:1", "gpu_type": "p100", "env": [{"name": "A", "value": "x\u0000y"}]}
-    _error(client.post(URL, body, format="json"), 400)
+    refused = client.post(URL, body, format="json")
+    _error(refused, 400)
+    assert list(refused.json()["error"]["fields"]) == ["env"]  # issue 33.7: the field is named
     raw = '{"image": "docker.io/x:1", "gpu_type": "p100", "args": ["\\ud800"]}'
-    _error(client.post(URL, data=raw, content_type="application/json"), 400)
+    refused = client.post(URL, data=raw, content_type="application/json")
+    _error(refused, 400)
+    assert list(refused.json()["error"]["fields"]) == ["args"]
+    batch = {"workloads": [{"image": "docker.io/x:1", "gpu_type": "p100"}, {"image": "docker.io/x:1",
+             "gpu_type": "p100", "env": {"A": "x\u0000y"}}]}  # fmt: skip
+    refused = client.post(URL + "batch/", batch, format="json")
+    _error(refused, 400)
+    assert list(refused.json()["error"]["fields"]) == ["workloads[1].env"]
     _error(client.get(URL + "?owner=a%00b"), 400)
     _error(client.get("/api/v1/gpu-types/?team=vi%00sion"), 400)
 

@@ -14,8 +14,11 @@ def config_map(values: dict) -> dict[str, str]:
     return cm["data"]
 
 
-def test_by_default_no_forwarding_header_is_believed():
-    assert config_map({})["TRUSTED_PROXIES"] == ""
+def test_by_default_the_private_ranges_where_an_ingress_controller_runs_are_believed():
+    data = config_map({})
+    assert data["TRUSTED_PROXIES"] == "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fd00::/8"
+    assert data["PROXY_TRUSTED_PROXIES"] == data["TRUSTED_PROXIES"]  # the service proxy sits behind it too
+    assert config_map({"config": {"trustedProxies": []}})["TRUSTED_PROXIES"] == ""
 
 
 def test_the_ingress_controllers_network_is_believed_and_nobody_else(monkeypatch, settings):

@@ -7,6 +7,7 @@ package.json and installed by `make test`), then what this stack promises.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -200,3 +201,14 @@ def test_redis_asks_for_a_password_and_the_portal_gives_it(compose) -> None:
         env = compose["services"][name]["environment"]
         for key in ("REDIS_URL", "CELERY_BROKER_URL"):
             assert interpolate(env[key], {"REDIS_PASSWORD": "pw"}) == "redis://:pw@redis:6379/0", (name, key)
+
+
+def test_the_web_believes_forwarding_headers_from_the_proxy_alone(compose) -> None:
+    """Issue 33.3: the web counts sign-in failures per (username, client address), so it must learn the
+    client's address from the proxy (which writes X-Forwarded-For itself) and from nobody else."""
+    web, proxy = compose["services"]["web"], compose["services"]["proxy"]
+    address = proxy["networks"]["default"]["ipv4_address"]
+    assert address == "${PORTAL_PROXY_ADDRESS:-172.31.250.10}"
+    assert web["environment"]["TRUSTED_PROXIES"] == "${PORTAL_PROXY_ADDRESS:-172.31.250.10}/32"
+    subnet = compose["networks"]["default"]["ipam"]["config"][0]["subnet"]
+    assert ipaddress.ip_address("172.31.250.10") in ipaddress.ip_network(subnet.split(":-")[1].rstrip("}"))

@@ -9,7 +9,7 @@ from jobs.services.workspaces import volume_specs
 from tests.engine.test_objects import spec
 
 MOUNTS = [
-    {"kind": "home", "mount_path": "/home/alice", "claim": names.home_claim_name("alice"), "read_only": False,
+    {"kind": "home", "mount_path": "/home/alice", "claim": names.home_claim_name("alice", 7), "read_only": False,
      "size_gib": 10},
     {"kind": "team", "mount_path": "/team", "claim": "team-shared", "read_only": False, "size_gib": 50},
 ]  # fmt: skip
@@ -21,7 +21,7 @@ def as_dict(obj):
 
 def test_workspaces_become_claim_volumes_mounted_at_their_paths():
     pod = as_dict(objects.make_pod_template(spec(volumes=volume_specs(MOUNTS))))["spec"]
-    home = names.home_claim_name("alice")
+    home = names.home_claim_name("alice", 7)
     assert pod["volumes"][1:] == [
         {"name": "ws-home", "persistentVolumeClaim": {"claimName": home}},
         {"name": "ws-team", "persistentVolumeClaim": {"claimName": "team-shared"}},
@@ -74,8 +74,9 @@ def test_workspace_claim_renders_exactly():
 
 
 def test_home_claim_names_are_valid_and_distinct():
-    a, b = names.home_claim_name("Alice.Smith@lab"), names.home_claim_name("alice-smith-lab")
+    a, b = names.home_claim_name("Alice.Smith@lab", 1), names.home_claim_name("alice-smith-lab", 2)
     assert a != b
-    for name in (a, b, names.home_claim_name("x" * 150)):
+    assert names.home_claim_name("same", 1) != names.home_claim_name("same", 2)  # the id, not the username
+    for name in (a, b, names.home_claim_name("x" * 150, 2**63 - 1)):
         assert len(name) <= 63
         assert names.dns_label(name) == name

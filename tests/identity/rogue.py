@@ -64,7 +64,7 @@ class RogueProvider:
     def good_claims(self, *, client_id: str, nonce: str, sub: str = "eve") -> dict[str, Any]:
         now = int(time.time())
         return {"iss": self.issuer, "aud": client_id, "sub": sub, "nonce": nonce, "iat": now, "exp": now + 300,
-                "email": f"{sub}@uni.example", "preferred_username": sub}  # fmt: skip
+                "email": f"{sub}@uni.example", "email_verified": True, "preferred_username": sub}  # fmt: skip
 
     def stop(self) -> None:
         self._server.shutdown()

@@ -55,6 +55,21 @@ def test_a_correct_token_signs_in(client, rogue):
     assert list(Membership.objects.values_list("team__slug", flat=True)) == ["eve-lab"]  # any claim can map
 
 
+@pytest.mark.parametrize("verified", [False, "false", None])
+def test_an_unverified_email_is_ignored_for_the_address_and_for_team_rules(client, rogue, verified):
+    """Issue 33.7: an address the provider did not verify is not the person's: no e-mail, no team by it."""
+    ClaimRule.objects.create(team_id=TeamFactory(slug="eve-lab").id, claim="email", value="eve@uni.example")
+    state, nonce = start(client)
+    rogue.claims = {**rogue.good_claims(client_id=CLIENT_ID, nonce=nonce), "email_verified": verified}
+    if verified is None:
+        del rogue.claims["email_verified"]
+    answer = client.get(f"/sso/callback/?code=c&state={state}")
+    assert answer.status_code == 302, answer.content.decode()[:300]
+    eve = ProviderAccount.objects.get().user
+    assert (eve.username, eve.email) == ("eve", "")
+    assert not Membership.objects.filter(user=eve).exists()
+
+
 @pytest.mark.parametrize(
     ("spoil", "reason"),
     [

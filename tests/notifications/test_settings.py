@@ -26,7 +26,7 @@ API = "/api/v1/me/notifications/"
         ("http://127.0.0.1:9000/hook", "private or internal address"),
         ("http://localhost/hook", "private or internal address"),
         ("http://10.1.2.3/hook", "private or internal address"),
-        ("http://169.254.169.254/latest/meta-data/", "private or internal address"),  # cloud metadata
+        ("http://169.254.169.254/latest/meta-data/", "metadata address"),  # cloud metadata: always refused
         ("http://[::1]/hook", "private or internal address"),
         ("http://[fe80::1]/hook", "private or internal address"),
         ("http://no-such-host.invalid/hook", "cannot be resolved"),

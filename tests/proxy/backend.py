@@ -78,6 +78,7 @@ class Backend:
                 "X-Backend-Secret": "1",
                 "Keep-Alive": "timeout=5",
                 "X-Kept": "1",
+                "Service-Worker-Allowed": "/",  # a worker over every page of the origin: never passed on
             },
         )
 

@@ -84,12 +84,14 @@ def test_hop_by_hop_headers_stay_on_their_hop(proxy_world):
     for name in ("x-client-secret", "te", "proxy-authorization", "keep-alive"):
         assert name not in sent
     assert sent["x-end-to-end"] == "yes"
-    assert sent["x-forwarded-for"] == "10.9.9.9, 127.0.0.1"  # the chain goes on
+    assert sent["x-forwarded-for"] == "127.0.0.1"  # written by the proxy: a client's own is dropped
     back = get(proxy_world, "hop")
     assert back.text == "hop"
     assert "X-Backend-Secret" not in back.headers
     assert "Keep-Alive" not in back.headers
     assert back.headers["X-Kept"] == "1"
+    # Issue 33.7: in one-origin mode a service could widen its service worker's scope over the portal's pages.
+    assert "Service-Worker-Allowed" not in back.headers
 
 
 def test_redirect_to_the_backends_own_address_stays_on_the_portal(proxy_world):
@@ -333,6 +335,21 @@ def test_websocket_refused_to_others(proxy_world, who):
     with pytest.raises(InvalidStatus) as refused:
         ws(proxy_world, who=who)
     assert refused.value.response.status_code == 403
+
+
+@pytest.mark.parametrize("origin", ["https://evil.example", "http://127.0.0.1:1", "http://localhost:{port}", "null"])
+def test_a_websocket_from_another_origin_is_refused_even_with_the_owners_cookie(proxy_world, origin):
+    """Issue 33.4: a page elsewhere (another site, another port of this host, a sandboxed frame) cannot
+    use the owner's cookie to open their service's WebSocket; the portal's own pages can."""
+    port = proxy_world.base.rsplit(":", 1)[1]
+    opened = len(proxy_world.backend.close_codes)
+    with pytest.raises(InvalidStatus) as refused:
+        ws(proxy_world, origin=origin.replace("{port}", port))
+    assert refused.value.response.status_code == 403
+    with ws(proxy_world, origin=proxy_world.base) as socket:  # the page it came to: the portal's own
+        socket.send("hello")
+        assert socket.recv(timeout=5) == "echo: hello"
+    assert len(proxy_world.backend.close_codes) <= opened + 1  # the refused one never reached the service
 
 
 # --- a pod with an IPv6 address (dual-stack clusters give EndpointSlices bare IPv6 addresses) --------

@@ -28,11 +28,26 @@ def test_forwarded_headers_from_the_client_are_replaced_not_trusted():
     )
     assert out == {
         "Host": "gpus.example.org",
-        "X-Forwarded-For": "1.2.3.4, 10.0.0.9",
+        "X-Forwarded-For": "10.0.0.9",
         "X-Forwarded-Proto": "http",
         "X-Forwarded-Host": "gpus.example.org",
         "X-Forwarded-Prefix": "/w/a",
     }
+    trusted = dict(
+        headers.request_headers(sent, blocked_cookies=BLOCKED, client_ip="10.0.0.9", scheme="http", prefix="/w/a/",
+                                from_trusted_proxy=True)
+    )  # fmt: skip
+    assert trusted["X-Forwarded-For"] == "1.2.3.4, 10.0.0.9"  # a trusted proxy's chain goes on
+
+
+def test_the_portal_gets_the_forwarding_headers_the_proxy_writes():
+    sent = [("Host", "gpus.example.org"), ("X-Forwarded-For", "203.0.113.5"), ("X-Forwarded-Proto", "https"),
+            ("Forwarded", "for=1.2.3.4"), ("Connection", "close"), ("Cookie", "sessionid=s")]  # fmt: skip
+    out = headers.portal_request_headers(sent, client_ip="198.51.100.2", scheme="http", from_trusted_proxy=False)
+    assert out == [("Host", "gpus.example.org"), ("Cookie", "sessionid=s"), ("X-Forwarded-For", "198.51.100.2"),
+                   ("X-Forwarded-Proto", "http")]  # fmt: skip
+    behind = dict(headers.portal_request_headers(sent, client_ip="10.0.0.2", scheme="http", from_trusted_proxy=True))
+    assert (behind["X-Forwarded-For"], behind["X-Forwarded-Proto"]) == ("203.0.113.5, 10.0.0.2", "https")
 
 
 def test_portal_cookies_never_reach_the_app():
@@ -86,3 +101,26 @@ def test_first_ready_endpoint_of_the_slices():
     )  # no name: the one port; no condition: ready
     assert _first_ready([{"ports": [{"name": "http", "port": 1}], "endpoints": []}], "http") is None
     assert _first_ready([], "http") is None
+
+
+def test_a_websocket_may_come_only_from_the_page_origin_it_was_sent_to_or_the_portals():
+    allowed = headers.websocket_origin_allowed
+    one = {"portal_origin": "https://gpus.example.org", "https_only": True}
+    assert allowed("https://gpus.example.org", "gpus.example.org", **one)
+    assert allowed(None, "gpus.example.org", **one)  # no browser: no one else's cookie
+    for origin in ("https://evil.example", "https://gpus.example.org:8443", "https://x.gpus.example.org",
+                   "http://gpus.example.org", "null", "", "gpus.example.org"):  # fmt: skip
+        assert not allowed(origin, "gpus.example.org", **one), origin
+    # One origin per service: only the service's own page (its host), never a sibling service or the portal.
+    apps = {"portal_origin": "", "https_only": True}
+    assert allowed("https://abc123.apps.example.org", "abc123.apps.example.org", **apps)
+    assert not allowed("https://zzz999.apps.example.org", "abc123.apps.example.org", **apps)
+    assert not allowed("https://gpus.example.org", "abc123.apps.example.org", **apps)
+    # Loopback pages are secure contexts to browsers: Secure cookies reach them over http.
+    assert allowed("http://127.0.0.1:8000", "127.0.0.1:8000", portal_origin="", https_only=True)
+    assert not allowed("http://10.0.0.5:8000", "10.0.0.5:8000", portal_origin="", https_only=True)
+    # Plain-HTTP trials (no secure cookies): the same rule over http.
+    assert allowed("http://localhost:8000", "localhost:8000", portal_origin="http://127.0.0.1:8000", https_only=False)
+    assert not allowed(
+        "http://localhost:8001", "localhost:8000", portal_origin="http://127.0.0.1:8000", https_only=False
+    )
