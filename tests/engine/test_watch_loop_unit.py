@@ -173,7 +173,7 @@ def test_a_service_is_failed_only_when_its_deployment_is_gone(fake_kube, tracker
 
 def test_a_cancelled_workloads_running_pod_is_deleted_again(fake_kube, tracker, running, monkeypatch):
     asked: list[int] = []
-    monkeypatch.setattr(dispatch, "enqueue_delete", asked.append)
+    monkeypatch.setattr(dispatch, "enqueue_delete", lambda workload: asked.append(workload.id))
     Workload.objects.filter(id=running.id).update(state=State.CANCELLED)
     fake_kube.add("Pod", pod(running))
     gone = pod(running, name="being-deleted")
