@@ -71,9 +71,10 @@ def _ids_of(task, uids: list) -> list[int]:
         log.warning("%s: ignored %d workload(s) not named by uid, from %s", task.name, len(uids) - len(named),
                     _origin(task))  # fmt: skip
     id_of = dict(Workload.objects.filter(uid__in=named).values_list("uid", "id"))
-    if len(id_of) != len(set(named)):
-        log.info("%s: %d workload uid(s) unknown here, from %s", task.name, len(set(named)) - len(id_of),
-                 _origin(task))  # fmt: skip
+    unknown = [uid for uid in dict.fromkeys(named) if uid not in id_of]
+    if unknown:
+        log.warning("%s: workload(s) %s unknown here (another portal's?), from %s; nothing to do", task.name,
+                    ", ".join(unknown[:5]) + (" ..." if len(unknown) > 5 else ""), _origin(task))  # fmt: skip
     return [id_of[uid] for uid in dict.fromkeys(named) if uid in id_of]
 
 
@@ -83,7 +84,8 @@ def _workload(task, uid) -> Workload | None:
         return None
     workload = Workload.objects.select_related("team").filter(uid=uid).first()
     if workload is None:
-        log.info("%s: no workload %s here (from %s); nothing to do", task.name, uid, _origin(task))
+        log.warning("%s: workload(s) %s unknown here (another portal's?), from %s; nothing to do", task.name, uid,
+                    _origin(task))  # fmt: skip
     return workload
 
 
