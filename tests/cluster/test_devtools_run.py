@@ -305,7 +305,7 @@ def test_two_make_runs_side_by_side_each_run_their_own_work_on_their_own_broker_
             # The worker's own banner: its transport is this run's Redis (the machine's 6379 plays no part).
             transport = [line for line in stack.output if line.startswith("worker") and "transport:" in line]
             assert transport, stack.text[-3000:]
-            assert announced in transport[0], transport
+            assert f"@{announced.removeprefix('redis://')}" in transport[0], transport  # Transport://:**@host:port/0
             # PORT everywhere: the banner's sign-in and admin lines.
             base = f"http://127.0.0.1:{stack.port}"
             assert f"Sign in at {base}/ as admin" in stack.text
