@@ -155,9 +155,14 @@ def remove_secret(secret_id: int, version: int, k8s_name: str | None = None) -> 
 
 
 @shared_task(name="jobs.tasks.delete_workspace_data", acks_late=True, **RETRY)
-def delete_workspace_data(workspace_id: int, by_user_id: int) -> None:
-    """An admin's "delete the data" runs here, in the engine: the web's identity may not delete claims."""
+def delete_workspace_data(workspace_id: int, by_user_id: int, claim: str | None = None) -> None:
+    """An admin's "delete the data" runs here, in the engine: the web's identity may not delete claims.
+    `claim` ("namespace/claim"): the row must be that claim, or nothing is deleted (a task meant for another
+    portal names a row id that is a stranger's workspace here)."""
     workspace = Workspace.objects.select_related("team", "owner").filter(id=workspace_id).first()
+    if workspace is not None and claim is not None and f"{workspace.namespace}/{workspace.claim_name}" != claim:
+        log.warning("refused to delete the data of workspace %s: it is not %s", workspace_id, claim)
+        return
     if workspace is not None:  # gone already: a redelivered task has nothing left to do
         workspaces.workspace_delete_data(workspace, by=get_user_model().objects.filter(id=by_user_id).first())
 
