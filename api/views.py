@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from datetime import date
 
@@ -75,6 +76,8 @@ from jobs.services.limits import queue_slot_take
 from jobs.services.log_streams import HeldStream, TooManyStreams
 from jobs.services.logs import MAX_TAIL, LogsUnavailable, follow_logs, workload_events, workload_logs
 from jobs.services.opening import workload_share
+
+log = logging.getLogger(__name__)
 
 User = Membership._meta.get_field("user").related_model
 
@@ -203,9 +206,8 @@ def cluster_call() -> Iterator[None]:
     except LogsUnavailable:
         raise
     except (ApiException, KubeConfigError, urllib3.exceptions.HTTPError, OSError) as exc:
-        raise ClusterUnavailable(
-            f"The Kubernetes cluster could not answer ({classify(exc).message}); try again in a minute."
-        ) from exc
+        log.warning("cluster call failed: %s", classify(exc).message)
+        raise ClusterUnavailable("The Kubernetes cluster could not answer; try again in a minute.") from exc
 
 
 def _int_param(request: Request, name: str, *, default: int | None, low: int, high: int) -> int | None:

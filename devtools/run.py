@@ -2,10 +2,11 @@
 
 1. The local GPU cluster, unless KUBECONFIG is set: binaries built/verified by localcluster/build.sh (with
    progress), then a cluster owned by this process in var/cluster (or the one `make cluster-up` runs).
-2. A throwaway Redis, unless REDIS_URL or CELERY_BROKER_URL is set.
+2. A throwaway Redis (this portal's broker and cache, given to every process), unless REDIS_URL or
+   CELERY_BROKER_URL is set.
 3. `manage.py migrate`, then `manage.py seed_demo` when that command exists (demo admin, team, GPU types).
 4. Celery worker and beat, `manage.py track` when it exists, `manage.py runserver` on a private port, and
-   in front of it the service proxy (`python -m proxy`) on 127.0.0.1:8000: it serves /w/<uid>/ (the
+   in front of it the service proxy (`python -m proxy`) on 127.0.0.1:PORT: it serves /w/<uid>/ (the
    services researchers open) and passes every other path to the development server, so one origin
    serves both, as the ingress does in production.
 On the local cluster the admin's kubeconfig only sets the cluster up: the portal's processes run as the
@@ -233,6 +234,15 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         try:
             worker_only = seal_keys(env)  # before the identities' environments are copied from env
+            # The broker and cache before any process's environment is copied from env: every process of this
+            # portal, and only this portal's, uses this Redis (settings have no default broker).
+            if not env.get("REDIS_URL") and not env.get("CELERY_BROKER_URL"):
+                redis = RedisServer()
+                env["REDIS_URL"] = redis.start()
+                stack.callback(redis.stop)
+                say(f"throwaway Redis on {env['REDIS_URL']} (this portal's broker and cache)")
+            # Addresses the portal writes (the API's open_url, the sign-in lines) name the port it serves on.
+            env.setdefault("SITE_URL", f"http://127.0.0.1:{PORT}")
             if not env.get("KUBECONFIG"):
                 env["KUBECONFIG"] = start_cluster(env, stack)
                 # The local cluster's node simulator provisions this class from directories in var/.
@@ -245,11 +255,6 @@ def main() -> int:
                 )
             else:
                 say(f"using KUBECONFIG={env['KUBECONFIG']} for every portal process")
-            if not env.get("REDIS_URL") and not env.get("CELERY_BROKER_URL"):
-                redis = RedisServer()
-                env["REDIS_URL"] = redis.start()
-                stack.callback(redis.stop)
-                say(f"throwaway Redis on {env['REDIS_URL']}")
             run_once("migrate", [python, "manage.py", "migrate", "--noinput"], env_of("engine"))
             seeded: list[str] = []
             if management_command_exists("seed_demo"):
@@ -271,7 +276,7 @@ def main() -> int:
                     "-l",
                     "info",
                     "-s",
-                    str(VAR / "celerybeat-schedule"),
+                    str(Path(env.get("PORTAL_VAR_DIR") or VAR) / "celerybeat-schedule"),
                 ],
                 env_of("web"),  # as in the chart: beat only schedules, and holds the web's (read-only) identity
             )

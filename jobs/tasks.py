@@ -1,7 +1,13 @@
-"""Celery tasks: each loads by id, calls one service, and declares its retry policy here.
+"""Celery tasks: each loads what it names, calls one service, and declares its retry policy here.
 
 Transient Kubernetes failures (API server down, overloaded) retry with capped exponential backoff for as
 long as it takes; nothing is marked failed because the cluster was briefly unreachable.
+
+A task may reach a worker it was not meant for (another portal that shares the broker, a message sent by
+hand, a redelivery long after the fact), so none trusts its arguments: workloads are named by uid (a row
+id would name a stranger in another portal's database), and a task that deletes or changes Kubernetes
+objects reads the workload again and acts only when its state asks for it. A delete refused is logged as
+a warning naming where the task came from.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from django.contrib.auth import get_user_model
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from jobs.kube import names
 from jobs.models import Team, Workload, Workspace
 from jobs.services import (
     accounting,
@@ -50,22 +57,57 @@ def admit(team_id: int, gpu_type_id: int) -> list[int]:
     return admission.quota_admit(team_id=team_id, gpu_type_id=gpu_type_id)
 
 
+def _origin(task) -> str:
+    """Where a task came from, for a log line: the sending process's node name and the task's id."""
+    request = task.request
+    return f"{getattr(request, 'origin', None) or 'an unknown sender'} (task {request.id})"
+
+
+def _ids_of(task, uids: list) -> list[int]:
+    """This database's row ids of the workloads named by uid, in the order given. Anything not a uid (a
+    row id from an older portal's message) is skipped, saying so: the sweep hands real work over again."""
+    named = [uid for uid in uids if isinstance(uid, str)]
+    if len(named) != len(uids):
+        log.warning("%s: ignored %d workload(s) not named by uid, from %s", task.name, len(uids) - len(named),
+                    _origin(task))  # fmt: skip
+    id_of = dict(Workload.objects.filter(uid__in=named).values_list("uid", "id"))
+    unknown = [uid for uid in dict.fromkeys(named) if uid not in id_of]
+    if unknown:
+        log.warning("%s: workload(s) %s unknown here (another portal's?), from %s; nothing to do", task.name,
+                    ", ".join(unknown[:5]) + (" ..." if len(unknown) > 5 else ""), _origin(task))  # fmt: skip
+    return [id_of[uid] for uid in dict.fromkeys(named) if uid in id_of]
+
+
+def _workload(task, uid) -> Workload | None:
+    if not isinstance(uid, str):
+        log.warning("%s: ignored, it names workload %r not by uid (from %s)", task.name, uid, _origin(task))
+        return None
+    workload = Workload.objects.select_related("team").filter(uid=uid).first()
+    if workload is None:
+        log.warning("%s: workload(s) %s unknown here (another portal's?), from %s; nothing to do", task.name, uid,
+                    _origin(task))  # fmt: skip
+    return workload
+
+
 @shared_task(name="jobs.tasks.submit", bind=True, acks_late=True, **{**RETRY, "autoretry_for": SUBMIT_RETRY})
-def submit(self, workload_id: int) -> None:
-    object_creation.workload_create_objects(workload_id)
+def submit(self, uid: str) -> None:
+    """Creates objects only for an admitted workload that has none yet (object_creation checks its state)."""
+    object_creation.workloads_create_objects(_ids_of(self, [uid]))
 
 
 @shared_task(name="jobs.tasks.submit_batch", bind=True, acks_late=True, **RETRY)
-def submit_batch(self, workload_ids: list[int]) -> int:
+def submit_batch(self, uids: list[str]) -> int:
     """An admission pass's creates, a batch at a time (see dispatch.enqueue_submits)."""
-    return object_creation.workloads_create_objects(workload_ids)
+    return object_creation.workloads_create_objects(_ids_of(self, uids))
 
 
 @shared_task(name="jobs.tasks.provision_namespace", acks_late=True, **RETRY)
-def provision_namespace(team_id: int) -> str | None:
-    """Runs only in the provisioner (the provision queue); see jobs/services/provisioning.py."""
+def provision_namespace(team_id: int, slug: str | None = None) -> str | None:
+    """Runs only in the provisioner (the provision queue); see jobs/services/provisioning.py. It only makes
+    what this portal's own team row asks for (idempotent); a `slug` that does not match the row is refused."""
     team = Team.objects.filter(id=team_id).first()
-    if team is None:
+    if team is None or (slug is not None and team.slug != slug):
+        log.warning("provisioning asked for team %s (%s), which is not this portal's; ignored", team_id, slug)
         return None
     try:
         return provisioning.namespace_provision(team)
@@ -81,29 +123,46 @@ def provision_existing() -> int:
     return len(provisioning.existing_namespaces_refresh())
 
 
-@shared_task(name="jobs.tasks.delete_objects", acks_late=True, **RETRY)
-def delete_objects(workload_id: int) -> None:
-    workload = Workload.objects.select_related("team").filter(id=workload_id).first()
-    if workload is not None:
-        object_creation.workload_delete_objects(workload)
+@shared_task(name="jobs.tasks.delete_objects", bind=True, acks_late=True, **RETRY)
+def delete_objects(self, uid: str) -> bool:
+    """Delete an ended workload's objects (cancelled, stopped, failed, preempted). Returns whether it did:
+    a workload that has not ended (no one cancelled, preempted or stopped it) keeps its objects."""
+    workload = _workload(self, uid)
+    if workload is None:
+        return False
+    if not workload.is_final:
+        log.warning(
+            "refused to delete the objects of workload %s (%s, %s): it has not ended (no one cancelled, "
+            "preempted or stopped it); the request came from %s",
+            workload.uid, workload.name, workload.state, _origin(self),
+        )  # fmt: skip
+        return False
+    object_creation.workload_delete_objects(workload)
+    return True
 
 
 @shared_task(name="jobs.tasks.write_secret", acks_late=True, **RETRY)
-def write_secret(secret_id: int, version: int, sealed: str) -> str:
+def write_secret(secret_id: int, version: int, sealed: str, k8s_name: str | None = None) -> str:
     """A user's secret, sealed by the web to this engine's key: opened and written here, in the engine,
     because the web's identity may write nothing in the cluster. Returns the outcome, never the value."""
-    return secrets.secret_write(secret_id=secret_id, version=version, sealed=sealed)
+    return secrets.secret_write(secret_id=secret_id, version=version, sealed=sealed, k8s_name=k8s_name)
 
 
 @shared_task(name="jobs.tasks.remove_secret", acks_late=True, **RETRY)
-def remove_secret(secret_id: int, version: int) -> str:
-    return secrets.secret_remove(secret_id=secret_id, version=version)
+def remove_secret(secret_id: int, version: int, k8s_name: str | None = None) -> str:
+    """Only a row of this name, in the DELETING state, at this version (a stray task matches none)."""
+    return secrets.secret_remove(secret_id=secret_id, version=version, k8s_name=k8s_name)
 
 
 @shared_task(name="jobs.tasks.delete_workspace_data", acks_late=True, **RETRY)
-def delete_workspace_data(workspace_id: int, by_user_id: int) -> None:
-    """An admin's "delete the data" runs here, in the engine: the web's identity may not delete claims."""
+def delete_workspace_data(workspace_id: int, by_user_id: int, claim: str | None = None) -> None:
+    """An admin's "delete the data" runs here, in the engine: the web's identity may not delete claims.
+    `claim` ("namespace/claim"): the row must be that claim, or nothing is deleted (a task meant for another
+    portal names a row id that is a stranger's workspace here)."""
     workspace = Workspace.objects.select_related("team", "owner").filter(id=workspace_id).first()
+    if workspace is not None and claim is not None and f"{workspace.namespace}/{workspace.claim_name}" != claim:
+        log.warning("refused to delete the data of workspace %s: it is not %s", workspace_id, claim)
+        return
     if workspace is not None:  # gone already: a redelivered task has nothing left to do
         workspaces.workspace_delete_data(workspace, by=get_user_model().objects.filter(id=by_user_id).first())
 
@@ -114,9 +173,24 @@ def learn_workspace_volumes() -> int:
     return workspaces.workspace_volumes_learn()
 
 
-@shared_task(name="jobs.tasks.preempt_objects", acks_late=True, **RETRY)
-def preempt_objects(workload_id: int, name: str) -> None:
-    preemption.delete_preempted_objects(workload_id, name)
+@shared_task(name="jobs.tasks.preempt_objects", bind=True, acks_late=True, **RETRY)
+def preempt_objects(self, uid: str, name: str) -> bool:
+    """Delete the objects `name` of an attempt that preemption ended: one of this workload's own attempts,
+    and not the one it runs now unless the workload has ended. Returns whether it did."""
+    workload = _workload(self, uid)
+    if workload is None:
+        return False
+    attempts = {names.attempt_name(workload.name, workload.uid, n) for n in range(workload.attempt + 1)}
+    current = workload.k8s_name or names.attempt_name(workload.name, workload.uid, workload.attempt)
+    if name not in attempts | {current} or (name == current and not workload.is_final):
+        log.warning(
+            "refused to delete %s of workload %s (%s, %s, attempt %s): not an attempt that preemption ended; "
+            "the request came from %s",
+            name, workload.uid, workload.name, workload.state, workload.attempt, _origin(self),
+        )  # fmt: skip
+        return False
+    preemption.delete_preempted_objects(workload.id, name)
+    return True
 
 
 @shared_task(name="jobs.tasks.estimate")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import worker_init, worker_ready
+from celery.signals import beat_init, worker_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -13,6 +13,20 @@ app = Celery("portal")
 # All Celery settings live in Django settings under the CELERY_ prefix.
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+def require_broker(what: str) -> None:
+    """A worker or beat with no broker of this portal's own stops at once, saying why (settings give no
+    default: a shared one would let portals run each other's tasks)."""
+    from django.conf import settings
+
+    if settings.CELERY_BROKER_URL == settings.NO_BROKER:
+        raise SystemExit(f"GPU Portal {what} cannot start: set REDIS_URL (or CELERY_BROKER_URL) to this portal's Redis")
+
+
+@beat_init.connect
+def beat_has_a_broker(sender, **kwargs) -> None:
+    require_broker("beat")
 
 
 @worker_init.connect
@@ -23,6 +37,7 @@ def engine_worker_holds_the_private_key(sender, **kwargs) -> None:
     from portal import sealing
     from portal.env import ConfigError
 
+    require_broker("worker")
     if _consumes_only_provision(sender.app):
         return
     try:

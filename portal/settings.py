@@ -347,8 +347,19 @@ NOTIFY_QUEUED_MIN_SECONDS = env_int("NOTIFY_QUEUED_MIN_SECONDS", 300, minimum=0)
 NOTIFY_TIME_LIMIT_WARNING_SECONDS = env_int("NOTIFY_TIME_LIMIT_WARNING_SECONDS", 900, minimum=60)
 
 # --- Redis and Celery ----------------------------------------------------------------------------
-REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+# No default address: a portal that quietly took the machine's Redis on 6379 would share its broker with
+# every other portal there, and their workers would run each other's tasks. `make run` and `make test`
+# start a Redis of their own; a deployment names its own. Without one, DEBUG runs with no broker (a
+# worker or beat refuses to start, saying so; the web logs that it could not hand work over) and a
+# per-process cache; with DEBUG off the portal refuses to start.
+REDIS_URL = env_str("REDIS_URL")
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+if not CELERY_BROKER_URL and not DEBUG:
+    raise ConfigError("REDIS_URL (or CELERY_BROKER_URL) must be set: the portal's own Redis, its broker and cache")
+# A name that never resolves (.invalid), so nothing can be sent there: a sender logs why (portal/celery.py).
+NO_BROKER = "redis://no-broker-set.invalid:6379/0"
+if not CELERY_BROKER_URL:
+    CELERY_BROKER_URL = NO_BROKER
 # rediss:// (TLS): kombu insists on being told how to check the server's certificate; verify it against
 # the system's CAs (or REDIS_TLS_CA_FILE) unless the URL says otherwise (?ssl_cert_reqs=...).
 if CELERY_BROKER_URL.startswith("rediss://") and "ssl_cert_reqs" not in CELERY_BROKER_URL:
@@ -465,7 +476,9 @@ CACHES = {
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "gpuportal-api",
         "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
-    },
+    }
+    if REDIS_URL
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "api"},  # DEBUG, no Redis
 }
 # Personal API tokens: how many a person may hold, and when a new one expires unless they choose.
 API_MAX_TOKENS_PER_USER = env_int("API_MAX_TOKENS_PER_USER", 20, minimum=1)

@@ -160,7 +160,13 @@ class WorkspaceAdmin(admin.ModelAdmin):
         # The engine deletes the claims: the web's identity holds no write rights on them.
         for workspace in queryset:
             transaction.on_commit(
-                partial(tasks.delete_workspace_data.delay, workspace.id, request.user.id), robust=True
+                partial(
+                    tasks.delete_workspace_data.delay,
+                    workspace.id,
+                    request.user.id,
+                    f"{workspace.namespace}/{workspace.claim_name}",
+                ),
+                robust=True,
             )
             self.message_user(
                 request,

@@ -253,6 +253,30 @@ def classify(exc: BaseException) -> ApiFailure:
     return ApiFailure(status=None, transient=False, message=str(exc))
 
 
+PREPARING_TEAM_SPACE = "The portal is still preparing your team's space in the cluster"
+
+
+def user_words(exc: BaseException) -> str:
+    """What a person may read about a failed Kubernetes call: words, never the API server's own text
+    (which names service accounts, verbs and resources, and means nothing to a researcher). The raw
+    message belongs in the log. One place for the web, the API, timelines and reasons alike."""
+    failure = classify(exc)
+    status = failure.status
+    if status == 403:
+        return PREPARING_TEAM_SPACE  # a new namespace's permissions not in effect yet (or not granted)
+    if status == 404:
+        return "Your team's space in the cluster is not ready yet"
+    if status == 401:
+        return "The cluster did not accept the portal's credentials; an admin must look at it"
+    if status == 409:
+        return "Something of the same name already exists in the cluster"
+    if status in (400, 422):
+        return "The cluster refused the request as invalid; an admin can see why in the portal's log"
+    if failure.transient:
+        return "The cluster is busy or cannot be reached right now"
+    return f"The cluster refused the request (HTTP {status}); an admin can see why in the portal's log"
+
+
 def _api_message(exc: ApiException) -> str:
     import json
 

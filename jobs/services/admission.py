@@ -241,8 +241,8 @@ def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requ
             borrowed.update(result.borrowed)
             quota_of.update({w.id: teams[w.team_id].quota for w in entries if w.team_id in teams})
         if admitted:
-            _mark_admitted(admitted, borrowed=borrowed, reclaimed=reclaimed, quota_of=quota_of, now=now)
-            enqueue_submits(admitted)
+            uids = _mark_admitted(admitted, borrowed=borrowed, reclaimed=reclaimed, quota_of=quota_of, now=now)
+            enqueue_submits(uids)
     if admitted:
         log.info("admission pass: %d admitted (%d borrowed, %d preempted) over %d group(s)", len(admitted),
                  len(borrowed), sum(map(len, reclaimed.values())), len(groups))  # fmt: skip
@@ -463,6 +463,7 @@ UPDATE {workload}
 SET state = %(submitting)s, reason = 'Admitted', message = %(message)s, borrowed = %(borrowed)s,
     admitted_at = %(now)s, state_changed_at = %(now)s, updated_at = %(now)s
 WHERE id = ANY(%(ids)s::bigint[]) AND state = %(queued)s
+RETURNING id, uid
 """
 _ADMITTED_EVENTS_SQL = """
 INSERT INTO {event} (workload_id, at, source, from_state, to_state, reason, message)
@@ -473,8 +474,9 @@ FROM unnest(%(ids)s::bigint[], %(messages)s::text[]) AS e(workload_id, message)
 
 def _mark_admitted(
     admitted: list[int], *, borrowed: set[int], reclaimed: dict[int, list[int]], quota_of: dict[int, int], now
-) -> None:
-    """QUEUED -> SUBMITTING for every admitted workload: two UPDATEs and one insert of timeline rows."""
+) -> list[str]:
+    """QUEUED -> SUBMITTING for every admitted workload: two UPDATEs and one insert of timeline rows.
+    Returns the uids of those moved, in the order given (the worker's tasks name workloads by uid)."""
     own = [w for w in admitted if w not in borrowed]
     lent = [w for w in admitted if w in borrowed]
     messages = [
@@ -487,8 +489,10 @@ def _mark_admitted(
     ]
     if connection.vendor != "postgresql":  # SQLite in development: no arrays
         _mark_admitted_orm(admitted, own=own, lent=lent, messages=messages, now=now)
-        return
+        uid_of = dict(Workload.objects.filter(id__in=admitted).values_list("id", "uid"))
+        return [uid_of[w] for w in admitted if w in uid_of]
     states = {"submitting": State.SUBMITTING, "queued": State.QUEUED, "now": now}
+    uid_of = {}
     with connection.cursor() as cursor:
         update = _MARK_ADMITTED_SQL.format(workload=connection.ops.quote_name(Workload._meta.db_table))
         for ids, is_borrowed, message in (
@@ -497,10 +501,12 @@ def _mark_admitted(
         ):
             if ids:
                 cursor.execute(update, {**states, "ids": ids, "message": message, "borrowed": is_borrowed})
+                uid_of.update(cursor.fetchall())
         cursor.execute(
             _ADMITTED_EVENTS_SQL.format(event=connection.ops.quote_name(WorkloadEvent._meta.db_table)),
             {**states, "ids": admitted, "messages": messages, "source": WorkloadEvent.Source.PORTAL},
         )
+    return [uid_of[w] for w in admitted if w in uid_of]
 
 
 def _mark_admitted_orm(admitted: list[int], *, own: list[int], lent: list[int], messages: list[str], now) -> None:

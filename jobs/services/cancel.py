@@ -58,6 +58,6 @@ def workload_cancel(*, workload: Workload, by) -> Workload:
         )
         if moved:
             if had_objects:
-                enqueue_delete(workload.id)
+                enqueue_delete(workload)
             return workload
     raise WorkloadStateError("The workload kept changing state; please try again.")

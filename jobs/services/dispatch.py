@@ -15,8 +15,13 @@ log = logging.getLogger(__name__)
 
 
 def _send(task_name: str, *args: int | str, countdown: float = 0.0) -> None:
+    from django.conf import settings
+
     from portal.celery import app
 
+    if settings.CELERY_BROKER_URL == settings.NO_BROKER:
+        log.warning("could not enqueue %s%s: no broker (set REDIS_URL to this portal's Redis)", task_name, args)
+        return
     try:
         app.send_task(task_name, args=list(args), countdown=countdown or None)
     except Exception as exc:  # kombu raises several types; any of them means "not now"
@@ -100,8 +105,10 @@ def enqueue_estimate(*, team_id: int, gpu_type_id: int) -> None:
     transaction.on_commit(send)
 
 
-def enqueue_submit(workload_id: int) -> None:
-    transaction.on_commit(lambda: _send("jobs.tasks.submit", workload_id))
+# Tasks name a workload by its uid, never by its row id alone: a task that reached the wrong portal's worker
+# (two portals sharing a broker) finds no workload of that uid there, where a row id would name a stranger.
+def enqueue_submit(uid: str) -> None:
+    transaction.on_commit(lambda: _send("jobs.tasks.submit", uid))
 
 
 # An admission pass hands its creates to the worker in batches: at most SUBMIT_BATCH workloads a task
@@ -111,21 +118,26 @@ def enqueue_submit(workload_id: int) -> None:
 SUBMIT_BATCH = 50
 
 
-def submit_batches(workload_ids: list[int]) -> list[list[int]]:
-    """Pure: the ids split into batches of at most SUBMIT_BATCH, in order."""
-    return [workload_ids[start : start + SUBMIT_BATCH] for start in range(0, len(workload_ids), SUBMIT_BATCH)]
+def submit_batches(uids: list) -> list[list]:
+    """Pure: the uids split into batches of at most SUBMIT_BATCH, in order."""
+    return [uids[start : start + SUBMIT_BATCH] for start in range(0, len(uids), SUBMIT_BATCH)]
 
 
-def enqueue_submits(workload_ids: list[int]) -> None:
-    """Create the objects of many admitted workloads (an admission pass's), in batches, on one broker
+def enqueue_submits(uids: list[str]) -> None:
+    """Create the objects of many admitted workloads (an admission pass's, by uid), in batches, on one broker
     connection, once the admission is committed."""
-    batches = submit_batches(list(workload_ids))
+    batches = submit_batches(list(uids))
     if not batches:
         return
 
     def send() -> None:
+        from django.conf import settings
+
         from portal.celery import app
 
+        if settings.CELERY_BROKER_URL == settings.NO_BROKER:
+            log.warning("could not enqueue %d submission(s): no broker (set REDIS_URL)", sum(map(len, batches)))
+            return
         try:
             with app.producer_or_acquire() as producer:
                 for batch in batches:
@@ -137,12 +149,16 @@ def enqueue_submits(workload_ids: list[int]) -> None:
     transaction.on_commit(send)
 
 
-def enqueue_delete(workload_id: int) -> None:
-    transaction.on_commit(lambda: _send("jobs.tasks.delete_objects", workload_id))
+def enqueue_delete(workload) -> None:
+    """Delete the objects of a workload that has ended (the task refuses one that has not)."""
+    uid = workload.uid
+    transaction.on_commit(lambda: _send("jobs.tasks.delete_objects", uid))
 
 
-def enqueue_preempt_delete(workload_id: int, name: str) -> None:
-    transaction.on_commit(lambda: _send("jobs.tasks.preempt_objects", workload_id, name))
+def enqueue_preempt_delete(workload, name: str) -> None:
+    """Delete the objects `name` of an attempt that preemption ended."""
+    uid = workload.uid
+    transaction.on_commit(lambda: _send("jobs.tasks.preempt_objects", uid, name))
 
 
 def enqueue_rollup(day_iso: str) -> None:

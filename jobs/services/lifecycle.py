@@ -35,14 +35,14 @@ def sweep() -> dict[str, int]:
             state=State.SUBMITTING, updated_at__lt=now - timedelta(seconds=settings.PORTAL_STUCK_SUBMIT_SECONDS)
         )
         .order_by("admitted_at", "id")
-        .values_list("id", flat=True)
+        .values_list("uid", flat=True)
     )
     if stuck and broker_backlog():
         # Batches still wait in the broker's queue (a long drain): theirs are late, not lost. One whose
         # worker died is handed over once the queue is worked off (or the broker redelivers it).
         stuck = []
     if stuck:
-        Workload.objects.filter(id__in=stuck, state=State.SUBMITTING).update(updated_at=now)
+        Workload.objects.filter(uid__in=stuck, state=State.SUBMITTING).update(updated_at=now)
         enqueue_submits(stuck)
     return {"admitted": admitted, "resubmitted": len(stuck)}
 
@@ -77,7 +77,7 @@ def enforce_limits() -> dict[str, int]:
             message=f"Stopped at its time limit ({workload.time_limit_seconds // 60} min).",
             finished_at=now if workload.started_at else None,
         ):
-            enqueue_delete(workload.id)
+            enqueue_delete(workload)
             stopped += 1
     pull_deadline = now - timedelta(seconds=settings.PORTAL_IMAGE_PULL_TIMEOUT)
     stuck = Workload.objects.filter(
@@ -92,7 +92,7 @@ def enforce_limits() -> dict[str, int]:
             # A service that ran before its pod was replaced on a node that cannot pull: bill until now.
             finished_at=now if workload.started_at else None,
         ):
-            enqueue_delete(workload.id)
+            enqueue_delete(workload)
             failed_pulls += 1
     return {"stopped": stopped, "image_pull_failed": failed_pulls}
 

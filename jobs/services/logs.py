@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from jobs.kube import client as kube
 from jobs.kube import names
 from jobs.kube.objects import CONTAINER_NAME
 from jobs.models import Workload
+
+log = logging.getLogger(__name__)
 
 MAX_TAIL = 10_000
 
@@ -143,7 +146,10 @@ def _unavailable_message(exc: ApiException) -> str:
         return "The container has not started yet."
     if exc.status == 404:
         return "The container is gone (its Kubernetes objects were cleaned up)."
-    return message
+    log.warning("logs unavailable: Kubernetes answered %s: %s", exc.status, message)
+    if exc.status == 400:  # the API server's way of saying the container cannot give logs now
+        return "The container is not running (not yet, or no longer)."
+    return f"{kube.user_words(exc)}."
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from jobs.kube import client as kube
 from jobs.kube import names, objects
 from jobs.models import AllowedRegistry, Kind, SecretState, State, Team, TeamSecret, Workload, WorkloadEvent
 from jobs.services import opening, workspaces
-from jobs.services.transitions import transition
+from jobs.services.transitions import note, transition
 from jobs.services.validation import parse_image_reference
 from portal import sealing
 
@@ -148,7 +148,7 @@ def namespace_ensure(team: Team, *, force: bool = False) -> str:
         _ensured[namespace] = ((), now)
     from jobs import tasks  # the tasks import this module
 
-    tasks.provision_namespace.apply_async(args=[team.id], queue=settings.PROVISION_QUEUE)
+    tasks.provision_namespace.apply_async(args=[team.id, team.slug], queue=settings.PROVISION_QUEUE)
     return namespace
 
 
@@ -298,7 +298,10 @@ def _create_or_adopt(obj: dict, spec: objects.WorkloadSpec, team: Team) -> None:
         # can deny for a moment until its caches catch up. The workload's message says we are retrying.
         if failure.transient or exc.status == 403:
             raise
-        raise SubmitRejected(f"Kubernetes refused the {kind}: {failure.message}") from exc
+        log.warning("workload %s: Kubernetes refused the %s: %s", spec.uid, kind, failure.message)
+        raise SubmitRejected(
+            f"The cluster refused its {kind} (HTTP {exc.status}); an admin can see why in the worker's log."
+        ) from exc
 
 
 def _read(kind: str, name: str, namespace: str):
@@ -411,7 +414,11 @@ def _create_batch(workload_ids: list[int], profile: BatchProfile) -> tuple[int, 
                 raise stopped
     except ApiException as exc:
         failure = exc
-        message = f"Kubernetes is not accepting it yet ({kube.classify(exc).message}); retrying."
+        log.warning("submit batch: Kubernetes answered %s: %s; retrying", exc.status, kube.classify(exc).message)
+        if exc.status in (403, 404):  # the namespace's set-up (RBAC, the namespace itself) is not done yet
+            message = f"{kube.PREPARING_TEAM_SPACE}; it starts as soon as that is ready."
+        else:
+            message = f"Waiting for the cluster ({kube.user_words(exc).lower()}); retrying."
         done = {w.id for w in created}
         Workload.objects.filter(id__in=[w.id for w in batch if w.id not in done], state=State.SUBMITTING).update(
             message=message[:2000]
@@ -546,6 +553,10 @@ def _prepare_namespaces(batch: list[Workload], specs: dict[int, objects.Workload
             *sorted(m.get("claim", "") for m in workload.mounts or [] if m.get("kind") in ("home", "team")),
         )
         if len(claims) > 1 and claims not in claims_done:
+            # The claims too wait for the namespace's set-up (a first launch in a new team's namespace).
+            if (workload.team_id, "persistentvolumeclaims") not in ready:
+                namespace_wait_ready(workload.team, group="", resource="persistentvolumeclaims")
+                ready.add((workload.team_id, "persistentvolumeclaims"))
             workspaces.workspaces_ensure(workload)
             claims_done.add(claims)
 
@@ -650,6 +661,9 @@ def _moved_meanwhile(workload: Workload, spec: objects.WorkloadSpec) -> None:
 
 
 DELETE_GRACE_SECONDS = 5  # a workload the portal ended: SIGTERM, then killed this long after
+# The timeline reason when the portal deletes the current objects of a workload that has not ended (its
+# tasks refuse to; only a direct call can): the tracker then never blames the deletion on someone else.
+DELETED_BY_PORTAL = "DeletedByPortal"
 
 
 def workload_delete_objects(workload: Workload, *, name: str = "", grace_seconds: int = DELETE_GRACE_SECONDS) -> None:
@@ -666,3 +680,7 @@ def workload_delete_objects(workload: Workload, *, name: str = "", grace_seconds
         except ApiException as exc:
             if exc.status != 404:
                 raise
+    current = workload.k8s_name or names.attempt_name(workload.name, workload.uid, workload.attempt)
+    if object_name == current and workload.state in State.active():
+        note(workload, reason=DELETED_BY_PORTAL, message=f"The portal deleted its Kubernetes objects ({object_name}).",
+             source=WorkloadEvent.Source.PORTAL)  # fmt: skip

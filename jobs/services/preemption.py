@@ -86,7 +86,7 @@ def preempt(victim_id: int, *, at: datetime, for_workload_id: int | None = None,
             attempt=workload.attempt - 1,
             reason="Preempted",
         )
-    enqueue_preempt_delete(workload.id, old_name)
+    enqueue_preempt_delete(workload, old_name)
     notify_preempted(workload)
     log.info("preempted workload %s (for workload %s) %s", workload.uid, for_workload_id, because)
     return True

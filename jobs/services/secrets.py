@@ -132,8 +132,8 @@ def secret_save(*, team: Team, user, name, value, shared=False) -> TeamSecret:
             if revived:  # deleted a moment ago and stored again: it is the new storer's now
                 secret.owner, secret.created_at = user, now
             secret.save(update_fields=["version", "state", "message", "updated_at", "owner", "created_at"])
-        secret_id, version = secret.id, secret.version
-        transaction.on_commit(lambda: _hand_to_engine(secret_id, version, sealed))
+        secret_id, version, k8s_name = secret.id, secret.version, secret.k8s_name
+        transaction.on_commit(lambda: _hand_to_engine(secret_id, version, sealed, k8s_name))
     log.info("secret %s (version %s) sealed for %s in %s", name, version, user.get_username(), team.slug)
     return secret
 
@@ -151,10 +151,11 @@ def _is_theirs(secret: TeamSecret, *, user, name: str, shared: bool) -> bool:
     return shared or secret.owner_id == user.pk
 
 
-def _hand_to_engine(secret_id: int, version: int, sealed: str) -> None:
+def _hand_to_engine(secret_id: int, version: int, sealed: str, k8s_name: str) -> None:
     from jobs import tasks  # the tasks import the services
 
-    tasks.write_secret.delay(secret_id, version, sealed)
+    # The row id with the Secret's name: a task that reached another portal's engine matches no row there.
+    tasks.write_secret.delay(secret_id, version, sealed, k8s_name)
 
 
 def secret_wait_written(secret: TeamSecret, *, timeout: float | None = None) -> TeamSecret:
@@ -182,14 +183,14 @@ def secret_delete(*, secret: TeamSecret) -> None:
         if not updated.update(state=SecretState.DELETING, version=F("version") + 1, updated_at=timezone.now()):
             return
         version = TeamSecret.objects.values_list("version", flat=True).get(id=secret.id)
-        secret_id = secret.id
-        transaction.on_commit(lambda: _remove_in_engine(secret_id, version))
+        secret_id, k8s_name = secret.id, secret.k8s_name
+        transaction.on_commit(lambda: _remove_in_engine(secret_id, version, k8s_name))
 
 
-def _remove_in_engine(secret_id: int, version: int) -> None:
+def _remove_in_engine(secret_id: int, version: int, k8s_name: str) -> None:
     from jobs import tasks
 
-    tasks.remove_secret.delay(secret_id, version)
+    tasks.remove_secret.delay(secret_id, version, k8s_name)
 
 
 def secrets_unusable(*, team: Team, k8s_names) -> dict[str, str]:
@@ -204,12 +205,15 @@ def secrets_unusable(*, team: Team, k8s_names) -> dict[str, str]:
 # --- the engine's side (Celery tasks in the worker; the only place a value is opened) -------------------
 
 
-def secret_write(*, secret_id: int, version: int, sealed: str) -> str:
+def secret_write(*, secret_id: int, version: int, sealed: str, k8s_name: str | None = None) -> str:
     """Open a sealed value and write its Kubernetes Secret, if `version` is still the one to write.
 
     Returns what happened ("written", "superseded", "failed"). Transient API failures propagate (the task
     retries); a value this engine cannot open, or a Secret Kubernetes refuses, marks the version FAILED."""
     secret = TeamSecret.objects.select_related("team").filter(id=secret_id).first()
+    if secret is not None and k8s_name is not None and secret.k8s_name != k8s_name:
+        log.warning("secret row %s is not %s: a write meant for another portal, ignored", secret_id, k8s_name)
+        return "superseded"
     if secret is None or secret.version != version or secret.state != SecretState.PENDING:
         return "superseded"
     try:
@@ -235,7 +239,11 @@ def secret_write(*, secret_id: int, version: int, sealed: str) -> str:
             failure = kube.classify(exc)
             if failure.transient or exc.status in (403, 404):  # also: the namespace is not bound for us yet
                 raise
-            locked.state, locked.message = SecretState.FAILED, f"Kubernetes refused it: {failure.message}"[:500]
+            log.warning("secret %s in %s: Kubernetes refused it: %s", secret.k8s_name, team.namespace, failure.message)
+            locked.state, locked.message = (
+                SecretState.FAILED,
+                f"The cluster refused it: {kube.user_words(exc).lower()}.",
+            )
             locked.save(update_fields=["state", "message"])
             return "failed"
         locked.state, locked.message = SecretState.READY, ""
@@ -262,11 +270,14 @@ def _fail(secret_id: int, version: int, message: str) -> str:
     return "failed"
 
 
-def secret_remove(*, secret_id: int, version: int) -> str:
+def secret_remove(*, secret_id: int, version: int, k8s_name: str | None = None) -> str:
     """Delete a forgotten secret's Kubernetes Secret and then its row, unless it was stored again since."""
     with transaction.atomic():
         locked = TeamSecret.objects.select_for_update().select_related("team").filter(id=secret_id).first()
         if locked is None or locked.version != version or locked.state != SecretState.DELETING:
+            return "superseded"
+        if k8s_name is not None and locked.k8s_name != k8s_name:
+            log.warning("secret row %s is not %s: a removal meant for another portal, ignored", secret_id, k8s_name)
             return "superseded"
         try:
             kube.core().delete_namespaced_secret(

@@ -210,16 +210,12 @@ def apply_observation(workload: Workload, obs: Observation) -> bool:
         if fields.get("started_at") is None and workload.started_at is None and obs.started_at:
             fields["started_at"] = obs.started_at
         fields["exit_code"] = obs.exit_code
-        if obs.state == State.FAILED and obs.reason in IMAGE_PULL_REASONS | {"DeadlineExceeded"}:
-            from jobs.services.dispatch import enqueue_delete
-
-            enqueue_delete(workload.id)
 
     if obs.state != workload.state:
         if not can_move(workload.state, obs.state):
             return False
         at = obs.started_at if obs.state == State.RUNNING else obs.finished_at if obs.state in State.final() else None
-        return transition(
+        moved = transition(
             workload,
             obs.state,
             reason=obs.reason,
@@ -228,6 +224,12 @@ def apply_observation(workload: Workload, obs: Observation) -> bool:
             source=WorkloadEvent.Source.KUBERNETES,
             **fields,
         )
+        # Its objects go once it has ended (the delete task acts only on a workload that has ended).
+        if moved and obs.state == State.FAILED and obs.reason in IMAGE_PULL_REASONS | {"DeadlineExceeded"}:
+            from jobs.services.dispatch import enqueue_delete
+
+            enqueue_delete(workload)
+        return moved
     new_reason = obs.reason != workload.reason
     if new_reason or obs.message != workload.message:
         fields.update(reason=obs.reason, message=obs.message)

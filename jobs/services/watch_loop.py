@@ -172,12 +172,12 @@ def reap_finished(view: ClusterView) -> int:
     ).select_related("team")
     # Only the workload's own pods count: a look-alike elsewhere must not make us delete anything.
     stale = [
-        w.id
+        w
         for w in finished
         if any(not (p.get("metadata") or {}).get("deletionTimestamp") for p in view.objects_for(w)[1])
     ]
-    for workload_id in stale:
-        enqueue_delete(workload_id)
+    for workload in stale:
+        enqueue_delete(workload)
     return len(stale) + reap_superseded_attempts(view, running)
 
 
@@ -197,7 +197,7 @@ def reap_superseded_attempts(view: ClusterView, running: set[str]) -> int:
             if not (p.get("metadata") or {}).get("deletionTimestamp") and in_namespace("Pod", p, namespace)
         } - {current, None}
         for name in sorted(old):
-            enqueue_preempt_delete(w.id, name)
+            enqueue_preempt_delete(w, name)
             asked += 1
     return asked
 
@@ -219,6 +219,22 @@ def objects_missing(workload: Workload) -> bool:
     except Exception:
         return False  # the API server is unreachable: nothing is known, so nothing is concluded
     return False
+
+
+def missing_objects_observation(workload: Workload) -> Observation:
+    """A workload whose objects are gone ends FAILED, saying who deleted them: "outside the portal" only
+    when the portal did not (its own deletions of a running workload's objects are on the timeline)."""
+    from jobs.models import WorkloadEvent
+    from jobs.services.object_creation import DELETED_BY_PORTAL
+
+    what = "Job was" if workload.kind == Kind.BATCH else "Deployment was"
+    by_portal = WorkloadEvent.objects.filter(workload_id=workload.id, reason=DELETED_BY_PORTAL)
+    if workload.submitted_at:
+        by_portal = by_portal.filter(at__gte=workload.submitted_at)
+    if by_portal.exists():
+        message = f"Its {what} deleted by the portal, so it cannot go on."
+        return Observation(State.FAILED, DELETED_BY_PORTAL, message, None, timezone.now())
+    return Observation(State.FAILED, "ObjectsMissing", f"Its {what} deleted outside the portal.", None, timezone.now())
 
 
 def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> int:
@@ -243,10 +259,7 @@ def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> i
                 and workload.submitted_at < grace
                 and objects_missing(workload)
             ):
-                what = "Job was" if workload.kind == Kind.BATCH else "Deployment was"
-                obs = Observation(
-                    State.FAILED, "ObjectsMissing", f"Its {what} deleted outside the portal.", None, timezone.now()
-                )
+                obs = missing_objects_observation(workload)
             else:
                 continue
         try:

@@ -155,7 +155,7 @@ def _stop(workload: Workload, policy: IdlePolicy, facts: IdleFacts, now: datetim
     moved = transition(workload, State.CANCELLED, reason=STOPPED, message=message, finished_at=now)
     if not moved:
         return False  # it changed state meanwhile (ended, cancelled): nothing to stop
-    enqueue_delete(workload.id)
+    enqueue_delete(workload)
     IdleWarning.objects.filter(workload=workload).delete()
     # The owner hears of the stop through the transition's notification (a cancel not by them).
     return True

@@ -75,7 +75,7 @@ def _may_create_namespace(kubeconfig: str) -> tuple[bool, int]:
     return True, 201
 
 
-def _open_a_notebook_and_cancel_it(base: str) -> None:
+def _open_a_notebook_and_cancel_it(base: str) -> str:
     """What a newcomer does first: sign in as the demo's alice, launch the catalog's notebook, open it through
     the portal (the node simulator's backend answers under /w/<uid>/), then cancel it."""
     import re
@@ -114,7 +114,7 @@ def _open_a_notebook_and_cancel_it(base: str) -> None:
     assert f"/w/{uid}/" in opened.text
     detail = web.get(f"{base}/api/v1/workloads/{uid}/", timeout=30).json()
     assert detail["state"] == "RUNNING"
-    assert detail["open_url"].endswith(f"/w/{uid}/")
+    assert detail["open_url"] == f"{base}/w/{uid}/"  # on the port this portal serves (PORT)
     assert web.post(f"{base}/api/v1/workloads/{uid}/cancel/", headers=unsafe, timeout=30).status_code in (200, 202)
     deadline = time.monotonic() + 60
     while web.get(f"{base}/api/v1/workloads/{uid}/", timeout=30).json()["state"] != "CANCELLED":
@@ -123,6 +123,7 @@ def _open_a_notebook_and_cancel_it(base: str) -> None:
     ended = web.get(f"{base}/w/{uid}/", timeout=30)
     assert ended.status_code != 200
     assert "ended" in ended.text.lower(), ended.text[:300]
+    return uid
 
 
 @pytest.mark.cluster
@@ -217,3 +218,110 @@ def test_make_run_serves_the_portal_and_ctrl_c_stops_everything(tmp_path):
         time.sleep(0.2)
     assert [p for p in children if pid_alive(p)] == []
     assert len(children) >= 9  # etcd, 3 kube binaries, simulator, redis, worker, beat, web, proxy
+
+
+class _Stack:
+    """One `make run` (python -m devtools.run) in a directory of its own, on a free PORT, started as a
+    newcomer's shell would: no REDIS_URL, no KUBECONFIG."""
+
+    def __init__(self, root: Path) -> None:
+        root.mkdir()
+        (root / "var").mkdir()
+        self.port = free_port()
+        env = {k: v for k, v in os.environ.items() if k not in {"KUBECONFIG", "REDIS_URL", "CELERY_BROKER_URL",
+                                                                 "DEBUG", "SITE_URL"}}  # fmt: skip
+        env.update(
+            PORT=str(self.port),
+            LOCALCLUSTER_STATE_DIR=str(root / "cluster"),
+            PORTAL_VAR_DIR=str(root / "var"),
+            DATABASE_URL=f"sqlite:///{root / 'portal.sqlite3'}",
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "devtools.run"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.output: list[str] = []
+        assert self.proc.stdout is not None
+        threading.Thread(
+            target=lambda: self.output.extend(line.decode(errors="replace") for line in self.proc.stdout), daemon=True
+        ).start()
+        self.children: set[int] = set()
+
+    @property
+    def text(self) -> str:
+        return "".join(self.output)
+
+    def wait_serving(self, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            self.children |= _descendants(self.proc.pid)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/login/", timeout=2) as resp:
+                    if resp.status == 200 and "Press Ctrl-C" in self.text:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        pytest.fail(f"make run on port {self.port} did not serve:\n" + "".join(self.output[-40:]))
+
+    def stop(self) -> int:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signal.SIGINT)
+        try:
+            return self.proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            raise
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_two_make_runs_side_by_side_each_run_their_own_work_on_their_own_broker_and_port(tmp_path):
+    """Issue 32: every `make run` used the machine's Redis on 6379 as its broker (the throwaway one it
+    announced was started after its processes' environments were built), so portals on one machine ran,
+    and deleted, each other's work; and the sign-in lines and open_url said 8000 whatever PORT was."""
+    import re
+
+    if not (default_bin_dir() / "SHA256SUMS").exists():
+        pytest.skip("Kubernetes binaries not built (make cluster-build)")
+    stacks = [_Stack(tmp_path / "a"), _Stack(tmp_path / "b")]
+    try:
+        for stack in stacks:
+            stack.wait_serving()
+        brokers = []
+        for stack in stacks:
+            announced = re.search(r"throwaway Redis on (redis://\S+)", stack.text)[1]
+            brokers.append(announced)
+            assert ":6379/" not in announced
+            time.sleep(0.5)
+            stack.children |= _descendants(stack.proc.pid)
+            processes = _portal_processes(stack.children)
+            for role in ("web", "proxy", "worker", "beat", "provisioner", "track"):
+                assert processes[role][1].get("REDIS_URL") == announced, role
+            # The worker's own banner: its transport is this run's Redis (the machine's 6379 plays no part).
+            transport = [line for line in stack.output if line.startswith("worker") and "transport:" in line]
+            assert transport, stack.text[-3000:]
+            assert f"@{announced.removeprefix('redis://')}" in transport[0], transport  # Transport://:**@host:port/0
+            # PORT everywhere: the banner's sign-in and admin lines.
+            base = f"http://127.0.0.1:{stack.port}"
+            assert f"Sign in at {base}/ as admin" in stack.text
+            assert f"Django admin: {base}/admin/" in stack.text
+            assert "127.0.0.1:8000" not in stack.text
+        assert brokers[0] != brokers[1]
+        # Each portal runs its own work (open_url on its own port), side by side.
+        uids = [_open_a_notebook_and_cancel_it(f"http://127.0.0.1:{stack.port}") for stack in stacks]
+        time.sleep(3)  # the cancels' delete tasks
+        for stack, other_uid in zip(stacks, reversed(uids), strict=True):
+            worker = "\n".join(line for line in stack.output if line.startswith(("worker", "provisi")))
+            assert other_uid not in worker  # no task of the other portal reached this one's worker
+            for stray in ("unknown here", "refused to delete", "not by uid"):
+                assert stray not in worker
+            failures = [line for line in stack.output if "raised unexpected" in line or "Traceback" in line]
+            assert failures == [], failures[:5]
+    finally:
+        codes = [stack.stop() for stack in stacks]
+    assert codes == [0, 0], [stack.output[-20:] for stack in stacks]

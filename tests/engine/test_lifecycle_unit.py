@@ -32,9 +32,9 @@ def _settings(settings):
 def enqueued(monkeypatch) -> dict[str, list[int]]:
     """What the duties hand to the workers (ids), instead of sending it to the broker; the broker's queue
     is taken to be empty (whatever earlier tests left in the suite's Redis), unless a test says otherwise."""
-    sent: dict[str, list[int]] = {"submit": [], "delete": []}
+    sent: dict[str, list] = {"submit": [], "delete": []}  # submissions by uid, deletes as workloads
     monkeypatch.setattr(lifecycle, "enqueue_submits", sent["submit"].extend)
-    monkeypatch.setattr(lifecycle, "enqueue_delete", sent["delete"].append)
+    monkeypatch.setattr(lifecycle, "enqueue_delete", lambda workload: sent["delete"].append(workload.id))
     monkeypatch.setattr(lifecycle, "broker_backlog", lambda: False)
     return sent
 
@@ -78,7 +78,7 @@ def test_sweep_hands_over_again_only_submissions_stuck_past_the_limit(team, enqu
     workload(team, state=State.SUBMITTING, ago=29)  # a worker may still be on it
     workload(team, state=State.RUNNING, ago=3600)
     assert lifecycle.sweep()["resubmitted"] == 1
-    assert enqueued["submit"] == [stuck.id]
+    assert enqueued["submit"] == [stuck.uid]
 
 
 def test_sweep_leaves_stuck_submissions_alone_while_tasks_wait_in_the_brokers_queue(team, enqueued, monkeypatch):

@@ -136,3 +136,38 @@ def test_a_preempted_attempt_and_an_ended_workload_lose_their_objects_with_their
         == f"Kubernetes asked to stop {preempted.k8s_name}: SIGTERM sent, killed after 30 s if still running."
     )
     object_creation.workload_delete_objects(cancelled)  # again: nothing left is fine
+
+
+FORBIDDEN = (
+    'persistentvolumeclaims is forbidden: User "system:serviceaccount:portal-system:gpuportal" cannot create '
+    'resource "persistentvolumeclaims" in API group "" in the namespace "gpuportal-vision"'
+)
+
+
+def test_a_namespace_not_yet_set_up_reads_as_words_never_as_kubernetes_text(fake_kube, submitting, monkeypatch):
+    """The first launch in a new team namespace races its set-up: RBAC answers 403 for a moment. The owner
+    reads that the portal is preparing the team's space, on the workload's page and through the API."""
+    import json
+
+    from rest_framework.test import APIClient
+
+    def forbidden_with_body(kind, body) -> None:
+        exc = ApiException(status=403, reason="Forbidden")
+        exc.body = json.dumps({"kind": "Status", "message": FORBIDDEN, "reason": "Forbidden", "code": 403})
+        raise exc
+
+    monkeypatch.setattr(object_creation, "namespace_ensure", lambda team, **_: team.namespace)
+    fake_kube.on_create = forbidden_with_body
+    with pytest.raises(ApiException):
+        object_creation.workloads_create_objects([submitting[0].id])
+    client = APIClient()
+    client.force_authenticate(submitting[0].owner)
+    shown = client.get(f"/api/v1/workloads/{submitting[0].uid}/").json()
+    assert shown["state"] == "SUBMITTING"
+    assert "preparing your team's space" in shown["message"]
+    for raw in ("forbidden", "serviceaccount", "persistentvolumeclaims", "cannot create"):
+        assert raw not in shown["message"].lower()
+    client.force_login(submitting[0].owner)
+    page = client.get(f"/workloads/{submitting[0].uid}/").content.decode()
+    assert "preparing your team&#x27;s space" in page or "preparing your team's space" in page
+    assert "forbidden" not in page.lower()

@@ -173,7 +173,7 @@ def test_a_service_is_failed_only_when_its_deployment_is_gone(fake_kube, tracker
 
 def test_a_cancelled_workloads_running_pod_is_deleted_again(fake_kube, tracker, running, monkeypatch):
     asked: list[int] = []
-    monkeypatch.setattr(dispatch, "enqueue_delete", asked.append)
+    monkeypatch.setattr(dispatch, "enqueue_delete", lambda workload: asked.append(workload.id))
     Workload.objects.filter(id=running.id).update(state=State.CANCELLED)
     fake_kube.add("Pod", pod(running))
     gone = pod(running, name="being-deleted")
@@ -230,3 +230,20 @@ def test_a_watch_the_api_server_ended_goes_on_from_the_last_version_seen_without
         "list_job_for_all_namespaces",
         "list_pod_for_all_namespaces",
     ]
+
+
+def test_objects_the_portal_deleted_are_never_blamed_on_someone_outside(fake_kube, tracker, running):
+    """The portal itself deleted a running job's objects (not by its tasks, which refuse that, but a direct
+    call): the tracker then says so, never "deleted outside the portal"."""
+    from jobs.services import object_creation
+
+    Workload.objects.filter(id=running.id).update(state=State.RUNNING, submitted_at=timezone.now() - timedelta(hours=1))
+    running.refresh_from_db()
+    fake_kube.add("Job", job(running))
+    object_creation.workload_delete_objects(running)
+    assert fake_kube.names("Job") == []
+    tracker.relist()
+    running.refresh_from_db()
+    assert (running.state, running.reason) == (State.FAILED, "DeletedByPortal")
+    assert "outside" not in running.message
+    assert running.message == "Its Job was deleted by the portal, so it cannot go on."

@@ -94,3 +94,42 @@ def test_plain_http_trials_opt_out_of_secure_cookies_and_hsts_together():
 def test_debug_runs_keep_cookies_plain_and_no_hsts():
     found = _security_settings({"DEBUG": "1"})
     assert (found["SESSION_COOKIE_SECURE"], found["SECURE_HSTS_SECONDS"]) == (False, 0)
+
+
+def _without_redis(**extra: str) -> dict[str, str]:
+    drop = {"SECRET_KEY", "SECRET_KEY_FILE", "DEBUG", "REDIS_URL", "CELERY_BROKER_URL"}
+    return {**{k: v for k, v in os.environ.items() if k not in drop}, **extra}
+
+
+def test_no_redis_url_never_means_the_machines_redis_on_6379():
+    """Issue 32: with no REDIS_URL every portal on a machine took redis://127.0.0.1:6379/0 as its broker,
+    and their workers ran each other's tasks. Production refuses to start; DEBUG has no broker at all."""
+    production = subprocess.run(
+        [sys.executable, "-c", "import portal.settings"],
+        env=_without_redis(DEBUG="0", SECRET_KEY="x" * 50), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert production.returncode != 0
+    assert "REDIS_URL (or CELERY_BROKER_URL) must be set" in production.stderr
+    script = (
+        "import django, json; django.setup(); from django.conf import settings as s; "
+        "print(json.dumps([s.CELERY_BROKER_URL, s.CACHES['api']['BACKEND']]))"
+    )
+    debug = subprocess.run(
+        [sys.executable, "-c", script],
+        env=_without_redis(DEBUG="1", DJANGO_SETTINGS_MODULE="portal.settings"),
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert debug.returncode == 0, debug.stderr
+    broker, cache = json.loads(debug.stdout.strip().splitlines()[-1])
+    assert "6379" not in broker or ".invalid" in broker
+    assert "127.0.0.1" not in broker
+    assert cache.endswith("LocMemCache")
+
+
+def test_a_worker_without_a_broker_of_its_own_refuses_to_start_saying_why():
+    result = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "portal", "worker", "--pool=solo", "-l", "warning"],
+        env=_without_redis(DEBUG="1"), capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "GPU Portal worker cannot start: set REDIS_URL" in result.stdout + result.stderr

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
@@ -34,7 +35,8 @@ class Command(BaseCommand):
             self.stdout.write(f"Found {nodes} GPU node(s) in the cluster.")
         except Exception as exc:  # the portal still starts; the beat task retries the inventory
             self.stdout.write(f"Could not read the cluster's nodes yet ({exc.__class__.__name__}).")
+        site = settings.SITE_URL.rstrip("/")
         self.stdout.write(
-            f"Sign in at http://127.0.0.1:8000/ as admin, alice (managers of Demo Lab) or bob (member), "
-            f"password {password!r}. Django admin: http://127.0.0.1:8000/admin/"
+            f"Sign in at {site}/ as admin, alice (managers of Demo Lab) or bob (member), "
+            f"password {password!r}. Django admin: {site}/admin/"
         )
