@@ -35,11 +35,12 @@ WORKDIR /app
 # devtools/ (in the context for vendor.sh only) goes first: the image ships no development code.
 # Editable, so the project's console scripts (gpuportal-agent) exist while BASE_DIR stays /app (settings
 # find templates/ and static/ next to the code). Then collect and compress the static files for
-# WhiteNoise; the settings need a secret key to load with DEBUG off, so this step gets a throwaway one
-# that is not kept (tests/deploy/test_dockerfile.py runs this same step).
+# WhiteNoise; the settings need a secret key and a Redis address to load with DEBUG off, so this step
+# gets throwaway ones that are not kept (nothing here connects to Redis) (tests/deploy/test_dockerfile.py runs this same step).
 RUN rm -rf /app/devtools \
  && pip install --no-deps -e . \
- && DEBUG=0 SECRET_KEY=collectstatic-only STATIC_ROOT=/app/staticfiles \
+ && DEBUG=0 SECRET_KEY=collectstatic-only REDIS_URL=redis://collectstatic-only.invalid/0 \
+    STATIC_ROOT=/app/staticfiles \
     python manage.py collectstatic --noinput -v 0 \
  && python -m compileall -q /app
 

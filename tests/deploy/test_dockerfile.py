@@ -79,7 +79,12 @@ def test_the_build_stage_collectstatic_step_works_as_written(tmp_path: Path) -> 
     """Runs the Dockerfile's collectstatic command (its environment included) against this checkout."""
     build_run = next(args for keyword, args in instructions() if "collectstatic" in args)
     assignments = dict(re.findall(r"\b([A-Z_]+)=(\S+)", build_run.split("python manage.py collectstatic")[0]))
-    assert assignments == {"DEBUG": "0", "SECRET_KEY": "collectstatic-only", "STATIC_ROOT": "/app/staticfiles"}
+    assert assignments == {
+        "DEBUG": "0",
+        "SECRET_KEY": "collectstatic-only",
+        "REDIS_URL": "redis://collectstatic-only.invalid/0",
+        "STATIC_ROOT": "/app/staticfiles",
+    }
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
     env.update(assignments, STATIC_ROOT=str(tmp_path / "staticfiles"), PORTAL_VAR_DIR=str(tmp_path / "var"))
     result = subprocess.run(

@@ -33,7 +33,7 @@ def handed(monkeypatch) -> list[tuple[int, int]]:
     """What the web hands to the engine to write: (secret row, version)."""
     seen: list[tuple[int, int]] = []
     monkeypatch.setattr(
-        secrets, "_hand_to_engine", lambda secret_id, version, sealed: seen.append((secret_id, version))
+        secrets, "_hand_to_engine", lambda secret_id, version, sealed, k8s_name: seen.append((secret_id, version))
     )
     return seen
 
