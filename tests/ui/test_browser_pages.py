@@ -98,6 +98,32 @@ def test_catalog_image_fills_defaults_and_env_rows(page, world):
     screenshot(page, "launch_catalog_defaults")
 
 
+BESIDE = """(id) => {
+  const box = document.getElementById(id).getBoundingClientRect();
+  const label = document.querySelector(`label[for=${id}]`).getBoundingClientRect();
+  const gap = label.left - box.right;
+  const centres = Math.abs((label.top + label.height / 2) - (box.top + box.height / 2));
+  return gap >= 0 && gap < 16 && centres < 6 ? "beside" : `gap ${gap}px, centres ${centres}px apart`;
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 375])
+def test_the_launch_forms_checkboxes_sit_beside_their_labels(page, world, width):
+    """Issue 32: "Shared with my team" and "Restartable" sat apart from their labels."""
+    page.set_viewport_size({"width": width, "height": 900})
+    sign_in(page, "olivia")
+    page.goto("/launch/")
+    page.get_by_label("Image", exact=True).select_option(label="Python 3.12")
+    page.wait_for_load_state("networkidle")
+    assert page.evaluate(BESIDE, "id_restartable") == "beside"
+    page.locator("label[for=id_restartable]").click()
+    expect(page.get_by_role("checkbox", name="Restartable")).to_be_checked()
+    page.get_by_label("Image", exact=True).select_option(label="Jupyter notebook")
+    page.wait_for_load_state("networkidle")
+    assert page.evaluate(BESIDE, "id_shared_with_team") == "beside"
+    screenshot(page, f"launch_checkboxes_{width}")
+
+
 def test_the_outlook_says_what_launch_would_refuse_before_launch(page, world):
     """Issue 32: PyTorch (CUDA 11.8) on Grid K2 (drivers up to CUDA 11.4) read "All 3 copies fit your
     team's quota" and was refused only after Launch."""
