@@ -26,6 +26,16 @@ STATE_TONES: dict[str, tuple[str, str]] = {
 }
 
 
+SHORT_UID = 8  # hex digits: enough to tell a team's workloads of one name apart at a glance
+
+
+@register.filter
+def short_uid(uid: str) -> str:
+    """The start of a workload's uid, shown beside its name: names may repeat (a re-run, a sweep), uids do
+    not. The full uid is in the workload's address and its page."""
+    return str(uid)[:SHORT_UID]
+
+
 def state_tone(state: str) -> str:
     return STATE_TONES.get(state, ("neutral", ""))[0]
 
