@@ -146,6 +146,19 @@ def test_the_outlook_says_what_launch_would_refuse_before_launch(page, world):
     expect(outlook).to_contain_text("2 of the 3 copies fit your team's quota now")
 
 
+def test_a_clone_that_launch_would_refuse_says_so_when_the_form_opens(page, world):
+    """The outlook judges the form as it first opens too: a clone of a workload whose image the GPU type's
+    drivers no longer run (they were replaced) says so before anything is touched."""
+    GpuNode.objects.filter(gpu_type=world.k2).update(cuda_driver_version="11.4")
+    world.trainer.cuda_version = "11.8"
+    world.trainer.save()
+    source = make_workload(world, name="old-run", catalog_image=world.trainer, image=world.trainer.reference,
+                           gpu_type=world.k2, state=State.SUCCEEDED)  # fmt: skip
+    sign_in(page, "olivia")
+    page.goto(f"/launch/?clone={source.uid}")
+    expect(page.locator("#outlook")).to_contain_text("needs CUDA 11.8, but Grid K2 drivers support up to CUDA 11.4")
+
+
 def test_told_before_and_after_submitting_that_it_waits_for_quota(page, world):
     # The team's two P100 GPUs are held (rows as the engine leaves them while jobs run).
     make_workload(world, state=State.RUNNING, gpu_count=2)
