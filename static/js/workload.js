@@ -146,6 +146,17 @@
       }
     });
 
-    if (running() && !document.hidden) start();
+    // Following begins once the page's first read of the log is in (so that read never lands on top
+    // of the stream's lines); without htmx there is no such read.
+    if (!window.htmx || !logs.hasAttribute("hx-get")) {
+      if (running() && !document.hidden) start();
+      return;
+    }
+    var firstRead = true;
+    document.addEventListener("htmx:afterRequest", function (event) {
+      if (event.detail.target !== logs || !firstRead) return;
+      firstRead = false;
+      if (running() && !document.hidden && !stoppedByReader) start();
+    });
   });
 })();
