@@ -389,7 +389,11 @@ class GpuTypeSerializer(serializers.Serializer):
     display_name = serializers.CharField()
     enabled = serializers.BooleanField()
     billing_weight = serializers.DecimalField(max_digits=6, decimal_places=3, coerce_to_string=False)
-    max_cuda_version = serializers.CharField(allow_blank=True)
+    max_cuda_version = serializers.CharField(
+        allow_blank=True,
+        help_text="Highest CUDA version this type's drivers run (set by an admin, else learnt from the nodes); "
+        "empty: unknown. A catalog image needing a newer one is refused on this type.",
+    )
     cluster = CapacitySerializer(help_text="GPUs in the cluster, from the last inventory sync.")
     quota = QuotaUseSerializer(allow_null=True, help_text="Your team's quota and use; null: no quota for it.")
 

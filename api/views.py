@@ -69,7 +69,7 @@ from jobs.selectors import (
     with_related_names,
 )
 from jobs.selectors_sharing import team_queue_explained
-from jobs.services import reports
+from jobs.services import intake_facts, reports
 from jobs.services.cancel import workload_cancel
 from jobs.services.intake import workload_submit, workloads_submit_many
 from jobs.services.limits import queue_slot_take
@@ -538,13 +538,16 @@ class GpuTypeListView(ApiViewMixin, APIView):
         types = list(GpuType.objects.all())
         capacity = cluster_capacity(types)
         quotas = {use.gpu_type.id: use for use in team_quota_use(team)}
+        # The CUDA version a submission is judged against (and the launch page shows): what an admin set,
+        # else what the type's nodes' drivers report.
+        judged = intake_facts.snapshot(team=team, user=request.user).site.gpu_types
         rows = [
             {
                 "slug": t.slug,
                 "display_name": t.display_name,
                 "enabled": t.enabled,
                 "billing_weight": t.billing_weight,
-                "max_cuda_version": t.max_cuda_version,
+                "max_cuda_version": (judged[t.slug].max_cuda if t.slug in judged else t.max_cuda_version) or "",
                 "cluster": capacity[t.id],
                 "quota": quotas.get(t.id),
             }

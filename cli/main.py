@@ -406,7 +406,7 @@ def cmd_gpu_types(client: PortalClient, args: argparse.Namespace) -> int:
         print(json.dumps(types, indent=2))
         return EXIT_OK
     _table(
-        ("SLUG", "NAME", "FREE", "TOTAL", "QUOTA LEFT", "CUDA ≤"),
+        ("SLUG", "NAME", "FREE", "TOTAL", "QUOTA LEFT", "CUDA"),
         [
             (
                 t["slug"],
@@ -414,7 +414,8 @@ def cmd_gpu_types(client: PortalClient, args: argparse.Namespace) -> int:
                 t["cluster"]["free"],
                 t["cluster"]["total"],
                 f"{t['quota']['free']} of {t['quota']['limit']}" if t.get("quota") else "no quota",
-                t.get("max_cuda_version") or "-",
+                # As the launch page says it: the newest CUDA the drivers run; "-" when no node said.
+                f"≤ {t['max_cuda_version']}" if t.get("max_cuda_version") else "-",
             )
             for t in types
         ],

@@ -120,6 +120,18 @@ def workload_submit(
     return workload
 
 
+def submission_refusals(*, team: Team, spec: Mapping[str, Any], facts: Facts) -> dict[str, list[str]]:
+    """What submitting `spec` now would be refused for, field by field ({} when it would be accepted),
+    judged by the very rules `workload_submit` applies; stores nothing. The launch page's outlook asks
+    this before Launch is pressed, so it never promises what the submission then refuses. (The queue
+    caps are counted under locks at the submission itself and are not part of this answer.)"""
+    try:
+        _judged(team=team, spec=spec, facts=facts)
+    except SubmissionInvalid as invalid:
+        return invalid.errors
+    return {}
+
+
 def _judged(*, team: Team, spec: Mapping[str, Any], facts: Facts) -> tuple[Any, bool]:
     """One submission judged against the team's facts: (the validated fields, shared with the team).
     Raises SubmissionInvalid naming every field that breaks a rule; reads nothing unless it names secrets."""

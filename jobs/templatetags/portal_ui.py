@@ -26,6 +26,33 @@ STATE_TONES: dict[str, tuple[str, str]] = {
 }
 
 
+# How an ended workload's state reads in a sentence ("This service failed"), not as a badge's label.
+ENDED_WORDS: dict[str, str] = {
+    State.SUCCEEDED: "finished on its own",
+    State.FAILED: "failed",
+    State.CANCELLED: "was cancelled",
+    State.PREEMPTED: "was stopped so that the team that lent its GPUs could have them back",
+}
+_STATE_BY_LABEL = {label: value for value, label in State.choices}
+
+
+@register.filter
+def ended_words(state: str) -> str:
+    """An ended state (its value or its label) as the end of "This service …"."""
+    value = _STATE_BY_LABEL.get(state, state)
+    return ENDED_WORDS.get(value, f"has ended ({str(state).lower()})")
+
+
+SHORT_UID = 8  # hex digits: enough to tell a team's workloads of one name apart at a glance
+
+
+@register.filter
+def short_uid(uid: str) -> str:
+    """The start of a workload's uid, shown beside its name: names may repeat (a re-run, a sweep), uids do
+    not. The full uid is in the workload's address and its page."""
+    return str(uid)[:SHORT_UID]
+
+
 def state_tone(state: str) -> str:
     return STATE_TONES.get(state, ("neutral", ""))[0]
 

@@ -19,7 +19,13 @@ from jobs.selectors import (
 )
 from jobs.services import intake_facts
 from jobs.services.accounting import budget_use
-from jobs.services.intake import copies_of, gather_facts, workload_submit, workloads_submit_many
+from jobs.services.intake import (
+    copies_of,
+    gather_facts,
+    submission_refusals,
+    workload_submit,
+    workloads_submit_many,
+)
 from jobs.services.limits import queue_slot_take
 from jobs.services.validation import SubmissionInvalid, cuda_tuple
 from jobs.services.workspaces import workspace_mounts
@@ -47,14 +53,13 @@ def _default_gpu_type(gpu_types: list[GpuType], facts, cuda_needed: str) -> str:
     return next((slug for slug in usable if fits(slug)), usable[0] if usable else gpu_types[0].slug)
 
 
-@team_page
-def launch(request: HttpRequest) -> HttpResponse:
-    acting = request.acting
+def _launch_choices(request: HttpRequest):
+    """The launch form's choices and what submission judges against (quotas, node sizes, driver CUDA
+    versions, datasets, secrets): gathered once, for the form, the picker, the outlook and the submission.
+    Returns (catalog, gpu_types, facts, the form's keyword arguments)."""
     catalog = list(CatalogImage.objects.filter(enabled=True))
     gpu_types = list(GpuType.objects.filter(enabled=True))
-    # What submission judges against (quotas, node sizes, driver CUDA versions, datasets, secrets):
-    # gathered once, for the form's choices and the picker, and handed to the submission.
-    facts = gather_facts(team=acting.team, user=request.user)
+    facts = gather_facts(team=request.acting.team, user=request.user)
     options = {
         "catalog": catalog,
         "gpu_types": gpu_types,
@@ -63,6 +68,13 @@ def launch(request: HttpRequest) -> HttpResponse:
         "secrets": sorted(facts.secrets),
         "default_time_limit": facts.default_time_limit,
     }
+    return catalog, gpu_types, facts, options
+
+
+@team_page
+def launch(request: HttpRequest) -> HttpResponse:
+    acting = request.acting
+    catalog, gpu_types, facts, options = _launch_choices(request)
     if request.method == "POST":
         form = LaunchForm(request.POST, **options)
         if form.is_valid() and form.copy_count() > 1:
@@ -172,10 +184,37 @@ def _positive(value) -> int | None:
 
 @team_page
 def launch_outlook_partial(request: HttpRequest) -> HttpResponse:
-    """The "will it wait?" notice, refreshed by htmx as the GPU type or count changes."""
+    """The "will it wait?" notice, refreshed by htmx as the form changes.
+
+    POST: the whole form, as Launch would send it. It is judged by the submission's own rules first
+    (`intake.submission_refusals`, the same call Launch makes), so the notice never says "fits" about
+    something Launch would refuse (an image whose CUDA the GPU type's drivers cannot run, a name taken
+    by the rules, a secret that cannot be used...); the quota outlook follows only when nothing is wrong.
+    GET: the quota outlook alone, from gpu_type, gpu_count, copies and kind."""
+    if request.method == "POST":
+        refusals, outlook = _judged_outlook(request)
+        return render(request, "jobs/_launch_outlook.html", {"outlook": outlook, "refusals": refusals})
     gpu_type = GpuType.objects.filter(slug=request.GET.get("gpu_type", ""), enabled=True).first()
     count, copies = _positive(request.GET.get("gpu_count")), _positive(request.GET.get("copies"))
     if request.GET.get("kind") == "service" or copies is None:
         copies = 1  # a service runs once; a bad count is the form's to refuse
     outlook = launch_outlook(request.acting.team, gpu_type, count, copies) if gpu_type and count else None
     return render(request, "jobs/_launch_outlook.html", {"outlook": outlook})
+
+
+def _judged_outlook(request: HttpRequest) -> tuple[list[str], object]:
+    """The launch form as posted, judged as Launch judges it: (what would be refused, each as
+    "Field: message"; the quota outlook, None when something would be refused)."""
+    _, gpu_types, facts, options = _launch_choices(request)
+    form = LaunchForm(request.POST, **options)
+    if form.is_valid():
+        spec = form.spec()
+        if form.copy_count() > 1:  # the copies differ only in name and index: the longest name speaks for all
+            spec = copies_of(spec, form.copy_count(), base_name=form.copies_base_name())[-1]
+        form.add_submission_errors(submission_refusals(team=request.acting.team, spec=spec, facts=facts))
+    refusals = [
+        f"{form[name].label if name in form.fields else 'Launch'}: {message}"
+        for name, messages in form.errors.items()
+        for message in messages
+    ] + [f"Environment: {message}" for message in form.env_errors]
+    return refusals, None if refusals else _outlook_for(request.acting.team, gpu_types, form)

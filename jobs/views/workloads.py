@@ -144,13 +144,14 @@ def _sse(event: str, data: str) -> str:
 
 @team_page
 def workload_logs_stream(request: HttpRequest, uid: str) -> HttpResponse:
-    """Server-sent events: each log line as the container writes it, then `end` (or `unavailable`)."""
+    """Server-sent events: the log's last LOG_TAIL lines (those the page shows, so that nothing written in
+    between is missed), then each line as the container writes it, then `end` (or `unavailable`)."""
     workload = _workload(request, uid)
     seconds = settings.LOG_FOLLOW_PAGE_SECONDS
 
     def events() -> Iterator[str]:
         try:
-            for line in follow_logs(workload, tail=0, timeout_seconds=seconds):
+            for line in follow_logs(workload, tail=LOG_TAIL, timeout_seconds=seconds):
                 yield _sse("line", line)
             yield _sse("end", "The log stream ended.")
         except LogsUnavailable as exc:

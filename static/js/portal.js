@@ -24,6 +24,33 @@
     }
   });
 
+  // The Menu button of the phone's top bar: it shows the sections and the account, says whether they are
+  // open (aria-expanded), and Escape closes them and gives focus back to it. Without this script the
+  // button stays hidden and the sections are simply listed (see portal.css).
+  document.addEventListener("DOMContentLoaded", function () {
+    var button = document.getElementById("menu-toggle");
+    var panel = document.getElementById("site-menu");
+    if (!button || !panel) return;
+    button.closest(".topbar").classList.add("menu-ready");
+
+    function setOpen(open) {
+      panel.classList.toggle("open", open);
+      button.setAttribute("aria-expanded", open ? "true" : "false");
+    }
+
+    button.addEventListener("click", function () {
+      setOpen(button.getAttribute("aria-expanded") !== "true");
+    });
+    document.addEventListener("keydown", function (event) {
+      if (event.key === "Escape" && button.getAttribute("aria-expanded") === "true") {
+        setOpen(false);
+        button.focus();
+      }
+    });
+    // Back from another page (bfcache): closed, as a fresh page is.
+    window.addEventListener("pageshow", function () { setOpen(false); });
+  });
+
   // Focus the error summary after a failed submit so keyboard and screen-reader users land on it.
   document.addEventListener("DOMContentLoaded", function () {
     var summary = document.getElementById("error-summary");

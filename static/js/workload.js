@@ -1,6 +1,6 @@
 // The detail page's log box: it shows its newest line (unless the reader scrolled up), it is read again
-// when the workload changes state, and "Follow" appends lines as the container writes them (server-sent
-// events).
+// when the workload changes state, and while the workload runs it follows the log: lines are appended as
+// the container writes them (server-sent events).
 (function () {
   "use strict";
 
@@ -41,12 +41,20 @@
     if (live) shownState = live.dataset.state;
   });
 
+  // Following the log (server-sent events). A running workload's log is followed from the moment its
+  // page opens, or from the moment it starts running: no button to press. The stream begins with the
+  // same recent lines the page shows, then each line as the container writes it, so nothing is missed
+  // between the two. While the tab is hidden the stream is paused (it holds a web thread, and each
+  // person may have only a few open) and picks up again when the tab is back. "Stop following" stops it
+  // for good on this page; "Follow" starts it again.
   document.addEventListener("DOMContentLoaded", function () {
     var button = document.getElementById("logs-follow");
     if (!button || !window.EventSource) return;
     var logs = document.getElementById("logs");
     var status = document.getElementById("logs-status");
     var source = null;
+    var stoppedByReader = false;
+    var pausedHidden = false;
 
     function pre() {
       var existing = logs.querySelector("pre.logs");
@@ -60,6 +68,11 @@
       return created;
     }
 
+    function running() {
+      var live = document.getElementById("live");
+      return !!live && live.dataset.state === "RUNNING";
+    }
+
     function stop(message) {
       if (source) source.close();
       source = null;
@@ -68,21 +81,82 @@
       status.textContent = message || "";
     }
 
-    button.addEventListener("click", function () {
-      if (source) return stop("Stopped following.");
-      source = new EventSource(button.dataset.stream);
+    function start() {
+      if (source) return;
+      var stream = new EventSource(button.dataset.stream);
+      source = stream;
       button.setAttribute("aria-pressed", "true");
       button.textContent = "Stop following";
       status.textContent = "Following the log…";
-      var target = pre();
-      source.addEventListener("line", function (event) {
+      var fresh = true;  // the first line replaces what the page showed: the stream repeats its last lines
+      stream.addEventListener("line", function (event) {
+        var target = pre();
+        if (fresh) {
+          target.textContent = "";
+          fresh = false;
+        }
+        if (readPending) streamedDuringRead = true;
         var atBottom = atEnd(target);
         target.appendChild(document.createTextNode(event.data + "\n"));
         if (atBottom) target.scrollTop = target.scrollHeight;
       });
-      source.addEventListener("end", function (event) { stop(event.data); });
-      source.addEventListener("unavailable", function (event) { stop(event.data); });
-      source.onerror = function () { stop("The log stream was interrupted."); };
+      stream.addEventListener("end", function (event) { if (source === stream) stop(event.data); });
+      stream.addEventListener("unavailable", function (event) { if (source === stream) stop(event.data); });
+      stream.onerror = function () { if (source === stream) stop("The log stream was interrupted."); };
+    }
+
+    button.addEventListener("click", function () {
+      if (source) {
+        stoppedByReader = true;
+        stop("Stopped following.");
+      } else {
+        stoppedByReader = false;
+        start();
+      }
+    });
+
+    // While following, the log is not read again on a state change: the stream has every line already.
+    // A read that was under way when the stream began is not shown either: the stream's lines are newer.
+    var readPending = false, streamedDuringRead = false;
+    document.addEventListener("htmx:beforeRequest", function (event) {
+      if (event.detail.target !== logs) return;
+      if (source && event.detail.elt === logs) {
+        event.preventDefault();
+        return;
+      }
+      readPending = true;
+      streamedDuringRead = false;
+    });
+    document.addEventListener("htmx:beforeSwap", function (event) {
+      if (event.detail.target !== logs) return;
+      if (readPending && streamedDuringRead) event.detail.shouldSwap = false;
+      readPending = false;
+    });
+    // A workload that starts running while its page is open: follow it from then on.
+    document.body.addEventListener("workload-state-changed", function () {
+      if (running() && !stoppedByReader && !document.hidden) start();
+    });
+    document.addEventListener("visibilitychange", function () {
+      if (document.hidden && source) {
+        pausedHidden = true;
+        stop("Paused while this tab is hidden.");
+      } else if (!document.hidden && pausedHidden) {
+        pausedHidden = false;
+        if (running() && !stoppedByReader) start();
+      }
+    });
+
+    // Following begins once the page's first read of the log is in (so that read never lands on top
+    // of the stream's lines); without htmx there is no such read.
+    if (!window.htmx || !logs.hasAttribute("hx-get")) {
+      if (running() && !document.hidden) start();
+      return;
+    }
+    var firstRead = true;
+    document.addEventListener("htmx:afterRequest", function (event) {
+      if (event.detail.target !== logs || !firstRead) return;
+      firstRead = false;
+      if (running() && !document.hidden && !stoppedByReader) start();
     });
   });
 })();

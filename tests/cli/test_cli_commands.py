@@ -7,7 +7,7 @@ import json
 import pytest
 
 from identity.models import MembershipChange
-from jobs.models import Membership, State, TeamSecret, Workload
+from jobs.models import GpuNode, Membership, State, TeamSecret, Workload
 from tests.cli import test_cli_e2e
 from tests.engine.factories import UserFactory
 
@@ -54,6 +54,20 @@ def test_gpu_types_text_and_json(run_cli, world):
     )
     as_json = json.loads(run_cli("-o", "json", "gpu-types").stdout)
     assert {t["slug"] for t in as_json} >= {"p100"}
+
+
+def test_gpu_types_shows_the_cuda_version_the_launch_page_shows(run_cli, world):
+    """Issue 32: `gpuportal gpu-types` said "-" for CUDA where the launch page said "≤ 11.4" (learnt from
+    the nodes' drivers, not set by an admin). Both now show the version a submission is judged against."""
+    GpuNode.objects.filter(gpu_type=world.p100).update(cuda_driver_version="11.4")
+    assert world.p100.max_cuda_version == ""  # no admin set it: the nodes' drivers say
+    text = run_cli("gpu-types")
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.splitlines()[0].split()[-1] == "CUDA"
+    row = next(line for line in text.stdout.splitlines() if line.startswith("p100"))
+    assert row.endswith("≤ 11.4")
+    as_json = json.loads(run_cli("-o", "json", "gpu-types").stdout)
+    assert next(t for t in as_json if t["slug"] == "p100")["max_cuda_version"] == "11.4"
 
 
 def test_queue_lists_what_waits_in_order(run_cli, world):

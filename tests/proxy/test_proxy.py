@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import time
 
 import pytest
@@ -287,6 +288,25 @@ def test_ended_service_says_so_with_a_link(proxy_world):
     assert "has ended" in response.text
     assert "cancelled" in response.text
     assert f'href="/workloads/{proxy_world.workload.uid}/"' in response.text
+
+
+@pytest.mark.parametrize(
+    ("state", "words"),
+    [
+        (State.FAILED, "This service failed,"),
+        (State.CANCELLED, "This service was cancelled,"),
+        (State.SUCCEEDED, "This service finished on its own,"),
+        (State.PREEMPTED, "This service was stopped so that the team that lent its GPUs could have them back,"),
+    ],
+)
+def test_the_ended_page_says_how_it_ended_in_words(proxy_world, state, words):
+    """Issue 32: the ended page said "This service is failed"."""
+    Workload.objects.filter(id=proxy_world.workload.id).update(state=state)
+    response = get(proxy_world, "")
+    assert response.status_code == 410
+    text = " ".join(re.sub(r"<[^>]+>", "", response.text).split())
+    assert words in text
+    assert "This service is " not in text
 
 
 def test_traffic_records_activity(proxy_world):

@@ -121,3 +121,24 @@ def test_the_listener_catches_an_inline_style_under_the_policy(chromium):
     context.close()
     assert len(seen) == 2
     assert all(v.startswith("style-src") for v in seen)
+
+
+def test_the_api_docs_render_without_a_violation(chromium, live_server, world):
+    """Issue 32: /api/docs/ broke the policy (drf-spectacular's inline <style>). Swagger UI still draws the
+    operations, and the browser reports nothing."""
+    context = chromium.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 800})
+    context.set_default_timeout(20_000)
+    context.add_init_script(LISTEN)
+    tab = context.new_page()
+    refused: list[str] = []
+    tab.on("console", lambda m: m.type == "error" and "Content Security Policy" in m.text and refused.append(m.text))
+    sign_in(tab, "olivia")
+    response = tab.goto("/api/docs/")
+    assert response.headers.get("content-security-policy") == settings.CONTENT_SECURITY_POLICY
+    tab.locator(".opblock").first.wait_for()  # the schema was fetched and drawn
+    tab.wait_for_load_state("networkidle")
+    seen = tab.evaluate("window.__cspViolations")
+    margin = tab.evaluate("getComputedStyle(document.body).margin")
+    context.close()
+    assert seen + refused == []
+    assert margin == "0px"  # the style moved to a stylesheet applies

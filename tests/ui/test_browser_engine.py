@@ -77,10 +77,10 @@ def test_batch_job_runs_to_success_live_with_its_logs(page, lab):
     page.evaluate(WATCH_STATES)
     screenshot(page, "e2e_batch_submitted")
 
-    # Follow the log while it runs: lines arrive over server-sent events.
+    # The log is followed as soon as it runs, nothing to press: lines arrive over server-sent events.
     expect(page.locator("#live")).to_have_attribute("data-state", "RUNNING", timeout=60_000)
     expect(page.locator("#live .facts")).to_contain_text("gpu-p100-")
-    page.get_by_role("button", name="Follow").click()
+    expect(page.get_by_role("button", name="Stop following")).to_have_attribute("aria-pressed", "true")
     expect(page.locator("pre.logs")).to_contain_text("[simulated] running:", timeout=15_000)
     screenshot(page, "e2e_batch_running")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from jobs.models import State, Workload
+from jobs.models import GpuNode, State, Workload
 from tests.ui.conftest import PASSWORD, make_workload, screenshot, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -38,7 +38,9 @@ def test_bad_input_shows_each_fields_error_with_the_form_kept(page, world):
     page.get_by_label("Name", exact=True).fill("Bad_Name!")
     page.get_by_label("GPU type").select_option("p100")
     page.get_by_label("GPUs", exact=True).fill("5")
-    expect(page.locator("#outlook")).to_contain_text("ask for fewer")
+    # The outlook judges the form as Launch will: everything wrong so far, before Launch is pressed.
+    expect(page.locator("#outlook")).to_contain_text("quota for Tesla P100 is 2 GPUs")
+    expect(page.locator("#outlook")).to_contain_text("quay.io are not allowed")
     page.get_by_label("Variable name").first.fill("NVIDIA_VISIBLE_DEVICES")
     page.get_by_label("Value").first.fill("all")
     page.get_by_role("button", name="Launch", exact=True).click()
@@ -94,6 +96,67 @@ def test_catalog_image_fills_defaults_and_env_rows(page, world):
     page.get_by_role("button", name="Remove variable").nth(1).click()
     expect(page.get_by_label("Variable name")).to_have_count(1)
     screenshot(page, "launch_catalog_defaults")
+
+
+BESIDE = """(id) => {
+  const box = document.getElementById(id).getBoundingClientRect();
+  const label = document.querySelector(`label[for=${id}]`).getBoundingClientRect();
+  const gap = label.left - box.right;
+  const centres = Math.abs((label.top + label.height / 2) - (box.top + box.height / 2));
+  return gap >= 0 && gap < 16 && centres < 6 ? "beside" : `gap ${gap}px, centres ${centres}px apart`;
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 375])
+def test_the_launch_forms_checkboxes_sit_beside_their_labels(page, world, width):
+    """Issue 32: "Shared with my team" and "Restartable" sat apart from their labels."""
+    page.set_viewport_size({"width": width, "height": 900})
+    sign_in(page, "olivia")
+    page.goto("/launch/")
+    page.get_by_label("Image", exact=True).select_option(label="Python 3.12")
+    page.wait_for_load_state("networkidle")
+    assert page.evaluate(BESIDE, "id_restartable") == "beside"
+    page.locator("label[for=id_restartable]").click()
+    expect(page.get_by_role("checkbox", name="Restartable")).to_be_checked()
+    page.get_by_label("Image", exact=True).select_option(label="Jupyter notebook")
+    page.wait_for_load_state("networkidle")
+    assert page.evaluate(BESIDE, "id_shared_with_team") == "beside"
+    screenshot(page, f"launch_checkboxes_{width}")
+
+
+def test_the_outlook_says_what_launch_would_refuse_before_launch(page, world):
+    """Issue 32: PyTorch (CUDA 11.8) on Grid K2 (drivers up to CUDA 11.4) read "All 3 copies fit your
+    team's quota" and was refused only after Launch."""
+    GpuNode.objects.filter(gpu_type=world.k2).update(cuda_driver_version="11.4")
+    GpuNode.objects.filter(gpu_type=world.p100).update(cuda_driver_version="12.2")
+    world.trainer.title, world.trainer.cuda_version = "PyTorch (CUDA 11.8)", "11.8"
+    world.trainer.save()
+    sign_in(page, "olivia")
+    page.goto("/launch/")
+    page.get_by_label("Image", exact=True).select_option(label="PyTorch (CUDA 11.8)")
+    page.get_by_label("Copies").fill("3")
+    expect(page.locator("#outlook")).to_contain_text("2 of the 3 copies fit")
+    page.get_by_label("GPU type").select_option("k2")
+    outlook = page.locator("#outlook")
+    expect(outlook).to_contain_text("Launch would refuse this as it stands")
+    expect(outlook).to_contain_text("needs CUDA 11.8, but Grid K2 drivers support up to CUDA 11.4")
+    expect(outlook).not_to_contain_text("fit your team's quota")
+    screenshot(page, "launch_outlook_refuses_cuda")
+    page.get_by_label("GPU type").select_option("p100")
+    expect(outlook).to_contain_text("2 of the 3 copies fit your team's quota now")
+
+
+def test_a_clone_that_launch_would_refuse_says_so_when_the_form_opens(page, world):
+    """The outlook judges the form as it first opens too: a clone of a workload whose image the GPU type's
+    drivers no longer run (they were replaced) says so before anything is touched."""
+    GpuNode.objects.filter(gpu_type=world.k2).update(cuda_driver_version="11.4")
+    world.trainer.cuda_version = "11.8"
+    world.trainer.save()
+    source = make_workload(world, name="old-run", catalog_image=world.trainer, image=world.trainer.reference,
+                           gpu_type=world.k2, state=State.SUCCEEDED)  # fmt: skip
+    sign_in(page, "olivia")
+    page.goto(f"/launch/?clone={source.uid}")
+    expect(page.locator("#outlook")).to_contain_text("needs CUDA 11.8, but Grid K2 drivers support up to CUDA 11.4")
 
 
 def test_told_before_and_after_submitting_that_it_waits_for_quota(page, world):

@@ -354,3 +354,39 @@ def test_the_outlook_counts_every_copy(login, world):
     # The page itself, as first shown after a refused post, counts the copies typed.
     page = post(client, catalog_image=str(world.trainer.id), copies="3", name="Bad_Name!").content.decode()
     assert "These will wait for quota." in page
+
+
+def test_the_outlook_judges_the_form_as_launch_does(login, world):
+    """Issue 32: "All 3 copies fit your team's quota" for an image needing CUDA 11.8 on Grid K2 (drivers
+    up to 11.4), refused only after Launch. The outlook now runs the submission's own rules on the form."""
+    GpuNode.objects.filter(gpu_type=world.k2).update(cuda_driver_version="11.4")
+    GpuNode.objects.filter(gpu_type=world.p100).update(cuda_driver_version="12.2")
+    world.trainer.cuda_version = "11.8"
+    world.trainer.title = "PyTorch (CUDA 11.8)"
+    world.trainer.save()
+    client = login(world.owner)
+    form = {
+        "name": "", "kind": "batch", "catalog_image": str(world.trainer.id), "image": "", "gpu_type": "k2",
+        "gpu_count": "1", "command": "", "args": "", "env_name": [""], "env_value": [""], "port": "",
+        "time_limit": "", "time_limit_unit": "hours", "copies": "3",
+    }  # fmt: skip
+
+    def outlook(**fields) -> str:
+        return client.post(reverse("launch_outlook"), {**form, **fields}).content.decode()
+
+    refused = outlook()
+    assert 'data-outlook="refused"' in refused
+    assert "fit your team" not in refused
+    assert "Image: This image needs CUDA 11.8, but Grid K2 drivers support up to CUDA 11.4." in refused
+    assert "It runs on: Tesla P100." in refused
+    # Launch says the same, in the same words.
+    launched = post(client, **{k: v for k, v in form.items() if k != "env_name" and k != "env_value"})
+    assert launched.status_code == 400
+    assert "needs CUDA 11.8, but Grid K2 drivers support up to CUDA 11.4" in field_errors(launched)["catalog_image"][0]
+    # On a type whose drivers run it, the quota outlook as before.
+    assert "All 2 copies fit your team's quota" in outlook(gpu_type="p100", copies="2")
+    # Any rule of the submission, not only CUDA: a variable the portal sets, a bad name.
+    refused = outlook(gpu_type="p100", env_name=["NVIDIA_VISIBLE_DEVICES"], env_value=["all"], name="Bad_Name!")
+    assert "Environment: NVIDIA_VISIBLE_DEVICES is set by the portal" in refused
+    assert "Name: Lowercase letters" in refused
+    assert not Workload.objects.exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -100,6 +102,23 @@ def test_dashboard_shows_my_workloads_quota_bars_and_free_gpus(login, world):
     assert "Queued #1" in page
     # Cluster: the p100 node has 4 allocatable, 1 in use.
     assert "<td>Tesla P100</td><td><strong>3</strong></td><td>4</td>" in page
+
+
+def test_two_workloads_of_one_name_are_told_apart_by_their_short_uid(login, world):
+    """Issue 32: two workloads may share a name (a re-run, a second notebook) and looked alike on the
+    dashboard. Names may repeat; each row, Open button, heading and tab title carries the uid's start."""
+    first, second = (
+        make_workload(world, state=State.RUNNING, name="notebook", kind="service", port=8888) for _ in range(2)
+    )
+    client = login(world.owner)
+    page = client.get(reverse("dashboard")).content.decode()
+    for workload in (first, second):
+        short = workload.uid[:8]
+        assert f'aria-label="Open notebook {short}"' in page
+        assert f'<span class="muted mono uid" title="{workload.uid}">{short}</span>' in page
+    detail = client.get(reverse("workload_detail", args=[first.uid])).content.decode()
+    assert f"<title>notebook {first.uid[:8]} · GPU Portal</title>" in detail
+    assert re.search(rf"<h1>notebook <span[^>]*>{first.uid[:8]}</span>", detail)
 
 
 def test_dashboard_empty_states(login, world):
