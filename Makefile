@@ -52,7 +52,7 @@ test: venv ## the whole suite against real PostgreSQL, Redis, Celery and the loc
 	@$(PY) -m devtools.testenv -- $(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: venv ## unit tests only (no cluster, no browser)
-	@$(PY) -m devtools.testenv -- $(PY) -m pytest -m "not cluster and not celery and not browser" $(PYTEST_ARGS)
+	@$(PY) -m devtools.testenv -- $(PY) -m pytest -m "not cluster and not celery and not browser and not images" $(PYTEST_ARGS)
 
 lint: venv $(CHECKOV_STAMP) ## ruff, formatting, no missing migrations, checkov over the manifests, bandit
 	@$(PY) -m ruff check .
