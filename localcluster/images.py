@@ -52,7 +52,7 @@ CACHE_DIR = (
 )
 SUITE = "bookworm"
 MIRROR = os.environ.get("GPUPORTAL_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-PYTHON_VERSION = "3.11"  # bookworm's python3: the wheels are downloaded for it
+PYTHON_VERSION = "3.11.2"  # bookworm's python3: the wheels are chosen for it (Requires-Python included)
 USER_UID = 1000
 USER_HOME = "/home/user"
 SYSTEM_PACKAGES = ("buildah", "mmdebstrap", "gcc", "libc6-dev")
@@ -144,7 +144,9 @@ def _key(name: str) -> str:
     builder = {"sandbox": _build_sandbox, "base": _build_base}.get(name, _build_layer)
     recipe = [builder, _Buildah, _run, _wheels] if spec.pins else [builder, _Buildah, _run]
     digest.update(repr(spec).encode())
-    digest.update(repr((SUITE, MIRROR, PYTHON_VERSION, USER_UID, USER_HOME, PATH)).encode())
+    digest.update(repr((SUITE, MIRROR, USER_UID, USER_HOME, PATH)).encode())
+    if spec.pins:
+        digest.update(PYTHON_VERSION.encode())
     for part in recipe:
         digest.update(inspect.getsource(part).encode())
     if name == "sandbox":
@@ -240,8 +242,7 @@ class _Buildah:
         self("buildah commit", "commit", "--quiet", "--format", "oci", "--rm", container, ref)
         partial = target.with_name(target.name + ".partial")
         partial.unlink(missing_ok=True)
-        # Uncompressed layers: gzip costs minutes of CPU on two cores and containerd takes either.
-        self("buildah push", "push", "--quiet", "--disable-compression", ref, f"oci-archive:{partial}:{ref}")
+        self("buildah push", "push", "--quiet", ref, f"oci-archive:{partial}:{ref}")
         partial.rename(target)
 
 
@@ -436,6 +437,28 @@ def import_into(
                 f"ctr images import of {IMAGES[name]} into {ctr_address} failed: {proc.stderr.strip()}"
             )
         clock.say(f"{name}: imported into {ctr_address}")
+
+
+def catalog_seed() -> dict:
+    """A seed document (jobs.services.seeding.apply_seed) for catalog entries that point at these images,
+    with `localhost` as an allowed registry. For the local cluster only (`make run` with
+    GPUPORTAL_LOCAL_IMAGES=1, tests): no other cluster can pull a localhost/... reference."""
+    jupyter_args = ["--ServerApp.base_url={base_url}", "--IdentityProvider.token=", "--ServerApp.password="]
+    return {
+        "images": [
+            {"reference": IMAGES["python"], "title": "Python 3 (local)", "suits": "batch",
+             "description": "Debian's Python 3.11 built on this machine; runs as uid 1000. Bring your script.",
+             "default_command": ["python", "train.py"]},
+            {"reference": IMAGES["jupyterlab"], "title": "JupyterLab (local)", "suits": "service",
+             "description": "JupyterLab built on this machine; press Open on its page once it runs.",
+             "default_port": 8888, "base_url_args": jupyter_args},
+            {"reference": IMAGES["tensorboard"], "title": "TensorBoard (local)", "suits": "service",
+             "description": "TensorBoard built on this machine, serving the logs under /logs.",
+             "default_command": ["tensorboard"], "default_args": ["--logdir", "/logs", "--bind_all"],
+             "default_port": 6006, "base_url_args": ["--path_prefix={base_path}"]},
+        ],
+        "allowed_registries": ["localhost"],
+    }  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
