@@ -87,9 +87,8 @@ $(AUDIT_STAMP): audit/package.json audit/package-lock.json
 	@cd audit && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-images: venv ## build the real nodes' images (sandbox, Debian base, Python, JupyterLab, TensorBoard) the cache lacks; REBUILD=1 builds all again
-	@bash devtools/system-deps.sh buildah mmdebstrap gcc libc6-dev
-	@$(PY) -m localcluster.images $(if $(REBUILD),--rebuild)
+images: venv ## build the real nodes' images the cache lacks (NAMES="portal" picks; REBUILD=1 builds again)
+	@$(PY) -m localcluster.images $(if $(REBUILD),--rebuild) $(NAMES)
 
 cluster-build: ## build (once) and cache the Kubernetes control-plane binaries
 	@bash localcluster/build.sh
