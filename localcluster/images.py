@@ -374,10 +374,19 @@ def _build_portal(buildah: _Buildah, work: Path, log: Path, clock: _Clock) -> No
     for base in ("python", "node"):
         image_id = buildah(f"buildah pull {base}", "pull", "--quiet", f"oci-archive:{archive_path(base)}")
         buildah(f"buildah tag {base}", "tag", image_id.splitlines()[-1], IMAGES[base])
+    # The Dockerfile's `npm ci` and `pip install` reach their registries through this machine's TLS trust
+    # (which may hold a proxy's CA): its CA bundle, and configs naming it, are mounted into those steps only.
+    trust: list[str] = []
+    bundle = Path("/etc/ssl/certs/ca-certificates.crt")
+    if bundle.exists():
+        (work / "npmrc").write_text(f"cafile={bundle}\n")
+        (work / "pip.conf").write_text(f"[global]\ncert = {bundle}\n")
+        for source, target in ((bundle, bundle), (work / "npmrc", "/etc/npmrc"), (work / "pip.conf", "/etc/pip.conf")):
+            trust += ["--volume", f"{source}:{target}:ro"]
     clock.say("portal: buildah bud of the project's Dockerfile (npm ci, pip install, collectstatic)")
     buildah(
         "buildah bud (Dockerfile)",
-        "bud", "--isolation", "chroot", "--pull-never", "--format", "oci", "--layers=false",
+        "bud", "--isolation", "chroot", "--pull-never", "--format", "oci", "--layers=false", *trust,
         "--build-arg", f"PYTHON_IMAGE={IMAGES['python']}", "--build-arg", f"NODE_IMAGE={IMAGES['node']}",
         "--file", str(REPO_ROOT / "Dockerfile"), "--tag", IMAGES["portal"], str(REPO_ROOT),
     )  # fmt: skip
