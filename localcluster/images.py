@@ -27,6 +27,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import fnmatch
+import functools
 import hashlib
 import inspect
 import json
@@ -137,6 +139,7 @@ SPECS: dict[str, Spec] = {
 DEFAULT_NAMES = ("sandbox", "base", "python", "jupyterlab", "tensorboard")  # `portal` (and `node`) when asked
 
 
+@functools.cache
 def _key(name: str) -> str:
     spec = SPECS[name]
     digest = hashlib.sha256()
@@ -358,15 +361,28 @@ def _build_layer(spec: Spec, buildah: _Buildah, work: Path, log: Path, clock: _C
 
 
 def _portal_context_digest() -> str:
-    """What the portal's image is built from: the files git tracks (as committed, plus uncommitted changes)."""
+    """What the portal's image is built from: the files git tracks that .dockerignore lets into the build
+    context, as they are in the checkout (committed or not)."""
+    ignore = REPO_ROOT / ".dockerignore"
+    patterns = [p.strip() for p in ignore.read_text().splitlines()] if ignore.exists() else []
+    patterns = [p for p in patterns if p and not p.startswith(("#", "!"))]
+
+    def ignored(path: str) -> bool:
+        parts = path.split("/")
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        return any(fnmatch.fnmatch(prefix, p.removeprefix("**/")) for p in patterns for prefix in prefixes)
+
     try:
         listing = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "ls-files", "--stage"], capture_output=True, check=True
-        ).stdout
-        changes = subprocess.run(["git", "-C", str(REPO_ROOT), "diff", "HEAD"], capture_output=True, check=True).stdout
+            ["git", "-C", str(REPO_ROOT), "ls-files", "--cached", "--modified", "-z"], capture_output=True, check=True
+        ).stdout.decode()
     except (OSError, subprocess.CalledProcessError):  # not a git checkout: the Dockerfile alone
-        listing, changes = (REPO_ROOT / "Dockerfile").read_bytes(), b""
-    return hashlib.sha256(listing + changes).hexdigest()
+        return hashlib.sha256((REPO_ROOT / "Dockerfile").read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    for path in sorted(set(filter(None, listing.split("\0")))):
+        if not ignored(path) and (REPO_ROOT / path).is_file():
+            digest.update(path.encode() + b"\0" + hashlib.sha256((REPO_ROOT / path).read_bytes()).digest())
+    return digest.hexdigest()
 
 
 def _build_portal(buildah: _Buildah, work: Path, log: Path, clock: _Clock) -> None:

@@ -276,3 +276,21 @@ def test_tensorboard_serves_under_the_path_prefix_the_portal_passes(workdir, net
         assert environment["data_location"] == "/tmp"
     finally:
         board.stop(proc)
+
+
+@pytest.mark.skipif(
+    not images.archive_path("portal").exists() and os.environ.get("GPUPORTAL_TEST_PORTAL_IMAGE") != "1",
+    reason="the portal's image is built by `make images NAMES=portal` (minutes; its key follows every change "
+    "to the checkout), or here with GPUPORTAL_TEST_PORTAL_IMAGE=1",
+)
+def test_the_portals_own_image_built_here_runs_django_as_its_own_user(workdir):
+    script = "id -u; python manage.py check; gunicorn --version; test -f /app/staticfiles/vendor/htmx.min.js"
+    box = Container(workdir, _archive("portal"), args=["sh", "-c", script])
+    spec = json.loads((box.bundle / "config.json").read_text())
+    spec["process"]["env"].append("SECRET_KEY=only-for-this-check-" + "x" * 40)
+    (box.bundle / "config.json").write_text(json.dumps(spec))
+    code, output = box.run()
+    assert code == 0, output
+    assert output.splitlines()[0] == "10001", output
+    assert "System check identified no issues" in output
+    assert "gunicorn (version" in output
