@@ -13,7 +13,7 @@ CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(shell sha1sum requirements/checkov.txt 2>/dev/null | cut -c1-12)
 AUDIT_STAMP := audit/node_modules/.installed-$(shell sha1sum audit/package-lock.json 2>/dev/null | cut -c1-12)
 
-.PHONY: help venv vendor run test test-fast lint format bench audit cluster-build cluster-up cluster-down lock clean
+.PHONY: help venv vendor run test test-fast lint format bench audit cluster-build cluster-up cluster-down images lock clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -86,6 +86,10 @@ $(AUDIT_STAMP): audit/package.json audit/package-lock.json
 	@echo "[setup] installing Lighthouse into audit/node_modules (pinned in audit/package-lock.json)"
 	@cd audit && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
+
+images: venv ## build the real nodes' images (sandbox, Debian base, Python, JupyterLab, TensorBoard) the cache lacks; REBUILD=1 builds all again
+	@bash devtools/system-deps.sh buildah mmdebstrap gcc libc6-dev
+	@$(PY) -m localcluster.images $(if $(REBUILD),--rebuild)
 
 cluster-build: ## build (once) and cache the Kubernetes control-plane binaries
 	@bash localcluster/build.sh
