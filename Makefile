@@ -94,6 +94,9 @@ images: venv ## build the real nodes' images (sandbox, Debian base, Python, Jupy
 cluster-build: ## build (once) and cache the Kubernetes control-plane binaries
 	@bash localcluster/build.sh
 
+deviceplugin-stubs: venv ## regenerate the committed gRPC stubs of the device plugin from its api.proto
+	@$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. localcluster/deviceplugin/api.proto
+
 cluster-up: venv ## start the local GPU cluster in the background; prints KUBECONFIG=<path> last
 	@bash localcluster/build.sh >/dev/null
 	@$(PY) -m localcluster up

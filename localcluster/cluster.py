@@ -262,7 +262,7 @@ class LocalCluster:
         self._write_files()
         self._define_components(etcd)
         if self.real_node_count:
-            sandbox, archives = node_images()
+            sandbox, archives = node_images(self._log)
             self.real = RealNodes(self.state_dir / "real", pki=self.pki, server=self.server,
                                   token=self.admin_token, count=self.real_node_count, sandbox_image=sandbox,
                                   images=archives, log=self._log)  # fmt: skip

@@ -44,6 +44,7 @@ from typing import Any
 
 import yaml
 
+from localcluster.deviceplugin import RESOURCE, device_ids
 from localcluster.pki import Pki
 from localcluster.procs import ClusterError, Component, cmdline, pid_alive
 
@@ -59,6 +60,7 @@ SYSTEM_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "iptable
 NODE_BUILD_HINT = "run `bash localcluster/build.sh` (or `make cluster-build`); it builds the kubelet"
 PACKAGES_HINT = f"`bash devtools/system-deps.sh {' '.join(SYSTEM_PACKAGES)}`"
 REAL_LABEL = "gpuportal.io/real-node"
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def cache_dir() -> Path:
@@ -208,22 +210,26 @@ def verify_kubelet(bin_dir: Path) -> Path:
     return kubelet
 
 
-def node_images() -> tuple[str, list[Path]]:
-    """The sandbox ("pause") image reference and the OCI archives imported into every node's containerd.
+def node_images(log: Callable[[str], None]) -> tuple[str, list[Path]]:
+    """The sandbox ("pause") image reference and the OCI archives imported into every node's containerd,
+    built by localcluster.images when its cache lacks them: the sandbox and the images named in
+    GPUPORTAL_REAL_NODE_IMAGES (comma-separated; default: python)."""
+    from localcluster import images
 
-    GPUPORTAL_SANDBOX_IMAGE names the sandbox image; GPUPORTAL_NODE_IMAGES lists OCI archives (os.pathsep
-    between them), the sandbox image's among them."""
-    sandbox = os.environ.get("GPUPORTAL_SANDBOX_IMAGE", "")
-    archives = [Path(p) for p in os.environ.get("GPUPORTAL_NODE_IMAGES", "").split(os.pathsep) if p]
-    if not sandbox or not archives:
-        raise ClusterError(
-            "real nodes need a sandbox image: set GPUPORTAL_SANDBOX_IMAGE (its reference) and "
-            "GPUPORTAL_NODE_IMAGES (OCI archives to import, the sandbox's among them)."
-        )
-    for archive in archives:
-        if not archive.is_file():
-            raise ClusterError(f"GPUPORTAL_NODE_IMAGES names {archive}, which does not exist")
-    return sandbox, archives
+    wanted = ["sandbox"]
+    for name in os.environ.get("GPUPORTAL_REAL_NODE_IMAGES", "python").split(","):
+        name = name.strip()
+        if name and name not in wanted:
+            if name not in images.SPECS:
+                raise ClusterError(
+                    f"GPUPORTAL_REAL_NODE_IMAGES names {name!r}; the local images are {', '.join(images.SPECS)}"
+                )
+            wanted.append(name)
+    try:
+        paths = images.ensure(wanted, progress=log)
+    except images.ImageBuildError as exc:
+        raise ClusterError(f"the real nodes' images could not be built: {exc}") from exc
+    return images.IMAGES["sandbox"], [paths[n] for n in wanted]
 
 
 # -- teardown (also used by `python -m localcluster down` after a crash) ------------------------------
@@ -357,6 +363,7 @@ class RealNodes:
         self.network: Network | None = None
         self.containerds: dict[str, Component] = {}
         self.kubelets: dict[str, Component] = {}
+        self.plugins: dict[str, Component] = {}
 
     @property
     def names(self) -> list[str]:
@@ -370,6 +377,14 @@ class RealNodes:
 
     def containerd_socket(self, spec: NodeSpec) -> Path:
         return self.node_dir(spec) / "containerd.sock"
+
+    def health_file(self, name: str) -> Path:
+        """The device plugin's health file of node `name` (deviceplugin.set_health writes it)."""
+        return self.directory / name / "gpu-health.json"
+
+    def device_ids(self, name: str) -> list[str]:
+        spec = next(s for s in self.specs if s.name == name)
+        return device_ids(spec.name, spec.gpus)
 
     # -- start ---------------------------------------------------
     def prepare(self) -> None:
@@ -565,6 +580,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             ]  # fmt: skip
 
         self.kubelets[spec.name] = Component(f"kubelet-{spec.name}", kubelet_argv, log_dir=logs, run_dir=run)
+        plugin_argv = [sys.executable, "-m", "localcluster.deviceplugin",
+                       f"--plugin-dir={nd / 'kubelet' / 'device-plugins'}", f"--node={spec.name}",
+                       f"--gpus={spec.gpus}", f"--health-file={self.health_file(spec.name)}"]  # fmt: skip
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
+        self.plugins[spec.name] = Component(
+            f"deviceplugin-{spec.name}", lambda argv=plugin_argv: argv, log_dir=logs, run_dir=run, env=env
+        )
 
     def start(self, deadline: float) -> None:
         net = self.network
@@ -586,7 +609,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             for archive in self.images:
                 self.import_image(spec, archive)
         for spec in self.specs:
+            self.health_file(spec.name).unlink(missing_ok=True)
             self.kubelets[spec.name].start()
+            # It waits for the kubelet's socket, then registers; it registers again after a kubelet restart.
+            self.plugins[spec.name].start()
         self._log(f"waiting for {len(self.specs)} real nodes to be Ready")
         for spec in self.specs:
             self.kubelets[spec.name].wait_until(
@@ -630,6 +656,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions") or []}
         if conditions.get("Ready") != "True":
             return False
+        gpus = (node.get("status", {}).get("allocatable") or {}).get(RESOURCE, "0")
+        if gpus != str(spec.gpus):
+            return False
         taints = node.get("spec", {}).get("taints") or []
         kept = [t for t in taints if t.get("key") != "node.kubernetes.io/not-ready"]
         if len(kept) != len(taints):
@@ -665,6 +694,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
     # -- stop ----------------------------------------------------
     def stop(self) -> None:
+        for component in list(self.plugins.values()):
+            component.stop(timeout=5)
         for component in list(self.kubelets.values()):
             component.stop(timeout=5)
         teardown(self.directory, self._log)
