@@ -12,7 +12,6 @@ import json
 import os
 import re
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ from tests.cluster.helpers import wait_for
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 P100, K2 = "real-p100-1", "real-k2-1"
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through an HTTP proxy
 
 
 def _machine_snapshot() -> dict[str, Any]:
@@ -160,7 +160,7 @@ def test_pods_on_both_nodes_reach_each_other_and_the_host_reaches_every_pod(api)
     assert ip_a != ip_b
     # Host to pod: this test process, on the machine, reads each pod's page.
     for ip, name in ((ip_a, "web-a"), (ip_b, "web-b")):
-        body = wait_for(lambda ip=ip: urllib.request.urlopen(f"http://{ip}:8080/name", timeout=2).read(), timeout=30)
+        body = wait_for(lambda ip=ip: DIRECT.open(f"http://{ip}:8080/name", timeout=2).read(), timeout=30)
         assert body.decode() == name
     # Pod to pod across the nodes, both ways: a pod on one node fetches the page of the pod on the other.
     fetch = "import sys, urllib.request as u; print(u.urlopen(sys.argv[1], timeout=5).read().decode())"
@@ -194,10 +194,16 @@ def test_two_pods_never_get_the_same_gpu(api, real_cluster):
     assert not set(first) & set(second)
     # A third pod asking for a GPU on that node waits: all four are taken.
     api.create_namespaced_pod("real", _pod("gpus-3", P100, show, gpus=1))
-    time.sleep(3)
-    pod = api.read_namespaced_pod("gpus-3", "real")
-    assert pod.status.phase == "Pending"
-    assert any("nvidia.com/gpu" in (c.message or "") for c in pod.status.conditions or [])
+    unschedulable = wait_for(
+        lambda: [
+            c
+            for c in api.read_namespaced_pod("gpus-3", "real").status.conditions or []
+            if c.type == "PodScheduled" and c.status == "False"
+        ],
+        what="gpus-3 to be found unschedulable",
+    )
+    assert "Insufficient nvidia.com/gpu" in unschedulable[0].message
+    assert api.read_namespaced_pod("gpus-3", "real").status.phase == "Pending"
     for name in ("gpus-1", "gpus-2", "gpus-3"):
         api.delete_namespaced_pod(name, "real", grace_period_seconds=0)
 
