@@ -8,10 +8,13 @@
 # Static files are collected at build time and served by WhiteNoise, so no volume or web server is needed
 # for them. The root filesystem can be mounted read-only; only /tmp must be writable.
 
+# Both bases are build arguments: `python -m localcluster.images portal` points them at images built on this
+# machine from Debian's packages (localhost/gpuportal/python and .../node), with no registry.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG NODE_IMAGE=node:20-bookworm-slim
 
 # --- assets: the pages' browser libraries from the npm registry (pinned in package-lock.json) ------------
-FROM node:20-bookworm-slim AS assets
+FROM ${NODE_IMAGE} AS assets
 WORKDIR /assets
 COPY package.json package-lock.json ./
 COPY devtools/vendor.sh ./vendor.sh
@@ -20,6 +23,10 @@ RUN npm ci --omit=dev --no-audit --no-fund --loglevel=error \
 
 # --- build: a virtualenv with the pinned runtime dependencies, the project and its static files ---------
 FROM ${PYTHON_IMAGE} AS build
+# The build steps install into /opt and /app as root, whichever user the base image names; this stage is
+# thrown away (the runtime stage below ends as the portal's own user).
+# hadolint ignore=DL3002
+USER 0:0
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -45,6 +52,7 @@ RUN rm -rf /app/devtools \
 
 # --- runtime: slim Python, the virtualenv and the code, a non-root user ---------------------------------
 FROM ${PYTHON_IMAGE} AS runtime
+USER 0:0
 # tini as PID 1 passes SIGTERM on to gunicorn, celery or the tracker and reaps zombies.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends tini=0.19.* \

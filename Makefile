@@ -55,7 +55,7 @@ test: venv ## the whole suite against real PostgreSQL, Redis, Celery and the loc
 	@$(PY) -m devtools.testenv -- $(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: venv ## unit tests only (no cluster, no browser)
-	@$(PY) -m devtools.testenv -- $(PY) -m pytest -m "not cluster and not celery and not browser" $(PYTEST_ARGS)
+	@$(PY) -m devtools.testenv -- $(PY) -m pytest -m "not cluster and not celery and not browser and not images" $(PYTEST_ARGS)
 
 lint: venv $(CHECKOV_STAMP) ## ruff, formatting, no missing migrations, checkov over the manifests, bandit
 	@$(PY) -m ruff check .
@@ -90,9 +90,8 @@ $(AUDIT_STAMP): audit/package.json audit/package-lock.json
 	@cd audit && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-images: venv ## build the real nodes' images (sandbox, Debian base, Python, JupyterLab, TensorBoard) the cache lacks; REBUILD=1 builds all again
-	@bash devtools/system-deps.sh buildah mmdebstrap gcc libc6-dev
-	@$(PY) -m localcluster.images $(if $(REBUILD),--rebuild)
+images: venv ## build the real nodes' images the cache lacks (NAMES="portal" picks; REBUILD=1 builds again)
+	@$(PY) -m localcluster.images $(if $(REBUILD),--rebuild) $(NAMES)
 
 cluster-build: ## build (once) and cache the Kubernetes binaries (control plane and kubelet)
 	@bash localcluster/build.sh

@@ -52,10 +52,10 @@ CACHE_DIR = (
 )
 SUITE = "bookworm"
 MIRROR = os.environ.get("GPUPORTAL_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-PYTHON_VERSION = "3.11"  # bookworm's python3: the wheels are downloaded for it
+PYTHON_VERSION = "3.11.2"  # bookworm's python3: the wheels are chosen for it (Requires-Python included)
 USER_UID = 1000
 USER_HOME = "/home/user"
-SYSTEM_PACKAGES = ("buildah", "mmdebstrap", "gcc", "libc6-dev")
+SYSTEM_PACKAGES = ("buildah", "mmdebstrap", "gcc", "libc6-dev", "runc")  # runc: tests/cluster/test_images.py
 REGISTRY = "localhost/gpuportal"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -104,17 +104,12 @@ SPECS: dict[str, Spec] = {
             parent="python",
             pins="jupyterlab.txt",
             venv="/opt/jupyterlab",
-            # The portal appends its own arguments (--ServerApp.base_url=/w/<uid>/, no token) after these.
+            # The portal appends its own arguments (--ServerApp.base_url=/w/<uid>/, no token) after these; the
+            # port comes from JUPYTER_PORT so that an argument may still choose another (traitlets refuses a
+            # setting given twice on the command line).
             config=_user_config(
-                env={"PATH": f"/opt/jupyterlab/bin:{PATH}", "SHELL": "/bin/bash"},
-                entrypoint=[
-                    "jupyter",
-                    "lab",
-                    "--ip=0.0.0.0",
-                    "--port=8888",
-                    "--no-browser",
-                    f"--notebook-dir={USER_HOME}",
-                ],
+                env={"PATH": f"/opt/jupyterlab/bin:{PATH}", "SHELL": "/bin/bash", "JUPYTER_PORT": "8888"},
+                entrypoint=["jupyter", "lab", "--ip=0.0.0.0", "--no-browser", f"--ServerApp.root_dir={USER_HOME}"],
                 cmd=[],
                 port=8888,
             ),
@@ -132,19 +127,26 @@ SPECS: dict[str, Spec] = {
                 port=6006,
             ),
         ),
+        # Only for the portal's image below (its Dockerfile's assets stage runs `npm ci`): Debian's nodejs and npm.
+        Spec("node", "node", parent="python", packages=("nodejs", "npm"), config={"user": "0:0", "cmd": ["node"]}),
+        # The project's own Dockerfile, built by `buildah bud` with PYTHON_IMAGE and NODE_IMAGE pointed at the
+        # images above; its config (user 10001, tini, gunicorn) is the Dockerfile's.
+        Spec("portal", "portal", parent="python"),
     )
 }
-DEFAULT_NAMES = tuple(SPECS)
+DEFAULT_NAMES = ("sandbox", "base", "python", "jupyterlab", "tensorboard")  # `portal` (and `node`) when asked
 
 
 def _key(name: str) -> str:
     spec = SPECS[name]
     digest = hashlib.sha256()
     # What goes into the image: its spec (packages, config), the code that builds it, its inputs, its parent.
-    builder = {"sandbox": _build_sandbox, "base": _build_base}.get(name, _build_layer)
+    builder = {"sandbox": _build_sandbox, "base": _build_base, "portal": _build_portal}.get(name, _build_layer)
     recipe = [builder, _Buildah, _run, _wheels] if spec.pins else [builder, _Buildah, _run]
     digest.update(repr(spec).encode())
-    digest.update(repr((SUITE, MIRROR, PYTHON_VERSION, USER_UID, USER_HOME, PATH)).encode())
+    digest.update(repr((SUITE, MIRROR, USER_UID, USER_HOME, PATH)).encode())
+    if spec.pins:
+        digest.update(PYTHON_VERSION.encode())
     for part in recipe:
         digest.update(inspect.getsource(part).encode())
     if name == "sandbox":
@@ -153,6 +155,9 @@ def _key(name: str) -> str:
         digest.update((INPUTS / spec.pins).read_bytes())
     if spec.parent:
         digest.update(_key(spec.parent).encode())
+    if name == "portal":
+        digest.update(_key("node").encode())
+        digest.update(_portal_context_digest().encode())
     digest.update(name.encode())
     return digest.hexdigest()[:16]
 
@@ -175,6 +180,8 @@ def _order(names: Iterable[str]) -> list[str]:
         parent = SPECS[name].parent
         if parent:
             add(parent)
+        if name == "portal":
+            add("node")
         if name not in wanted:
             wanted.append(name)
 
@@ -240,8 +247,7 @@ class _Buildah:
         self("buildah commit", "commit", "--quiet", "--format", "oci", "--rm", container, ref)
         partial = target.with_name(target.name + ".partial")
         partial.unlink(missing_ok=True)
-        # Uncompressed layers: gzip costs minutes of CPU on two cores and containerd takes either.
-        self("buildah push", "push", "--quiet", "--disable-compression", ref, f"oci-archive:{partial}:{ref}")
+        self("buildah push", "push", "--quiet", ref, f"oci-archive:{partial}:{ref}")
         partial.rename(target)
 
 
@@ -253,8 +259,8 @@ def _root_or_fail() -> None:
         )
 
 
-def _system_packages() -> None:
-    missing = [tool for tool in ("buildah", "mmdebstrap", "gcc") if shutil.which(tool) is None]
+def system_packages() -> None:
+    missing = [tool for tool in ("buildah", "mmdebstrap", "gcc", "runc") if shutil.which(tool) is None]
     if missing or not list(Path("/usr/lib").glob("*/libc.a")):  # libc.a: for gcc -static
         subprocess.run(["bash", str(REPO_ROOT / "devtools" / "system-deps.sh"), *SYSTEM_PACKAGES], check=True)
 
@@ -351,6 +357,47 @@ def _build_layer(spec: Spec, buildah: _Buildah, work: Path, log: Path, clock: _C
     return container
 
 
+def _portal_context_digest() -> str:
+    """What the portal's image is built from: the files git tracks (as committed, plus uncommitted changes)."""
+    try:
+        listing = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "ls-files", "--stage"], capture_output=True, check=True
+        ).stdout
+        changes = subprocess.run(["git", "-C", str(REPO_ROOT), "diff", "HEAD"], capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: the Dockerfile alone
+        listing, changes = (REPO_ROOT / "Dockerfile").read_bytes(), b""
+    return hashlib.sha256(listing + changes).hexdigest()
+
+
+def _build_portal(buildah: _Buildah, work: Path, log: Path, clock: _Clock) -> None:
+    """`buildah bud` of the project's Dockerfile, its bases pointed at the local python and node images."""
+    for base in ("python", "node"):
+        image_id = buildah(f"buildah pull {base}", "pull", "--quiet", f"oci-archive:{archive_path(base)}")
+        buildah(f"buildah tag {base}", "tag", image_id.splitlines()[-1], IMAGES[base])
+    # The Dockerfile's `npm ci` and `pip install` reach their registries through this machine's TLS trust
+    # (which may hold a proxy's CA): its CA bundle, and configs naming it, are mounted into those steps only.
+    trust: list[str] = []
+    bundle = Path("/etc/ssl/certs/ca-certificates.crt")
+    if bundle.exists():
+        (work / "npmrc").write_text(f"cafile={bundle}\n")
+        (work / "pip.conf").write_text(f"[global]\ncert = {bundle}\n")
+        for source, target in ((bundle, bundle), (work / "npmrc", "/etc/npmrc"), (work / "pip.conf", "/etc/pip.conf")):
+            trust += ["--volume", f"{source}:{target}:ro"]
+    clock.say("portal: buildah bud of the project's Dockerfile (npm ci, pip install, collectstatic)")
+    buildah(
+        "buildah bud (Dockerfile)",
+        "bud", "--isolation", "chroot", "--pull-never", "--format", "oci", "--layers=false", *trust,
+        "--build-arg", f"PYTHON_IMAGE={IMAGES['python']}", "--build-arg", f"NODE_IMAGE={IMAGES['node']}",
+        "--file", str(REPO_ROOT / "Dockerfile"), "--tag", IMAGES["portal"], str(REPO_ROOT),
+    )  # fmt: skip
+    clock.say("portal: writing its OCI archive")
+    target = archive_path("portal")
+    partial = target.with_name(target.name + ".partial")
+    partial.unlink(missing_ok=True)
+    buildah("buildah push", "push", "--quiet", IMAGES["portal"], f"oci-archive:{partial}:{IMAGES['portal']}")
+    partial.rename(target)
+
+
 @contextlib.contextmanager
 def _locked(clock: _Clock) -> Iterator[None]:
     """One build at a time on this machine (tests in parallel, `make run` beside `make test`)."""
@@ -376,7 +423,7 @@ def ensure(names: Iterable[str] | None = None, progress: Progress = print, rebui
         clock.say(f"found in {CACHE_DIR}: {', '.join(asked)}")
         return {name: archive_path(name) for name in asked}
     _root_or_fail()
-    _system_packages()
+    system_packages()
     with _locked(clock):
         todo = [name for name in order if (rebuild and name in asked) or not archive_path(name).exists()]
         for name in order:
@@ -384,7 +431,21 @@ def ensure(names: Iterable[str] | None = None, progress: Progress = print, rebui
                 clock.say(f"{name}: cached ({IMAGES[name]})")
         for name in todo:
             _build_one(name, clock)
+            _prune(name)
     return {name: archive_path(name) for name in asked}
+
+
+STALE_AFTER_S = 7 * 86400
+
+
+def _prune(name: str) -> None:
+    """Archives of the image with another key (older inputs) go once unused for a week (other checkouts may
+    still want them until then)."""
+    for path in CACHE_DIR.glob(f"{name}-*"):
+        if path.suffix in (".tar", ".log") and not path.name.startswith(f"{name}-{KEYS[name]}."):
+            with contextlib.suppress(OSError):
+                if time.time() - path.stat().st_atime > STALE_AFTER_S:
+                    path.unlink()
 
 
 def _build_one(name: str, clock: _Clock) -> None:
@@ -396,16 +457,20 @@ def _build_one(name: str, clock: _Clock) -> None:
     log.write_text(f"building {IMAGES[name]}\n")
     buildah = _Buildah(work, log)
     try:
-        if name == "sandbox":
+        if name == "portal":
+            _build_portal(buildah, work, log, clock)
+            container = None
+        elif name == "sandbox":
             container = _build_sandbox(buildah, work, log)
         elif name == "base":
             clock.say("base: mmdebstrap of Debian bookworm (minbase) from " + MIRROR)
             container = _build_base(buildah, work, log)
         else:
             container = _build_layer(spec, buildah, work, log, clock)
-        buildah.configure(container, spec.config)
-        clock.say(f"{name}: committing the image and writing its OCI archive")
-        buildah.commit_and_push(container, name, archive_path(name))
+        if container is not None:
+            buildah.configure(container, spec.config)
+            clock.say(f"{name}: committing the image and writing its OCI archive")
+            buildah.commit_and_push(container, name, archive_path(name))
     finally:
         with contextlib.suppress(ImageBuildError):
             buildah("buildah rm", "rm", "--all")
@@ -436,6 +501,28 @@ def import_into(
                 f"ctr images import of {IMAGES[name]} into {ctr_address} failed: {proc.stderr.strip()}"
             )
         clock.say(f"{name}: imported into {ctr_address}")
+
+
+def catalog_seed() -> dict:
+    """A seed document (jobs.services.seeding.apply_seed) for catalog entries that point at these images,
+    with `localhost` as an allowed registry. For the local cluster only (`make run` with
+    GPUPORTAL_LOCAL_IMAGES=1, tests): no other cluster can pull a localhost/... reference."""
+    jupyter_args = ["--ServerApp.base_url={base_url}", "--IdentityProvider.token=", "--ServerApp.password="]
+    return {
+        "images": [
+            {"reference": IMAGES["python"], "title": "Python 3 (local)", "suits": "batch",
+             "description": "Debian's Python 3.11 built on this machine; runs as uid 1000. Bring your script.",
+             "default_command": ["python", "train.py"]},
+            {"reference": IMAGES["jupyterlab"], "title": "JupyterLab (local)", "suits": "service",
+             "description": "JupyterLab built on this machine; press Open on its page once it runs.",
+             "default_port": 8888, "base_url_args": jupyter_args},
+            {"reference": IMAGES["tensorboard"], "title": "TensorBoard (local)", "suits": "service",
+             "description": "TensorBoard built on this machine, serving the logs under /logs.",
+             "default_command": ["tensorboard"], "default_args": ["--logdir", "/logs", "--bind_all"],
+             "default_port": 6006, "base_url_args": ["--path_prefix={base_path}"]},
+        ],
+        "allowed_registries": ["localhost"],
+    }  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

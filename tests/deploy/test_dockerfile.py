@@ -40,7 +40,7 @@ def test_multi_stage_build_runs_as_a_non_root_user_with_gunicorn_by_default() ->
     assert [s.split(" AS ")[-1] for s in stages] == ["assets", "build", "runtime"]
     runtime = steps[[i for i, (k, _) in enumerate(steps) if k == "FROM"][2] :]
     users = [args for keyword, args in runtime if keyword == "USER"]
-    assert users == ["10001:10001"]
+    assert users == ["0:0", "10001:10001"], "root only to install (any base image), the portal's user to run"
     cmd = json.loads(next(args for keyword, args in runtime if keyword == "CMD"))
     assert cmd[:2] == ["gunicorn", "portal.wsgi:application"]
     assert "0.0.0.0:8000" in cmd

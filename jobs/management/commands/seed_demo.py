@@ -10,10 +10,18 @@ from jobs.services.seeding import DEMO, apply_seed
 
 
 class Command(BaseCommand):
-    help = "Create the demo GPU types, team, catalog and users for `make run` (idempotent)."
+    help = (
+        "Create the demo GPU types, team, catalog and users for `make run` (idempotent); with "
+        "GPUPORTAL_LOCAL_IMAGES=1 also the catalog entries of the images localcluster/images.py builds."
+    )
 
     def handle(self, *args, **options):
         apply_seed(DEMO)
+        if os.environ.get("GPUPORTAL_LOCAL_IMAGES") == "1":
+            # The local cluster's real nodes: catalog entries for the images built here (localhost/...).
+            from localcluster.images import catalog_seed
+
+            apply_seed(catalog_seed())
         team = Team.objects.get(slug="demo")
         users = get_user_model()
         password = os.environ.get("DEMO_PASSWORD", "gpuportal-demo")
