@@ -14,7 +14,9 @@ What runs where (the facts behind each setting are in ../shared/DESIGN.md, "Real
 - Per node a containerd with its own root, state, socket, runc root and CNI config, and a kubelet in the
   same private mount namespace. That namespace (`unshare --mount`) gets its own /var/log (kubelet 1.20
   writes pod logs to the fixed /var/log/pods and garbage-collects there every pod it does not know: two
-  kubelets sharing it would delete each other's logs) and its own /run/containerd (shim sockets). Network
+  kubelets sharing it would delete each other's logs), its own /var/lib/kubelet (kubelet 1.20 serves the
+  device-plugin registration on the fixed /var/lib/kubelet/device-plugins/kubelet.sock, whatever its
+  --root-dir) and its own /run/containerd (shim sockets). Network
   namespace mounts live under containerd's state directory. When its processes end, the namespace and
   every mount in it go with them.
 - Per node a cgroup root (/gpuportal-<hash>-<n>) in every v1 hierarchy: pods of one kubelet are never
@@ -370,7 +372,9 @@ class RealNodes:
         return [s.name for s in self.specs]
 
     def node_dir(self, spec: NodeSpec) -> Path:
-        return self.directory / spec.name
+        # Short (n0, n1, ...): unix socket paths under it (containerd's, the kubelet's device-plugins
+        # directory) have at most 107 bytes, and pytest's temporary directories are deep.
+        return self.directory / f"n{spec.index}"
 
     def cgroup_name(self, spec: NodeSpec) -> str:
         return f"/gpuportal-{self.tag}-{spec.index}"
@@ -380,7 +384,7 @@ class RealNodes:
 
     def health_file(self, name: str) -> Path:
         """The device plugin's health file of node `name` (deviceplugin.set_health writes it)."""
-        return self.directory / name / "gpu-health.json"
+        return self.node_dir(next(s for s in self.specs if s.name == name)) / "gpu-health.json"
 
     def device_ids(self, name: str) -> list[str]:
         spec = next(s for s in self.specs if s.name == name)
@@ -396,7 +400,7 @@ class RealNodes:
         manifest = {
             "bridge": self.network.bridge,
             "cgroups": [self.cgroup_name(s) for s in self.specs],
-            "nodes": self.names,
+            "nodes": [self.node_dir(s).name for s in self.specs],
         }
         (self.directory / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         for spec in self.specs:
@@ -421,7 +425,7 @@ class RealNodes:
         assert net is not None
         nd = self.node_dir(spec)
         for sub in ("cni/net.d", "cni/ipam", "containerd/root", "containerd/state", "kubelet", "varlog/pods",
-                    "varlog/containers", "pki", "volume-plugins", "run"):  # fmt: skip
+                    "varlog/containers", "varlib-kubelet", "pki", "volume-plugins", "run"):  # fmt: skip
             (nd / sub).mkdir(parents=True, exist_ok=True)
         node_ip = net.node_ip(spec.index)
         # The kubelet's client identity (the Node authorizer's system:node:<name>) and its serving
@@ -554,6 +558,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         setup = (
             "set -e; "
             f"mount --bind {nd / 'varlog'} /var/log; "
+            f"mkdir -p /var/lib/kubelet && mount --bind {nd / 'varlib-kubelet'} /var/lib/kubelet; "
             "mkdir -p /run/containerd && mount -t tmpfs -o mode=0711 tmpfs /run/containerd; "
             f"exec containerd --config {nd / 'containerd.toml'}"
         )
@@ -581,7 +586,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
         self.kubelets[spec.name] = Component(f"kubelet-{spec.name}", kubelet_argv, log_dir=logs, run_dir=run)
         plugin_argv = [sys.executable, "-m", "localcluster.deviceplugin",
-                       f"--plugin-dir={nd / 'kubelet' / 'device-plugins'}", f"--node={spec.name}",
+                       f"--plugin-dir={nd / 'varlib-kubelet' / 'device-plugins'}", f"--node={spec.name}",
                        f"--gpus={spec.gpus}", f"--health-file={self.health_file(spec.name)}"]  # fmt: skip
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))

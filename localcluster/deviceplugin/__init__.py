@@ -33,6 +33,7 @@ API_VERSION = "v1beta1"
 RESOURCE = "nvidia.com/gpu"
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 KUBELET_SOCKET = "kubelet.sock"
+ENDPOINT = "gpuportal.sock"  # short: a unix socket's path has at most 107 bytes
 
 
 def device_ids(node: str, count: int) -> list[str]:
@@ -128,23 +129,23 @@ def serve_once(plugin: Plugin) -> None:
     """Serve on our socket, register with the kubelet, and return when the kubelet's socket is replaced
     (a restarted kubelet forgets its plugins) or our own socket is removed."""
     kubelet_sock = plugin.plugin_dir / KUBELET_SOCKET
-    endpoint = f"gpuportal-{plugin.node}.sock"
-    ours = plugin.plugin_dir / endpoint
+    ours = plugin.plugin_dir / ENDPOINT
+    # The kubelet empties this directory when it starts: serve only once its own socket is there.
+    while not kubelet_sock.exists():
+        if plugin.stopping.wait(0.2):
+            return
+    kubelet_inode = kubelet_sock.stat().st_ino
     ours.unlink(missing_ok=True)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     api_pb2_grpc.add_DevicePluginServicer_to_server(plugin, server)
     server.add_insecure_port(f"unix://{ours}")
     server.start()
     try:
-        while not kubelet_sock.exists():
-            if plugin.stopping.wait(0.2):
-                return
-        kubelet_inode = kubelet_sock.stat().st_ino
         with grpc.insecure_channel(f"unix://{kubelet_sock}") as channel:
             api_pb2_grpc.RegistrationStub(channel).Register(
                 api_pb2.RegisterRequest(
                     version=API_VERSION,
-                    endpoint=endpoint,
+                    endpoint=ENDPOINT,
                     resource_name=RESOURCE,
                     options=api_pb2.DevicePluginOptions(),
                 ),
@@ -179,5 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         except grpc.RpcError as exc:
             print(f"[deviceplugin] {args.node}: registration failed ({exc.code().name}); retrying", flush=True)
             time.sleep(1)
-    (args.plugin_dir / f"gpuportal-{args.node}.sock").unlink(missing_ok=True)
+        except RuntimeError as exc:  # grpc could not bind our socket (the directory went away meanwhile)
+            print(f"[deviceplugin] {args.node}: {exc}; retrying", flush=True)
+            time.sleep(1)
+    (args.plugin_dir / ENDPOINT).unlink(missing_ok=True)
     return 0

@@ -62,7 +62,7 @@ def test_registers_streams_devices_allocates_and_reports_an_unhealthy_gpu(plugin
     request = fake.requests.get(timeout=20)
     assert request.version == "v1beta1"
     assert request.resource_name == "nvidia.com/gpu"
-    assert request.endpoint == "gpuportal-n1.sock"
+    assert request.endpoint == "gpuportal.sock"
     ids = device_ids("n1", 3)
     with grpc.insecure_channel(f"unix://{tmp_path / 'device-plugins' / request.endpoint}") as channel:
         stub = api_pb2_grpc.DevicePluginStub(channel)
