@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client, config
+from kubernetes.client.rest import ApiException
 
 from localcluster.cluster import LocalCluster
 from localcluster.deviceplugin import set_health
@@ -77,7 +78,16 @@ def api(real_cluster: LocalCluster) -> Iterator[client.CoreV1Api]:
     api_client = config.new_client_from_config(config_file=str(real_cluster.kubeconfig))
     core = client.CoreV1Api(api_client)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="real")))
-    wait_for(lambda: core.read_namespaced_service_account("default", "real"), what="the default service account")
+
+    def account() -> object | None:
+        try:
+            return core.read_namespaced_service_account("default", "real")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return None  # the service-account controller has not made it yet
+
+    wait_for(account, what="the default service account")
     yield core
     api_client.close()
 
@@ -160,7 +170,7 @@ def test_pods_on_both_nodes_reach_each_other_and_the_host_reaches_every_pod(api)
     assert ip_a != ip_b
     # Host to pod: this test process, on the machine, reads each pod's page.
     for ip, name in ((ip_a, "web-a"), (ip_b, "web-b")):
-        body = wait_for(lambda ip=ip: DIRECT.open(f"http://{ip}:8080/name", timeout=2).read(), timeout=30)
+        body = wait_for(lambda ip=ip: _get(f"http://{ip}:8080/name"), timeout=30, what=f"{ip} to answer")
         assert body.decode() == name
     # Pod to pod across the nodes, both ways: a pod on one node fetches the page of the pod on the other.
     fetch = "import sys, urllib.request as u; print(u.urlopen(sys.argv[1], timeout=5).read().decode())"
@@ -263,6 +273,13 @@ def test_cluster_down_leaves_nothing_behind(api, real_cluster):
     # Every network namespace the pods had is gone (none is held by a process any more).
     assert not (pod_netns - {host_netns}) & after["netns"]
     assert after["rules"] == before["rules"]
+
+
+def _get(url: str) -> bytes | None:
+    try:
+        return DIRECT.open(url, timeout=2).read()
+    except OSError:  # not listening yet
+        return None
 
 
 def _cmdline(pid: str) -> str:
