@@ -240,7 +240,8 @@ def _cgroup_dirs(cgroup_name: str) -> list[Path]:
     with contextlib.suppress(OSError):
         for hierarchy in sorted(CGROUP_ROOT.iterdir()):
             path = hierarchy / cgroup_name.lstrip("/")
-            if hierarchy.name != "unified" and path.is_dir():
+            # Every hierarchy, the cgroup2 one ("unified") too: runc makes its cgroups there as well.
+            if path.is_dir():
                 dirs.append(path)
     return dirs
 

@@ -42,7 +42,13 @@ def _machine_snapshot() -> dict[str, Any]:
     for table in ("filter", "nat", "mangle", "raw"):
         out = subprocess.run(["iptables-save", "-t", table], capture_output=True, text=True, check=False).stdout
         rules |= {re.sub(r"\[\d+:\d+\]", "", line) for line in out.splitlines() if not line.startswith("#")}
-    cgroups = {p.name for p in Path("/sys/fs/cgroup/memory").iterdir() if p.name.startswith("gpuportal-")}
+    cgroups = {
+        f"{h.name}/{p.name}"
+        for h in Path("/sys/fs/cgroup").iterdir()
+        if h.is_dir()
+        for p in h.iterdir()
+        if p.name.startswith("gpuportal-")
+    }
     mounts: set[str] = set()
     netns: set[str] = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -236,6 +242,9 @@ def test_cluster_down_leaves_nothing_behind(api, real_cluster):
     """Last in this file: stops the cluster and compares the machine with how it was before the start."""
     real = real_cluster.real
     state = str(real_cluster.state_dir)
+    # Something running on each node, whichever tests ran before.
+    _serve(api, "last-a", P100)
+    _serve(api, "last-b", K2)
     bridge = real.network.bridge
     # While it runs: the bridge with the pods' veths, pods in their own network namespaces, and the
     # nodes' mounts (overlay roots, pod volumes) in the nodes' mount namespaces.
@@ -256,7 +265,7 @@ def test_cluster_down_leaves_nothing_behind(api, real_cluster):
                     pod_netns.add(os.readlink(f"/proc/{pid}/ns/net"))
     host_netns = os.readlink("/proc/self/ns/net")
     assert pod_netns - {host_netns}, "no pod has a network namespace of its own"
-    assert any(c.startswith(f"gpuportal-{real.tag}-") for c in running["cgroups"])
+    assert any(c.startswith(f"memory/gpuportal-{real.tag}-") for c in running["cgroups"])
 
     real_cluster.stop()
 
@@ -269,7 +278,8 @@ def test_cluster_down_leaves_nothing_behind(api, real_cluster):
     assert bridge not in after["links"]
     assert not veths & after["links"]
     assert state not in after["mounts"]
-    assert not {c for c in after["cgroups"] if c.startswith(f"gpuportal-{real.tag}-")}
+    # In every hierarchy, cgroup2's included.
+    assert not {c for c in after["cgroups"] if f"/gpuportal-{real.tag}-" in c}
     # Every network namespace the pods had is gone (none is held by a process any more).
     assert not (pod_netns - {host_netns}) & after["netns"]
     assert after["rules"] == before["rules"]
