@@ -7,13 +7,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements/dev.txt pyproject.toml 2>/dev/null | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
+# What the local cluster's real nodes run on (localcluster/realnode.py): installed by `make test`, `run`,
+# `bench` and `cluster-up`, so a fresh machine gets them from the project's own setup.
+NODE_DEPS := containerd runc containernetworking-plugins iptables iproute2 util-linux
 # checkov lives in its own environment: its pins (packaging<24, a large tree of cloud SDKs) conflict with
 # requirements/dev.txt. Re-made only when requirements/checkov.txt changes.
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(shell sha1sum requirements/checkov.txt 2>/dev/null | cut -c1-12)
 AUDIT_STAMP := audit/node_modules/.installed-$(shell sha1sum audit/package-lock.json 2>/dev/null | cut -c1-12)
 
-.PHONY: help venv vendor run test test-fast lint format bench audit cluster-build cluster-up cluster-down images lock clean
+.PHONY: help venv vendor run test test-fast lint format bench audit cluster-build cluster-up cluster-down deviceplugin-stubs images lock clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -42,11 +45,11 @@ $(VENDOR_STAMP): package.json package-lock.json Makefile
 vendor: $(VENDOR_STAMP) ## copy the pages' JavaScript libraries into static/vendor/
 
 run: venv ## set up everything and serve the portal on http://127.0.0.1:8000 (Ctrl-C stops it all)
-	@bash devtools/system-deps.sh redis-server
+	@bash devtools/system-deps.sh redis-server $(NODE_DEPS)
 	@$(PY) -m devtools.run
 
 test: venv ## the whole suite against real PostgreSQL, Redis, Celery and the local GPU cluster
-	@bash devtools/system-deps.sh redis-server postgresql chromium
+	@bash devtools/system-deps.sh redis-server postgresql chromium $(NODE_DEPS)
 	@test -f node_modules/.package-lock.json -a node_modules/.package-lock.json -nt package-lock.json || npm ci --no-audit --no-fund --loglevel=error
 	@bash localcluster/build.sh >/dev/null
 	@$(PY) -m devtools.testenv -- $(PY) -m pytest $(PYTEST_ARGS)
@@ -71,7 +74,7 @@ format: venv ## apply ruff's fixes and formatting
 	@$(PY) -m ruff format .
 
 bench: venv $(AUDIT_STAMP) ## benchmarks, printed as `name: value` lines (BENCH="engine ui" runs some; see benchmarks/README.md)
-	@bash devtools/system-deps.sh redis-server postgresql chromium
+	@bash devtools/system-deps.sh redis-server postgresql chromium $(NODE_DEPS)
 	@bash localcluster/build.sh >/dev/null
 	@GPUPORTAL_PG_DURABLE=1 $(PY) -m devtools.testenv -- $(PY) -m benchmarks $(BENCH)
 
@@ -90,10 +93,14 @@ $(AUDIT_STAMP): audit/package.json audit/package-lock.json
 images: venv ## build the real nodes' images the cache lacks (NAMES="portal" picks; REBUILD=1 builds again)
 	@$(PY) -m localcluster.images $(if $(REBUILD),--rebuild) $(NAMES)
 
-cluster-build: ## build (once) and cache the Kubernetes control-plane binaries
+cluster-build: ## build (once) and cache the Kubernetes binaries (control plane and kubelet)
 	@bash localcluster/build.sh
 
-cluster-up: venv ## start the local GPU cluster in the background; prints KUBECONFIG=<path> last
+deviceplugin-stubs: venv ## regenerate the committed gRPC stubs of the device plugin from its api.proto
+	@$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. localcluster/deviceplugin/api.proto
+
+cluster-up: venv ## start the local GPU cluster in the background (GPUPORTAL_REAL_NODES=1: with two real nodes); prints KUBECONFIG=<path> last
+	@bash devtools/system-deps.sh $(NODE_DEPS)
 	@bash localcluster/build.sh >/dev/null
 	@$(PY) -m localcluster up
 

@@ -26,6 +26,7 @@ from typing import Any
 from localcluster.cluster import REPO_ROOT, LocalCluster, describe_failure
 from localcluster.pools import DEFAULT_POOLS_FILE, PoolsError, load_pools
 from localcluster.procs import ClusterError, kill_pid, log_tail, pid_alive, reap_stale
+from localcluster.realnode import teardown
 
 DEFAULT_STATE_DIR = REPO_ROOT / "var" / "cluster"
 UP_TIMEOUT = 180.0
@@ -216,6 +217,7 @@ def cmd_down(args: argparse.Namespace) -> int:
                     "stop that process (Ctrl-C) instead")  # fmt: skip
                 return 1
             reap_stale(state_dir / "run", str(state_dir), say)
+            teardown(state_dir / "real", say)
             fcntl.flock(lock, fcntl.LOCK_UN)
     if read_state(state_dir):
         write_state(state_dir, state="stopped", pid=None)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build (once) the Kubernetes control-plane binaries for the local GPU cluster.
+# Build (once) the Kubernetes binaries for the local GPU cluster: the control plane, and the kubelet that
+# runs the cluster's real nodes (localcluster/realnode.py).
 #
 # Nothing on our registries ships kube-apiserver & co., so we compile them from Debian's own
 # `kubernetes` source package (1.20.2) with Debian's Go, and take etcd from Debian's etcd-server.
@@ -7,14 +8,22 @@
 #
 #   localcluster/build.sh            build if needed, print the bin directory as the last line
 #   localcluster/build.sh --check    exit 0 if a verified cache exists, 1 otherwise (no side effects)
+#
+# Two cached sets, each verified by its own SHA256SUMS: bin/ (control plane) and node-bin/ (kubelet). A
+# cache that has one set builds only the other. One build at a time per cache (a lock; a second caller waits).
 set -euo pipefail
 
 CACHE_DIR="${GPUPORTAL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuportal}"
 KUBE_VERSION="1.20.2"
 BIN_DIR="$CACHE_DIR/kubernetes-$KUBE_VERSION/bin"
-SRC_DIR="$CACHE_DIR/kubernetes-$KUBE_VERSION/src"
+# A source tree per build process: a build never works in a tree another one is compiling in or deleting.
+SRC_DIR="$CACHE_DIR/kubernetes-$KUBE_VERSION/src.$$"
 STAMP="$BIN_DIR/SHA256SUMS"
 BINARIES=(kube-apiserver kube-controller-manager kube-scheduler)
+NODE_BIN_DIR="$CACHE_DIR/kubernetes-$KUBE_VERSION/node-bin"
+NODE_STAMP="$NODE_BIN_DIR/SHA256SUMS"
+NODE_BINARIES=(kubelet)
+LOCK="$CACHE_DIR/kubernetes-$KUBE_VERSION/.build.lock"
 script_start=$(date +%s)
 SYSTEM_PACKAGES=(golang-go etcd-server rsync jq dpkg-dev make)
 
@@ -31,19 +40,53 @@ cache_ok() {
   command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ] || return 1
 }
 
+node_cache_ok() {
+  [ -f "$NODE_STAMP" ] || return 1
+  (cd "$NODE_BIN_DIR" && sha256sum --quiet --check SHA256SUMS >/dev/null 2>&1) || return 1
+  local b
+  for b in "${NODE_BINARIES[@]}"; do
+    "$NODE_BIN_DIR/$b" --version >/dev/null 2>&1 || return 1
+  done
+}
+
 if [ "${1:-}" = "--check" ]; then
-  cache_ok && exit 0 || exit 1
+  cache_ok && node_cache_ok && exit 0 || exit 1
 fi
 
-if cache_ok; then
-  say "Kubernetes $KUBE_VERSION binaries found in $BIN_DIR"
+if cache_ok && node_cache_ok; then
+  say "Kubernetes $KUBE_VERSION binaries found in $BIN_DIR and $NODE_BIN_DIR"
   echo "$BIN_DIR"
   exit 0
 fi
 
-if [ -d "$BIN_DIR" ]; then
-  say "cache at $BIN_DIR is incomplete or corrupt; rebuilding it"
-  rm -rf "$BIN_DIR"
+mkdir -p "$(dirname "$LOCK")"
+exec 9>"$LOCK"
+if ! flock -n 9; then
+  say "another build.sh is compiling into $CACHE_DIR; waiting for it to finish"
+  flock 9
+  if cache_ok && node_cache_ok; then
+    say "Kubernetes $KUBE_VERSION binaries found in $BIN_DIR and $NODE_BIN_DIR"
+    echo "$BIN_DIR"
+    exit 0
+  fi
+fi
+
+# Source trees of builds that were interrupted (their process is gone) take 2.5 GB each: remove them.
+for d in "$CACHE_DIR/kubernetes-$KUBE_VERSION"/src.*; do
+  [ -d "$d" ] || continue
+  kill -0 "${d##*.}" 2>/dev/null || { say "removing $d (left by an interrupted build)"; rm -rf "$d"; }
+done
+trap 'rm -rf "$SRC_DIR"' EXIT
+
+# What to build: only the sets that are missing or do not verify.
+want=()
+if cache_ok; then build_cp=0; else
+  build_cp=1; want+=("${BINARIES[@]}")
+  [ -d "$BIN_DIR" ] && { say "cache at $BIN_DIR is incomplete or corrupt; rebuilding it"; rm -rf "$BIN_DIR"; }
+fi
+if node_cache_ok; then build_node=0; else
+  build_node=1; want+=("${NODE_BINARIES[@]}")
+  [ -d "$NODE_BIN_DIR" ] && { say "cache at $NODE_BIN_DIR is incomplete or corrupt; rebuilding it"; rm -rf "$NODE_BIN_DIR"; }
 fi
 
 as_root() {
@@ -111,8 +154,8 @@ gopath="$SRC_DIR/.go"
 mkdir -p "$gopath/src/k8s.io"
 ln -sfn "$tree" "$gopath/src/k8s.io/kubernetes"
 targets=""
-for b in "${BINARIES[@]}"; do targets="$targets cmd/$b"; done
-say "step 3/4: compiling$targets (about 5 minutes on 2 cores; progress below)"
+for b in "${want[@]}"; do targets="$targets cmd/$b"; done
+say "step 3/4: compiling$targets (about 5 minutes on 2 cores for the control plane, 4 for the kubelet; progress below)"
 start=$(date +%s)
 (
   cd "$gopath/src/k8s.io/kubernetes"
@@ -128,22 +171,29 @@ start=$(date +%s)
   exit "${PIPESTATUS[0]}"
 ) || die "compilation failed; see the output above. Remove $SRC_DIR to start over."
 
-say "step 4/4: caching binaries in $BIN_DIR"
 built="$tree/_output/local/go/bin"
-[ -d "$built" ] || built=$(dirname "$(find "$tree/_output" -type f -name kube-apiserver | head -n1)")
-tmp="$BIN_DIR.tmp.$$"
-mkdir -p "$tmp"
-for b in "${BINARIES[@]}"; do
-  [ -x "$built/$b" ] || die "$b was not produced by the build (looked in $built)"
-  cp "$built/$b" "$tmp/$b"
-done
-(cd "$tmp" && sha256sum "${BINARIES[@]}" > SHA256SUMS)
-# The whole build's duration (packages, source, compile), for `make bench` (cluster_cold_build_s);
-# not part of the checksummed set.
-echo "$(( $(date +%s) - script_start ))" > "$tmp/BUILD_SECONDS"
-rm -rf "$BIN_DIR" && mv "$tmp" "$BIN_DIR"
+[ -d "$built" ] || built=$(dirname "$(find "$tree/_output" -type f -name "${want[0]}" | head -n1)")
+# cache_set DIR BINARY...: copy, checksum, and move into place as a whole (never a half-written set).
+cache_set() {
+  local dir=$1; shift
+  say "step 4/4: caching $* in $dir"
+  local tmp="$dir.tmp.$$" b
+  mkdir -p "$tmp"
+  for b in "$@"; do
+    [ -x "$built/$b" ] || die "$b was not produced by the build (looked in $built)"
+    cp "$built/$b" "$tmp/$b"
+  done
+  (cd "$tmp" && sha256sum "$@" > SHA256SUMS)
+  # The whole build's duration (packages, source, compile), for `make bench` (cluster_cold_build_s);
+  # not part of the checksummed set.
+  echo "$(( $(date +%s) - script_start ))" > "$tmp/BUILD_SECONDS"
+  rm -rf "$dir" && mv "$tmp" "$dir"
+}
+[ $build_cp -eq 1 ] && cache_set "$BIN_DIR" "${BINARIES[@]}"
+[ $build_node -eq 1 ] && cache_set "$NODE_BIN_DIR" "${NODE_BINARIES[@]}"
 say "built in $(( $(date +%s) - start ))s"
 cache_ok || die "the fresh cache in $BIN_DIR does not verify"
+node_cache_ok || die "the fresh cache in $NODE_BIN_DIR does not verify"
 # The source tree and Go's build cache take about 2.5 GB; only the binaries are worth keeping.
 rm -rf "$SRC_DIR"
 echo "$BIN_DIR"

@@ -43,6 +43,7 @@ from localcluster.procs import (
     port_owner,
     reap_stale,
 )
+from localcluster.realnode import RealNodes, node_images, requested_count
 
 KUBE_VERSION = "1.20.2"
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
@@ -136,8 +137,12 @@ class LocalCluster:
         bin_dir: Path | None = None,
         apiserver_port: int | None = None,
         log: Callable[[str], None] | None = None,
+        real_nodes: int | None = None,
     ) -> None:
         self.state_dir = Path(state_dir).resolve()
+        # Real nodes (kubelet + containerd) beside the simulated ones: GPUPORTAL_REAL_NODES, see realnode.py.
+        self.real_node_count = requested_count() if real_nodes is None else real_nodes
+        self.real: RealNodes | None = None
         self.pools = pools or PoolsConfig.default()
         self.bin_dir = bin_dir or default_bin_dir()
         self.requested_port = apiserver_port
@@ -169,6 +174,7 @@ class LocalCluster:
         """Start every component and wait until all nodes are Ready. Raises ClusterError on failure
         (after stopping whatever it started)."""
         started = time.monotonic()
+        timeout += 120.0 if self.real_node_count else 0.0
         for attempt in (1, 2):
             try:
                 self._prepare()
@@ -190,6 +196,8 @@ class LocalCluster:
         return self._require_info()
 
     def stop(self) -> None:
+        if self.real is not None:
+            self.real.stop()
         for name in reversed(COMPONENTS):
             component = self.components.get(name)
             if component is not None:
@@ -261,6 +269,12 @@ class LocalCluster:
         self._pick_ports()
         self._write_files()
         self._define_components(etcd)
+        if self.real_node_count:
+            sandbox, archives = node_images(self._log)
+            self.real = RealNodes(self.state_dir / "real", pki=self.pki, server=self.server,
+                                  token=self.admin_token, count=self.real_node_count, sandbox_image=sandbox,
+                                  images=archives, log=self._log)  # fmt: skip
+            self.real.prepare()
 
     def _discard_etcd(self, why: str) -> None:
         data = self.state_dir / "etcd"
@@ -490,6 +504,8 @@ class LocalCluster:
         self.components["kube-controller-manager"].wait_until(
             self._default_sa_ready, timeout=max(1.0, deadline - time.monotonic()), what="ready (no SA token)"
         )
+        if self.real is not None:
+            self.real.start(deadline)
 
     def _wait_component(self, name: str, deadline: float) -> None:
         component = self.components[name]

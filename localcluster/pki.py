@@ -201,6 +201,23 @@ class Pki:
         # Static token file: token,user,uid,"group1,group2"
         _write(self.token_file, f'{token},admin,admin,"system:masters"\n'.encode())
 
+    def issue(
+        self,
+        cert_path: Path,
+        key_path: Path,
+        common_name: str,
+        organization: str | None,
+        dns_names: list[str],
+        ips: list[str],
+        *,
+        server: bool,
+    ) -> None:
+        """A certificate signed by this cluster's CA (the real nodes' kubelets: client and serving)."""
+        ca_key = serialization.load_pem_private_key(self.ca_key.read_bytes(), password=None)
+        assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+        ca_cert = x509.load_pem_x509_certificate(self.ca_cert.read_bytes())
+        self._leaf(ca_key, ca_cert, cert_path, key_path, common_name, organization, dns_names, ips, server=server)
+
     @staticmethod
     def _leaf(
         ca_key: ec.EllipticCurvePrivateKey,

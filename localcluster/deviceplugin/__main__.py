@@ -1,0 +1,5 @@
+import sys
+
+from localcluster.deviceplugin import main
+
+sys.exit(main())
