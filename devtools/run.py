@@ -24,6 +24,7 @@ Environment: PORT (default 8000), LOCALCLUSTER_STATE_DIR (default var/cluster).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -206,6 +207,19 @@ def _quietly(step) -> None:
         step()
 
 
+def local_images_seed(env: dict[str, str]) -> list[str]:
+    """seed_demo's arguments for the catalog of the images built on this machine (localhost/...), when
+    GPUPORTAL_LOCAL_IMAGES=1: written to a file in var/ for the command to read."""
+    if env.get("GPUPORTAL_LOCAL_IMAGES") != "1":
+        return []
+    from localcluster.images import catalog_seed
+
+    path = VAR / "local-images-seed.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(catalog_seed()))
+    return ["--seed", str(path)]
+
+
 def main() -> int:
     env = dict(os.environ)
     env.setdefault("DEBUG", "1")
@@ -258,7 +272,7 @@ def main() -> int:
             run_once("migrate", [python, "manage.py", "migrate", "--noinput"], env_of("engine"))
             seeded: list[str] = []
             if management_command_exists("seed_demo"):
-                seeded = run_once("seed", [python, "manage.py", "seed_demo"], env_of("engine"))
+                seeded = run_once("seed", [python, "manage.py", "seed_demo", *local_images_seed(env)], env_of("engine"))
             stack.callback(children.stop)
             worker = [python, "-m", "celery", "-A", "portal", "worker", "-l", "info"]
             children.start("worker", worker, {**env_of("engine"), **worker_only})  # the private key: its alone

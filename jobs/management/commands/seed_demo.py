@@ -1,28 +1,37 @@
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from jobs.models import Membership, Role, Team
-from jobs.services.seeding import DEMO, apply_seed
+from jobs.services.seeding import DEMO, SeedError, apply_seed
 
 
 class Command(BaseCommand):
     help = (
-        "Create the demo GPU types, team, catalog and users for `make run` (idempotent); with "
-        "GPUPORTAL_LOCAL_IMAGES=1 also the catalog entries of the images localcluster/images.py builds."
+        "Create the demo GPU types, team, catalog and users for `make run` (idempotent); --seed FILE adds "
+        "a seed document of its own (JSON), e.g. the catalog of the images the local cluster built."
     )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--seed", action="append", default=[], metavar="FILE", help="a JSON seed document to apply as well"
+        )
 
     def handle(self, *args, **options):
         apply_seed(DEMO)
-        if os.environ.get("GPUPORTAL_LOCAL_IMAGES") == "1":
-            # The local cluster's real nodes: catalog entries for the images built here (localhost/...).
-            from localcluster.images import catalog_seed
-
-            apply_seed(catalog_seed())
+        # Documents the caller made (make run: the local images' catalog entries, localhost/...); the
+        # product itself knows nothing of the local cluster.
+        for path in options["seed"]:
+            try:
+                apply_seed(json.loads(Path(path).read_text()))
+            except (OSError, ValueError, SeedError) as exc:
+                raise CommandError(f"seed document {path}: {exc}") from exc
         team = Team.objects.get(slug="demo")
         users = get_user_model()
         password = os.environ.get("DEMO_PASSWORD", "gpuportal-demo")
