@@ -108,7 +108,7 @@ class Engine:
 
         from devtools.engine import FAST_INTERVALS, EngineProcesses, install_identity
         from jobs.kube import client as kube
-        from jobs.services.object_creation import forget_namespaces
+        from jobs.services.provisioning import forget_namespaces
 
         self.ctx = ctx
         cluster = ctx.cluster()

@@ -144,7 +144,7 @@ def _portal_side(engine: Engine, n: int, place) -> tuple[float, float]:
     from django.db import transaction
 
     from jobs.models import GpuType, Quota, State, Workload
-    from jobs.services.quota_changes import quota_change_record
+    from jobs.services.settings_changes import quota_change_record
 
     team, user, namespace = place
     k2 = GpuType.objects.get(slug="k2")

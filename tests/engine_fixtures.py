@@ -35,7 +35,7 @@ def portal_identity(
     from kubernetes import client as k8s
 
     from jobs.kube import client as kube
-    from jobs.services.object_creation import forget_namespaces
+    from jobs.services.provisioning import forget_namespaces
 
     identity = install_identity(
         admin_api=kube_api,

@@ -28,6 +28,31 @@ def _send(task_name: str, *args: int | str, countdown: float = 0.0) -> None:
         log.warning("could not enqueue %s%s (%s); the periodic sweep will pick it up", task_name, args, exc)
 
 
+def request_provisioning(*, team_id: int, slug: str) -> None:
+    """Ask the provisioner (the worker of settings.PROVISION_QUEUE) for a team's namespace, now (not on
+    commit: the caller is a worker waiting for it)."""
+    from django.conf import settings
+
+    from portal.celery import app
+
+    app.tasks["jobs.tasks.provision_namespace"].apply_async(args=[team_id, slug], queue=settings.PROVISION_QUEUE)
+
+
+def write_secret(secret_id: int, version: int, sealed: str, k8s_name: str) -> None:
+    """Hand a sealed secret value to the engine's worker (the row id with the Secret's name: a task that
+    reached another portal's engine matches no row there)."""
+    from portal.celery import app
+
+    app.tasks["jobs.tasks.write_secret"].delay(secret_id, version, sealed, k8s_name)
+
+
+def remove_secret(secret_id: int, version: int, k8s_name: str) -> None:
+    """Ask the engine's worker to delete a forgotten secret's Kubernetes Secret."""
+    from portal.celery import app
+
+    app.tasks["jobs.tasks.remove_secret"].delay(secret_id, version, k8s_name)
+
+
 def enqueue_admission(*, team_id: int, gpu_type_id: int) -> None:
     transaction.on_commit(lambda: _send("jobs.tasks.admit", team_id, gpu_type_id))
 
