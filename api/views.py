@@ -55,9 +55,10 @@ from api.serializers import (
     parse_batch,
     parse_submission,
 )
+from identity.models import Membership
 from jobs import policy
 from jobs.kube.client import KubeConfigError, classify
-from jobs.models import CatalogImage, GpuType, Kind, Membership, State, Workload
+from jobs.models import CatalogImage, GpuType, Kind, State, Workload
 from jobs.selectors import (
     attach_related_names,
     cluster_capacity,

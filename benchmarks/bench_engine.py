@@ -70,7 +70,8 @@ def admission_10k() -> Iterator[tuple[str, float]]:
     3,000 workloads already running (100 per team and type, some of them on borrowed GPUs)."""
     from django.contrib.auth import get_user_model
 
-    from jobs.models import Cohort, GpuType, Membership, Quota, State, Team, Workload
+    from identity.models import Membership
+    from jobs.models import Cohort, GpuType, Quota, State, Team, Workload
     from jobs.services.admission import admit_all
     from portal.celery import app
 
@@ -139,7 +140,8 @@ def overadmission() -> Iterator[tuple[str, float]]:
     from django.contrib.auth import get_user_model
     from django.db import connection
 
-    from jobs.models import GpuNode, GpuType, Membership, Quota, State, Team, Workload
+    from identity.models import Membership
+    from jobs.models import GpuNode, GpuType, Quota, State, Team, Workload
     from jobs.services.admission import quota_admit
     from jobs.services.intake import workload_submit
 

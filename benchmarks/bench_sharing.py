@@ -282,7 +282,8 @@ def reclaim_on_cluster(ctx: BenchContext) -> Iterator[tuple[str, float]]:
 def _reclaims(engine, wait_until) -> Iterator[tuple[str, float]]:
     from django.contrib.auth import get_user_model
 
-    from jobs.models import Cohort, GpuType, Membership, Quota, State, Team, Workload
+    from identity.models import Membership
+    from jobs.models import Cohort, GpuType, Quota, State, Team, Workload
     from jobs.services.cancel import workload_cancel
     from jobs.services.intake import workload_submit
 

@@ -190,7 +190,8 @@ class Engine:
     def team(self, quota: int = 100_000, *, budget: Any = None):
         from django.contrib.auth import get_user_model
 
-        from jobs.models import GpuType, Membership, Quota, Team
+        from identity.models import Membership
+        from jobs.models import GpuType, Quota, Team
 
         self.seed()
         suffix = uuid.uuid4().hex[:8]

@@ -64,8 +64,9 @@ def main(argv: list[str]) -> int:
         from django.db import connection
         from django.utils import timezone
 
+        from identity.models import Membership, Role
         from jobs.kube import names
-        from jobs.models import GpuType, Kind, Membership, Role, State, Team, Workload
+        from jobs.models import GpuType, Kind, State, Team, Workload
         from jobs.services import watch_loop
         from jobs.services.seeding import DEMO, apply_seed
 

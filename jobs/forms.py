@@ -11,7 +11,8 @@ from typing import Any
 from django import forms
 from django.utils import timezone
 
-from jobs.models import CatalogImage, GpuType, Kind, Role, State, Workload
+from identity.models import Role
+from jobs.models import CatalogImage, GpuType, Kind, State, Workload
 from jobs.services import reports
 from jobs.services.intake import MANY_AT_MOST
 from jobs.services.spec_fields import MAX_COMMAND_TOTAL, MAX_ENV_NAME, field_limits

@@ -455,7 +455,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "StateEnum": "jobs.models.State",
         "KindEnum": "jobs.models.Kind",
-        "MemberRoleEnum": "jobs.models.Role",
+        "MemberRoleEnum": "identity.models.Role",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

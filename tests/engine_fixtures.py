@@ -217,7 +217,7 @@ def engine(
 ) -> Iterator[Engine]:
     from kubernetes import client as k8s
 
-    from jobs.models import Role
+    from identity.models import Role
     from jobs.services.inventory import inventory_sync
     from jobs.services.seeding import DEMO, apply_seed
     from tests.engine.factories import MembershipFactory, TeamFactory, UserFactory

@@ -10,15 +10,10 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from identity.models import Membership
 from jobs import policy
 from jobs import sql as jobs_sql
-from jobs.models import (
-    GpuType,
-    Membership,
-    Team,
-    Workload,
-    WorkloadEvent,
-)
+from jobs.models import GpuType, Team, Workload, WorkloadEvent
 from jobs.models import workloads as workloads_model
 from jobs.services import intake_facts, validation
 from jobs.services.dispatch import enqueue_admission, request_admission

@@ -23,9 +23,10 @@ from django.db.models import F
 from django.utils import timezone
 from kubernetes.client.exceptions import ApiException
 
+from identity.models import Membership, Role
 from jobs.kube import client as kube
 from jobs.kube import names, objects
-from jobs.models import Membership, Role, SecretState, Team, TeamSecret
+from jobs.models import SecretState, Team, TeamSecret
 from jobs.services import dispatch
 from jobs.services.provisioning import namespace_wait_ready
 from jobs.services.validation import NAME_RE, SubmissionInvalid

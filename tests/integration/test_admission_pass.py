@@ -14,7 +14,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from jobs.models import Cohort, GpuType, Membership, Quota, State, Team, Workload, WorkloadEvent
+from identity.models import Membership
+from jobs.models import Cohort, GpuType, Quota, State, Team, Workload, WorkloadEvent
 from jobs.services import sharing_plan
 from jobs.services.admission import admit_all
 from jobs.services.cohort_facts import gather_cohort_facts

@@ -14,15 +14,8 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.utils import timezone
 
-from jobs.models import (
-    Kind,
-    Membership,
-    Quota,
-    State,
-    Team,
-    Workload,
-    WorkloadEvent,
-)
+from identity.models import Membership
+from jobs.models import Kind, Quota, State, Team, Workload, WorkloadEvent
 from jobs.services.admission import quota_admit
 from jobs.services.estimates import arrival_demand, estimate
 from jobs.services.forecast import Size

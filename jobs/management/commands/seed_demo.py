@@ -6,7 +6,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from jobs.models import Membership, Role, Team
+from identity.models import Membership, Role
+from jobs.models import Team
 from jobs.services.seeding import DEMO, apply_seed
 
 
