@@ -72,7 +72,7 @@ def admission_10k() -> Iterator[tuple[str, float]]:
 
     from identity.models import Membership
     from jobs.models import Cohort, GpuType, Quota, State, Team, Workload
-    from jobs.services.admission import admit_all
+    from jobs.services.queue.admission import admit_all
     from portal.celery import app
 
     run = uuid.uuid4().hex[:6]
@@ -142,8 +142,8 @@ def overadmission() -> Iterator[tuple[str, float]]:
 
     from identity.models import Membership
     from jobs.models import GpuNode, GpuType, Quota, State, Team, Workload
-    from jobs.services.admission import quota_admit
-    from jobs.services.intake import workload_submit
+    from jobs.services.queue.admission import quota_admit
+    from jobs.services.submission.intake import workload_submit
 
     suffix = uuid.uuid4().hex[:6]
     team = Team.objects.create(slug=f"race-{suffix}", name=f"Race {suffix}")
@@ -229,7 +229,7 @@ def usage_report_1m() -> Iterator[tuple[str, float]]:
 
     from jobs.models import GpuType, Team, Workload
     from jobs.models.usage import RolledUpDay
-    from jobs.services.accounting import counted_interval, note_interval_changed, rollup_pending, usage_report
+    from jobs.services.usage.accounting import counted_interval, note_interval_changed, rollup_pending, usage_report
     from portal.celery import app
 
     run = uuid.uuid4().hex[:4]

@@ -59,7 +59,7 @@ def quiet() -> float:
 
 
 def worker_batches(log: Path, offset: int) -> str:
-    """The worker's own per-batch profile lines ("submit batch: ...", jobs/services/object_creation.py)
+    """The worker's own per-batch profile lines ("submit batch: ...", jobs/services/cluster/object_creation.py)
     written since `offset`, summed: per created object, wall and worker-thread CPU per phase, SQL queries;
     and the tasks it ran meanwhile, by name (the sweep's resubmissions counted)."""
     wall: dict[str, float] = {}
@@ -150,7 +150,7 @@ class Engine:
         """
         from jobs.models import GpuType
         from jobs.selectors import cluster_capacity
-        from jobs.services.inventory import inventory_sync
+        from jobs.services.cluster.inventory import inventory_sync
         from jobs.services.seeding import DEMO, apply_seed
 
         if self.seeded:
@@ -173,7 +173,7 @@ class Engine:
     def ready(self) -> None:
         """Before any timing: one workload end to end (worker created its Job, tracker saw it Running)."""
         from jobs.models import State, Workload
-        from jobs.services.intake import workload_submit
+        from jobs.services.submission.intake import workload_submit
 
         self.seed()
         team, user = self.team()

@@ -85,7 +85,9 @@ def main(argv: list[str]) -> int:
         from benchmarks.engine_flow import _fresh_namespace
         from jobs.kube import objects
         from jobs.models import Workload
-        from jobs.services import intake, intake_facts, object_creation, provisioning
+        from jobs.services import provisioning
+        from jobs.services.cluster import object_creation
+        from jobs.services.submission import intake, intake_facts
 
         engine = Engine(ctx, start_processes=False)
         team, user, _ = _fresh_namespace(engine)  # set up and usable by the portal (RBAC) before timing

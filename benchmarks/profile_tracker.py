@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
         from identity.models import Membership, Role
         from jobs.kube import names
         from jobs.models import GpuType, Kind, State, Team, Workload
-        from jobs.services import watch_loop
+        from jobs.services.cluster import watch_loop
         from jobs.services.seeding import DEMO, apply_seed
 
         apply_seed({"gpu_types": DEMO["gpu_types"], "allowed_registries": ["docker.io"]})

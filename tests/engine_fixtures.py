@@ -164,7 +164,7 @@ class Engine:
     gpu_types: dict[str, Any]
 
     def submit(self, *, user: Any = None, **spec: Any) -> Any:
-        from jobs.services.intake import workload_submit
+        from jobs.services.submission.intake import workload_submit
 
         spec.setdefault("image", "nvidia/cuda:12.2.0-base-ubuntu22.04")
         spec.setdefault("gpu_type", "p100")
@@ -218,7 +218,7 @@ def engine(
     from kubernetes import client as k8s
 
     from identity.models import Role
-    from jobs.services.inventory import inventory_sync
+    from jobs.services.cluster.inventory import inventory_sync
     from jobs.services.seeding import DEMO, apply_seed
     from tests.engine.factories import MembershipFactory, TeamFactory, UserFactory
 

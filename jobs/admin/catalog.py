@@ -5,7 +5,7 @@ from django.contrib import admin
 
 from jobs.models import AllowedRegistry, CatalogImage, GpuNode, GpuType
 from jobs.services.provisioning import forget_namespaces
-from jobs.services.settings_changes import gpu_type_changed
+from jobs.services.queue.settings_changes import gpu_type_changed
 from portal import sealing
 
 

@@ -8,7 +8,7 @@ from identity.models import Membership
 from identity.signals import changes_by
 from identity.teams import membership_edited_by_hand
 from jobs.models import Quota, QuotaChange, State, Team, Workload
-from jobs.services.settings_changes import quota_change_record, sharing_changed
+from jobs.services.queue.settings_changes import quota_change_record, sharing_changed
 
 
 def _gpus(states) -> Coalesce:

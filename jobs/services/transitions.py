@@ -45,7 +45,7 @@ def transition(
         log.info("workload %s: refusing %s -> %s", workload.uid, from_state, to_state)
         return False
     now = timezone.now()
-    from jobs.services.accounting import counted_interval, note_interval_changed
+    from jobs.services.usage.accounting import counted_interval, note_interval_changed
 
     counted_before = counted_interval(workload)
     changes = {"state": to_state, "reason": reason, "message": message, "state_changed_at": now, **fields}

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from identity.models import Membership
 from jobs.models import State, Workload
-from jobs.services.exports import safe_cell
+from jobs.services.usage.csv_export import safe_cell
 
 pytestmark = pytest.mark.django_db
 

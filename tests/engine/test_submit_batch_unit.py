@@ -1,4 +1,4 @@
-"""A submit batch (jobs.services.object_creation.workloads_create_objects) against the in-memory Kubernetes
+"""A submit batch (jobs.services.cluster.object_creation.workloads_create_objects) against the in-memory Kubernetes
 client (tests/engine/fake_kube.py): its creates go out together, a batch that takes longer than the sweep's
 patience is not handed over a second time while it is still creating, and one refused create fails only
 its own workload."""
@@ -15,7 +15,9 @@ from django.utils import timezone
 from kubernetes.client.exceptions import ApiException
 
 from jobs.models import Kind, State, Workload, WorkloadEvent
-from jobs.services import lifecycle, object_creation, preemption, provisioning
+from jobs.services import lifecycle, provisioning
+from jobs.services.cluster import object_creation
+from jobs.services.queue import preemption
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, TeamFactory
 
 pytestmark = pytest.mark.django_db

@@ -30,7 +30,7 @@ from rest_framework.test import APIClient
 from jobs import tasks
 from jobs.kube import client as kube
 from jobs.models import SecretState, State, TeamSecret, Workload
-from jobs.services.logs import workload_logs
+from jobs.services.logs.container_logs import workload_logs
 from portal import sealing
 
 pytestmark = [pytest.mark.cluster, pytest.mark.celery]

@@ -38,7 +38,7 @@ class Command(BaseCommand):
                 user.save()
             Membership.objects.get_or_create(user=user, team=team, defaults={"role": role})
         try:
-            from jobs.services.inventory import inventory_sync
+            from jobs.services.cluster.inventory import inventory_sync
 
             nodes = inventory_sync()
             self.stdout.write(f"Found {nodes} GPU node(s) in the cluster.")

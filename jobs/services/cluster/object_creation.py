@@ -27,7 +27,8 @@ from kubernetes.client.exceptions import ApiException
 from jobs.kube import client as kube
 from jobs.kube import names, objects
 from jobs.models import AllowedRegistry, Kind, SecretState, State, Team, TeamSecret, Workload, WorkloadEvent
-from jobs.services import opening, provisioning, workspaces
+from jobs.services import opening, provisioning
+from jobs.services.storage import workspaces
 from jobs.services.transitions import note, transition
 from jobs.services.validation import parse_image_reference
 from portal import sealing

@@ -9,7 +9,7 @@ reference it with secretKeyRef and a projected volume) or a log line (errors are
 Each store is a new `version` of the row, PENDING until the engine has written exactly that version
 (then READY, or FAILED with the reason). The engine writes under the row's lock, so of two quick
 replaces the later value always wins. A launch that needs a secret still PENDING waits for it
-(jobs/services/object_creation.py); one whose secret FAILED is refused, naming it.
+(jobs/services/cluster/object_creation.py); one whose secret FAILED is refused, naming it.
 """
 
 from __future__ import annotations

@@ -19,10 +19,10 @@ from django.conf import settings
 
 from jobs.kube import names
 from jobs.models import Kind, RunSegment, State, Workload, WorkloadEvent
-from jobs.services.accounting import counted_start
+from jobs.services.cluster.object_creation import workload_delete_objects
 from jobs.services.dispatch import enqueue_preempt_delete
-from jobs.services.object_creation import workload_delete_objects
 from jobs.services.transitions import note, transition
+from jobs.services.usage.accounting import counted_start
 from jobs.signals import workload_preempted
 
 log = logging.getLogger(__name__)

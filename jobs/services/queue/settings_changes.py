@@ -15,8 +15,8 @@ import logging
 from django.db import transaction
 
 from jobs.models import GpuType, Quota, QuotaChange, Team
-from jobs.services.admission import quota_admit
 from jobs.services.provisioning import namespace_ensure
+from jobs.services.queue.admission import quota_admit
 
 log = logging.getLogger(__name__)
 

@@ -28,13 +28,13 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from jobs.models import Quota, State, Team, Workload, WorkloadEvent
-from jobs.services import sharing_plan
-from jobs.services.accounting import counted_start
-from jobs.services.cohort_facts import fair_share_usage_of
 from jobs.services.dispatch import enqueue_estimate, enqueue_submits
-from jobs.services.preemption import close_segment, preempt
-from jobs.services.sharing_plan import Held, QueueEntry, TeamQuota
+from jobs.services.queue import sharing_plan
+from jobs.services.queue.cohort_facts import fair_share_usage_of
+from jobs.services.queue.preemption import close_segment, preempt
+from jobs.services.queue.sharing_plan import Held, QueueEntry, TeamQuota
 from jobs.services.transitions import note
+from jobs.services.usage.accounting import counted_start
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +214,7 @@ def _team_quotas(quotas: list[Quota]) -> dict[int, TeamQuota]:
 
 def _budgets_spent(teams: Iterable[Team]) -> set[int]:
     """Teams whose monthly GPU-hour budget is used up (a cheap bound for all, a report where it is near)."""
-    from jobs.services.accounting import budgets_spent
+    from jobs.services.usage.accounting import budgets_spent
 
     return budgets_spent({t.id: t for t in teams}.values())
 

@@ -15,8 +15,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from jobs.models import Quota, State, Team, Workload
-from jobs.services import sharing_plan
-from jobs.services.sharing_plan import Held, QueueEntry, TeamQuota
+from jobs.services.queue import sharing_plan
+from jobs.services.queue.sharing_plan import Held, QueueEntry, TeamQuota
 
 
 @dataclass(frozen=True)
