@@ -57,9 +57,10 @@ test: venv ## the whole suite against real PostgreSQL, Redis, Celery and the loc
 test-fast: venv ## unit tests only (no cluster, no browser)
 	@$(PY) -m devtools.testenv -- $(PY) -m pytest -m "not cluster and not celery and not browser and not images" $(PYTEST_ARGS)
 
-lint: venv $(CHECKOV_STAMP) ## ruff, formatting, no missing migrations, checkov over the manifests, bandit
+lint: venv $(CHECKOV_STAMP) ## ruff, formatting, import contracts, no missing migrations, checkov over the manifests, bandit
 	@$(PY) -m ruff check .
 	@$(PY) -m ruff format --check .
+	@$(VENV)/bin/lint-imports --no-cache
 	@DEBUG=1 $(PY) manage.py makemigrations --check --dry-run
 	@$(PY) -m devtools.security_scan
 

@@ -13,8 +13,8 @@ from api.errors import Invalid
 from jobs import policy
 from jobs.models import Team, Workload
 from jobs.selectors import teams_for
-from jobs.services import intake_facts
-from jobs.services.intake_facts import Snapshot
+from jobs.services.submission import intake_facts
+from jobs.services.submission.intake_facts import Snapshot
 
 
 def visible_teams(user) -> QuerySet[Team]:

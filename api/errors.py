@@ -13,7 +13,7 @@ from rest_framework import exceptions, status
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from jobs.services.errors import WorkloadStateError
-from jobs.services.logs import LogsUnavailable
+from jobs.services.logs.container_logs import LogsUnavailable
 from jobs.services.validation import SubmissionInvalid
 
 log = logging.getLogger(__name__)

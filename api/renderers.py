@@ -4,7 +4,7 @@ import io
 
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 
-from jobs.services.exports import SafeCsvWriter
+from jobs.services.usage.csv_export import SafeCsvWriter
 
 
 class PlainTextRenderer(BaseRenderer):

@@ -4,8 +4,7 @@ from django.urls import include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.routers import DefaultRouter
 
-from api import views, views_members, views_secrets
-from notifications.api import NotificationPreferenceView
+from api import views, views_agent, views_members, views_notifications, views_secrets
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
@@ -22,10 +21,12 @@ urlpatterns = [
     path("gpu-types/", views.GpuTypeListView.as_view(), name="gpu-types"),
     path("images/", views.CatalogImageListView.as_view(), name="images"),
     path("usage/", views.UsageView.as_view(), name="usage"),
-    path("me/notifications/", NotificationPreferenceView.as_view(), name="notification-preferences"),
+    path(
+        "me/notifications/", views_notifications.NotificationPreferenceView.as_view(), name="notification-preferences"
+    ),
     path("secrets/", views_secrets.SecretListView.as_view(), name="secrets"),
     path("secrets/<str:name>/", views_secrets.SecretDetailView.as_view(), name="secret"),
-    path("agent/", include("telemetry.api_urls")),
+    path("agent/reports", views_agent.AgentReportView.as_view(), name="agent_report"),
 ]
 
 

@@ -55,9 +55,10 @@ from api.serializers import (
     parse_batch,
     parse_submission,
 )
+from identity.models import Membership
 from jobs import policy
 from jobs.kube.client import KubeConfigError, classify
-from jobs.models import CatalogImage, GpuType, Kind, Membership, State, Workload
+from jobs.models import CatalogImage, GpuType, Kind, State, Workload
 from jobs.selectors import (
     attach_related_names,
     cluster_capacity,
@@ -69,13 +70,14 @@ from jobs.selectors import (
     with_related_names,
 )
 from jobs.selectors_sharing import team_queue_explained
-from jobs.services import intake_facts, reports
 from jobs.services.cancel import workload_cancel
-from jobs.services.intake import workload_submit, workloads_submit_many
-from jobs.services.limits import queue_slot_take
-from jobs.services.log_streams import HeldStream, TooManyStreams
-from jobs.services.logs import MAX_TAIL, LogsUnavailable, follow_logs, workload_events, workload_logs
+from jobs.services.logs.container_logs import MAX_TAIL, LogsUnavailable, follow_logs, workload_events, workload_logs
+from jobs.services.logs.follow_slots import HeldStream, TooManyStreams
 from jobs.services.opening import workload_share
+from jobs.services.submission import intake_facts
+from jobs.services.submission.intake import workload_submit, workloads_submit_many
+from jobs.services.submission.queue_caps import queue_slot_take
+from jobs.services.usage import reports
 
 log = logging.getLogger(__name__)
 

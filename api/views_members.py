@@ -17,9 +17,9 @@ from api.errors import Invalid, error_body
 from api.serializers import ErrorSerializer
 from api.views import ApiViewMixin, _has_bad_text
 from identity.members import MembersInvalid, member_invite, member_remove, member_role_set, members_history
-from identity.models import MembershipChange
+from identity.models import Membership, MembershipChange, Role
 from jobs import policy
-from jobs.models import Membership, Role, Team
+from jobs.models import Team
 
 E = OpenApiResponse(ErrorSerializer)
 NOT_A_MANAGER = "Only the team's managers change its members."

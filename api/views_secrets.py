@@ -19,7 +19,7 @@ from api.serializers import ErrorSerializer
 from api.views import TEAM_PARAM, ApiViewMixin
 from jobs import policy
 from jobs.models import SecretState, TeamSecret
-from jobs.services.secrets import (
+from jobs.services.storage.secrets import (
     SecretNotWritable,
     secret_delete,
     secret_save,

@@ -61,7 +61,8 @@ def _setup() -> dict[str, Any]:
     from django.utils import timezone
 
     from api.tokens import token_create
-    from jobs.models import AllowedRegistry, GpuNode, GpuType, Membership, Quota, State, Team, Workload
+    from identity.models import Membership
+    from jobs.models import AllowedRegistry, GpuNode, GpuType, Quota, State, Team, Workload
 
     run = uuid.uuid4().hex[:6]
     team = Team.objects.create(name=f"Bench {run}", slug=f"bench-{run}")

@@ -44,7 +44,8 @@ def seed() -> tuple[dict, object]:
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
-    from jobs.models import AllowedRegistry, CatalogImage, GpuNode, GpuType, Membership, Quota, Role, Team
+    from identity.models import Membership, Role
+    from jobs.models import AllowedRegistry, CatalogImage, GpuNode, GpuType, Quota, Team
     from tests.ui.test_browser_a11y import _workloads
 
     suffix = uuid.uuid4().hex[:6]

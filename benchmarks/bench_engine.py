@@ -70,8 +70,9 @@ def admission_10k() -> Iterator[tuple[str, float]]:
     3,000 workloads already running (100 per team and type, some of them on borrowed GPUs)."""
     from django.contrib.auth import get_user_model
 
-    from jobs.models import Cohort, GpuType, Membership, Quota, State, Team, Workload
-    from jobs.services.admission import admit_all
+    from identity.models import Membership
+    from jobs.models import Cohort, GpuType, Quota, State, Team, Workload
+    from jobs.services.queue.admission import admit_all
     from portal.celery import app
 
     run = uuid.uuid4().hex[:6]
@@ -139,9 +140,10 @@ def overadmission() -> Iterator[tuple[str, float]]:
     from django.contrib.auth import get_user_model
     from django.db import connection
 
-    from jobs.models import GpuNode, GpuType, Membership, Quota, State, Team, Workload
-    from jobs.services.admission import quota_admit
-    from jobs.services.intake import workload_submit
+    from identity.models import Membership
+    from jobs.models import GpuNode, GpuType, Quota, State, Team, Workload
+    from jobs.services.queue.admission import quota_admit
+    from jobs.services.submission.intake import workload_submit
 
     suffix = uuid.uuid4().hex[:6]
     team = Team.objects.create(slug=f"race-{suffix}", name=f"Race {suffix}")
@@ -227,7 +229,7 @@ def usage_report_1m() -> Iterator[tuple[str, float]]:
 
     from jobs.models import GpuType, Team, Workload
     from jobs.models.usage import RolledUpDay
-    from jobs.services.accounting import counted_interval, note_interval_changed, rollup_pending, usage_report
+    from jobs.services.usage.accounting import counted_interval, note_interval_changed, rollup_pending, usage_report
     from portal.celery import app
 
     run = uuid.uuid4().hex[:4]

@@ -168,7 +168,8 @@ def _prepare_service() -> str:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    from jobs.models import GpuType, Kind, Membership, State, Team, Workload
+    from identity.models import Membership
+    from jobs.models import GpuType, Kind, State, Team, Workload
 
     user, _ = get_user_model().objects.get_or_create(username="bench-proxy")
     team, _ = Team.objects.get_or_create(slug="bench-proxy", defaults={"name": "Bench proxy"})

@@ -64,7 +64,8 @@ def _setup() -> dict[str, Any]:
     from django.utils import timezone
 
     from api.tokens import token_create
-    from jobs.models import AllowedRegistry, GpuNode, GpuType, Kind, Membership, Quota, State, Team, Workload
+    from identity.models import Membership
+    from jobs.models import AllowedRegistry, GpuNode, GpuType, Kind, Quota, State, Team, Workload
     from telemetry.services.tokens import agent_token_issue
 
     run = uuid.uuid4().hex[:6]

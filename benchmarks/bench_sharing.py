@@ -6,8 +6,8 @@ reclaim_p95_s            lender's submission → its workload RUNNING, while bor
 reclaim_grace_s          the preemption grace period those reclaims ran with (SIGTERM, then the kill)
 
 How time is accelerated. The day is replayed event by event (arrivals and expected ends) through the
-portal's own decision code: the admission plan (`jobs.services.sharing_plan.plan`, the function every
-admission runs under its locks) and the start forecaster (`jobs.services.forecast.forecast`, the one
+portal's own decision code: the admission plan (`jobs.services.queue.sharing_plan.plan`, the function every
+admission runs under its locks) and the start forecaster (`jobs.services.queue.forecast.forecast`, the one
 behind every estimate shown). Jumping from event to event makes the day take a few seconds; what is
 simulated is only the passage of time and the workloads' run lengths, drawn from a seeded trace of 6
 teams in 2 cohorts (each team 8 GPUs; teams busy at different hours; three users per team with their
@@ -34,8 +34,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from benchmarks.context import BenchContext
-from jobs.services.forecast import Demand, demand_from, expected_arrivals, expected_run, forecast, remaining
-from jobs.services.sharing_plan import Held, QueueEntry, TeamQuota, order_queue, plan
+from jobs.services.queue.forecast import Demand, demand_from, expected_arrivals, expected_run, forecast, remaining
+from jobs.services.queue.sharing_plan import Held, QueueEntry, TeamQuota, order_queue, plan
 
 DAY = 24 * 3600.0
 COHORTS = {0: (1, 2, 3), 1: (4, 5, 6)}
@@ -120,7 +120,7 @@ def _limit(rng: random.Random, duration: float) -> float:
 
 def expected_demand(earlier: list[Job]) -> dict[int, Demand]:
     """What the portal learns of each team's habits from the two weeks before the day: the same sums
-    `jobs.services.estimates.arrival_demand` reads from the database (runs that ended in the window)."""
+    `jobs.services.queue.start_estimates.arrival_demand` reads from the database (runs that ended in the window)."""
     rows: dict[tuple[int, int, int], list[float]] = {}
     for j in earlier:
         row = rows.setdefault((j.team, int((j.arrival % DAY) // 3600), j.gpus), [0, 0, 0.0])
@@ -282,9 +282,10 @@ def reclaim_on_cluster(ctx: BenchContext) -> Iterator[tuple[str, float]]:
 def _reclaims(engine, wait_until) -> Iterator[tuple[str, float]]:
     from django.contrib.auth import get_user_model
 
-    from jobs.models import Cohort, GpuType, Membership, Quota, State, Team, Workload
+    from identity.models import Membership
+    from jobs.models import Cohort, GpuType, Quota, State, Team, Workload
     from jobs.services.cancel import workload_cancel
-    from jobs.services.intake import workload_submit
+    from jobs.services.submission.intake import workload_submit
 
     engine.team(quota=0)  # seeds GPU types and inventory
     v100 = GpuType.objects.get(slug="v100")  # one node of 8 GPUs

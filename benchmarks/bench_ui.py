@@ -37,7 +37,8 @@ def run(ctx) -> Iterator[tuple[str, float]]:
     from django.test import Client, override_settings
     from django.utils import timezone
 
-    from jobs.models import GpuNode, GpuType, Membership, Quota, Role, State, Team, Workload, WorkloadEvent
+    from identity.models import Membership, Role
+    from jobs.models import GpuNode, GpuType, Quota, State, Team, Workload, WorkloadEvent
 
     suffix = uuid.uuid4().hex[:6]
     now = timezone.now()

@@ -59,7 +59,7 @@ def quiet() -> float:
 
 
 def worker_batches(log: Path, offset: int) -> str:
-    """The worker's own per-batch profile lines ("submit batch: ...", jobs/services/object_creation.py)
+    """The worker's own per-batch profile lines ("submit batch: ...", jobs/services/cluster/object_creation.py)
     written since `offset`, summed: per created object, wall and worker-thread CPU per phase, SQL queries;
     and the tasks it ran meanwhile, by name (the sweep's resubmissions counted)."""
     wall: dict[str, float] = {}
@@ -108,7 +108,7 @@ class Engine:
 
         from devtools.engine import FAST_INTERVALS, EngineProcesses, install_identity
         from jobs.kube import client as kube
-        from jobs.services.object_creation import forget_namespaces
+        from jobs.services.provisioning import forget_namespaces
 
         self.ctx = ctx
         cluster = ctx.cluster()
@@ -150,7 +150,7 @@ class Engine:
         """
         from jobs.models import GpuType
         from jobs.selectors import cluster_capacity
-        from jobs.services.inventory import inventory_sync
+        from jobs.services.cluster.inventory import inventory_sync
         from jobs.services.seeding import DEMO, apply_seed
 
         if self.seeded:
@@ -173,7 +173,7 @@ class Engine:
     def ready(self) -> None:
         """Before any timing: one workload end to end (worker created its Job, tracker saw it Running)."""
         from jobs.models import State, Workload
-        from jobs.services.intake import workload_submit
+        from jobs.services.submission.intake import workload_submit
 
         self.seed()
         team, user = self.team()
@@ -190,7 +190,8 @@ class Engine:
     def team(self, quota: int = 100_000, *, budget: Any = None):
         from django.contrib.auth import get_user_model
 
-        from jobs.models import GpuType, Membership, Quota, Team
+        from identity.models import Membership
+        from jobs.models import GpuType, Quota, Team
 
         self.seed()
         suffix = uuid.uuid4().hex[:8]

@@ -110,7 +110,7 @@ def _raw_side(engine: Engine, n: int, place) -> float:
     from django.conf import settings
 
     from jobs.kube import objects
-    from jobs.services.object_creation import spec_for
+    from jobs.services.cluster.object_creation import spec_for
 
     team, user, namespace = place
     instance = settings.PORTAL_INSTANCE
@@ -144,7 +144,7 @@ def _portal_side(engine: Engine, n: int, place) -> tuple[float, float]:
     from django.db import transaction
 
     from jobs.models import GpuType, Quota, State, Workload
-    from jobs.services.quota_changes import quota_change_record
+    from jobs.services.queue.settings_changes import quota_change_record
 
     team, user, namespace = place
     k2 = GpuType.objects.get(slug="k2")

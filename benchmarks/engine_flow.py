@@ -294,7 +294,7 @@ def tracking_lag(engine: Engine) -> Iterator[tuple[str, float]]:
     from django.db import connection
 
     from jobs.models import State, Workload
-    from jobs.services.intake import workload_submit
+    from jobs.services.submission.intake import workload_submit
 
     staggered_n, burst_n = _env_int("BENCH_LAG_STAGGERED", 300), _env_int("BENCH_LAG_BURST", 150)
     with connection.cursor() as cursor:
@@ -381,7 +381,7 @@ def crash(engine: Engine) -> Iterator[tuple[str, float]]:
     """kill -9 of the worker at random points while 200 workloads go through; every Job and pod ever
     created is counted by watches started before the first submission."""
     from jobs.models import State, Workload
-    from jobs.services.intake import workload_submit
+    from jobs.services.submission.intake import workload_submit
 
     n = _env_int("BENCH_CRASH_N", 200)
     team, user, namespace = _fresh_namespace(engine)

@@ -85,7 +85,9 @@ def main(argv: list[str]) -> int:
         from benchmarks.engine_flow import _fresh_namespace
         from jobs.kube import objects
         from jobs.models import Workload
-        from jobs.services import intake, intake_facts, object_creation
+        from jobs.services import provisioning
+        from jobs.services.cluster import object_creation
+        from jobs.services.submission import intake, intake_facts
 
         engine = Engine(ctx, start_processes=False)
         team, user, _ = _fresh_namespace(engine)  # set up and usable by the portal (RBAC) before timing
@@ -95,7 +97,7 @@ def main(argv: list[str]) -> int:
         wrap(intake, "admit_now", "intake: admission (+ enqueue)")
         wrap(object_creation, "spec_for", "worker: render spec")
         wrap(objects, "make_objects", "worker: render manifests")
-        wrap(object_creation, "namespace_ensure", "worker: namespace ensure")
+        wrap(provisioning, "namespace_ensure", "worker: namespace ensure")
         wrap(object_creation, "_create_or_adopt", "worker: create in API server")
         wrap(object_creation, "transition", "worker: transition to PENDING")
         spec = {"image": "ubuntu", "gpu_type": "k2", "env": {"SIM_RUN_SECONDS": "600"}}

@@ -64,9 +64,10 @@ def main(argv: list[str]) -> int:
         from django.db import connection
         from django.utils import timezone
 
+        from identity.models import Membership, Role
         from jobs.kube import names
-        from jobs.models import GpuType, Kind, Membership, Role, State, Team, Workload
-        from jobs.services import watch_loop
+        from jobs.models import GpuType, Kind, State, Team, Workload
+        from jobs.services.cluster import watch_loop
         from jobs.services.seeding import DEMO, apply_seed
 
         apply_seed({"gpu_types": DEMO["gpu_types"], "allowed_registries": ["docker.io"]})

@@ -17,12 +17,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 
-from identity.models import MembershipChange
+from identity.models import Membership, MembershipChange, Role
 from identity.signals import changes_by
 from identity.teams import membership_edited_by_hand
-from jobs.models import Membership, Role, Team
+
+# A team is jobs.Team: identity sits below jobs and never imports it (its models name it "jobs.Team").
+Team = models.Model
 
 KEPT_BY_PROVIDER = (
     "The identity provider keeps this team's members: they follow the groups people are in when they sign "

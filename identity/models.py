@@ -1,4 +1,5 @@
-"""Accounts at the identity provider, the claim-to-team rules, and the record of membership changes."""
+"""Who is in which team (memberships and their roles), accounts at the identity provider, the
+claim-to-team rules, and the record of membership changes."""
 
 from __future__ import annotations
 
@@ -6,7 +7,27 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from jobs.models import Role
+
+class Role(models.TextChoices):
+    MEMBER = "member", "Member"
+    MANAGER = "manager", "Manager"
+
+
+class Membership(models.Model):
+    """A person in a team, as a member or a manager. Its table keeps the name it had when it lived in jobs."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    team = models.ForeignKey("jobs.Team", on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "jobs_membership"
+        constraints = [models.UniqueConstraint(fields=["user", "team"], name="one_membership_per_team")]
+        ordering = ["team__name", "user__username"]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"
 
 
 class ProviderAccount(models.Model):

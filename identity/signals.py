@@ -11,8 +11,7 @@ from django.db.models import Model, QuerySet
 from django.db.models.signals import post_delete, post_save, pre_save
 from django.dispatch import receiver
 
-from identity.models import MembershipChange
-from jobs.models import Membership, Team
+from identity.models import Membership, MembershipChange
 
 _syncing = threading.local()
 
@@ -83,7 +82,7 @@ def _being_deleted(origin: Any, model: type[Model], pk: int) -> bool:
 def _record_delete(sender, instance: Membership, origin: Any = None, **kwargs) -> None:
     if _from_sync():
         return
-    team_gone = _being_deleted(origin, Team, instance.team_id)
+    team_gone = _being_deleted(origin, Membership._meta.get_field("team").related_model, instance.team_id)
     user_gone = _being_deleted(origin, get_user_model(), instance.user_id)
     # A row written now must not point at a team or person deleted in this same transaction: keep the
     # names and leave the link empty.

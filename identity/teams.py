@@ -6,9 +6,8 @@ from typing import Any
 
 from django.db import transaction
 
-from identity.models import ClaimRule, MembershipChange, TeamSource
+from identity.models import ClaimRule, Membership, MembershipChange, Role, TeamSource
 from identity.signals import provider_sync
-from jobs.models import Membership, Role
 
 _RANK = {Role.MEMBER: 1, Role.MANAGER: 2}
 

@@ -11,16 +11,17 @@ from typing import Any
 from django import forms
 from django.utils import timezone
 
-from jobs.models import CatalogImage, GpuType, Kind, Role, State, Workload
-from jobs.services import reports
-from jobs.services.intake import MANY_AT_MOST
+from identity.models import Role
+from jobs.models import CatalogImage, GpuType, Kind, State, Workload
 from jobs.services.spec_fields import MAX_COMMAND_TOTAL, MAX_ENV_NAME, field_limits
+from jobs.services.submission.intake import MANY_AT_MOST
+from jobs.services.usage import reports
 from jobs.services.validation import ENV_NAME_RE, MAX_NAME, default_name, env_reserved
 
 CUSTOM_IMAGE = ""
 TIME_UNITS = {"minutes": 60, "hours": 3600, "days": 86400}
 
-# Where each field of jobs.services.intake's spec is shown on the launch form.
+# Where each field of jobs.services.submission.intake's spec is shown on the launch form.
 SPEC_FIELD_TO_FORM = {"time_limit_seconds": "time_limit", "team": None}
 
 
@@ -355,7 +356,7 @@ class WorkloadFilterForm(forms.Form):
 
 
 class UsageRangeForm(forms.Form):
-    """The usage page's days; the range rule is jobs.services.reports.day_range (both ends inclusive)."""
+    """The usage page's days; the range rule is jobs.services.usage.reports.day_range (both ends inclusive)."""
 
     start = forms.DateField(label="From", widget=forms.DateInput(attrs={"type": "date"}))
     end = forms.DateField(label="To", widget=forms.DateInput(attrs={"type": "date"}))

@@ -37,7 +37,8 @@ import re
 from django.db.models import Exists, OuterRef, QuerySet
 from django.http import Http404
 
-from jobs.models import Kind, Membership, Role, Team, Workload
+from identity.models import Membership, Role
+from jobs.models import Kind, Team, Workload
 
 NOT_FOUND = "No such workload."
 

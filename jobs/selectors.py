@@ -10,8 +10,9 @@ from typing import Any
 from django.db.models import Case, Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value, When
 from django.db.models.functions import Coalesce
 
+from identity.models import Membership, Role
 from jobs import policy
-from jobs.models import GpuNode, GpuType, Membership, Quota, Role, RunSegment, State, Team, Workload, Workspace
+from jobs.models import GpuNode, GpuType, Quota, RunSegment, State, Team, Workload, Workspace
 from jobs.models.workloads import segment_gpu_seconds
 
 

@@ -9,9 +9,9 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from jobs.models import GpuType, Quota, Team, Workload
-from jobs.services.estimates import forecast_cohort
-from jobs.services.forecast import about
-from jobs.services.sharing_plan import Reason, TeamQuota
+from jobs.services.queue.forecast import about
+from jobs.services.queue.sharing_plan import Reason, TeamQuota
+from jobs.services.queue.start_estimates import forecast_cohort
 
 FIRST_WAITING = 10
 

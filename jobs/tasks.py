@@ -22,19 +22,11 @@ from urllib3.exceptions import HTTPError
 
 from jobs.kube import names
 from jobs.models import Team, Workload, Workspace
-from jobs.services import (
-    accounting,
-    admission,
-    dispatch,
-    estimates,
-    inventory,
-    lifecycle,
-    object_creation,
-    preemption,
-    provisioning,
-    secrets,
-    workspaces,
-)
+from jobs.services import dispatch, lifecycle, provisioning
+from jobs.services.cluster import inventory, object_creation
+from jobs.services.queue import admission, preemption, start_estimates
+from jobs.services.storage import secrets, workspaces
+from jobs.services.usage import accounting
 
 log = logging.getLogger(__name__)
 
@@ -195,12 +187,12 @@ def preempt_objects(self, uid: str, name: str) -> bool:
 
 @shared_task(name="jobs.tasks.estimate")
 def estimate(team_id: int, gpu_type_id: int) -> int:
-    return len(estimates.estimate(team_id=team_id, gpu_type_id=gpu_type_id))
+    return len(start_estimates.estimate(team_id=team_id, gpu_type_id=gpu_type_id))
 
 
 @shared_task(name="jobs.tasks.estimate_all")
 def estimate_all() -> int:
-    return estimates.estimate_all()
+    return start_estimates.estimate_all()
 
 
 @shared_task(name="jobs.tasks.sweep")

@@ -27,7 +27,7 @@ CANCELLED = "workload.cancelled"
 STARTED = "workload.started"
 IDLE_WARNING = "workload.idle_warning"
 TIME_LIMIT_WARNING = "workload.time_limit_warning"
-PREEMPTED = "workload.preempted"  # a lender reclaimed its GPUs (requeued or ended; see jobs.services.preemption)
+PREEMPTED = "workload.preempted"  # a lender reclaimed its GPUs (requeued or ended; see jobs.services.queue.preemption)
 
 # Every kind of event and the preference topic it belongs to. A new kind is one line here.
 KINDS: dict[str, Topic] = {

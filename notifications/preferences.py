@@ -7,7 +7,8 @@ from typing import Any
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.validators import URLValidator
 
-from jobs.models import Membership, Role, Team
+from identity.models import Membership, Role
+from jobs.models import Team
 from notifications.models import Preference, TeamWebhook, Topic, WebhookFormat
 from notifications.webhooks import WebhookUrlError, check_webhook_url
 

@@ -166,25 +166,3 @@ def env_email(name: str, default: str) -> dict[str, Any]:
     if query.get("from"):
         config["DEFAULT_FROM_EMAIL"] = query["from"][-1]
     return config
-
-
-def env_seal_keys() -> tuple[str, str]:
-    """(PORTAL_SEAL_PUBLIC_KEY, PORTAL_SEAL_PRIVATE_KEY), each checked; either may be empty (portal/sealing.py).
-
-    A process given the private key (the worker) knows the public half; given both, they must be one
-    pair, so a worker and a web configured from different pairs stop at start instead of losing secrets."""
-    from portal import sealing  # sealing raises this module's ConfigError: a cycle at import time
-
-    public = env_str("PORTAL_SEAL_PUBLIC_KEY").strip()
-    private = env_str("PORTAL_SEAL_PRIVATE_KEY").strip()
-    if public:
-        sealing.public_key_from(public, name="PORTAL_SEAL_PUBLIC_KEY")
-    if private:
-        derived = sealing.public_half(private, name="PORTAL_SEAL_PRIVATE_KEY")
-        if public and public != derived:
-            raise ConfigError(
-                "PORTAL_SEAL_PUBLIC_KEY is not the public half of PORTAL_SEAL_PRIVATE_KEY: give the web and "
-                "the worker one pair (the public half of this private key is " + derived + ")"
-            )
-        public = derived
-    return public, private

@@ -9,7 +9,7 @@ The construction is libsodium's sealed box (PyNaCl): a fresh X25519 key per valu
 a sealed value can be opened only with the private key and any change to it is detected. Keys are 32
 bytes written as standard base64 (44 characters); `python -m portal.sealing` or `manage.py seal_keypair` print a new pair.
 
-Settings (read in portal/settings.py through portal.env.env_seal_keys): PORTAL_SEAL_PUBLIC_KEY for every
+Settings (read in portal/settings.py through env_seal_keys, below): PORTAL_SEAL_PUBLIC_KEY for every
 process that seals (web, admin, migrations), PORTAL_SEAL_PRIVATE_KEY (or _FILE, a mounted Secret) for the
 worker alone.
 """
@@ -22,7 +22,7 @@ import binascii
 from nacl.exceptions import CryptoError
 from nacl.public import PrivateKey, PublicKey, SealedBox
 
-from portal.env import ConfigError
+from portal.env import ConfigError, env_str
 
 PREFIX = "sealed:v1:"  # versioned, so another scheme could be read beside this one later
 KEY_BYTES = 32
@@ -129,3 +129,23 @@ if __name__ == "__main__":
     # before its .env is complete). `manage.py seal_keypair` does the same and can write the key to a file.
     _public, _private = generate_keypair()
     print(f"PORTAL_SEAL_PUBLIC_KEY={_public}\nPORTAL_SEAL_PRIVATE_KEY={_private}")
+
+
+def env_seal_keys() -> tuple[str, str]:
+    """(PORTAL_SEAL_PUBLIC_KEY, PORTAL_SEAL_PRIVATE_KEY), each checked; either may be empty.
+
+    A process given the private key (the worker) knows the public half; given both, they must be one
+    pair, so a worker and a web configured from different pairs stop at start instead of losing secrets."""
+    public = env_str("PORTAL_SEAL_PUBLIC_KEY").strip()
+    private = env_str("PORTAL_SEAL_PRIVATE_KEY").strip()
+    if public:
+        public_key_from(public, name="PORTAL_SEAL_PUBLIC_KEY")
+    if private:
+        derived = public_half(private, name="PORTAL_SEAL_PRIVATE_KEY")
+        if public and public != derived:
+            raise ConfigError(
+                "PORTAL_SEAL_PUBLIC_KEY is not the public half of PORTAL_SEAL_PRIVATE_KEY: give the web and "
+                "the worker one pair (the public half of this private key is " + derived + ")"
+            )
+        public = derived
+    return public, private

@@ -20,9 +20,9 @@ from portal.env import (
     env_int,
     env_list,
     env_networks,
-    env_seal_keys,
     env_str,
 )
+from portal.sealing import env_seal_keys
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
@@ -455,7 +455,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "StateEnum": "jobs.models.State",
         "KindEnum": "jobs.models.Kind",
-        "MemberRoleEnum": "jobs.models.Role",
+        "MemberRoleEnum": "identity.models.Role",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

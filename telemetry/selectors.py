@@ -3,7 +3,6 @@
 Public entry points for other apps:
     workload_gpu_series(workload)          points for the per-workload chart (templates/telemetry/_workload_gpu.html)
     workload_gpu_summary(workload)         a small JSON-ready dict for the API's workload representation
-    team_efficiency(team, start, end)      GPU-hours used vs held over a range, for the usage report
     nodes_overview(user)                   the nodes page
 """
 
@@ -16,9 +15,8 @@ from typing import Any
 from django.db.models import Max, Sum
 from django.utils import timezone
 
-from jobs.models import GpuNode, GpuType, Team, Workload
+from jobs.models import GpuNode, GpuType, Workload
 from jobs.selectors import workloads_visible_to
-from jobs.services.accounting import usage_report
 from telemetry.models import GpuState, TelemetryNode, WorkloadGpuMinute
 
 HOT_CELSIUS = 85
@@ -223,57 +221,3 @@ def workload_gpu_summary(workload: Workload) -> dict[str, Any]:
         "last_sample_at": (last.minute + timedelta(minutes=1)).isoformat(),
         "simulated": last.simulated,
     }
-
-
-# --- per team ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TeamEfficiency:
-    """GPU-hours a team held (quota accounting) and used (utilization-weighted samples) over a range."""
-
-    team_id: int
-    start: datetime
-    end: datetime
-    held_gpu_hours: float
-    used_gpu_hours: float  # Σ utilization x GPU time, from agent samples
-    observed_gpu_hours: float  # GPU time covered by samples at all
-
-    @property
-    def efficiency(self) -> float | None:
-        """Used / held, 0..1; None when nothing was held."""
-        return self.used_gpu_hours / self.held_gpu_hours if self.held_gpu_hours > 0 else None
-
-    @property
-    def coverage(self) -> float | None:
-        """Observed / held: how much of the held time the agents saw (low: efficiency is a lower bound)."""
-        return min(1.0, self.observed_gpu_hours / self.held_gpu_hours) if self.held_gpu_hours > 0 else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "team": self.team_id,
-            "start": self.start.isoformat(),
-            "end": self.end.isoformat(),
-            "held_gpu_hours": round(self.held_gpu_hours, 4),
-            "used_gpu_hours": round(self.used_gpu_hours, 4),
-            "observed_gpu_hours": round(self.observed_gpu_hours, 4),
-            "efficiency": None if self.efficiency is None else round(self.efficiency, 4),
-            "coverage": None if self.coverage is None else round(self.coverage, 4),
-        }
-
-
-def team_efficiency(team: Team, start: datetime, end: datetime, *, now: datetime | None = None) -> TeamEfficiency:
-    """Held GPU-hours come from the accounting (exact at the range's edges, unweighted); used GPU-hours
-    from the per-minute samples whose minute starts inside [start, end)."""
-    held_seconds = sum(row.gpu_seconds for row in usage_report(start=start, end=end, team_ids=[team.id], now=now))
-    sampled = WorkloadGpuMinute.objects.filter(team_id=team.id, minute__gte=start, minute__lt=end).aggregate(
-        busy=Sum("busy_gpu_seconds"), observed=Sum("observed_gpu_seconds")
-    )
-    return TeamEfficiency(
-        team_id=team.id,
-        start=start,
-        end=end,
-        held_gpu_hours=held_seconds / 3600,
-        used_gpu_hours=(sampled["busy"] or 0.0) / 3600,
-        observed_gpu_hours=(sampled["observed"] or 0.0) / 3600,
-    )

@@ -1,6 +1,6 @@
 """Keep the agent's CUDA driver version on jobs.GpuNode when the inventory sync has none to give.
 
-The inventory sync (jobs.services.inventory) sets GpuNode.cuda_driver_version from GPU Feature
+The inventory sync (jobs.services.cluster.inventory) sets GpuNode.cuda_driver_version from GPU Feature
 Discovery's node labels and writes "" where a node has none, which would erase what the node's agent
 reported until its next report. Before such a save, fall back to the agent's latest value.
 """

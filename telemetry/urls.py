@@ -1,4 +1,4 @@
-"""The telemetry pages. The agents' endpoint is mounted under the API (telemetry/api_urls.py)."""
+"""The telemetry pages. The agents' REST endpoint is api/views_agent.py, mounted in api/urls.py."""
 
 from __future__ import annotations
 

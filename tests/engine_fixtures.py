@@ -35,7 +35,7 @@ def portal_identity(
     from kubernetes import client as k8s
 
     from jobs.kube import client as kube
-    from jobs.services.object_creation import forget_namespaces
+    from jobs.services.provisioning import forget_namespaces
 
     identity = install_identity(
         admin_api=kube_api,
@@ -164,7 +164,7 @@ class Engine:
     gpu_types: dict[str, Any]
 
     def submit(self, *, user: Any = None, **spec: Any) -> Any:
-        from jobs.services.intake import workload_submit
+        from jobs.services.submission.intake import workload_submit
 
         spec.setdefault("image", "nvidia/cuda:12.2.0-base-ubuntu22.04")
         spec.setdefault("gpu_type", "p100")
@@ -217,8 +217,8 @@ def engine(
 ) -> Iterator[Engine]:
     from kubernetes import client as k8s
 
-    from jobs.models import Role
-    from jobs.services.inventory import inventory_sync
+    from identity.models import Role
+    from jobs.services.cluster.inventory import inventory_sync
     from jobs.services.seeding import DEMO, apply_seed
     from tests.engine.factories import MembershipFactory, TeamFactory, UserFactory
 

@@ -114,7 +114,7 @@ def _kube_settings_changed(*, setting: str, **kwargs: Any) -> None:
     if setting not in KUBE_SETTINGS:
         return
     from jobs.kube import client as kube
-    from jobs.services.object_creation import forget_namespaces
+    from jobs.services.provisioning import forget_namespaces
 
     kube.reset()
     forget_namespaces()

@@ -22,7 +22,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from api.tokens import token_create
-from jobs.models import AllowedRegistry, CatalogImage, Cohort, GpuNode, GpuType, Role, Team
+from identity.models import Role
+from jobs.models import AllowedRegistry, CatalogImage, Cohort, GpuNode, GpuType, Team
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, QuotaFactory, TeamFactory, UserFactory
 
 PASSWORD = "correct-horse-battery-staple"  # everyone's, so browser tests can sign anyone in

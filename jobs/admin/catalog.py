@@ -4,8 +4,8 @@ from django import forms
 from django.contrib import admin
 
 from jobs.models import AllowedRegistry, CatalogImage, GpuNode, GpuType
-from jobs.services.object_creation import forget_namespaces
-from jobs.services.quota_changes import gpu_type_changed
+from jobs.services.provisioning import forget_namespaces
+from jobs.services.queue.settings_changes import gpu_type_changed
 from portal import sealing
 
 

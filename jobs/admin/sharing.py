@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from jobs.models import Cohort, Team
-from jobs.services.sharing import sharing_changed
+from jobs.services.queue.settings_changes import sharing_changed
 
 
 class CohortTeamInline(admin.TabularInline):

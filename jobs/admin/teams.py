@@ -4,11 +4,11 @@ from django.contrib import admin, messages
 from django.db.models import IntegerField, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 
+from identity.models import Membership
 from identity.signals import changes_by
 from identity.teams import membership_edited_by_hand
-from jobs.models import Membership, Quota, QuotaChange, State, Team, Workload
-from jobs.services.quota_changes import quota_change_record
-from jobs.services.sharing import sharing_changed
+from jobs.models import Quota, QuotaChange, State, Team, Workload
+from jobs.services.queue.settings_changes import quota_change_record, sharing_changed
 
 
 def _gpus(states) -> Coalesce:

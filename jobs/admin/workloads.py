@@ -11,11 +11,11 @@ from django.utils import timezone
 
 from jobs import policy
 from jobs.models import State, Team, Workload, WorkloadEvent
-from jobs.services import reports
-from jobs.services.admission import quota_admit
 from jobs.services.cancel import workload_cancel
 from jobs.services.errors import WorkloadStateError
-from jobs.services.exports import SafeCsvWriter
+from jobs.services.queue.admission import quota_admit
+from jobs.services.usage import reports
+from jobs.services.usage.csv_export import SafeCsvWriter
 
 KUBERNETES_FIELDS = ["namespace", "k8s_name", "node_name", "pod_name", "pod_uid"]
 STATE_FIELDS = ["state", "reason", "message", "exit_code"]

@@ -9,10 +9,8 @@ list when any workspace has reached 90 % of its size."""
 from __future__ import annotations
 
 import logging
-from functools import partial
 
 from django.contrib import admin, messages
-from django.db import transaction
 from django.db.models import ExpressionWrapper, F, FloatField, QuerySet
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -21,9 +19,9 @@ from django.utils.timesince import timesince
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from jobs import tasks
 from jobs.kube import client as kube
 from jobs.models import Dataset, Workspace, WorkspaceDeletion
+from jobs.services import dispatch
 from jobs.templatetags.portal_ui import binary_size
 
 log = logging.getLogger(__name__)
@@ -159,14 +157,10 @@ class WorkspaceAdmin(admin.ModelAdmin):
             return
         # The engine deletes the claims: the web's identity holds no write rights on them.
         for workspace in queryset:
-            transaction.on_commit(
-                partial(
-                    tasks.delete_workspace_data.delay,
-                    workspace.id,
-                    request.user.id,
-                    f"{workspace.namespace}/{workspace.claim_name}",
-                ),
-                robust=True,
+            dispatch.enqueue_workspace_data_delete(
+                workspace_id=workspace.id,
+                by_user_id=request.user.id,
+                claim=f"{workspace.namespace}/{workspace.claim_name}",
             )
             self.message_user(
                 request,

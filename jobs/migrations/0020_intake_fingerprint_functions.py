@@ -1,4 +1,4 @@
-"""The intake's fingerprints of its facts as two PL/pgSQL functions (PostgreSQL only; jobs.services.intake_facts).
+"""The intake's fingerprints of its facts as two PL/pgSQL functions (PostgreSQL only; jobs.services.submission.intake_facts).
 
 PostgreSQL planned the fingerprints' eight subqueries afresh on every REST submission (0.66 ms of its CPU,
 four times what running them cost); a PL/pgSQL function keeps its statement's plan for the session.

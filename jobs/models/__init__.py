@@ -9,7 +9,7 @@ from jobs.models.opening import RedeemedTicket
 from jobs.models.secrets import SecretState, TeamSecret
 from jobs.models.sharing import Cohort
 from jobs.models.streams import LogFollowSlot
-from jobs.models.teams import Membership, Quota, Role, Team
+from jobs.models.teams import Quota, Team
 from jobs.models.usage import BillingWeight, RolledUpDay, RunSegment, UsageDaily
 from jobs.models.workloads import Kind, State, Workload, WorkloadEvent
 from jobs.models.workspaces import Workspace, WorkspaceDeletion
@@ -24,11 +24,9 @@ __all__ = [
     "GpuType",
     "Kind",
     "LogFollowSlot",
-    "Membership",
     "Quota",
     "QuotaChange",
     "RedeemedTicket",
-    "Role",
     "RolledUpDay",
     "RunSegment",
     "SecretState",

@@ -1,4 +1,5 @@
-"""Cohorts: teams that lend each other the GPUs they leave idle (see DESIGN.md, "Sharing")."""
+"""Cohorts: teams that lend each other the GPUs they leave idle. How lending, borrowing and reclaiming
+work is told in jobs/services/queue/sharing_plan.py (the plan) and jobs/services/queue/admission.py (carrying it out)."""
 
 from __future__ import annotations
 

@@ -69,25 +69,6 @@ class Team(models.Model):
         return f"{settings.KUBE_NAMESPACE_PREFIX}{self.slug}"
 
 
-class Role(models.TextChoices):
-    MEMBER = "member", "Member"
-    MANAGER = "manager", "Manager"
-
-
-class Membership(models.Model):
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
-    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["user", "team"], name="one_membership_per_team")]
-        ordering = ["team__name", "user__username"]
-
-    def __str__(self) -> str:
-        return f"{self.user} in {self.team} ({self.role})"
-
-
 class Quota(models.Model):
     """The most GPUs of one type a team may hold at once. No row: the team cannot use that type."""
 

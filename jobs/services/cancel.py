@@ -11,9 +11,9 @@ from django.utils import timezone
 from jobs.kube import client as kube
 from jobs.kube import names
 from jobs.models import State, Workload
+from jobs.services.cluster.status_mapping import container_start
 from jobs.services.dispatch import enqueue_delete
 from jobs.services.errors import WorkloadStateError
-from jobs.services.status_mapping import container_start
 from jobs.services.transitions import transition
 
 log = logging.getLogger(__name__)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 
 from django.db import transaction
 
@@ -26,6 +27,43 @@ def _send(task_name: str, *args: int | str, countdown: float = 0.0) -> None:
         app.send_task(task_name, args=list(args), countdown=countdown or None)
     except Exception as exc:  # kombu raises several types; any of them means "not now"
         log.warning("could not enqueue %s%s (%s); the periodic sweep will pick it up", task_name, args, exc)
+
+
+def _task(task_name: str):
+    """The registered Celery task of that name, for the few hand-offs that run it the way the caller's
+    configuration says (eagerly in tests and development, else through the broker). The task modules are
+    loaded here, as a worker loads them, so no service imports jobs/tasks.py (which imports the services)."""
+    from portal.celery import app
+
+    if task_name not in app.tasks:
+        app.loader.import_default_modules()
+    return app.tasks[task_name]
+
+
+def request_provisioning(*, team_id: int, slug: str) -> None:
+    """Ask the provisioner (the worker of settings.PROVISION_QUEUE) for a team's namespace, now (not on
+    commit: the caller is a worker waiting for it)."""
+    from django.conf import settings
+
+    _task("jobs.tasks.provision_namespace").apply_async(args=[team_id, slug], queue=settings.PROVISION_QUEUE)
+
+
+def write_secret(secret_id: int, version: int, sealed: str, k8s_name: str) -> None:
+    """Hand a sealed secret value to the engine's worker (the row id with the Secret's name: a task that
+    reached another portal's engine matches no row there)."""
+    _task("jobs.tasks.write_secret").delay(secret_id, version, sealed, k8s_name)
+
+
+def remove_secret(secret_id: int, version: int, k8s_name: str) -> None:
+    """Ask the engine's worker to delete a forgotten secret's Kubernetes Secret."""
+    _task("jobs.tasks.remove_secret").delay(secret_id, version, k8s_name)
+
+
+def enqueue_workspace_data_delete(*, workspace_id: int, by_user_id: int, claim: str) -> None:
+    """Once committed, have the engine delete a workspace's data (the web's identity may not delete claims);
+    `claim` ("namespace/claim") lets the task refuse a row that is not that claim."""
+    task = _task("jobs.tasks.delete_workspace_data")
+    transaction.on_commit(partial(task.delay, workspace_id, by_user_id, claim), robust=True)
 
 
 def enqueue_admission(*, team_id: int, gpu_type_id: int) -> None:

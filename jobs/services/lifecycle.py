@@ -14,9 +14,9 @@ from kubernetes.client.exceptions import ApiException
 from jobs.kube import client as kube
 from jobs.kube import names
 from jobs.models import Kind, State, Workload
-from jobs.services.admission import admit_all
+from jobs.services.cluster.status_mapping import IMAGE_PULL_REASONS
 from jobs.services.dispatch import enqueue_delete, enqueue_submits
-from jobs.services.status_mapping import IMAGE_PULL_REASONS
+from jobs.services.queue.admission import admit_all
 from jobs.services.transitions import transition
 
 log = logging.getLogger(__name__)

@@ -14,6 +14,8 @@ against the portal's prefix before any call is made, so a forged message cannot 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 from django.conf import settings
 from kubernetes import client as k8s
@@ -22,8 +24,15 @@ from kubernetes.client.exceptions import ApiException
 from jobs.kube import client as kube
 from jobs.kube import names, objects
 from jobs.models import GpuType, Quota, Team
+from jobs.services import dispatch
 
 log = logging.getLogger(__name__)
+
+_ensured_lock = threading.Lock()
+_ensured: dict[str, tuple[tuple, float]] = {}  # namespace -> ((), when its provisioning was last asked for)
+PROVISION_REQUEST_TTL_SECONDS = 2.0
+PROVISION_WAIT_SECONDS = 15.0
+_ready: set[tuple[str, str]] = set()  # (team namespace, resource) this process was seen allowed to create
 
 
 class NamespaceRefused(ValueError):
@@ -169,3 +178,63 @@ def existing_namespaces_refresh(*, api: k8s.ApiClient | None = None) -> list[str
         except (ApiException, NamespaceRefused) as exc:
             log.error("refreshing the namespace of team %s failed: %s", team.slug, exc)
     return done
+
+
+# --- asking for a namespace: what a worker that may not create one does ---------------------------------
+
+
+def namespace_ensure(team: Team, *, force: bool = False) -> str:
+    """Ask the provisioner to create the team's namespace, or to bring it up to date (force: the quota
+    changed); returns its name without waiting. The caller holds no right to create namespaces or
+    RoleBindings itself (see jobs/services/provisioning.py): a submission that finds the namespace
+    missing or not yet bound asks for it here and is retried by its task."""
+    namespace = team.namespace
+    now = time.monotonic()
+    with _ensured_lock:
+        # Asked recently by this process: a burst of first submissions sends one request, not hundreds.
+        if not force and now - _ensured.get(namespace, ((), -1e9))[1] < PROVISION_REQUEST_TTL_SECONDS:
+            return namespace
+        _ensured[namespace] = ((), now)
+    dispatch.request_provisioning(team_id=team.id, slug=team.slug)
+    return namespace
+
+
+def forget_namespaces() -> None:
+    with _ensured_lock:
+        _ensured.clear()
+        _ready.clear()
+
+
+def namespace_not_ready(team: Team) -> None:
+    """A create in the team's namespace was refused (403/404): it is missing or not bound for us yet.
+    Forget that it was ready and ask the provisioner for it again."""
+    with _ensured_lock:
+        _ready.difference_update({r for r in _ready if r[0] == team.namespace})
+    namespace_ensure(team)
+
+
+def namespace_wait_ready(team: Team, *, group: str, resource: str, timeout: float = PROVISION_WAIT_SECONDS) -> bool:
+    """Before this process first writes into a team's namespace: ask for the namespace and wait (briefly)
+    until our credentials may create `resource` there, so objects are made at once instead of by retries."""
+    namespace = team.namespace
+    if (namespace, resource) in _ready:
+        return True
+    namespace_ensure(team)
+    review = k8s.V1SelfSubjectAccessReview(
+        spec=k8s.V1SelfSubjectAccessReviewSpec(
+            resource_attributes=k8s.V1ResourceAttributes(
+                namespace=namespace, verb="create", group=group, resource=resource
+            )
+        )
+    )
+    authorization = k8s.AuthorizationV1Api(kube.api_client())
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = authorization.create_self_subject_access_review(review, _request_timeout=kube.timeout())
+        if answer.status.allowed:
+            with _ensured_lock:
+                _ready.add((namespace, resource))
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from jobs.models import State, Workload, WorkloadEvent
 from jobs.models.workloads import TRANSITIONS
-from notifications.events import workload_transitioned
+from jobs.signals import workload_transitioned
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def transition(
         log.info("workload %s: refusing %s -> %s", workload.uid, from_state, to_state)
         return False
     now = timezone.now()
-    from jobs.services.accounting import counted_interval, note_interval_changed
+    from jobs.services.usage.accounting import counted_interval, note_interval_changed
 
     counted_before = counted_interval(workload)
     changes = {"state": to_state, "reason": reason, "message": message, "state_changed_at": now, **fields}
@@ -77,8 +77,8 @@ def transition(
             request_admission(team_id=workload.team_id, gpu_type_id=workload.gpu_type_id)
         if to_state in State.final() or changes.keys() & {"started_at", "finished_at", "counted_from"}:
             note_interval_changed(workload, before=counted_before)
-        # The one place workload news is recorded: in this transaction, sent by Celery after commit.
-        workload_transitioned(workload, from_state=from_state, actor=actor)
+        # The one place workload news is announced: in this transaction (notifications records it, sent on commit).
+        workload_transitioned.send(sender=Workload, workload=workload, from_state=from_state, actor=actor)
     return True
 
 

@@ -1,6 +1,6 @@
 """Checking a submission: a pure function of what was asked and the facts it is judged against.
 
-`validate_submission` gathers no data itself; `jobs.services.intake` looks the facts up (GPU types,
+`validate_submission` gathers no data itself; `jobs.services.submission.intake` looks the facts up (GPU types,
 quotas, node sizes, registries, budget) and passes them in. That keeps every rule testable without a
 database, and lets a property test feed it generated specs.
 

@@ -77,7 +77,7 @@ def eta(when) -> str:
     """A queued workload's estimated start for people: "about 40 min"."""
     from django.utils import timezone
 
-    from jobs.services.forecast import about
+    from jobs.services.queue.forecast import about
 
     if when is None:
         return "not within a week"

@@ -10,7 +10,8 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from jobs.models import Membership, Role, Team
+from identity.models import Membership, Role
+from jobs.models import Team
 from jobs.selectors import memberships_of
 
 SESSION_TEAM = "gpuportal.team_id"

@@ -7,7 +7,7 @@ from django.shortcuts import render
 
 from jobs.models import GpuType, State
 from jobs.selectors import cluster_capacity, team_quota_use, with_queue_position, workloads_visible_to
-from jobs.services.accounting import budget_use
+from jobs.services.usage.accounting import budget_use
 from jobs.views.common import team_page
 
 DASHBOARD_ROWS = 8

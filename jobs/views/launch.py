@@ -1,4 +1,4 @@
-"""The launch form: pick an image, GPUs and limits; submit through jobs.services.intake."""
+"""The launch form: pick an image, GPUs and limits; submit through jobs.services.submission.intake."""
 
 from __future__ import annotations
 
@@ -17,18 +17,18 @@ from jobs.selectors import (
     queue_position,
     team_quota_use,
 )
-from jobs.services import intake_facts
-from jobs.services.accounting import budget_use
-from jobs.services.intake import (
+from jobs.services.storage.workspaces import workspace_mounts
+from jobs.services.submission import intake_facts
+from jobs.services.submission.intake import (
     copies_of,
     gather_facts,
     submission_refusals,
     workload_submit,
     workloads_submit_many,
 )
-from jobs.services.limits import queue_slot_take
+from jobs.services.submission.queue_caps import queue_slot_take
+from jobs.services.usage.accounting import budget_use
 from jobs.services.validation import SubmissionInvalid, cuda_tuple
-from jobs.services.workspaces import workspace_mounts
 from jobs.views.common import team_page
 
 

@@ -17,10 +17,10 @@ from identity.members import (
     member_role_set,
     members_history,
 )
+from identity.models import Membership, Role
 from identity.teams import membership_edited_by_hand
 from jobs import policy
 from jobs.forms import MemberInviteForm, MemberRoleForm
-from jobs.models import Membership, Role
 from jobs.views.common import team_page
 
 

@@ -11,7 +11,7 @@ from jobs import policy
 from jobs.forms import TeamSharingForm
 from jobs.models import Quota
 from jobs.selectors_sharing import team_queue_explained
-from jobs.services.sharing import team_sharing_update
+from jobs.services.queue.settings_changes import team_sharing_update
 from jobs.views.common import team_page
 
 

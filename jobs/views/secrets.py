@@ -1,7 +1,7 @@
 """The secrets page: a user's own and the team's shared secrets by name; store or replace one, delete one.
 
 Values go in through the form and never come back out: the form's value field is never pre-filled, and
-neither the page nor a message repeats it. The rules are the API's (jobs.services.secrets, jobs.policy).
+neither the page nor a message repeats it. The rules are the API's (jobs.services.storage.secrets, jobs.policy).
 A store is written by the engine; the page waits briefly for it and otherwise shows it "being written"
 (refreshing itself until the engine has answered).
 """
@@ -18,7 +18,7 @@ from django.views.decorators.http import require_POST
 from jobs import policy
 from jobs.forms import SecretForm
 from jobs.models import SecretState
-from jobs.services.secrets import (
+from jobs.services.storage.secrets import (
     SecretInvalid,
     SecretNotWritable,
     secret_delete,

@@ -8,8 +8,8 @@ from django.shortcuts import render
 
 from jobs import policy
 from jobs.forms import UsageRangeForm
-from jobs.services import reports
-from jobs.services.exports import SafeCsvWriter
+from jobs.services.usage import reports
+from jobs.services.usage.csv_export import SafeCsvWriter
 from jobs.views.common import team_page
 
 # Colours for the chart's GPU types, in order; chosen to stay distinct for colour-blind readers.

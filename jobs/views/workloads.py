@@ -31,8 +31,8 @@ from jobs.selectors import (
 from jobs.services import opening
 from jobs.services.cancel import workload_cancel
 from jobs.services.errors import WorkloadStateError
-from jobs.services.log_streams import HeldStream, TooManyStreams
-from jobs.services.logs import LogsUnavailable, follow_logs, workload_events, workload_logs
+from jobs.services.logs.container_logs import LogsUnavailable, follow_logs, workload_events, workload_logs
+from jobs.services.logs.follow_slots import HeldStream, TooManyStreams
 from jobs.services.opening import workload_share
 from jobs.views.common import team_page
 

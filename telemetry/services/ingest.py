@@ -87,7 +87,7 @@ def report_ingest(*, report: Report, received_at: datetime | None = None) -> Ing
         node.save()
         _store_gpu_states(node, report)
         if report.cuda_driver_version:
-            # Feeds the CUDA-fit check at submit (jobs.services.intake.gather_facts).
+            # Feeds the CUDA-fit check at submit (jobs.services.submission.intake.gather_facts).
             GpuNode.objects.filter(name=report.node).exclude(cuda_driver_version=report.cuda_driver_version).update(
                 cuda_driver_version=report.cuda_driver_version
             )

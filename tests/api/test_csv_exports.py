@@ -11,8 +11,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from jobs.models import Membership, State, Workload
-from jobs.services.exports import safe_cell
+from identity.models import Membership
+from jobs.models import State, Workload
+from jobs.services.usage.csv_export import safe_cell
 
 pytestmark = pytest.mark.django_db
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from identity.members import ALREADY_MEMBER, KEPT_BY_PROVIDER, LAST_MANAGER, NO_SUCH_USER
-from identity.models import MembershipChange, TeamSource
-from jobs.models import Membership, Role
+from identity.models import Membership, MembershipChange, Role, TeamSource
 from tests.engine.factories import UserFactory
 
 MEMBERS = "/api/v1/teams/vision/members/"

@@ -51,7 +51,7 @@ def test_submit_location_header_and_queue_position(world, submit):
 
 
 def test_several_teams_need_the_team_named(world):
-    from jobs.models import Membership
+    from identity.models import Membership
 
     Membership.objects.create(user=world.owner, team=world.other_team)
     client = world.client("owner")
@@ -294,7 +294,7 @@ def test_list_rows_are_the_workloads_own_and_queries_do_not_grow(world, submit):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from jobs.models import Membership
+    from identity.models import Membership
 
     Membership.objects.create(user=world.teammate, team=world.other_team)
     for i in range(3):

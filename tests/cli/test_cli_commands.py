@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from identity.models import MembershipChange
-from jobs.models import GpuNode, Membership, State, TeamSecret, Workload
+from identity.models import Membership, MembershipChange
+from jobs.models import GpuNode, State, TeamSecret, Workload
 from tests.cli import test_cli_e2e
 from tests.engine.factories import UserFactory
 

@@ -355,8 +355,7 @@ def test_the_portal_sets_up_a_team_namespace_with_the_charts_config_and_account(
     from devtools.engine import cluster_ca
     from devtools.rbac import kubeconfig_for_token
     from jobs.kube import client as kube_client
-    from jobs.services.object_creation import forget_namespaces
-    from jobs.services.provisioning import NamespaceRefused, namespace_provision
+    from jobs.services.provisioning import NamespaceRefused, forget_namespaces, namespace_provision
     from tests.engine.factories import GpuTypeFactory, QuotaFactory, TeamFactory
 
     config = release.core.read_namespaced_config_map(f"{release.fullname}-config", release.namespace).data

@@ -5,7 +5,8 @@ from __future__ import annotations
 import factory
 from django.contrib.auth import get_user_model
 
-from jobs.models import GpuType, Membership, Quota, Role, Team
+from identity.models import Membership, Role
+from jobs.models import GpuType, Quota, Team
 
 
 class UserFactory(factory.django.DjangoModelFactory):

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from jobs.models import State, Workload
 from jobs.models.usage import RolledUpDay, RunSegment
-from jobs.services import accounting
-from jobs.services.accounting import (
+from jobs.services.transitions import transition
+from jobs.services.usage import accounting
+from jobs.services.usage.accounting import (
     budget_exhausted,
     rollup_pending,
     split_by_day,
@@ -24,7 +25,6 @@ from jobs.services.accounting import (
     usage_report_days,
     usage_rollup_day,
 )
-from jobs.services.transitions import transition
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, TeamFactory
 
 

@@ -13,9 +13,9 @@ from django.utils import timezone
 
 from jobs.models import State, Workload
 from jobs.models import workloads as workloads_model
-from jobs.services.accounting import totals, usage_report_days
-from jobs.services.intake import create_with_fresh_uid
 from jobs.services.lifecycle import enforce_limits
+from jobs.services.submission.intake import create_with_fresh_uid
+from jobs.services.usage.accounting import totals, usage_report_days
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, TeamFactory
 
 

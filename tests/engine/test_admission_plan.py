@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.services.admission import plan_admission
 from jobs.services.dispatch import SUBMIT_BATCH, submit_batches
-from jobs.services.sharing_plan import (
+from jobs.services.queue.admission import plan_admission
+from jobs.services.queue.sharing_plan import (
     NO_ROOM,
     Held,
     QueueEntry,

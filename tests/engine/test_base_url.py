@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jobs.models import CatalogImage, Kind, State, Workload
-from jobs.services.object_creation import spec_for
+from jobs.services.cluster.object_creation import spec_for
 from tests.engine.factories import GpuTypeFactory, MembershipFactory
 
 pytestmark = pytest.mark.django_db

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.services.forecast import (
+from jobs.services.queue.forecast import (
     MIN_REMAINING_SECONDS,
     Demand,
     Size,
@@ -18,7 +18,7 @@ from jobs.services.forecast import (
     limit_slope,
     remaining,
 )
-from jobs.services.sharing_plan import Held, Reason, TeamQuota, Waiting
+from jobs.services.queue.sharing_plan import Held, Reason, TeamQuota, Waiting
 
 A, B = 1, 2
 TEAM = {A: TeamQuota(A, quota=4)}

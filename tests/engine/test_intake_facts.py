@@ -14,8 +14,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from jobs.models import AllowedRegistry, CatalogImage, Dataset, GpuNode, Quota, TeamSecret
-from jobs.services import intake_facts
-from jobs.services.intake import workload_submit
+from jobs.services.submission import intake_facts
+from jobs.services.submission.intake import workload_submit
 from jobs.services.validation import SubmissionInvalid
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, QuotaFactory, TeamFactory, UserFactory
 

@@ -14,8 +14,8 @@ import pytest
 from django.utils import timezone
 
 from jobs.models import LogFollowSlot
-from jobs.services.log_streams import HeldStream, TooManyStreams, stream_slot
-from jobs.services.logs import shown_line, shown_text, split_stream
+from jobs.services.logs.container_logs import shown_line, shown_text, split_stream
+from jobs.services.logs.follow_slots import HeldStream, TooManyStreams, stream_slot
 
 
 def test_a_progress_bar_shows_its_last_state():

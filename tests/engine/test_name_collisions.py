@@ -11,9 +11,9 @@ import pytest
 from jobs.kube import names
 from jobs.kube.objects import SecretRef
 from jobs.models import SecretState, State, TeamSecret, Workspace
-from jobs.services import secrets, workspaces
-from jobs.services.object_creation import NotTheOwners, secrets_written
-from jobs.services.secrets import SecretInvalid, secret_save
+from jobs.services.cluster.object_creation import NotTheOwners, secrets_written
+from jobs.services.storage import secrets, workspaces
+from jobs.services.storage.secrets import SecretInvalid, secret_save
 from tests.engine.factories import MembershipFactory, TeamFactory, UserFactory
 from tests.engine.test_lifecycle_unit import workload
 

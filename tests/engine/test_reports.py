@@ -6,8 +6,8 @@ from datetime import date
 
 import pytest
 
-from jobs.services.accounting import UsageRow
-from jobs.services.reports import DAY_BEFORE_START, DayRange, RangeInvalid, UsageReport, UsageSums, day_range
+from jobs.services.usage.accounting import UsageRow
+from jobs.services.usage.reports import DAY_BEFORE_START, DayRange, RangeInvalid, UsageReport, UsageSums, day_range
 
 
 @pytest.mark.parametrize(

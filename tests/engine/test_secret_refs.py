@@ -121,7 +121,7 @@ def test_datasets_must_exist_and_be_allowed_for_the_team():
 
 
 def test_a_dataset_mount_renders_read_only():
-    from jobs.services.workspaces import volume_specs
+    from jobs.services.storage.workspaces import volume_specs
 
     mounts = [{"kind": "dataset", "name": "imagenet", "mount_path": "/datasets/imagenet", "claim": "imagenet-pvc",
                "nfs_server": "", "nfs_path": "", "read_only": True, "size_gib": None}]  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.services.sharing_plan import (
+from jobs.services.queue.sharing_plan import (
     Held,
     QueueEntry,
     Reason,
@@ -188,7 +188,7 @@ def test_never_above_quota_plus_borrowing_and_lenders_wait_at_most_one_reclaim(s
 
 
 # --- settling what runs: borrowed marks and lowered limits ------------------------------------------
-from jobs.services.sharing_plan import marks, settle  # noqa: E402
+from jobs.services.queue.sharing_plan import marks, settle  # noqa: E402
 
 
 def test_a_borrowed_workload_stops_being_borrowed_once_its_own_quota_covers_it():

@@ -17,7 +17,7 @@ from api.models import ApiToken
 from api.tokens import token_authenticate, token_create, token_revoke
 from jobs import sql as jobs_sql
 from jobs.models import Team, Workload
-from jobs.services import intake_facts
+from jobs.services.submission import intake_facts
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, TeamFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

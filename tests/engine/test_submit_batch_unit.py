@@ -1,4 +1,4 @@
-"""A submit batch (jobs.services.object_creation.workloads_create_objects) against the in-memory Kubernetes
+"""A submit batch (jobs.services.cluster.object_creation.workloads_create_objects) against the in-memory Kubernetes
 client (tests/engine/fake_kube.py): its creates go out together, a batch that takes longer than the sweep's
 patience is not handed over a second time while it is still creating, and one refused create fails only
 its own workload."""
@@ -15,7 +15,9 @@ from django.utils import timezone
 from kubernetes.client.exceptions import ApiException
 
 from jobs.models import Kind, State, Workload, WorkloadEvent
-from jobs.services import lifecycle, object_creation, preemption
+from jobs.services import lifecycle, provisioning
+from jobs.services.cluster import object_creation
+from jobs.services.queue import preemption
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, TeamFactory
 
 pytestmark = pytest.mark.django_db
@@ -27,7 +29,7 @@ def submitting(monkeypatch) -> list[Workload]:
     team = TeamFactory(slug="vision")
     owner = MembershipFactory(team=team).user
     gpu = GpuTypeFactory(slug="p100")
-    monkeypatch.setattr(object_creation, "_ready", {(team.namespace, "jobs")})
+    monkeypatch.setattr(provisioning, "_ready", {(team.namespace, "jobs")})
     return [
         Workload.objects.create(
             team=team,
@@ -156,7 +158,7 @@ def test_a_namespace_not_yet_set_up_reads_as_words_never_as_kubernetes_text(fake
         exc.body = json.dumps({"kind": "Status", "message": FORBIDDEN, "reason": "Forbidden", "code": 403})
         raise exc
 
-    monkeypatch.setattr(object_creation, "namespace_ensure", lambda team, **_: team.namespace)
+    monkeypatch.setattr(provisioning, "namespace_ensure", lambda team, **_: team.namespace)
     fake_kube.on_create = forbidden_with_body
     with pytest.raises(ApiException):
         object_creation.workloads_create_objects([submitting[0].id])

@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from jobs.kube import names
 from jobs.models import State, Workload
-from jobs.services import watch_loop
-from jobs.services.watch_loop import ClusterView, reap_finished, sync_workloads
+from jobs.services.cluster import watch_loop
+from jobs.services.cluster.watch_loop import ClusterView, reap_finished, sync_workloads
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, TeamFactory
 
 
@@ -66,7 +66,7 @@ def test_a_look_alike_in_another_namespace_is_ignored_and_logged_once(running_se
     watch_loop._reported_strangers.clear()
     view = ClusterView()
     impostor = failed_pod(running_service, namespace="default", name="impostor")
-    with caplog.at_level(logging.WARNING, logger="jobs.services.watch_loop"):
+    with caplog.at_level(logging.WARNING, logger="jobs.services.cluster.watch_loop"):
         for _ in range(3):  # every watch event and relist sees it again
             assert view.put("Pod", impostor) == running_service.uid
             sync_workloads(view, {running_service.uid}, full=False)

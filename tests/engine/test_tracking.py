@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from jobs.models import State
-from jobs.services.status_mapping import observe
+from jobs.services.cluster.status_mapping import observe
 
 
 def pod(

@@ -64,7 +64,7 @@ def test_a_note_after_a_state_change_stamped_ahead_of_our_clock_still_sorts_afte
 
 
 def test_a_new_reason_read_against_a_state_that_has_moved_on_writes_nothing(workload):
-    from jobs.services.status_mapping import Observation, apply_observation
+    from jobs.services.cluster.status_mapping import Observation, apply_observation
 
     Workload.objects.filter(id=workload.id).update(state=State.RUNNING)  # the tracker's copy is behind
     workload.state = State.PENDING
@@ -75,7 +75,7 @@ def test_a_new_reason_read_against_a_state_that_has_moved_on_writes_nothing(work
 
 
 def test_a_new_reason_on_the_current_state_is_stored_with_its_timeline_entry(workload):
-    from jobs.services.status_mapping import Observation, apply_observation
+    from jobs.services.cluster.status_mapping import Observation, apply_observation
 
     Workload.objects.filter(id=workload.id).update(state=State.PENDING)
     workload.state = State.PENDING

@@ -1,4 +1,4 @@
-"""jobs.services.watch_loop against the in-memory Kubernetes client (tests/engine/fake_kube.py): the full
+"""jobs.services.cluster.watch_loop against the in-memory Kubernetes client (tests/engine/fake_kube.py): the full
 list, the watch stream, what a stranger's look-alike may not do, and the reaping of pods that outlived
 their workload. The engine tests run the same loop against the real local cluster."""
 
@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from jobs.kube import names
 from jobs.models import Kind, State, Workload
-from jobs.services import dispatch, watch_loop
+from jobs.services import dispatch
+from jobs.services.cluster import watch_loop
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, TeamFactory
 
 pytestmark = pytest.mark.django_db
@@ -235,7 +236,7 @@ def test_a_watch_the_api_server_ended_goes_on_from_the_last_version_seen_without
 def test_objects_the_portal_deleted_are_never_blamed_on_someone_outside(fake_kube, tracker, running):
     """The portal itself deleted a running job's objects (not by its tasks, which refuse that, but a direct
     call): the tracker then says so, never "deleted outside the portal"."""
-    from jobs.services import object_creation
+    from jobs.services.cluster import object_creation
 
     Workload.objects.filter(id=running.id).update(state=State.RUNNING, submitted_at=timezone.now() - timedelta(hours=1))
     running.refresh_from_db()

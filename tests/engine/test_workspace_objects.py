@@ -5,7 +5,7 @@ from __future__ import annotations
 from kubernetes.client import ApiClient
 
 from jobs.kube import names, objects
-from jobs.services.workspaces import volume_specs
+from jobs.services.storage.workspaces import volume_specs
 from tests.engine.test_objects import spec
 
 MOUNTS = [

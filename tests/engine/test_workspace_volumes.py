@@ -1,4 +1,4 @@
-"""The engine learns which PersistentVolume each workspace claim is bound to (jobs.services.workspaces.
+"""The engine learns which PersistentVolume each workspace claim is bound to (jobs.services.storage.workspaces.
 workspace_volumes_learn), against the in-memory client seam (tests/engine/fake_kube.py)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from jobs.models import Workspace
-from jobs.services.workspaces import workspace_volumes_learn
+from jobs.services.storage.workspaces import workspace_volumes_learn
 from tests.engine.factories import TeamFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

@@ -10,9 +10,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from django.contrib.auth import get_user_model
 
-from identity.models import ClaimRule, ProviderAccount
+from identity.models import ClaimRule, Membership, ProviderAccount
 from identity.services import provider
-from jobs.models import Membership
 from tests.engine.factories import TeamFactory
 from tests.identity.rogue import RogueProvider
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from identity.models import ClaimRule
-from jobs.models import Membership, Role
+from identity.models import ClaimRule, Membership, Role
 from tests.engine.factories import TeamFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

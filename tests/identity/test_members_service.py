@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 
 from identity.members import LAST_MANAGER, MembersInvalid, member_role_set
-from jobs.models import Membership, Role
+from identity.models import Membership, Role
 from tests.engine.factories import MembershipFactory, TeamFactory, UserFactory
 
 

@@ -6,10 +6,10 @@ import pytest
 from django.contrib import admin
 from django.test import RequestFactory
 
-from identity.models import ClaimRule, MembershipChange, TeamSource
+from identity.models import ClaimRule, Membership, MembershipChange, Role, TeamSource
 from identity.teams import memberships_sync
 from jobs.admin.teams import MembershipInline
-from jobs.models import Membership, Role, Team
+from jobs.models import Team
 from tests.engine.factories import TeamFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

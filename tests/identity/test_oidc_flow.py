@@ -9,8 +9,7 @@ import requests
 from django.contrib.auth import get_user_model
 
 from api.tokens import token_create
-from identity.models import ClaimRule, MembershipChange, ProviderAccount, TeamSource
-from jobs.models import Membership, Role
+from identity.models import ClaimRule, Membership, MembershipChange, ProviderAccount, Role, TeamSource
 from tests.engine.factories import TeamFactory, UserFactory
 from tests.identity.oidc import sign_in_without_browser
 

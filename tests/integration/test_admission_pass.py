@@ -14,9 +14,11 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from jobs.models import Cohort, GpuType, Membership, Quota, State, Team, Workload, WorkloadEvent
-from jobs.services import sharing_plan
-from jobs.services.admission import admit_all, gather_cohort_facts
+from identity.models import Membership
+from jobs.models import Cohort, GpuType, Quota, State, Team, Workload, WorkloadEvent
+from jobs.services.queue import sharing_plan
+from jobs.services.queue.admission import admit_all
+from jobs.services.queue.cohort_facts import gather_cohort_facts
 
 pytestmark = pytest.mark.django_db
 
@@ -135,7 +137,8 @@ def test_a_second_pass_admits_nothing_more(world):
 def test_the_pass_reads_each_team_s_queue_head_as_the_plan_defines_it(world):
     """The pass picks the head of each team's queue in SQL; it must be `sharing_plan.queue_head` of the
     team's whole queue in its own order (fair share included), with the same places, for every room."""
-    from jobs.services.admission import _cohorts, _queue_heads, _queue_heads_read_whole, fair_share_usage
+    from jobs.services.queue.admission import _cohorts, _queue_heads, _queue_heads_read_whole
+    from jobs.services.queue.cohort_facts import fair_share_usage
 
     teams, types = world["teams"], world["types"]
     Quota.objects.filter(team=teams[3]).update(user_max_gpus=2)  # the fair-share team also caps people

@@ -15,7 +15,7 @@ from kubernetes import client as k8s
 from benchmarks.kwatch import ObjectWatch
 from jobs.kube import names
 from jobs.models import Quota, QuotaChange, State, Workload, WorkloadEvent
-from jobs.services.quota_changes import quota_change_record
+from jobs.services.queue.settings_changes import quota_change_record
 
 pytestmark = [pytest.mark.cluster, pytest.mark.celery, pytest.mark.slow]
 

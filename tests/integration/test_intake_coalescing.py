@@ -16,9 +16,10 @@ from django.core.cache import caches
 from django.db import connection
 from django.utils import timezone
 
-from jobs.models import AllowedRegistry, GpuNode, GpuType, Membership, Quota, State, Team
+from identity.models import Membership
+from jobs.models import AllowedRegistry, GpuNode, GpuType, Quota, State, Team
 from jobs.services import dispatch
-from jobs.services.intake import ADMIT_LOCK_SPACE, workload_submit
+from jobs.services.submission.intake import ADMIT_LOCK_SPACE, workload_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,7 +9,7 @@ from kubernetes import client as k8s
 from jobs.models import State
 from jobs.services.cancel import workload_cancel
 from jobs.services.errors import WorkloadStateError
-from jobs.services.logs import workload_logs
+from jobs.services.logs.container_logs import workload_logs
 
 pytestmark = [pytest.mark.cluster, pytest.mark.celery]
 

@@ -23,7 +23,7 @@ from devtools.engine import provision_now
 from jobs.kube import objects
 from jobs.models import Cohort, Quota
 from jobs.services.provisioning import team_namespace_caps
-from jobs.services.quota_changes import quota_change_record
+from jobs.services.queue.settings_changes import quota_change_record
 from tests.engine.factories import GpuTypeFactory, TeamFactory
 
 pytestmark = pytest.mark.cluster

@@ -2,7 +2,7 @@
 
 Each test fires 30 threads at once (a barrier), each its own database connection, through the intake
 service. The team's only GPU is held by a running workload, so everything new stays QUEUED and counts
-against the caps. Without the locks in `jobs.services.limits.queue_slot_take`, several threads count the
+against the caps. Without the locks in `jobs.services.submission.queue_caps.queue_slot_take`, several threads count the
 same number and all pass.
 """
 
@@ -15,7 +15,7 @@ from django.db import connection
 from django.utils import timezone
 
 from jobs.models import State, Team, Workload
-from jobs.services.intake import workload_submit
+from jobs.services.submission.intake import workload_submit
 from jobs.services.validation import SubmissionInvalid
 from tests.engine.factories import MembershipFactory
 from tests.world import Node, make_user, node_present, world_build
@@ -114,7 +114,7 @@ def test_a_submission_locks_the_person_before_the_team(crowd, held_elsewhere):
     elsewhere: waiting on the team, it holds the person; waiting on the person, it holds nothing yet."""
     from django.db import connections, transaction
 
-    from jobs.services.limits import TEAM_LOCK_SPACE, USER_LOCK_SPACE, queue_locks_take
+    from jobs.services.submission.queue_caps import TEAM_LOCK_SPACE, USER_LOCK_SPACE, queue_locks_take
 
     team, user = crowd["team"], crowd["members"][1]
     keys = {"person": (USER_LOCK_SPACE, user.pk), "team": (TEAM_LOCK_SPACE, team.pk)}

@@ -14,8 +14,15 @@ from kubernetes.client.exceptions import ApiException
 from devtools.engine import provision_now
 from jobs.kube import client as kube
 from jobs.kube import objects
-from jobs.services.validation import FIELDS, CatalogFacts, Facts, GpuTypeFacts, SubmissionInvalid, validate_submission
-from jobs.services.workspaces import volume_specs
+from jobs.services.storage.workspaces import volume_specs
+from jobs.services.validation import (
+    FIELDS,
+    CatalogFacts,
+    Facts,
+    GpuTypeFacts,
+    SubmissionInvalid,
+    validate_submission,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -80,7 +87,7 @@ FACTS = Facts(
     secrets={"wandb": "secret-team-wandb", "hf-token": "secret-u1234abcd-hf-token"},
     datasets={"pets": True, "imagenet": True, "private": False},
 )
-# What submit stores for workspaces and datasets (jobs.services.workspaces), for the rendering.
+# What submit stores for workspaces and datasets (jobs.services.storage.workspaces), for the rendering.
 WORKSPACES = [
     {"kind": "home", "mount_path": "/home/hypothesis", "claim": "home-hypothesis-1234abcd", "read_only": False},
     {"kind": "team", "mount_path": "/team", "claim": "team-shared", "read_only": False},

@@ -30,7 +30,7 @@ from rest_framework.test import APIClient
 from jobs import tasks
 from jobs.kube import client as kube
 from jobs.models import SecretState, State, TeamSecret, Workload
-from jobs.services.logs import workload_logs
+from jobs.services.logs.container_logs import workload_logs
 from portal import sealing
 
 pytestmark = [pytest.mark.cluster, pytest.mark.celery]
@@ -284,7 +284,7 @@ def test_teammates_see_env_names_but_not_values(engine):
 
 def test_a_private_registry_image_pod_references_the_pull_secret(engine, kube_api):
     from jobs.models import AllowedRegistry
-    from jobs.services.object_creation import forget_namespaces
+    from jobs.services.provisioning import forget_namespaces
 
     # As admin stores it: sealed to the engine's key (tests/engine/test_registry_sealing.py).
     registry = AllowedRegistry.objects.create(

@@ -11,7 +11,7 @@ from kubernetes import client as k8s
 
 from jobs.kube import objects
 from jobs.models import Cohort, Quota, State, Team, Workload, WorkloadEvent
-from jobs.services.intake import workload_submit
+from jobs.services.submission.intake import workload_submit
 from tests.engine.factories import MembershipFactory, TeamFactory, UserFactory
 
 pytestmark = [pytest.mark.cluster, pytest.mark.celery]

@@ -14,20 +14,13 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.utils import timezone
 
-from jobs.models import (
-    Kind,
-    Membership,
-    Quota,
-    State,
-    Team,
-    Workload,
-    WorkloadEvent,
-)
-from jobs.services.admission import quota_admit
-from jobs.services.estimates import arrival_demand, estimate
-from jobs.services.forecast import Size
-from jobs.services.intake import workload_submit
+from identity.models import Membership
+from jobs.models import Kind, Quota, State, Team, Workload, WorkloadEvent
 from jobs.services.provisioning import team_gpu_limits
+from jobs.services.queue.admission import quota_admit
+from jobs.services.queue.forecast import Size
+from jobs.services.queue.start_estimates import arrival_demand, estimate
+from jobs.services.submission.intake import workload_submit
 from jobs.services.validation import SubmissionInvalid
 from tests.world import Node, node_present, world_build
 

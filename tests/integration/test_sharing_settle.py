@@ -28,8 +28,8 @@ from jobs.models import (
     Workload,
     WorkloadEvent,
 )
-from jobs.services.admission import quota_admit
-from jobs.services.intake import workload_submit
+from jobs.services.queue.admission import quota_admit
+from jobs.services.submission.intake import workload_submit
 from jobs.services.transitions import transition
 from tests.world import Node, node_present, world_build
 

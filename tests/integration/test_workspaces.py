@@ -12,7 +12,7 @@ from kubernetes import client as k8s
 
 from jobs.models import State, Workspace
 from jobs.services.cancel import workload_cancel
-from jobs.services.logs import workload_logs
+from jobs.services.logs.container_logs import workload_logs
 from tests.cluster.helpers import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.celery]

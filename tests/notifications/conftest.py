@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from jobs.models import Role
+from identity.models import Role
 from portal.env import env_email
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, QuotaFactory, TeamFactory, UserFactory
 from tests.sinks import SmtpSink, WebhookReceiver

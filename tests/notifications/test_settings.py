@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 
 from api.tokens import token_create
-from jobs.models import Role
+from identity.models import Role
 from notifications.models import Preference, TeamWebhook
 from notifications.webhooks import WebhookUrlError, check_webhook_url
 from tests.engine.factories import MembershipFactory, TeamFactory, UserFactory

@@ -16,7 +16,8 @@ import pytest
 import uvicorn
 from django.test import Client
 
-from jobs.models import Kind, Role, State, Workload
+from identity.models import Role
+from jobs.models import Kind, State, Workload
 from proxy import access
 from proxy.app import ServiceProxy
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, TeamFactory, UserFactory

@@ -18,7 +18,8 @@ from django.core import signing
 from django.test import Client
 from django.utils import timezone
 
-from jobs.models import Kind, RedeemedTicket, Role, State, Workload
+from identity.models import Role
+from jobs.models import Kind, RedeemedTicket, State, Workload
 from jobs.services import opening
 from proxy import access
 from proxy.app import ServiceProxy

@@ -7,8 +7,8 @@ import pytest
 from django.urls import URLResolver, get_resolver, resolve
 from django.urls.resolvers import RegexPattern
 
+from api import views_agent as views
 from portal import urls as root_urls
-from telemetry import views
 from tests.telemetry.helpers import REPORTS_URL, make_report, post
 
 pytestmark = pytest.mark.django_db

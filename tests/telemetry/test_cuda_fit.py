@@ -1,5 +1,5 @@
 """CUDA fit fed by the agents: the CUDA driver version a node's agent reports decides which catalog images
-its GPU type may run. Tested through jobs.services.intake.workload_submit, the service the launch form and
+its GPU type may run. Tested through jobs.services.submission.intake.workload_submit, the service the launch form and
 the REST API both call (their own tests of this refusal belong with them once they land on main)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from jobs.models import CatalogImage, GpuNode
-from jobs.services.intake import workload_submit
+from jobs.services.submission.intake import workload_submit
 from jobs.services.validation import SubmissionInvalid
 from telemetry.services.ingest import report_ingest
 from tests.engine.factories import GpuTypeFactory, QuotaFactory
@@ -63,7 +63,7 @@ def test_a_driver_upgrade_reported_by_the_agent_lifts_the_refusal(people, catalo
 
 def test_the_inventory_sync_does_not_erase_the_agents_cuda_version(people, catalog):
     report_ingest(report=make_report("gpu-k2-1", cuda="11.4", gpus=8, model="GRID K2"))
-    # What jobs.services.inventory.inventory_sync does for a node without GFD labels.
+    # What jobs.services.cluster.inventory.inventory_sync does for a node without GFD labels.
     GpuNode.objects.update_or_create(name="gpu-k2-1", defaults={"cuda_driver_version": "", "ready": True})
     assert GpuNode.objects.get(name="gpu-k2-1").cuda_driver_version == "11.4"
     with pytest.raises(SubmissionInvalid):

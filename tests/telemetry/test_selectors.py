@@ -1,4 +1,4 @@
-"""Efficiency arithmetic (GPU-hours used vs held), the per-workload series and summary, retention."""
+"""The per-workload series and summary, retention."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobs.models import State
 from telemetry.models import WorkloadGpuMinute
-from telemetry.selectors import team_efficiency, workload_gpu_series, workload_gpu_summary
+from telemetry.selectors import workload_gpu_series, workload_gpu_summary
 from telemetry.services.ingest import telemetry_prune
 from tests.telemetry.conftest import running_workload
 
@@ -36,57 +35,6 @@ def minutes(workload, start: datetime, count: int, *, gpus: int, utilization: fl
         )
         for i in range(count)
     )
-
-
-@pytest.fixture
-def two_workloads(people):
-    # A: 2 GPUs, 10:00-12:00, half busy. B: 1 GPU from 11:00, still running at 13:00, fully busy.
-    a = running_workload(
-        people, name="a", gpus=2, started_at=T0, finished_at=T0 + timedelta(hours=2), state=State.SUCCEEDED
-    )
-    b = running_workload(people, name="b", gpus=1, started_at=T0 + timedelta(hours=1))
-    minutes(a, T0, 120, gpus=2, utilization=50)
-    minutes(b, T0 + timedelta(hours=1), 120, gpus=1, utilization=100)
-    return a, b
-
-
-def test_team_efficiency_is_used_over_held_gpu_hours(people, two_workloads):
-    now = T0 + timedelta(hours=3)
-    result = team_efficiency(people.team, T0, now, now=now)
-    assert result.held_gpu_hours == pytest.approx(2 * 2 + 1 * 2)
-    assert result.used_gpu_hours == pytest.approx(2 * 2 * 0.5 + 1 * 2 * 1.0)
-    assert result.efficiency == pytest.approx(4 / 6)
-    assert result.coverage == pytest.approx(1.0)
-    assert result.to_dict()["efficiency"] == pytest.approx(0.6667)
-
-
-def test_team_efficiency_is_exact_at_the_range_edges(people, two_workloads):
-    now = T0 + timedelta(hours=3)
-    result = team_efficiency(people.team, T0 + timedelta(hours=1), T0 + timedelta(hours=2), now=now)
-    assert result.held_gpu_hours == pytest.approx(2 + 1)
-    assert result.used_gpu_hours == pytest.approx(1 + 1)
-    assert result.efficiency == pytest.approx(2 / 3)
-
-
-def test_team_efficiency_without_held_time_or_for_another_team(people, two_workloads):
-    from tests.engine.factories import TeamFactory
-
-    now = T0 + timedelta(days=2)
-    idle = team_efficiency(people.team, T0 - timedelta(days=1), T0, now=now)
-    assert (idle.held_gpu_hours, idle.used_gpu_hours, idle.efficiency, idle.coverage) == (0, 0, None, None)
-    other = team_efficiency(TeamFactory(slug="other"), T0, now, now=now)
-    assert other.used_gpu_hours == 0
-
-
-def test_missing_samples_lower_coverage_not_held_time(people):
-    w = running_workload(
-        people, name="w", gpus=4, started_at=T0, finished_at=T0 + timedelta(hours=1), state=State.SUCCEEDED
-    )
-    minutes(w, T0, 30, gpus=4, utilization=80)  # the agent saw only the first half hour
-    result = team_efficiency(people.team, T0, T0 + timedelta(hours=1), now=T0 + timedelta(hours=2))
-    assert result.held_gpu_hours == pytest.approx(4)
-    assert result.used_gpu_hours == pytest.approx(4 * 0.5 * 0.8)
-    assert result.coverage == pytest.approx(0.5)
 
 
 def test_the_series_merges_long_spans_into_exact_averages(people):

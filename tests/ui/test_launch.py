@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 
 from jobs.models import AllowedRegistry, CatalogImage, GpuNode, State, Workload
-from jobs.services.intake import copies_of
+from jobs.services.submission.intake import copies_of
 from jobs.services.validation import MAX_NAME, default_name
 from tests.ui.conftest import make_workload
 

@@ -12,8 +12,8 @@ from django.urls import reverse
 from api.serializers import EnvVarSerializer, WorkloadCreateSerializer
 from jobs.forms import LaunchForm
 from jobs.models import Kind, Workload
-from jobs.services.intake import gather_facts
 from jobs.services.spec_fields import KIND_CHOICES, SPEC_LIMITS, time_limit_limits
+from jobs.services.submission.intake import gather_facts
 
 LIMITS = ("max_length", "min_value", "max_value")
 

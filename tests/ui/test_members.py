@@ -9,8 +9,7 @@ from html import unescape
 import pytest
 
 from identity.members import ALREADY_MEMBER, KEPT_BY_PROVIDER, LAST_MANAGER, NO_SUCH_USER
-from identity.models import MembershipChange, TeamSource
-from jobs.models import Membership, Role
+from identity.models import Membership, MembershipChange, Role, TeamSource
 from tests.ui.conftest import make_user
 
 pytestmark = pytest.mark.django_db

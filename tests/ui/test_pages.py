@@ -7,7 +7,8 @@ import re
 import pytest
 from django.urls import reverse
 
-from jobs.models import Membership, Role, State
+from identity.models import Membership, Role
+from jobs.models import State
 from tests.ui.conftest import PASSWORD, make_user, make_workload
 
 pytestmark = pytest.mark.django_db

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from jobs.kube import objects
 from jobs.models import SecretState, TeamSecret, Workload
-from jobs.services.object_creation import spec_for
+from jobs.services.cluster.object_creation import spec_for
 from tests.ui.test_launch import post
 
 pytestmark = pytest.mark.django_db

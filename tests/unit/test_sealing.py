@@ -15,7 +15,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from portal import sealing
-from portal.env import ConfigError, env_seal_keys
+from portal.env import ConfigError
+from portal.sealing import env_seal_keys
 
 VALUE = "hf_live_4bd0c1-do-not-leak"
 SEAL_VARIABLES = {

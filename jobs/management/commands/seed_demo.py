@@ -8,7 +8,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs.models import Membership, Role, Team
+from identity.models import Membership, Role
+from jobs.models import Team
 from jobs.services.seeding import DEMO, SeedError, apply_seed
 
 
@@ -46,7 +47,7 @@ class Command(BaseCommand):
                 user.save()
             Membership.objects.get_or_create(user=user, team=team, defaults={"role": role})
         try:
-            from jobs.services.inventory import inventory_sync
+            from jobs.services.cluster.inventory import inventory_sync
 
             nodes = inventory_sync()
             self.stdout.write(f"Found {nodes} GPU node(s) in the cluster.")

@@ -4,7 +4,7 @@ import signal
 
 from django.core.management.base import BaseCommand
 
-from jobs.services.watch_loop import Tracker
+from jobs.services.cluster.watch_loop import Tracker
 
 
 class Command(BaseCommand):

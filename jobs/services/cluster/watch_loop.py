@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from jobs.kube import client as kube
 from jobs.kube import names
 from jobs.models import Kind, State, Workload
-from jobs.services.status_mapping import Observation, apply_observation, observe
+from jobs.services.cluster.status_mapping import Observation, apply_observation, observe
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +225,7 @@ def missing_objects_observation(workload: Workload) -> Observation:
     """A workload whose objects are gone ends FAILED, saying who deleted them: "outside the portal" only
     when the portal did not (its own deletions of a running workload's objects are on the timeline)."""
     from jobs.models import WorkloadEvent
-    from jobs.services.object_creation import DELETED_BY_PORTAL
+    from jobs.services.cluster.object_creation import DELETED_BY_PORTAL
 
     what = "Job was" if workload.kind == Kind.BATCH else "Deployment was"
     by_portal = WorkloadEvent.objects.filter(workload_id=workload.id, reason=DELETED_BY_PORTAL)

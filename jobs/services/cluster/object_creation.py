@@ -22,25 +22,20 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
-from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from jobs.kube import client as kube
 from jobs.kube import names, objects
 from jobs.models import AllowedRegistry, Kind, SecretState, State, Team, TeamSecret, Workload, WorkloadEvent
-from jobs.services import opening, workspaces
+from jobs.services import opening, provisioning
+from jobs.services.storage import workspaces
 from jobs.services.transitions import note, transition
 from jobs.services.validation import parse_image_reference
 from portal import sealing
 
 log = logging.getLogger(__name__)
 
-_ensured_lock = threading.Lock()
-_ensured: dict[str, tuple[tuple, float]] = {}  # namespace -> ((), when its provisioning was last asked for)
-PROVISION_REQUEST_TTL_SECONDS = 2.0
 CREATES_IN_FLIGHT = 8  # API calls a worker process makes at once for its batches (the raw client's 8 threads)
-PROVISION_WAIT_SECONDS = 15.0
-_ready: set[tuple[str, str]] = set()  # (team namespace, resource) this process was seen allowed to create
 
 
 class SubmitRejected(Exception):
@@ -134,24 +129,6 @@ def base_url_env(workload: Workload) -> tuple[tuple[str, str], ...]:
     return tuple((name, value) for name, value in extra if name not in own)  # the researcher's own value wins
 
 
-def namespace_ensure(team: Team, *, force: bool = False) -> str:
-    """Ask the provisioner to create the team's namespace, or to bring it up to date (force: the quota
-    changed); returns its name without waiting. The caller holds no right to create namespaces or
-    RoleBindings itself (see jobs/services/provisioning.py): a submission that finds the namespace
-    missing or not yet bound asks for it here and is retried by its task."""
-    namespace = team.namespace
-    now = time.monotonic()
-    with _ensured_lock:
-        # Asked recently by this process: a burst of first submissions sends one request, not hundreds.
-        if not force and now - _ensured.get(namespace, ((), -1e9))[1] < PROVISION_REQUEST_TTL_SECONDS:
-            return namespace
-        _ensured[namespace] = ((), now)
-    from jobs import tasks  # the tasks import this module
-
-    tasks.provision_namespace.apply_async(args=[team.id, team.slug], queue=settings.PROVISION_QUEUE)
-    return namespace
-
-
 def pull_secrets_ensure(namespace: str, needed: tuple[str, ...] = ()) -> None:
     """Every private registry's image pull Secret exists (and is current) in the namespace.
 
@@ -238,39 +215,6 @@ def secrets_written(workload: Workload, refs: tuple[objects.SecretRef, ...]) -> 
         time.sleep(0.1)
 
 
-def forget_namespaces() -> None:
-    with _ensured_lock:
-        _ensured.clear()
-        _ready.clear()
-
-
-def namespace_wait_ready(team: Team, *, group: str, resource: str, timeout: float = PROVISION_WAIT_SECONDS) -> bool:
-    """Before this process first writes into a team's namespace: ask for the namespace and wait (briefly)
-    until our credentials may create `resource` there, so objects are made at once instead of by retries."""
-    namespace = team.namespace
-    if (namespace, resource) in _ready:
-        return True
-    namespace_ensure(team)
-    review = k8s.V1SelfSubjectAccessReview(
-        spec=k8s.V1SelfSubjectAccessReviewSpec(
-            resource_attributes=k8s.V1ResourceAttributes(
-                namespace=namespace, verb="create", group=group, resource=resource
-            )
-        )
-    )
-    authorization = k8s.AuthorizationV1Api(kube.api_client())
-    deadline = time.monotonic() + timeout
-    while True:
-        answer = authorization.create_self_subject_access_review(review, _request_timeout=kube.timeout())
-        if answer.status.allowed:
-            with _ensured_lock:
-                _ready.add((namespace, resource))
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-
-
 def _create_or_adopt(obj: dict, spec: objects.WorkloadSpec, team: Team) -> None:
     kind = obj["kind"]
     name = obj["metadata"]["name"]
@@ -289,9 +233,7 @@ def _create_or_adopt(obj: dict, spec: objects.WorkloadSpec, team: Team) -> None:
             raise SubmitRejected(f"a {kind} named {name} already exists and is not this workload's") from exc
         if exc.status in (403, 404):
             # The namespace is not there or not bound for us yet: ask the provisioner, then retry.
-            with _ensured_lock:
-                _ready.difference_update({r for r in _ready if r[0] == team.namespace})
-            namespace_ensure(team)
+            provisioning.namespace_not_ready(team)
             raise
         failure = kube.classify(exc)
         # 403 is retried too: RBAC in a namespace we just set up (or an API server that just restarted)
@@ -546,7 +488,7 @@ def _prepare_namespaces(batch: list[Workload], specs: dict[int, objects.Workload
         spec = specs[workload.id]
         group, resource = ("batch", "jobs") if spec.kind == "batch" else ("apps", "deployments")
         if (workload.team_id, resource) not in ready:
-            namespace_wait_ready(workload.team, group=group, resource=resource)
+            provisioning.namespace_wait_ready(workload.team, group=group, resource=resource)
             ready.add((workload.team_id, resource))
         claims = (
             spec.namespace,
@@ -555,7 +497,7 @@ def _prepare_namespaces(batch: list[Workload], specs: dict[int, objects.Workload
         if len(claims) > 1 and claims not in claims_done:
             # The claims too wait for the namespace's set-up (a first launch in a new team's namespace).
             if (workload.team_id, "persistentvolumeclaims") not in ready:
-                namespace_wait_ready(workload.team, group="", resource="persistentvolumeclaims")
+                provisioning.namespace_wait_ready(workload.team, group="", resource="persistentvolumeclaims")
                 ready.add((workload.team_id, "persistentvolumeclaims"))
             workspaces.workspaces_ensure(workload)
             claims_done.add(claims)

@@ -2,7 +2,7 @@
 CSV) and the admin usage report.
 
 The pages, the API and admin differ only in what they show (grouping, names, rounding); the hours come
-from `usage_build`, which reads `jobs.services.accounting` once for the rows and once for the part that
+from `usage_build`, which reads `jobs.services.usage.accounting` once for the rows and once for the part that
 ran on borrowed GPUs.
 """
 
@@ -18,7 +18,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from jobs.models import GpuType, Team
-from jobs.services.accounting import UsageRow, borrowed_usage_days, usage_report_days
+from jobs.services.usage.accounting import UsageRow, borrowed_usage_days, usage_report_days
 
 DAY_BEFORE_START = "The end comes before the start."
 

@@ -9,7 +9,7 @@ reference it with secretKeyRef and a projected volume) or a log line (errors are
 Each store is a new `version` of the row, PENDING until the engine has written exactly that version
 (then READY, or FAILED with the reason). The engine writes under the row's lock, so of two quick
 replaces the later value always wins. A launch that needs a secret still PENDING waits for it
-(jobs/services/object_creation.py); one whose secret FAILED is refused, naming it.
+(jobs/services/cluster/object_creation.py); one whose secret FAILED is refused, naming it.
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ from django.db.models import F
 from django.utils import timezone
 from kubernetes.client.exceptions import ApiException
 
+from identity.models import Membership, Role
 from jobs.kube import client as kube
 from jobs.kube import names, objects
-from jobs.models import Membership, Role, SecretState, Team, TeamSecret
-from jobs.services.object_creation import namespace_wait_ready
+from jobs.models import SecretState, Team, TeamSecret
+from jobs.services import dispatch
+from jobs.services.provisioning import namespace_wait_ready
 from jobs.services.validation import NAME_RE, SubmissionInvalid
 from portal import sealing
 
@@ -152,10 +154,7 @@ def _is_theirs(secret: TeamSecret, *, user, name: str, shared: bool) -> bool:
 
 
 def _hand_to_engine(secret_id: int, version: int, sealed: str, k8s_name: str) -> None:
-    from jobs import tasks  # the tasks import the services
-
-    # The row id with the Secret's name: a task that reached another portal's engine matches no row there.
-    tasks.write_secret.delay(secret_id, version, sealed, k8s_name)
+    dispatch.write_secret(secret_id, version, sealed, k8s_name)
 
 
 def secret_wait_written(secret: TeamSecret, *, timeout: float | None = None) -> TeamSecret:
@@ -188,9 +187,7 @@ def secret_delete(*, secret: TeamSecret) -> None:
 
 
 def _remove_in_engine(secret_id: int, version: int, k8s_name: str) -> None:
-    from jobs import tasks
-
-    tasks.remove_secret.delay(secret_id, version, k8s_name)
+    dispatch.remove_secret(secret_id, version, k8s_name)
 
 
 def secrets_unusable(*, team: Team, k8s_names) -> dict[str, str]:

@@ -7,7 +7,7 @@ the admission still holds the cohort's quota locks:
 - any other batch job ends FAILED (reason "Preempted"); a service ends PREEMPTED;
 - its objects are deleted with a grace period (`PORTAL_PREEMPT_GRACE_SECONDS`): Kubernetes sends
   SIGTERM at once and kills the container when the grace period ends.
-Every step is a timeline entry; the owner is told through `notify_preempted`.
+Every step is a timeline entry; the owner is told through the `workload_preempted` signal (notifications/receivers.py).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from django.conf import settings
 
 from jobs.kube import names
 from jobs.models import Kind, RunSegment, State, Workload, WorkloadEvent
-from jobs.services.accounting import counted_start
+from jobs.services.cluster.object_creation import workload_delete_objects
 from jobs.services.dispatch import enqueue_preempt_delete
-from jobs.services.object_creation import workload_delete_objects
 from jobs.services.transitions import note, transition
-from notifications.events import PREEMPTED, notify
+from jobs.services.usage.accounting import counted_start
+from jobs.signals import workload_preempted
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def preempt(victim_id: int, *, at: datetime, for_workload_id: int | None = None,
             reason="Preempted",
         )
     enqueue_preempt_delete(workload, old_name)
-    notify_preempted(workload)
+    workload_preempted.send(sender=Workload, workload=workload)
     log.info("preempted workload %s (for workload %s) %s", workload.uid, for_workload_id, because)
     return True
 
@@ -109,24 +109,6 @@ def close_segment(
         finished_at=at,
         borrowed=borrowed,
         reason=reason,
-    )
-
-
-def notify_preempted(workload: Workload) -> None:
-    """The one place that tells the owner their workload was preempted (once per preemption, sent on
-    commit). A batch job that ends FAILED is already told by the transition hook, as every failure is."""
-    if workload.state == State.FAILED:
-        return
-    if workload.state == State.QUEUED:
-        summary = f"{workload.name} was preempted (its GPUs were borrowed) and requeued at the front of the queue."
-    else:
-        summary = f"{workload.name} was preempted: the borrowed GPUs it ran on were needed back."
-    notify(
-        kind=PREEMPTED,
-        workload=workload,
-        summary=summary,
-        key=f"{PREEMPTED}:{workload.uid}:{workload.attempt}:{workload.state}",
-        requeued=workload.state == State.QUEUED,
     )
 
 

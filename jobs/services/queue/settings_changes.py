@@ -1,8 +1,11 @@
-"""A quota change from admin takes effect at once: it is recorded, admission runs again for that team and
-GPU type, and the team namespace's ResourceQuota follows once the change is committed (the provisioner applies it).
-The ResourceQuota also caps CPU and memory from the GPU types' sizes per GPU, so a change to those follows too.
+"""Settings changes taking effect: the commands that admin and team managers call when they change a
+quota, a cohort, a borrowing or lending limit, a team's sharing rules or a GPU type.
 
-Admin calls it today; it is an engine service so that any other front end can make the same change.
+Each records what changed where that is kept, re-runs admission for the teams and GPU types concerned (a
+raised limit may admit work; a lowered one is settled by the next pass, see admission.settle_running) and,
+once committed, has the provisioner bring the namespaces' ResourceQuota (quota + borrowing limit, and CPU
+and memory from the GPU types' sizes per GPU) up to date. Admin and the manager's page call these today;
+they are engine services so that any other front end can make the same change.
 """
 
 from __future__ import annotations
@@ -12,11 +15,49 @@ import logging
 from django.db import transaction
 
 from jobs.models import GpuType, Quota, QuotaChange, Team
-from jobs.services.admission import quota_admit
-from jobs.services.object_creation import namespace_ensure
-from jobs.services.sharing import namespaces_sync
+from jobs.services.provisioning import namespace_ensure
+from jobs.services.queue.admission import quota_admit
 
 log = logging.getLogger(__name__)
+
+
+def sharing_changed(team_ids: list[int]) -> int:
+    """Re-run admission for the teams' quota types now and, once committed, re-sync their namespaces'
+    ResourceQuota (which allows quota + borrowing limit). Returns how many workloads were admitted."""
+    admitted = 0
+    for team_id, gpu_type_id in Quota.objects.filter(team_id__in=team_ids).values_list("team_id", "gpu_type_id"):
+        admitted += len(quota_admit(team_id=team_id, gpu_type_id=gpu_type_id))
+    transaction.on_commit(lambda: namespaces_sync(team_ids))
+    return admitted
+
+
+def namespaces_sync(team_ids: list[int]) -> None:
+    """Ask the provisioner to bring these teams' namespaces (their ResourceQuota) up to date."""
+    for team in Team.objects.filter(id__in=team_ids):
+        try:
+            namespace_ensure(team, force=True)
+        except Exception as exc:  # Kubernetes unreachable: the next submission syncs it again
+            log.warning("ResourceQuota of %s not updated now: %s", team.namespace, exc)
+
+
+def team_sharing_update(
+    *,
+    team: Team,
+    by,
+    fair_share: bool,
+    half_life_hours: int,
+    user_max_queued: int | None,
+    user_max_gpus: dict[int, int | None],
+) -> None:
+    """A manager's rules inside the team; admission runs again at once (a raised cap may admit work)."""
+    with transaction.atomic():
+        Team.objects.filter(id=team.id).update(
+            fair_share=fair_share, fair_share_half_life_hours=half_life_hours, user_max_queued=user_max_queued
+        )
+        for gpu_type_id, cap in user_max_gpus.items():
+            Quota.objects.filter(team=team, gpu_type_id=gpu_type_id).update(user_max_gpus=cap)
+        log.info("team %s sharing rules changed by %s", team.slug, by.get_username())
+        sharing_changed([team.id])
 
 
 def quota_change_record(*, team: Team, gpu_type: GpuType, old: int | None, new: int | None, by) -> QuotaChange | None:

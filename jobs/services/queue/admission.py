@@ -18,20 +18,23 @@ with queued work) is three steps, all inside one transaction:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import timedelta
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from datetime import datetime
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Case, F, Q, Sum, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from jobs.models import Quota, State, Team, Workload, WorkloadEvent
-from jobs.services import sharing_plan
 from jobs.services.dispatch import enqueue_estimate, enqueue_submits
-from jobs.services.sharing_plan import Held, QueueEntry, TeamQuota
+from jobs.services.queue import sharing_plan
+from jobs.services.queue.cohort_facts import fair_share_usage_of
+from jobs.services.queue.preemption import close_segment, preempt
+from jobs.services.queue.sharing_plan import Held, QueueEntry, TeamQuota
+from jobs.services.transitions import note
+from jobs.services.usage.accounting import counted_start
 
 log = logging.getLogger(__name__)
 
@@ -62,97 +65,6 @@ def plan_admission(queued: list[tuple[int, int]], free: int) -> list[int]:
         else:
             smallest_refused = gpus if smallest_refused is None else min(smallest_refused, gpus)
     return admitted
-
-
-@dataclass(frozen=True)
-class CohortFacts:
-    """Everything the plan needs for one cohort (or lone team) and GPU type."""
-
-    teams: dict[int, TeamQuota]
-    held: list[Held]
-    queued: list[sharing_plan.Waiting]
-    quota_of: dict[int, int]
-
-
-def cohort_team_ids(team_id: int) -> list[int]:
-    cohort_id = Team.objects.filter(id=team_id).values_list("cohort_id", flat=True).first()
-    if cohort_id is None:
-        return [team_id]
-    return list(Team.objects.filter(cohort_id=cohort_id).order_by("id").values_list("id", flat=True))
-
-
-def fair_share_usage(team_ids: Iterable[int]) -> dict[int, dict[int, float]]:
-    """Per team that orders its queue by fair share: each user's decayed recent GPU-hours."""
-    return fair_share_usage_of(Team.objects.filter(id__in=list(team_ids), fair_share=True))
-
-
-def fair_share_usage_of(teams_read: Iterable[Team]) -> dict[int, dict[int, float]]:
-    """`fair_share_usage` of teams already read (those that do not use fair share are left out)."""
-    teams = {t.id: t for t in teams_read if t.fair_share}
-    if not teams:
-        return {}
-    now = timezone.now()
-    longest = max(t.fair_share_half_life_hours for t in teams.values())
-    since = now - timedelta(hours=min(longest * 5, settings.PORTAL_HISTORY_DAYS * 24))
-    rows = (
-        Workload.objects.filter(team_id__in=teams, started_at__isnull=False)
-        .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
-        .values_list("team_id", "owner_id", "started_at", "finished_at", "gpu_count")
-    )
-    intervals: dict[int, list[tuple[int, float, float, int]]] = {t: [] for t in teams}
-    for team_id, owner_id, started, finished, gpus in rows:
-        intervals[team_id].append((owner_id, started.timestamp(), (finished or now).timestamp(), gpus))
-    return {
-        t: sharing_plan.decayed_usage(intervals[t], now.timestamp(), teams[t].fair_share_half_life_hours * 3600.0)
-        for t in teams
-    }
-
-
-def gather_cohort_facts(quotas: list[Quota], gpu_type_id: int, *, skip_teams: Iterable[int] = ()) -> CohortFacts:
-    """Read what the plan needs (three queries, and one more where a team uses fair share)."""
-    in_cohort = len(quotas) > 1 or any(q.team.cohort_id for q in quotas)
-    teams = {
-        q.team_id: TeamQuota(
-            team_id=q.team_id,
-            quota=q.max_gpus,
-            borrowing_limit=q.borrowing_limit if in_cohort else 0,
-            lending_limit=q.lending_limit,
-            user_max_gpus=q.user_max_gpus,
-        )
-        for q in quotas
-    }
-    team_ids = list(teams)
-    held = [
-        Held(
-            id=w_id,
-            team_id=team_id,
-            gpus=gpus,
-            user_id=owner_id,
-            priority=priority,
-            borrowed=borrowed,
-            order=(admitted or created).timestamp(),
-        )
-        for w_id, team_id, gpus, owner_id, priority, borrowed, admitted, created in Workload.objects.filter(
-            team_id__in=team_ids, gpu_type_id=gpu_type_id, state__in=State.holding()
-        ).values_list("id", "team_id", "gpu_count", "owner_id", "priority", "borrowed", "admitted_at", "created_at")
-    ]
-    skip = set(skip_teams)
-    entries = [
-        QueueEntry(
-            id=w_id,
-            team_id=team_id,
-            user_id=owner_id,
-            gpus=gpus,
-            priority=priority,
-            created=created.timestamp(),
-            requeued=requeued.timestamp() if requeued else None,
-        )
-        for w_id, team_id, owner_id, gpus, priority, created, requeued in Workload.objects.filter(
-            team_id__in=[t for t in team_ids if t not in skip], gpu_type_id=gpu_type_id, state=State.QUEUED
-        ).values_list("id", "team_id", "owner_id", "gpu_count", "priority", "created_at", "requeued_at")
-    ]
-    queued = sharing_plan.order_queue(entries, fair_share_usage(team_ids))
-    return CohortFacts(teams=teams, held=held, queued=queued, quota_of={q.team_id: q.max_gpus for q in quotas})
 
 
 def quota_admit(*, team_id: int, gpu_type_id: int) -> list[int]:
@@ -190,9 +102,6 @@ def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requ
     one transaction that locks all their quota rows (in id order, as every admission does, so two passes
     never deadlock and never over-admit). `requesting`: a team that must hold a quota for the (single)
     type, else nothing is done (a submission's own pass). Returns the admitted ids in queue order."""
-    from jobs.services.preemption import preempt
-    from jobs.services.sharing import settle_running
-
     types = sorted(set(gpu_type_ids))
     with transaction.atomic():
         cohort_of = _cohorts(team_ids)
@@ -205,7 +114,7 @@ def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requ
         members = {q.team_id for q in quotas}
         teams_of = {key: _team_quotas(group_quotas) for key, group_quotas in groups.items()}
         held = _held_by_group(members, types, cohort_of)
-        # Borrowed marks that no longer hold, and borrowed work beyond lowered limits (jobs.services.sharing).
+        # Borrowed marks that no longer hold, and borrowed work beyond lowered limits (settle_running, below).
         for key, teams in teams_of.items():
             if held.get(key):
                 held[key] = settle_running(teams, held[key], gpu_type_id=key[1], at=timezone.now())
@@ -305,7 +214,7 @@ def _team_quotas(quotas: list[Quota]) -> dict[int, TeamQuota]:
 
 def _budgets_spent(teams: Iterable[Team]) -> set[int]:
     """Teams whose monthly GPU-hour budget is used up (a cheap bound for all, a report where it is near)."""
-    from jobs.services.accounting import budgets_spent
+    from jobs.services.usage.accounting import budgets_spent
 
     return budgets_spent({t.id: t for t in teams}.values())
 
@@ -531,3 +440,97 @@ def _mark_admitted_orm(admitted: list[int], *, own: list[int], lent: list[int], 
         ),
         batch_size=2000,
     )
+
+
+# --- settling what runs: before each plan, under the same locks ---------------------------------------
+# Every admission first settles what runs: a borrowed workload that its own team's quota covers again
+# (its teammates' work ended) stops being borrowed, and so stops being reclaimable; and where limits were
+# lowered (a borrowing limit, a lending cap, a quota) the borrowed work that now exceeds them is preempted,
+# the same way a lender reclaims: grace period, timeline, owner told.
+
+
+def settle_running(
+    teams: Mapping[int, sharing_plan.TeamQuota], held: list[Held], *, gpu_type_id: int, at: datetime
+) -> list[Held]:
+    """Under the cohort's quota locks: flip borrowed marks that no longer hold and preempt borrowed work
+    beyond lowered limits. Returns what holds GPUs afterwards, as the admission plan should see it.
+
+    `held` may sum a team's own workloads into stand-ins (negative ids, as the bulk admission pass
+    reads them); where a lowered quota no longer covers them they are read one by one.
+
+    A team alone (no cohort) never borrows: only a mark left over from a cohort it left is cleared, and
+    a lowered quota lets its running work finish (its quota is a wall for new work only)."""
+    settled = sharing_plan.settle(teams, held)
+    if len(teams) == 1 and not any(t.borrowing_limit for t in teams.values()):
+        settled = sharing_plan.Settled(now_own=settled.now_own)
+    elif any(i < 0 for i in settled.now_borrowed):
+        held = _own_one_by_one(held, gpu_type_id)
+        settled = sharing_plan.settle(teams, held)
+    if not (settled.now_own or settled.now_borrowed or settled.preempt):
+        return held
+    _flip_marks(settled.now_own, borrowed=False, at=at)
+    _flip_marks(settled.now_borrowed, borrowed=True, at=at)
+    names = dict(Team.objects.filter(id__in=set(settled.preempt.values())).values_list("id", "name"))
+    for victim_id, team_id in sorted(settled.preempt.items()):
+        preempt(victim_id, at=at, because=_beyond_limits(names[team_id], teams[team_id]))
+    flipped = settled.now_own | settled.now_borrowed
+    return [replace(h, borrowed=not h.borrowed) if h.id in flipped else h for h in held if h.id not in settled.preempt]
+
+
+def _own_one_by_one(held: list[Held], gpu_type_id: int) -> list[Held]:
+    """`held` with each team's summed own workloads (stand-ins) replaced by the workloads themselves."""
+    teams = {h.team_id for h in held if h.id < 0}
+    own = [
+        Held(
+            id=w_id,
+            team_id=team_id,
+            gpus=gpus,
+            user_id=owner_id,
+            priority=priority,
+            order=(admitted or created).timestamp(),
+        )
+        for w_id, team_id, gpus, owner_id, priority, admitted, created in Workload.objects.filter(
+            team_id__in=teams, gpu_type_id=gpu_type_id, state__in=State.holding(), borrowed=False
+        ).values_list("id", "team_id", "gpu_count", "owner_id", "priority", "admitted_at", "created_at")
+    ]
+    return [h for h in held if h.id >= 0] + own
+
+
+def _beyond_limits(team_name: str, quota: sharing_plan.TeamQuota) -> str:
+    return (
+        f"the sharing limits were lowered: team {team_name} may hold {quota.quota} GPU(s) of its own plus "
+        f"{quota.borrowing_limit} borrowed, and its cohort lends less than it had borrowed (this workload ran "
+        "on borrowed GPUs)."
+    )
+
+
+def _flip_marks(ids: set[int], *, borrowed: bool, at: datetime) -> None:
+    """Mark workloads borrowed or not from `at`. A started run keeps the stretch before as a segment
+    with the old mark, so usage bills each part as it was."""
+    for workload in Workload.objects.filter(id__in=ids, borrowed=not borrowed):
+        if workload.started_at is not None:
+            close_segment(
+                workload,
+                began=counted_start(workload.started_at, workload.counted_from),
+                at=at,
+                borrowed=not borrowed,
+                attempt=workload.attempt,
+                reason="BorrowedMarkChanged",
+            )
+            Workload.objects.filter(id=workload.id).update(borrowed=borrowed, counted_from=at, updated_at=at)
+        else:
+            Workload.objects.filter(id=workload.id).update(borrowed=borrowed, updated_at=at)
+        workload.borrowed = borrowed
+        if borrowed:
+            message = (
+                "Now borrowed: the team's quota was lowered and no longer covers it; it runs on GPUs its cohort "
+                "lends, and a lender may reclaim them."
+            )
+        else:
+            message = "No longer borrowed: the team's own quota covers it now, so it can no longer be preempted."
+        note(
+            workload,
+            reason="Borrowed" if borrowed else "NoLongerBorrowed",
+            message=message,
+            source=WorkloadEvent.Source.PORTAL,
+        )

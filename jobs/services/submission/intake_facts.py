@@ -27,20 +27,11 @@ from dataclasses import dataclass, replace
 
 from django.db import connection
 
+from identity.models import Membership
 from jobs import sql as jobs_sql
-from jobs.models import (
-    AllowedRegistry,
-    CatalogImage,
-    Dataset,
-    GpuNode,
-    GpuType,
-    Membership,
-    Quota,
-    Team,
-    TeamSecret,
-)
+from jobs.models import AllowedRegistry, CatalogImage, Dataset, GpuNode, GpuType, Quota, Team, TeamSecret
 from jobs.selectors import cluster_capacity
-from jobs.services.secrets import secrets_available
+from jobs.services.storage.secrets import secrets_available
 from jobs.services.validation import CatalogFacts, GpuTypeFacts, cuda_tuple
 
 # The tables site facts come from, and those team facts come from (rows of the one team).

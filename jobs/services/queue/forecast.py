@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from jobs.services.sharing_plan import Held, Plan, TeamQuota, Waiting, plan
+from jobs.services.queue.sharing_plan import Held, Plan, TeamQuota, Waiting, plan
 
 HORIZON_SECONDS = 7 * 24 * 3600.0
 MAX_QUEUED = 200  # workloads forecast per cohort and type; those further back get no estimate (cost bound)

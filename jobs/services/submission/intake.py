@@ -10,22 +10,18 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from identity.models import Membership
 from jobs import policy
 from jobs import sql as jobs_sql
-from jobs.models import (
-    GpuType,
-    Membership,
-    Team,
-    Workload,
-    WorkloadEvent,
-)
+from jobs.models import GpuType, Team, Workload, WorkloadEvent
 from jobs.models import workloads as workloads_model
-from jobs.services import intake_facts, validation
+from jobs.services import validation
 from jobs.services.dispatch import enqueue_admission, request_admission
-from jobs.services.limits import queue_slot_take
-from jobs.services.secrets import secrets_unusable
+from jobs.services.storage.secrets import secrets_unusable
+from jobs.services.storage.workspaces import dataset_mounts, workspace_mounts
+from jobs.services.submission import intake_facts
+from jobs.services.submission.queue_caps import queue_slot_take
 from jobs.services.validation import Facts, SubmissionInvalid, validate_submission
-from jobs.services.workspaces import dataset_mounts, workspace_mounts
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +34,7 @@ def gather_facts(*, team: Team, user) -> Facts:
 def facts_from(snapshot: intake_facts.Snapshot, *, team: Team, user) -> Facts:
     exhausted, budget_message = False, ""
     if team.monthly_gpu_hour_budget is not None:
-        from jobs.services.accounting import budget_exhausted, month_to_date_hours
+        from jobs.services.usage.accounting import budget_exhausted, month_to_date_hours
 
         if budget_exhausted(team):
             exhausted = True
@@ -328,7 +324,7 @@ def admit_now(*, team_id: int, gpu_type_id: int) -> None:
     pass admits everything queued. It never fails the submission: if admission cannot run now (database
     busy, anything), the workload is stored QUEUED and a worker or the periodic sweep admits it.
     """
-    from jobs.services.admission import quota_admit
+    from jobs.services.queue.admission import quota_admit
 
     try:
         with admitting_alone(team_id, gpu_type_id) as alone:

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from django.conf import settings
 from django.db import connection
 
-from jobs.models import Membership, State, Team, Workload
+from identity.models import Membership
+from jobs.models import State, Team, Workload
 from jobs.services.validation import SubmissionInvalid
 
 QUEUE_FIELD = "queue"

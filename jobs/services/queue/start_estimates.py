@@ -16,9 +16,17 @@ from django.utils import timezone
 
 from jobs.models import Kind, Quota, State, Workload
 from jobs.selectors import cluster_capacity
-from jobs.services.accounting import local_tz
-from jobs.services.admission import CohortFacts, cohort_team_ids, gather_cohort_facts
-from jobs.services.forecast import Demand, Estimate, demand_from, expected_arrivals, expected_run, forecast, remaining
+from jobs.services.queue.cohort_facts import CohortFacts, cohort_team_ids, gather_cohort_facts
+from jobs.services.queue.forecast import (
+    Demand,
+    Estimate,
+    demand_from,
+    expected_arrivals,
+    expected_run,
+    forecast,
+    remaining,
+)
+from jobs.services.usage.accounting import local_tz
 
 log = logging.getLogger(__name__)
 

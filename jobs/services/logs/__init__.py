@@ -1,0 +1,1 @@
+"""A workload's container logs and events, and the slots that bound followed log streams."""

@@ -1,0 +1,35 @@
+"""The domain's announcements (jobs/signals.py) that become notifications. Connected in apps.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.dispatch import receiver
+
+from jobs.models import State, Workload
+from jobs.signals import workload_preempted, workload_transitioned
+from notifications import events
+
+
+@receiver(workload_transitioned, dispatch_uid="notifications.workload_transitioned")
+def on_transition(sender: Any, *, workload: Workload, from_state: str, actor: Any = None, **_: Any) -> None:
+    events.workload_transitioned(workload, from_state=from_state, actor=actor)
+
+
+@receiver(workload_preempted, dispatch_uid="notifications.workload_preempted")
+def on_preempted(sender: Any, *, workload: Workload, **_: Any) -> None:
+    """The one place that tells the owner their workload was preempted (once per preemption, sent on
+    commit). A batch job that ends FAILED is already told by the transition, as every failure is."""
+    if workload.state == State.FAILED:
+        return
+    if workload.state == State.QUEUED:
+        summary = f"{workload.name} was preempted (its GPUs were borrowed) and requeued at the front of the queue."
+    else:
+        summary = f"{workload.name} was preempted: the borrowed GPUs it ran on were needed back."
+    events.notify(
+        kind=events.PREEMPTED,
+        workload=workload,
+        summary=summary,
+        key=f"{events.PREEMPTED}:{workload.uid}:{workload.attempt}:{workload.state}",
+        requeued=workload.state == State.QUEUED,
+    )

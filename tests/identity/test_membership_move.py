@@ -1,0 +1,43 @@
+"""Memberships moved from jobs to identity in the code only: a database made by the code from before the
+move migrates without renaming or recreating the table, and keeps every membership and its content type."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.contenttypes.models import ContentType
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+from identity.models import Membership, Role
+from tests.engine.factories import TeamFactory, UserFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BEFORE_THE_MOVE = [("jobs", "0021_usage_recent_end_index"), ("identity", "0003_membership_change_by")]
+
+
+def _migrate(targets) -> object:
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(targets)
+    return executor.loader.project_state(targets).apps
+
+
+def test_a_database_made_before_the_move_keeps_its_memberships_in_the_same_table():
+    team, user = TeamFactory(slug="movers"), UserFactory(username="mover")
+    old_apps = _migrate(BEFORE_THE_MOVE)
+    OldMembership = old_apps.get_model("jobs", "Membership")
+    assert OldMembership._meta.db_table == "jobs_membership"
+    OldMembership.objects.create(user_id=user.id, team_id=team.id, role="manager")
+    jobs_type = ContentType.objects.get_or_create(app_label="jobs", model="membership")[0]
+    ContentType.objects.filter(app_label="identity", model="membership").delete()
+    tables_before = set(connection.introspection.table_names())
+
+    executor = MigrationExecutor(connection)
+    _migrate(executor.loader.graph.leaf_nodes())
+
+    assert set(connection.introspection.table_names()) == tables_before  # nothing renamed, made or dropped
+    assert Membership._meta.db_table == "jobs_membership"
+    moved = Membership.objects.get(user=user, team=team)
+    assert moved.role == Role.MANAGER
+    assert ContentType.objects.get_for_model(Membership).id == jobs_type.id  # admin history still points here
