@@ -19,10 +19,10 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         apply_seed(DEMO)
         if os.environ.get("GPUPORTAL_LOCAL_IMAGES") == "1":
-            # The local cluster's real nodes: catalog entries for the images built here (localhost/...).
+            # The local cluster's real nodes: their GPU types (with demo quotas) and the images built here.
             from localcluster.images import catalog_seed
 
-            apply_seed(catalog_seed())
+            apply_seed(catalog_seed(quota_team="demo"))
         team = Team.objects.get(slug="demo")
         users = get_user_model()
         password = os.environ.get("DEMO_PASSWORD", "gpuportal-demo")
