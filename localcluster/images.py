@@ -544,7 +544,12 @@ def catalog_seed(quota_team: str | None = None) -> dict:
              "description": "Debian's Python 3.11 built on this machine; runs as uid 1000. Bring your script.",
              "default_command": ["python", "train.py"]},
             {"reference": IMAGES["jupyterlab"], "title": "JupyterLab (local)", "suits": "service",
-             "description": "JupyterLab built on this machine; press Open on its page once it runs.",
+             "description": "JupyterLab built on this machine; press Open on its page once it runs. Its file "
+                            "browser starts at /home: keep notebooks in the folder named after you (your home "
+                            "workspace, kept between launches).",
+             # /home holds the image's own home and the portal's mount of the user's home workspace; the
+             # command in full, as traitlets refuses a second root_dir after the image's entrypoint's.
+             "default_command": ["jupyter", "lab", "--ip=0.0.0.0", "--no-browser", "--ServerApp.root_dir=/home"],
              "default_port": 8888, "base_url_args": jupyter_args},
             {"reference": IMAGES["tensorboard"], "title": "TensorBoard (local)", "suits": "service",
              "description": "TensorBoard built on this machine, serving the logs under /logs.",

@@ -1,8 +1,10 @@
 """Real JupyterLab behind Open (issue 35, item 4): the local JupyterLab catalog entry, launched in the
 browser with 1 GPU of a real node's type, runs in containerd on a real node (tests/realnode_fixtures.py);
-Open shows JupyterLab itself through the portal's proxy at /w/<uid>/, and a notebook cell runs through the
-kernel's WebSocket (proxied too) and shows its output. No simulator page is involved: the node simulator
-serves only pods on simulated nodes."""
+Open shows JupyterLab itself through the portal's proxy at /w/<uid>/, a notebook cell runs through the
+kernel's WebSocket (proxied too) and shows its output, and the notebook, saved in the user's home
+workspace (a PersistentVolume of the local cluster's class, hostPath, mounted by the real kubelet), is
+still there after cancel and a new launch. No simulator page is involved: the node simulator serves only
+pods on simulated nodes."""
 
 from __future__ import annotations
 
@@ -21,29 +23,28 @@ pytestmark = [pytest.mark.browser, pytest.mark.cluster, pytest.mark.celery, pyte
 
 
 @pytest.fixture
-def lab(real_engine):
+def lab(real_engine, settings):
+    settings.WORKSPACE_STORAGE_CLASS = "gpuportal-local"  # homes on: the local cluster's hostPath class
     real_engine.owner.set_password(PASSWORD)
     real_engine.owner.save()
     return real_engine
 
 
-def test_open_shows_real_jupyterlab_and_a_cell_runs_through_the_kernel(chromium, front, lab):  # noqa: F811
-    context, page = browser_tab(chromium, front)
-    sign_in(page, lab.owner.username)
+def launch_and_open(page, lab, name: str):
+    """Launch the local JupyterLab entry with 1 real-p100 GPU, wait for it to run, press Open; returns the
+    workload and the JupyterLab tab once the Lab UI has loaded."""
     page.goto("/launch/")
     page.get_by_label("Image", exact=True).select_option(label="JupyterLab (local)")
     page.get_by_label("Service").check()
-    page.get_by_label("Name", exact=True).fill("real-lab")
+    page.get_by_label("Name", exact=True).fill(name)
     page.get_by_label("GPU type").select_option("real-p100")
     page.get_by_label("GPUs", exact=True).fill("1")
     page.get_by_label("Time limit", exact=True).fill("10")
     page.get_by_label("Time limit unit").select_option("minutes")
     page.get_by_role("button", name="Launch", exact=True).click()
     expect(page.locator("#live")).to_have_attribute("data-state", "RUNNING", timeout=180_000)
-    workload = lab.team.workloads.get(name="real-lab")
+    workload = lab.team.workloads.get(name=name)
     assert workload.node_name == "real-p100-1"
-    path = f"/w/{workload.uid}/"
-
     with page.context.expect_page() as opened:
         page.get_by_role("link", name="Open", exact=True).click()
     jupyter = opened.value
@@ -52,20 +53,33 @@ def test_open_shows_real_jupyterlab_and_a_cell_runs_through_the_kernel(chromium,
     deadline = time.monotonic() + 120
     while not jupyter.locator(".jp-Launcher").is_visible():
         assert time.monotonic() < deadline, "JupyterLab did not load within 120 s"
-        if jupyter.get_by_role("heading", name="real-lab cannot be reached").is_visible():
+        if jupyter.get_by_role("heading", name=f"{name} cannot be reached").is_visible():
             jupyter.wait_for_timeout(2000)
-            jupyter.reload()
-        jupyter.wait_for_timeout(500)
-    expect(jupyter.locator(".jp-Launcher")).to_be_visible()
-    assert jupyter.url.startswith(f"{front}{path}")
+            jupyter.reload(timeout=30_000)
+        else:
+            jupyter.wait_for_timeout(500)
+    assert jupyter.url.startswith(f"{page.url.split('/workloads/')[0]}/w/{workload.uid}/")
+    return workload, jupyter
+
+
+def open_folder(jupyter, folder: str) -> None:
+    jupyter.locator(".jp-DirListing-item", has_text=folder).dblclick()
+    expect(jupyter.locator(".jp-BreadCrumbs")).to_contain_text(folder)
+
+
+def test_open_shows_real_jupyterlab_runs_a_cell_and_keeps_the_saved_notebook(chromium, front, lab):  # noqa: F811
+    context, page = browser_tab(chromium, front)
+    sign_in(page, lab.owner.username)
+    workload, jupyter = launch_and_open(page, lab, "real-lab")
     screenshot(jupyter, "real_jupyterlab_launcher")
 
-    # A new notebook from the launcher, a cell run with Shift+Enter: code, kernel and output over the
-    # kernel's WebSocket, through the proxy.
+    # In the home workspace's folder, a new notebook from the launcher; a cell run with Shift+Enter: code,
+    # kernel and output over the kernel's WebSocket, through the proxy.
+    home = lab.owner.username
+    open_folder(jupyter, home)
     jupyter.locator('.jp-LauncherCard[data-category="Notebook"]').first.click()
     editor = jupyter.locator(".jp-Notebook .jp-Cell .cm-content").first
     expect(editor).to_be_visible(timeout=30_000)
-    expect(jupyter.locator(".jp-Notebook-ExecutionIndicator, .jp-KernelStatus").first).to_be_visible()
     expect(jupyter.get_by_role("button", name="Python 3 (ipykernel) | Idle")).to_be_visible(timeout=60_000)
     editor.fill("import os; print('gpus', os.environ['NVIDIA_VISIBLE_DEVICES'], 6 * 7)")
     expect(editor).to_contain_text("NVIDIA_VISIBLE_DEVICES")
@@ -73,8 +87,23 @@ def test_open_shows_real_jupyterlab_and_a_cell_runs_through_the_kernel(chromium,
     output = jupyter.locator(".jp-OutputArea-output").first
     expect(output).to_contain_text("gpus GPU-", timeout=120_000)
     expect(output).to_contain_text(" 42")
+    jupyter.get_by_role("button", name="Save and create checkpoint (Ctrl+S)").click()
+    # JupyterLab 4 asks for a name on a new notebook's first save; the proposed one will do.
+    jupyter.locator(".jp-Dialog").get_by_role("button", name="Rename and Save").click()
+    # Saved: the tab loses its unsaved-changes mark once the contents API has the notebook.
+    expect(jupyter.locator(".lm-TabBar-tab.jp-mod-dirty")).to_have_count(0, timeout=30_000)
     screenshot(jupyter, "real_jupyterlab_cell_output")
 
     workload_cancel(workload=workload, by=lab.owner)
     lab.wait_for(workload, State.CANCELLED)
+
+    # A new launch, on a new pod: the notebook and its output are in the home folder still.
+    again, jupyter2 = launch_and_open(page, lab, "real-lab-again")
+    assert again.uid != workload.uid
+    open_folder(jupyter2, home)
+    jupyter2.locator(".jp-DirListing-item", has_text="Untitled.ipynb").dblclick()
+    expect(jupyter2.locator(".jp-OutputArea-output").first).to_contain_text(" 42", timeout=30_000)
+    screenshot(jupyter2, "real_jupyterlab_notebook_kept")
+    workload_cancel(workload=again, by=lab.owner)
+    lab.wait_for(again, State.CANCELLED)
     context.close()
