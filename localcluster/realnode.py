@@ -402,6 +402,18 @@ class RealNodes:
     # -- start ---------------------------------------------------
     def prepare(self) -> None:
         check_host()
+        # The longest unix socket a node binds: the kubelet's pod-resources/<9 digits> under its root dir, and
+        # the device plugins' sockets (a socket's path has at most 107 bytes; longer fails as "bind: invalid
+        # argument" and the kubelet exits 255).
+        longest = max(
+            len(str(self.node_dir(s) / "varlib-kubelet" / "device-plugins" / "kubelet.sock")) for s in self.specs
+        )
+        longest = max(longest, len(str(self.node_dir(self.specs[-1]) / "kubelet" / "pod-resources" / ("9" * 10))))
+        if longest > 107:
+            raise ClusterError(
+                f"the real nodes' directory {self.directory} is too long for their unix sockets ({longest} > 107 "
+                "bytes).\n  fix: use a shorter state directory (--state-dir, LOCALCLUSTER_STATE_DIR)."
+            )
         kubelet = verify_kubelet(self.bin_dir)
         self.directory.mkdir(parents=True, exist_ok=True)
         teardown(self.directory, self._log)  # whatever a crashed run left
