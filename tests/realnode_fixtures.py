@@ -1,10 +1,11 @@
 """Real nodes in the session's cluster, for tests of real work through the portal (issue 35, item 4).
 
-- `real_nodes` (session): two real nodes (kubelet + containerd + runc + CNI, GPUs from our device plugin;
-  localcluster/realnode.py) joined to the session's local cluster once, beside its simulated nodes, with the
+- `real_nodes` (module): two real nodes (kubelet + containerd + runc + CNI, GPUs from our device plugin;
+  localcluster/realnode.py) joined to the session's local cluster for one module (about 25 s), with the
   python and jupyterlab images imported. They carry gputype=real-p100 / real-k2, which no simulated pool
   uses, so the rest of the suite's workloads never land on them. Skipped (with the reason) where the machine
-  cannot run them or the cluster is an external one; left and their Node objects deleted at session end.
+  cannot run them or the cluster is an external one; stopped and their Node objects deleted when the module
+  ends, so tests after it (node counts, inventory, telemetry) see only the simulated nodes.
 - `real_engine` (function): the `engine` fixture plus the real nodes' GPU types (images.catalog_seed), a
   quota of 4 on each for the test's team, and the inventory read again.
 """
@@ -22,7 +23,7 @@ import pytest
 REAL_IMAGES = ("sandbox", "python", "jupyterlab")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def real_nodes(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from localcluster import images
     from localcluster.procs import ClusterError
