@@ -18,7 +18,10 @@ team namespaces only).
 Every child's output is prefixed with its name. SIGINT/SIGTERM stop the children in reverse order.
 Secrets are sealed to a key pair made once in var/seal-private.key (kept, so what an earlier run sealed
 still opens): the public half goes to every process, the private half to the worker only.
-Environment: PORT (default 8000), LOCALCLUSTER_STATE_DIR (default var/cluster).
+With the real nodes (two by default where the machine can run them: root, cgroup v1, containerd; else
+simulated nodes only, said in one line; GPUPORTAL_REAL_NODES=0 turns them off) the catalog offers the images
+built here (GPUPORTAL_LOCAL_IMAGES=1): Open on the local JupyterLab shows a real JupyterLab.
+Environment: PORT (default 8000), LOCALCLUSTER_STATE_DIR (default var/cluster), GPUPORTAL_REAL_NODES.
 """
 
 from __future__ import annotations
@@ -133,13 +136,53 @@ def start_cluster(env: dict[str, str], stack: contextlib.ExitStack) -> str:
     build = subprocess.run(["bash", str(REPO / "localcluster" / "build.sh")], cwd=REPO, stdout=subprocess.PIPE)
     if build.returncode != 0:
         raise ServiceError("building the Kubernetes binaries failed (see the [cluster-build] lines above)")
-    cluster = LocalCluster(state_dir=state_dir)
+    real = choose_real_nodes(env)
+    cluster = LocalCluster(state_dir=state_dir, real_nodes=real)
     try:
         cluster.start()
     except ClusterError as exc:
-        raise ServiceError(f"the local GPU cluster did not start:\n{exc}") from exc
+        if not real:
+            raise ServiceError(f"the local GPU cluster did not start:\n{exc}") from exc
+        say(f"real nodes did not start, simulated nodes only: {_first_line(exc)}")
+        cluster.stop()
+        env.pop("GPUPORTAL_LOCAL_IMAGES", None)
+        cluster = LocalCluster(state_dir=state_dir, real_nodes=0)
+        try:
+            cluster.start()
+        except ClusterError as exc2:
+            raise ServiceError(f"the local GPU cluster did not start:\n{exc2}") from exc2
     stack.callback(cluster.stop)
     return str(cluster.kubeconfig)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
+
+
+def choose_real_nodes(env: dict[str, str]) -> int:
+    """How many real nodes (kubelet + containerd, localcluster/realnode.py) this cluster gets: two by default,
+    GPUPORTAL_REAL_NODES when set; none where the machine cannot run them, said in one line. With real nodes
+    the catalog offers the images built here (GPUPORTAL_LOCAL_IMAGES=1) and each node imports them."""
+    from localcluster import ClusterError
+    from localcluster.realnode import check_host, requested_count
+
+    if "GPUPORTAL_REAL_NODES" in env:
+        count = requested_count(env)
+        if not count:
+            say("GPUPORTAL_REAL_NODES=0: simulated nodes only")
+            return 0
+    else:
+        count = requested_count({"GPUPORTAL_REAL_NODES": "1"})
+    try:
+        check_host()
+    except ClusterError as exc:
+        say(f"real nodes off, simulated nodes only: {_first_line(exc)}")
+        return 0
+    env.setdefault("GPUPORTAL_LOCAL_IMAGES", "1")
+    # The cluster reads this from our own environment when it imports images into each node.
+    os.environ.setdefault("GPUPORTAL_REAL_NODE_IMAGES", "python,jupyterlab,tensorboard")
+    say(f"{count} real nodes (kubelet + containerd, GPUs from our device plugin); the first run builds their images")
+    return count
 
 
 def seal_keys(env: dict[str, str]) -> dict[str, str]:
@@ -216,7 +259,7 @@ def local_images_seed(env: dict[str, str]) -> list[str]:
 
     path = VAR / "local-images-seed.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(catalog_seed()))
+    path.write_text(json.dumps(catalog_seed(quota_team="demo")))
     return ["--seed", str(path)]
 
 

@@ -519,18 +519,37 @@ def import_into(
         clock.say(f"{name}: imported into {ctr_address}")
 
 
-def catalog_seed() -> dict:
+# The GPU types of the local cluster's real nodes (localcluster/realnode.py labels them gputype=real-<type>):
+# small per-GPU CPU and memory so a 2-core machine runs several pods, and a memory limit a script can exceed.
+REAL_GPU_TYPES = (
+    {"slug": "real-p100", "display_name": "P100 (real node)", "node_label_value": "real-p100",
+     "cpu_per_gpu_millicores": 250, "memory_per_gpu_mib": 1024, "billing_weight": "1.0"},
+    {"slug": "real-k2", "display_name": "K2 (real node)", "node_label_value": "real-k2",
+     "cpu_per_gpu_millicores": 250, "memory_per_gpu_mib": 1024, "billing_weight": "0.5"},
+)  # fmt: skip
+
+
+def catalog_seed(quota_team: str | None = None) -> dict:
     """A seed document (jobs.services.seeding.apply_seed) for catalog entries that point at these images,
-    with `localhost` as an allowed registry. For the local cluster only (`make run` with
-    GPUPORTAL_LOCAL_IMAGES=1, tests): no other cluster can pull a localhost/... reference."""
+    with `localhost` as an allowed registry, and the GPU types of the real nodes (with a quota of 4 each
+    for `quota_team` when given). For the local cluster only (`make run` with GPUPORTAL_LOCAL_IMAGES=1,
+    tests): no other cluster can pull a localhost/... reference."""
     jupyter_args = ["--ServerApp.base_url={base_url}", "--IdentityProvider.token=", "--ServerApp.password="]
+    quotas = [{"team": quota_team, "gpu_type": t["slug"], "max_gpus": 4} for t in REAL_GPU_TYPES if quota_team]
     return {
+        "gpu_types": [dict(t) for t in REAL_GPU_TYPES],
+        "default_quotas": quotas,
         "images": [
             {"reference": IMAGES["python"], "title": "Python 3 (local)", "suits": "batch",
              "description": "Debian's Python 3.11 built on this machine; runs as uid 1000. Bring your script.",
              "default_command": ["python", "train.py"]},
             {"reference": IMAGES["jupyterlab"], "title": "JupyterLab (local)", "suits": "service",
-             "description": "JupyterLab built on this machine; press Open on its page once it runs.",
+             "description": "JupyterLab built on this machine; press Open on its page once it runs. Its file "
+                            "browser starts at /home: keep notebooks in the folder named after you (your home "
+                            "workspace, kept between launches).",
+             # /home holds the image's own home and the portal's mount of the user's home workspace; the
+             # command in full, as traitlets refuses a second root_dir after the image's entrypoint's.
+             "default_command": ["jupyter", "lab", "--ip=0.0.0.0", "--no-browser", "--ServerApp.root_dir=/home"],
              "default_port": 8888, "base_url_args": jupyter_args},
             {"reference": IMAGES["tensorboard"], "title": "TensorBoard (local)", "suits": "service",
              "description": "TensorBoard built on this machine, serving the logs under /logs.",

@@ -56,7 +56,10 @@ KUBE_VERSION = "1.20.2"
 POD_SUPERNET = ipaddress.ip_network("10.208.0.0/12")
 CNI_BIN_DIR = "/usr/lib/cni"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-# (name, gputype, gpus): the GPU types the portal's seed data knows; one node of each.
+# (name, gputype, gpus): the GPU types the portal's seed data knows; one node of each. A real node's label
+# is gputype=real-<gputype> (NodeSpec.label_value), never the simulated pools' gputype=<gputype>: a GPU type
+# selects its nodes by that label, so a simulated type's workloads (images that exist nowhere, SIM_* rules)
+# never land on a real node, and only the GPU types made for the real nodes (images.catalog_seed) reach them.
 DEFAULT_NODES = (("real-p100-1", "p100", 4), ("real-k2-1", "k2", 4))
 SYSTEM_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "iptables", "iproute2", "util-linux")
 NODE_BUILD_HINT = "run `bash localcluster/build.sh` (or `make cluster-build`); it builds the kubelet"
@@ -103,6 +106,11 @@ class NodeSpec:
     name: str
     gputype: str
     gpus: int
+
+    @property
+    def label_value(self) -> str:
+        """The node's gputype label: distinct from every simulated pool's."""
+        return f"real-{self.gputype}"
 
 
 def node_specs(count: int) -> list[NodeSpec]:
@@ -394,6 +402,18 @@ class RealNodes:
     # -- start ---------------------------------------------------
     def prepare(self) -> None:
         check_host()
+        # The longest unix socket a node binds: the kubelet's pod-resources/<9 digits> under its root dir, and
+        # the device plugins' sockets (a socket's path has at most 107 bytes; longer fails as "bind: invalid
+        # argument" and the kubelet exits 255).
+        longest = max(
+            len(str(self.node_dir(s) / "varlib-kubelet" / "device-plugins" / "kubelet.sock")) for s in self.specs
+        )
+        longest = max(longest, len(str(self.node_dir(self.specs[-1]) / "kubelet" / "pod-resources" / ("9" * 10))))
+        if longest > 107:
+            raise ClusterError(
+                f"the real nodes' directory {self.directory} is too long for their unix sockets ({longest} > 107 "
+                "bytes).\n  fix: use a shorter state directory (--state-dir, LOCALCLUSTER_STATE_DIR)."
+            )
         kubelet = verify_kubelet(self.bin_dir)
         self.directory.mkdir(parents=True, exist_ok=True)
         teardown(self.directory, self._log)  # whatever a crashed run left
@@ -567,7 +587,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             f"containerd-{spec.name}", lambda: ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", setup],
             log_dir=logs, run_dir=run,
         )  # fmt: skip
-        labels = ",".join([f"gputype={spec.gputype}", f"{REAL_LABEL}=true"])
+        labels = ",".join([f"gputype={spec.label_value}", f"{REAL_LABEL}=true"])
 
         def kubelet_argv(spec: NodeSpec = spec) -> list[str]:
             ns_pid = self.containerds[spec.name].pid

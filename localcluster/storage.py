@@ -265,6 +265,9 @@ class Storage:
         meta, spec = claim["metadata"], claim["spec"]
         directory = self.root / f"{meta['namespace']}-{meta['name']}-{meta['uid'][:8]}"
         directory.mkdir(parents=True, exist_ok=True)
+        # A hostPath volume gets no fsGroup ownership from the kubelet: world-writable, as hostPath
+        # provisioners make them, so a real node's non-root container (uid 1000) can write its workspace.
+        directory.chmod(0o777)
         size = ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
         body = {
             "apiVersion": "v1",

@@ -4,6 +4,7 @@ pytest_plugins = [
     "tests.settings_guard",
     "localcluster.pytest_plugin",
     "tests.engine_fixtures",
+    "tests.realnode_fixtures",
     "tests.browser",
 ]
 

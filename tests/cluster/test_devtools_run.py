@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -75,7 +78,7 @@ def _may_create_namespace(kubeconfig: str) -> tuple[bool, int]:
     return True, 201
 
 
-def _open_a_notebook_and_cancel_it(base: str) -> str:
+def _open_a_notebook_and_cancel_it(base: str, *, local_images: bool = False) -> str:
     """What a newcomer does first: sign in as the demo's alice, launch the catalog's notebook, open it through
     the portal (the node simulator's backend answers under /w/<uid>/), then cancel it."""
     import re
@@ -94,6 +97,8 @@ def _open_a_notebook_and_cancel_it(base: str) -> str:
     assert signed_in.url == f"{base}/", signed_in.url
     unsafe = {"X-CSRFToken": web.cookies["csrftoken"], "Referer": f"{base}/"}
     images = web.get(f"{base}/api/v1/images/", timeout=30).json()
+    titles = {i.get("title") for i in images}
+    assert ("JupyterLab (local)" in titles) == local_images, titles  # with real nodes, the images built here
     notebook = next(i for i in images if "jupyter" in str(i).lower())
     launched = web.post(
         f"{base}/api/v1/workloads/",
@@ -133,9 +138,11 @@ def test_make_run_serves_the_portal_and_ctrl_c_stops_everything(tmp_path):
         pytest.skip("Kubernetes binaries not built (make cluster-build)")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in {"KUBECONFIG", "REDIS_URL", "CELERY_BROKER_URL", "DEBUG"}}
+    # Short: the real nodes' unix sockets live under it (107 bytes at most); pytest's tmp_path is too deep.
+    state_dir = Path(tempfile.mkdtemp(prefix="mr-", dir="/tmp"))
     env.update(
         PORT=str(port),
-        LOCALCLUSTER_STATE_DIR=str(tmp_path / "cluster"),
+        LOCALCLUSTER_STATE_DIR=str(state_dir / "cluster"),
         PORTAL_VAR_DIR=str(tmp_path / "var"),
         DATABASE_URL=f"sqlite:///{tmp_path / 'portal.sqlite3'}",
     )
@@ -156,7 +163,7 @@ def test_make_run_serves_the_portal_and_ctrl_c_stops_everything(tmp_path):
     reader.start()
     children: set[int] = set()
     try:
-        deadline = time.monotonic() + 150
+        deadline = time.monotonic() + 400  # the real nodes' kubelets start and import the local images
         status = None
         while time.monotonic() < deadline and proc.poll() is None:
             children |= _descendants(proc.pid)
@@ -181,11 +188,20 @@ def test_make_run_serves_the_portal_and_ctrl_c_stops_everything(tmp_path):
         children |= _descendants(proc.pid)
         text = "".join(output)
         assert "worker  |" in text
+        # Real nodes by default where the machine can run them, else one line saying why not.
+        said = re.findall(r"\[run\] (.*real nodes.*)", text)
+        assert said, text[-3000:]
+        assert not [line for line in said if "did not start" in line], said  # it could, so it must
+        if said[0].startswith("2 real nodes"):
+            assert "waiting for 2 real nodes to be Ready" in text
+        else:
+            assert said[0].startswith("real nodes off, simulated nodes only: "), said
+        local_images = said[0].startswith("2 real nodes")
         assert "web     |" in text
         assert f"http://127.0.0.1:{port}/" in text
         # Least privilege: the admin kubeconfig set the cluster up; no portal process holds it, and the web
         # process's own credentials cannot create a namespace (nor can the worker's).
-        admin_kubeconfig = str(tmp_path / "cluster" / "kubeconfig")
+        admin_kubeconfig = str(state_dir / "cluster" / "kubeconfig")
         processes = _portal_processes(children)
         assert {"web", "proxy", "worker", "beat", "provisioner"} <= set(processes), processes.keys()
         for role, (_, process_env) in processes.items():
@@ -199,7 +215,7 @@ def test_make_run_serves_the_portal_and_ctrl_c_stops_everything(tmp_path):
         assert processes["proxy"][1]["KUBECONFIG"].endswith("proxy-kubeconfig")  # its own, as in the chart
         # The first thing a newcomer tries works on this database (SQLite, as `make run` starts without
         # DATABASE_URL), and leaves no failed task behind in the worker's log.
-        _open_a_notebook_and_cancel_it(f"http://127.0.0.1:{port}")
+        _open_a_notebook_and_cancel_it(f"http://127.0.0.1:{port}", local_images=local_images)
         time.sleep(3)  # the cancel's delete task
         text = "".join(output)
         failures = [n for n, line in enumerate(text.splitlines()) if "raised unexpected" in line or "Traceback" in line]
@@ -218,6 +234,7 @@ def test_make_run_serves_the_portal_and_ctrl_c_stops_everything(tmp_path):
         time.sleep(0.2)
     assert [p for p in children if pid_alive(p)] == []
     assert len(children) >= 9  # etcd, 3 kube binaries, simulator, redis, worker, beat, web, proxy
+    shutil.rmtree(state_dir, ignore_errors=True)
 
 
 class _Stack:
@@ -235,6 +252,9 @@ class _Stack:
             LOCALCLUSTER_STATE_DIR=str(root / "cluster"),
             PORTAL_VAR_DIR=str(root / "var"),
             DATABASE_URL=f"sqlite:///{root / 'portal.sqlite3'}",
+            # Simulated nodes only: this test is about brokers and ports; two real-node clusters side by side
+            # would double its time (test_make_run_serves_the_portal_... runs make run's default, real nodes).
+            GPUPORTAL_REAL_NODES="0",
         )
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "devtools.run"],

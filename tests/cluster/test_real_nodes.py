@@ -158,7 +158,8 @@ def _serve(core: client.CoreV1Api, name: str, node: str) -> str:
 
 
 def test_both_real_nodes_are_ready_with_gpus_reported_by_the_kubelet(api):
-    for name, gputype in ((P100, "p100"), (K2, "k2")):
+    # Their own label values: a simulated GPU type's workloads (gputype=p100) never land on them.
+    for name, gputype in ((P100, "real-p100"), (K2, "real-k2")):
         node = api.read_node(name)
         conditions = {c.type: c.status for c in node.status.conditions}
         assert conditions["Ready"] == "True"

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from devtools import run
-from jobs.models import AllowedRegistry, CatalogImage
+from jobs.models import AllowedRegistry, CatalogImage, GpuType, Quota
 from localcluster.images import IMAGES
 
 pytestmark = pytest.mark.django_db
@@ -29,6 +29,12 @@ def test_seed_demo_with_local_images_lists_them_in_the_catalog(monkeypatch, tmp_
     assert "--ServerApp.base_url={base_url}" in jupyter.base_url_args
     assert local[IMAGES["tensorboard"]].base_url_args == ["--path_prefix={base_path}"]
     assert AllowedRegistry.objects.filter(host="localhost").exists()
+    # The real nodes' GPU types select them by their own label values, never a simulated pool's.
+    real = {t.slug: t.node_label_value for t in GpuType.objects.filter(slug__startswith="real-")}
+    assert real == {"real-p100": "real-p100", "real-k2": "real-k2"}
+    assert GpuType.objects.get(slug="p100").node_label_value == "p100"
+    quotas = Quota.objects.filter(team__slug="demo", gpu_type__slug__in=real)
+    assert sorted(q.max_gpus for q in quotas) == [4, 4]
 
 
 def test_seed_demo_without_it_keeps_the_catalog_off_localhost():
@@ -37,6 +43,7 @@ def test_seed_demo_without_it_keeps_the_catalog_off_localhost():
 
     assert not CatalogImage.objects.filter(reference__startswith="localhost/").exists()
     assert not AllowedRegistry.objects.filter(host="localhost").exists()
+    assert not GpuType.objects.filter(slug__startswith="real-").exists()
 
 
 def test_a_seed_document_that_cannot_be_read_is_named(tmp_path):

@@ -1,0 +1,120 @@
+"""Real batch work through the portal (issue 35, item 4): a user submits through the REST API, the portal's
+engine runs it on a real node (kubelet, containerd, runc) and records what the kernel and the kubelet
+report: the process's own exit code, a real image pull failure, SIGTERM delivered at cancel, and an
+OOM kill at the GPU type's memory limit. Nothing here is a simulator rule; the nodes come from
+tests/realnode_fixtures.py (one pair for the whole session)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import pytest
+from rest_framework.test import APIClient
+
+from jobs.models import State, Workload
+from jobs.services.logs import LogsUnavailable, workload_logs
+from localcluster.images import IMAGES
+
+pytestmark = [pytest.mark.cluster, pytest.mark.celery, pytest.mark.slow]
+
+REPORT_AND_EXIT = """
+import os, sys
+print("devices=" + os.environ.get("NVIDIA_VISIBLE_DEVICES", "<none>"))
+for key in sorted(os.environ):
+    if key.startswith("GPUPORTAL_"):
+        print(key + "=" + os.environ[key])
+print("uid=%d" % os.getuid())
+sys.exit(3)
+"""
+
+HANDLE_SIGTERM = """
+import signal, sys, time
+def stop(signum, frame):
+    print("handled SIGTERM, saving a checkpoint", flush=True)
+    time.sleep(4)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("training", flush=True)
+while True:
+    time.sleep(0.2)
+"""
+
+EAT_MEMORY = """
+chunks = []
+while True:
+    chunks.append(bytearray(64 * 1024 * 1024))  # touched: bytearray zero-fills its pages
+"""
+
+
+def _api(user) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def _submit(api: APIClient, **spec) -> Workload:
+    body = {"gpu_type": "real-p100", "gpu_count": 1, "image": IMAGES["python"], **spec}
+    response = api.post("/api/v1/workloads/", body, format="json")
+    assert response.status_code == 201, response.content
+    return Workload.objects.get(uid=response.json()["uid"])
+
+
+def test_a_batch_job_runs_on_a_real_node_and_its_own_exit_code_is_recorded(real_engine):
+    api = _api(real_engine.owner)
+    workload = _submit(api, command=["python", "-c", REPORT_AND_EXIT])
+    real_engine.wait_for(workload, State.FAILED, State.SUCCEEDED, timeout=180)
+
+    assert workload.state == State.FAILED
+    assert (workload.exit_code, workload.reason, workload.message) == (3, "ExitCode", "Exited with code 3.")
+    assert workload.node_name == "real-p100-1"  # the only node labelled gputype=real-p100
+    shown = api.get(f"/api/v1/workloads/{workload.uid}/").json()
+    assert (shown["state"].lower(), shown["exit_code"]) == ("failed", 3), shown
+    log = workload_logs(workload)
+    # The device plugin's Allocate answer, as the container sees it: one device id of the p100 node's.
+    devices = next(line.split("=", 1)[1] for line in log.splitlines() if line.startswith("devices="))
+    assert devices in real_engine.real_nodes.device_ids("real-p100-1"), log
+    assert f"GPUPORTAL_WORKLOAD={workload.uid}" in log
+    assert "uid=1000" in log  # the portal's non-root user, applied by runc
+
+
+def test_a_missing_image_is_a_real_pull_error_in_words(real_engine):
+    api = _api(real_engine.owner)
+    workload = _submit(api, image="localhost/gpuportal/no-such-image:1", command=["python", "-c", "pass"])
+    real_engine.wait_until(
+        workload, lambda w: w.reason in ("ErrImagePull", "ImagePullBackOff"), "refused its image", timeout=120
+    )
+    assert workload.message.startswith("Cannot pull the image: "), workload.message
+    assert "localhost/gpuportal/no-such-image:1" in workload.message
+    assert api.post(f"/api/v1/workloads/{workload.uid}/cancel/").status_code in (200, 202)
+
+
+def test_sigterm_at_cancel_reaches_the_process(real_engine):
+    api = _api(real_engine.owner)
+    workload = _submit(api, command=["python", "-c", HANDLE_SIGTERM])
+    real_engine.wait_until(workload, lambda w: w.state == State.RUNNING, "running", timeout=180)
+    deadline = time.monotonic() + 60
+    while "training" not in workload_logs(workload):
+        assert time.monotonic() < deadline, "the process never printed its first line"
+        time.sleep(0.2)
+
+    assert api.post(f"/api/v1/workloads/{workload.uid}/cancel/").status_code in (200, 202)
+    seen = ""
+    deadline = time.monotonic() + 60
+    while "handled SIGTERM" not in seen:  # read while the pod terminates: its handler sleeps 4 s
+        assert time.monotonic() < deadline, f"no SIGTERM handled in the log:\n{seen}"
+        with contextlib.suppress(LogsUnavailable):
+            seen = workload_logs(workload)
+        time.sleep(0.1)
+    workload.refresh_from_db()
+    assert workload.state == State.CANCELLED
+
+
+def test_a_container_over_its_memory_limit_is_oom_killed_by_the_kernel(real_engine):
+    # real-p100 gives 1024 MiB per GPU, as a limit equal to the request; the script takes 64 MiB at a time.
+    workload = _submit(_api(real_engine.owner), command=["python", "-c", EAT_MEMORY])
+    real_engine.wait_for(workload, State.FAILED, State.SUCCEEDED, timeout=180)
+
+    assert (workload.state, workload.reason) == (State.FAILED, "OOMKilled"), workload.message
+    assert workload.exit_code == 137
+    assert "ran out of memory (OOMKilled)" in workload.message

@@ -1,0 +1,89 @@
+"""Real nodes in the session's cluster, for tests of real work through the portal (issue 35, item 4).
+
+- `real_nodes` (module): two real nodes (kubelet + containerd + runc + CNI, GPUs from our device plugin;
+  localcluster/realnode.py) joined to the session's local cluster for one module (about 25 s), with the
+  python and jupyterlab images imported. They carry gputype=real-p100 / real-k2, which no simulated pool
+  uses, so the rest of the suite's workloads never land on them. Skipped (with the reason) where the machine
+  cannot run them or the cluster is an external one; stopped and their Node objects deleted when the module
+  ends, so tests after it (node counts, inventory, telemetry) see only the simulated nodes.
+- `real_engine` (function): the `engine` fixture plus the real nodes' GPU types (images.catalog_seed), a
+  quota of 4 on each for the test's team, and the inventory read again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+REAL_IMAGES = ("sandbox", "python", "jupyterlab")
+
+
+@pytest.fixture(scope="module")
+def real_nodes(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from localcluster import images
+    from localcluster.procs import ClusterError
+    from localcluster.realnode import RealNodes, check_host
+
+    if getattr(kube_cluster, "real", None) is not None:  # GPUPORTAL_REAL_NODES: the session cluster has them
+        for spec in kube_cluster.real.specs:
+            for name in REAL_IMAGES[2:]:
+                kube_cluster.real.import_image(spec, images.ensure([name])[name])
+        yield kube_cluster.real
+        return
+    if not hasattr(kube_cluster, "pki"):
+        pytest.skip("LOCALCLUSTER_KUBECONFIG names an external cluster; real nodes join only our own")
+    try:
+        check_host()
+    except ClusterError as exc:
+        pytest.skip(f"this machine cannot run real nodes: {exc}")
+
+    def log(line: str) -> None:
+        print(f"[real nodes] {line}", file=sys.stderr, flush=True)
+
+    try:
+        paths = images.ensure(list(REAL_IMAGES), progress=log)
+    except images.ImageBuildError as exc:
+        pytest.fail(f"the real nodes' images could not be built: {exc}", pytrace=False)
+    nodes = RealNodes(
+        tmp_path_factory.mktemp("real"),
+        pki=kube_cluster.pki,
+        server=kube_cluster.server,
+        token=kube_cluster.admin_token,
+        count=2,
+        sandbox_image=images.IMAGES["sandbox"],
+        images=[paths[n] for n in REAL_IMAGES],
+        log=log,
+    )
+    try:
+        nodes.prepare()
+        nodes.start(time.monotonic() + 300)
+    except ClusterError as exc:
+        nodes.stop()
+        pytest.fail(f"the real nodes did not start:\n{exc}", pytrace=False)
+    try:
+        yield nodes
+    finally:
+        nodes.stop()
+        for name in nodes.names:  # no NotReady ghosts in the session's cluster
+            with contextlib.suppress(Exception):
+                nodes._api("DELETE", f"/api/v1/nodes/{name}", None)
+
+
+@pytest.fixture
+def real_engine(engine: Any, real_nodes: Any) -> Any:
+    from jobs.models import GpuType, Quota
+    from jobs.services.cluster.inventory import inventory_sync
+    from jobs.services.seeding import apply_seed
+    from localcluster.images import catalog_seed
+
+    apply_seed(catalog_seed(quota_team=engine.team.slug))
+    inventory_sync()
+    engine.gpu_types = {t.slug: t for t in GpuType.objects.all()}
+    assert Quota.objects.filter(team=engine.team, gpu_type__slug="real-p100").exists()
+    engine.real_nodes = real_nodes
+    return engine
