@@ -13,7 +13,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from jobs.models import State, Workload
-from jobs.services.logs import LogsUnavailable, workload_logs
+from jobs.services.logs.container_logs import LogsUnavailable, workload_logs
 from localcluster.images import IMAGES
 
 pytestmark = [pytest.mark.cluster, pytest.mark.celery, pytest.mark.slow]
