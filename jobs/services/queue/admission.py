@@ -30,9 +30,9 @@ from django.utils import timezone
 from jobs.models import Quota, State, Team, Workload, WorkloadEvent
 from jobs.services.dispatch import enqueue_estimate, enqueue_submits
 from jobs.services.queue import sharing_plan
-from jobs.services.queue.cohort_facts import fair_share_usage_of
+from jobs.services.queue.cohort_facts import fair_share_usage_of, team_quotas
 from jobs.services.queue.preemption import close_segment, preempt
-from jobs.services.queue.sharing_plan import Held, QueueEntry, TeamQuota
+from jobs.services.queue.sharing_plan import Held, QueueEntry
 from jobs.services.transitions import note
 from jobs.services.usage.accounting import counted_start
 
@@ -112,7 +112,7 @@ def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requ
         if not groups:
             return []
         members = {q.team_id for q in quotas}
-        teams_of = {key: _team_quotas(group_quotas) for key, group_quotas in groups.items()}
+        teams_of = {key: team_quotas(group_quotas) for key, group_quotas in groups.items()}
         held = _held_by_group(members, types, cohort_of)
         # Borrowed marks that no longer hold, and borrowed work beyond lowered limits (settle_running, below).
         for key, teams in teams_of.items():
@@ -196,20 +196,6 @@ def _pass_groups(quotas: list[Quota], cohort_of: dict[int, tuple[int, ...]]) -> 
     for q in quotas:
         groups.setdefault((cohort_of[q.team_id], q.gpu_type_id), []).append(q)
     return groups
-
-
-def _team_quotas(quotas: list[Quota]) -> dict[int, TeamQuota]:
-    in_cohort = len(quotas) > 1 or any(q.team.cohort_id for q in quotas)
-    return {
-        q.team_id: TeamQuota(
-            team_id=q.team_id,
-            quota=q.max_gpus,
-            borrowing_limit=q.borrowing_limit if in_cohort else 0,
-            lending_limit=q.lending_limit,
-            user_max_gpus=q.user_max_gpus,
-        )
-        for q in quotas
-    }
 
 
 def _budgets_spent(teams: Iterable[Team]) -> set[int]:

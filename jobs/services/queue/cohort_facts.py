@@ -63,10 +63,10 @@ def fair_share_usage_of(teams_read: Iterable[Team]) -> dict[int, dict[int, float
     }
 
 
-def gather_cohort_facts(quotas: list[Quota], gpu_type_id: int, *, skip_teams: Iterable[int] = ()) -> CohortFacts:
-    """Read what the plan needs (three queries, and one more where a team uses fair share)."""
+def team_quotas(quotas: list[Quota]) -> dict[int, TeamQuota]:
+    """Each team's quota row as the plan reads it; a team alone (no cohort) may not borrow."""
     in_cohort = len(quotas) > 1 or any(q.team.cohort_id for q in quotas)
-    teams = {
+    return {
         q.team_id: TeamQuota(
             team_id=q.team_id,
             quota=q.max_gpus,
@@ -76,6 +76,11 @@ def gather_cohort_facts(quotas: list[Quota], gpu_type_id: int, *, skip_teams: It
         )
         for q in quotas
     }
+
+
+def gather_cohort_facts(quotas: list[Quota], gpu_type_id: int, *, skip_teams: Iterable[int] = ()) -> CohortFacts:
+    """Read what the plan needs (three queries, and one more where a team uses fair share)."""
+    teams = team_quotas(quotas)
     team_ids = list(teams)
     held = [
         Held(
