@@ -153,29 +153,31 @@ def _list(kind: str) -> tuple[list[dict[str, Any]], str]:
     return body.get("items") or [], body["metadata"]["resourceVersion"]
 
 
+def still_runs(pod: dict[str, Any]) -> bool:
+    """Whether a pod still holds its node's resources: not being deleted, and not ended. A pod whose
+    containers ended (phase Succeeded or Failed) holds no GPU, and it is what `logs` reads a failed job's
+    output from, so it stays until cleanup's retention period is over."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
 def reap_finished(view: ClusterView) -> int:
     """Finished workloads whose pods still run (a delete request lost with the broker, say): ask again.
+    Pods that ended on their own are left alone (their logs are the user's to read until cleanup).
 
     Their GPUs were already returned to the quota, so the cluster must let go of them too.
     """
     from jobs.services.dispatch import enqueue_delete
 
-    running = {
-        uid
-        for uid, pods in view.pods.items()
-        if any(not (p.get("metadata") or {}).get("deletionTimestamp") for p in pods.values())
-    }
+    running = {uid for uid, pods in view.pods.items() if any(still_runs(p) for p in pods.values())}
     if not running:
         return 0
     finished = Workload.objects.filter(
         uid__in=running, state__in=(State.CANCELLED, State.FAILED, State.PREEMPTED)
     ).select_related("team")
     # Only the workload's own pods count: a look-alike elsewhere must not make us delete anything.
-    stale = [
-        w
-        for w in finished
-        if any(not (p.get("metadata") or {}).get("deletionTimestamp") for p in view.objects_for(w)[1])
-    ]
+    stale = [w for w in finished if any(still_runs(p) for p in view.objects_for(w)[1])]
     for workload in stale:
         enqueue_delete(workload)
     return len(stale) + reap_superseded_attempts(view, running)
@@ -194,7 +196,7 @@ def reap_superseded_attempts(view: ClusterView, running: set[str]) -> int:
         old = {
             ((p.get("metadata") or {}).get("labels") or {}).get("job-name")
             for p in view.pods.get(w.uid, {}).values()
-            if not (p.get("metadata") or {}).get("deletionTimestamp") and in_namespace("Pod", p, namespace)
+            if still_runs(p) and in_namespace("Pod", p, namespace)
         } - {current, None}
         for name in sorted(old):
             enqueue_preempt_delete(w, name)
