@@ -164,6 +164,7 @@ def make_container(spec: WorkloadSpec) -> dict:
     container["env"] = env
     if spec.port:
         container["ports"] = [{"containerPort": spec.port, "name": "http"}]
+        container["readinessProbe"] = make_readiness_probe()
     container["resources"] = {
         # Extended resources must have requests == limits; memory limit == request keeps the node honest.
         "requests": {spec.gpu_type.resource_name: gpus, "cpu": cpu, "memory": memory, "ephemeral-storage": scratch},
@@ -173,6 +174,23 @@ def make_container(spec: WorkloadSpec) -> dict:
     container["volumeMounts"] = mounts
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     return container
+
+
+# A service's pod is Ready (listed in its Service's EndpointSlice, the only addresses the proxy dials) once
+# its program accepts connections on the service port: a container that runs but is still starting (JupyterLab
+# takes seconds to listen) shows the proxy's "starting" page instead of "cannot be reached". A TCP check, not
+# an HTTP one: images answer their base path differently (a redirect, a sign-in page, 404 at the bare prefix).
+READINESS_PERIOD_SECONDS = 2
+
+
+def make_readiness_probe() -> dict:
+    return {
+        "tcpSocket": {"port": "http"},
+        "periodSeconds": READINESS_PERIOD_SECONDS,
+        "timeoutSeconds": 2,
+        "successThreshold": 1,
+        "failureThreshold": 3,
+    }
 
 
 def _read_only(obj: dict, read_only: bool) -> dict:

@@ -150,6 +150,8 @@ def test_service_renders_a_recreate_deployment_and_a_cluster_ip_service():
     pod = deployment["spec"]["template"]["spec"]
     assert pod["restartPolicy"] == "Always"
     assert pod["containers"][0]["ports"] == [{"containerPort": 8888, "name": "http"}]
+    # Ready (an address the proxy dials) only once the program accepts connections on its port.
+    assert pod["containers"][0]["readinessProbe"]["tcpSocket"] == {"port": "http"}
     assert "command" not in pod["containers"][0]
     assert service["spec"] == {
         "type": "ClusterIP",
@@ -228,3 +230,8 @@ def test_rendered_objects_are_exactly_what_the_clients_models_send(workload):
         model = api.deserialize(json.dumps(obj), MODEL[obj["kind"]], "application/json")
         assert api.sanitize_for_serialization(model) == obj
         assert json.loads(json.dumps(obj)) == obj  # plain JSON: what the create sends is what was rendered
+
+
+def test_a_batch_job_has_no_readiness_probe():
+    (job,) = (as_dict(o) for o in objects.make_objects(spec()))
+    assert "readinessProbe" not in job["spec"]["template"]["spec"]["containers"][0]

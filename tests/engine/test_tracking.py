@@ -146,3 +146,17 @@ def test_a_pod_being_deleted_is_not_the_outcome_of_a_batch_job():
     dying = pod("Failed", state={"terminated": terminated})
     dying["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:09Z"
     assert observe(kind="batch", job=job(), pods=[dying]) is None
+
+
+def test_a_running_service_is_starting_until_its_pod_is_ready():
+    running = {"running": {"startedAt": "2026-01-01T00:00:05Z"}}
+    obs = observe(kind="service", job=None, pods=[pod("Running", state=running, conditions=[
+        {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}])])  # fmt: skip
+    assert (obs.state, obs.reason) == (State.RUNNING, "Starting")
+    assert obs.message == "Running on p100-0; starting up: it does not answer on its port yet."
+    assert obs.started_at == datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC)  # billed from the container's start
+    obs = observe(kind="service", job=None, pods=[pod("Running", state=running, conditions=[
+        {"type": "Ready", "status": "True"}])])  # fmt: skip
+    assert (obs.state, obs.reason, obs.message) == (State.RUNNING, "Running", "Running on p100-0.")
+    # A batch job has no port to wait for: running is running.
+    assert observe(kind="batch", job=job(), pods=[pod("Running", state=running)]).reason == "Running"

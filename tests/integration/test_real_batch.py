@@ -8,24 +8,37 @@ from __future__ import annotations
 
 import contextlib
 import time
+from pathlib import Path
 
 import pytest
+from django.conf import settings
+from kubernetes import client as k8s
 from rest_framework.test import APIClient
 
-from jobs.models import State, Workload
+from jobs.models import Dataset, State, Workload
 from jobs.services.logs.container_logs import LogsUnavailable, workload_logs
 from localcluster.images import IMAGES
+from tests.cluster.helpers import wait_for
+from tests.integration.test_secrets import store
 
 pytestmark = [pytest.mark.cluster, pytest.mark.celery, pytest.mark.slow]
 
-REPORT_AND_EXIT = """
-import os, sys, time
+DATASET = "mnist-mini"
+
+REPORT_AND_EXIT = f"""
+import errno, os, sys
 print("devices=" + os.environ.get("NVIDIA_VISIBLE_DEVICES", "<none>"))
 for key in sorted(os.environ):
     if key.startswith("GPUPORTAL_"):
         print(key + "=" + os.environ[key])
-print("uid=%d" % os.getuid(), flush=True)
-time.sleep(8)  # the test reads this report while the container still runs
+print("uid=%d" % os.getuid())
+print("secret file=" + open("/var/run/secrets/gpuportal/wandb").read())
+print("dataset=" + open("/datasets/{DATASET}/README").read().strip())
+try:
+    open("/datasets/{DATASET}/mine.txt", "w")
+    print("dataset write: allowed")
+except OSError as exc:
+    print("dataset write: " + errno.errorcode[exc.errno] + " " + exc.strerror)
 sys.exit(3)
 """
 
@@ -61,37 +74,57 @@ def _submit(api: APIClient, **spec) -> Workload:
     return Workload.objects.get(uid=response.json()["uid"])
 
 
-def _report_of(workload: Workload) -> str:
-    deadline = time.monotonic() + 60
-    log = ""
-    while time.monotonic() < deadline:
-        with contextlib.suppress(LogsUnavailable):
-            log = workload_logs(workload)
-        if "uid=" in log:
-            return log
-        time.sleep(0.5)
-    return log
+def _stage_dataset(kube_api, engine) -> None:
+    """What an admin does before a team can pick a dataset: a claim in the team's namespace (the local
+    cluster's hostPath class), its files put there from the host, and the Dataset row naming it."""
+    core = k8s.CoreV1Api(kube_api)
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": DATASET},
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": "gpuportal-local",
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+    core.create_namespaced_persistent_volume_claim(engine.team.namespace, claim)
+    volume = wait_for(
+        lambda: core.read_namespaced_persistent_volume_claim(DATASET, engine.team.namespace).spec.volume_name,
+        timeout=60,
+        what="the dataset's claim to be bound",
+    )
+    directory = Path(core.read_persistent_volume(volume).spec.host_path.path)
+    (directory / "README").write_text("60000 handwritten digits\n")
+    Dataset.objects.create(name=DATASET, claim_name=DATASET).teams.add(engine.team)
 
 
-def test_a_batch_job_runs_on_a_real_node_and_its_own_exit_code_is_recorded(real_engine):
+def test_a_batch_job_runs_on_a_real_node_sees_what_the_portal_gave_it_and_its_exit_code_is_recorded(
+    real_engine, kube_api
+):
     api = _api(real_engine.owner)
-    workload = _submit(api, command=["python", "-c", REPORT_AND_EXIT])
-    real_engine.wait_for(workload, State.RUNNING, State.FAILED, State.SUCCEEDED, timeout=180)
-    # Read while the container runs: once it has ended, its pod was seen to go within a second in a full
-    # run (not yet explained), and the report is what this test is about.
-    log = _report_of(workload)
-    real_engine.wait_for(workload, State.FAILED, State.SUCCEEDED, timeout=180)
+    store(api, "wandb", "wandb-key-42")  # the first call for a new team: its namespace is made here
+    _stage_dataset(kube_api, real_engine)
+    workload = _submit(api, command=["python", "-c", REPORT_AND_EXIT], secrets=[{"name": "wandb"}], datasets=[DATASET])
+    real_engine.wait_for(workload, State.FAILED, State.SUCCEEDED, timeout=240)
 
     assert workload.state == State.FAILED
     assert (workload.exit_code, workload.reason, workload.message) == (3, "ExitCode", "Exited with code 3.")
     assert workload.node_name == "real-p100-1"  # the only node labelled gputype=real-p100
     shown = api.get(f"/api/v1/workloads/{workload.uid}/").json()
     assert (shown["state"].lower(), shown["exit_code"]) == ("failed", 3), shown
+    # The failed job's log stays readable after it ended: past two of the tracker's resyncs, whose reaper
+    # once deleted the ended pod ("The container is gone"), read it as the user would, once.
+    time.sleep(2 * settings.PORTAL_RESYNC_SECONDS + 5)
+    log = workload_logs(workload)
     # The device plugin's Allocate answer, as the container sees it: one device id of the p100 node's.
     devices = next(line.split("=", 1)[1] for line in log.splitlines() if line.startswith("devices="))
     assert devices in real_engine.real_nodes.device_ids("real-p100-1"), log
     assert f"GPUPORTAL_WORKLOAD={workload.uid}" in log
     assert "uid=1000" in log  # the portal's non-root user, applied by runc
+    assert "secret file=wandb-key-42" in log  # the kubelet wrote the Secret as a file
+    assert "dataset=60000 handwritten digits" in log
+    assert "dataset write: EROFS Read-only file system" in log  # the kernel's own refusal (a ro bind mount)
 
 
 def test_a_missing_image_is_a_real_pull_error_in_words(real_engine):

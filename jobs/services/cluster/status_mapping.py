@@ -25,6 +25,14 @@ log = logging.getLogger(__name__)
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 
 
+# A running service's reason until its pod is Ready (its readiness probe answered): "starting" on its page.
+STARTING = "Starting"
+
+
+def starting_message(node_name: str) -> str:
+    return f"Running on {node_name}; starting up: it does not answer on its port yet."
+
+
 @dataclass(frozen=True)
 class Observation:
     state: str
@@ -112,9 +120,11 @@ def observe_pod(pod: dict[str, Any], *, kind: str) -> Observation:
         finished = _ts((ready or {}).get("lastTransitionTime")) or timezone.now()
         return Observation(State.FAILED, reason, message, None, finished, None, **facts)
     if running:
-        return Observation(
-            State.RUNNING, "Running", f"Running on {facts['node_name']}.", _ts(running.get("startedAt")), **facts
-        )
+        started = _ts(running.get("startedAt"))
+        if kind == Kind.SERVICE and _condition(pod, "Ready") is None:
+            # Its container runs (billed from here), but its program does not answer on its port yet.
+            return Observation(State.RUNNING, STARTING, starting_message(facts["node_name"]), started, **facts)
+        return Observation(State.RUNNING, "Running", f"Running on {facts['node_name']}.", started, **facts)
     if waiting:
         reason = waiting.get("reason") or "Waiting"
         message = waiting.get("message") or reason
