@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-REAL_IMAGES = ("sandbox", "python", "jupyterlab")
+REAL_IMAGES = ("sandbox", "python", "jupyterlab", "tensorboard")
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ tests/realnode_fixtures.py (one pair for the whole session)."""
 
 from __future__ import annotations
 
-import contextlib
+import threading
 import time
 from pathlib import Path
 
@@ -15,10 +15,11 @@ from django.conf import settings
 from kubernetes import client as k8s
 from rest_framework.test import APIClient
 
-from jobs.models import Dataset, State, Workload
-from jobs.services.logs.container_logs import LogsUnavailable, workload_logs
+from jobs.models import Cohort, Dataset, GpuType, Quota, State, Team, Workload
+from jobs.services.logs.container_logs import follow_logs, workload_logs
 from localcluster.images import IMAGES
 from tests.cluster.helpers import wait_for
+from tests.engine.factories import MembershipFactory, TeamFactory, UserFactory
 from tests.integration.test_secrets import store
 
 pytestmark = [pytest.mark.cluster, pytest.mark.celery, pytest.mark.slow]
@@ -46,7 +47,8 @@ HANDLE_SIGTERM = """
 import signal, sys, time
 def stop(signum, frame):
     print("handled SIGTERM, saving a checkpoint", flush=True)
-    time.sleep(4)
+    time.sleep(2)  # within the grace period: the portal's cancel gives 5 s, preemption 6 s here
+    print("checkpoint saved, exiting cleanly", flush=True)
     sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
 print("training", flush=True)
@@ -138,25 +140,63 @@ def test_a_missing_image_is_a_real_pull_error_in_words(real_engine):
     assert api.post(f"/api/v1/workloads/{workload.uid}/cancel/").status_code in (200, 202)
 
 
-def test_sigterm_at_cancel_reaches_the_process(real_engine):
-    api = _api(real_engine.owner)
-    workload = _submit(api, command=["python", "-c", HANDLE_SIGTERM])
-    real_engine.wait_until(workload, lambda w: w.state == State.RUNNING, "running", timeout=180)
+def _follow_while_training(engine, workload: Workload) -> tuple[threading.Thread, list[str]]:
+    """Once the process runs and printed its first line: its log followed as the portal's log page follows
+    it (until the container ends), into a list."""
+    engine.wait_until(workload, lambda w: w.state == State.RUNNING, "running", timeout=180)
     deadline = time.monotonic() + 60
     while "training" not in workload_logs(workload):
         assert time.monotonic() < deadline, "the process never printed its first line"
         time.sleep(0.2)
+    lines: list[str] = []
+    thread = threading.Thread(target=lambda: lines.extend(follow_logs(workload, timeout_seconds=90)), daemon=True)
+    thread.start()
+    return thread, lines
+
+
+def _handled_sigterm_cleanly(thread: threading.Thread, lines: list[str]) -> None:
+    thread.join(90)
+    log = "\n".join(lines)
+    assert "handled SIGTERM, saving a checkpoint" in log, log
+    assert "checkpoint saved, exiting cleanly" in log, log  # it had its grace period, not the kill
+
+
+def test_sigterm_at_cancel_reaches_the_process_which_gets_its_grace_period(real_engine):
+    api = _api(real_engine.owner)
+    workload = _submit(api, command=["python", "-c", HANDLE_SIGTERM])
+    thread, lines = _follow_while_training(real_engine, workload)
 
     assert api.post(f"/api/v1/workloads/{workload.uid}/cancel/").status_code in (200, 202)
-    seen = ""
-    deadline = time.monotonic() + 60
-    while "handled SIGTERM" not in seen:  # read while the pod terminates: its handler sleeps 4 s
-        assert time.monotonic() < deadline, f"no SIGTERM handled in the log:\n{seen}"
-        with contextlib.suppress(LogsUnavailable):
-            seen = workload_logs(workload)
-        time.sleep(0.1)
+    _handled_sigterm_cleanly(thread, lines)
     workload.refresh_from_db()
     assert workload.state == State.CANCELLED
+
+
+def test_sigterm_at_preemption_reaches_the_borrowers_process_which_gets_its_grace_period(real_engine):
+    """Two teams in a cohort share the real P100 node's 4 GPUs, 2 each; B borrows A's 2 for a job, A asks
+    for them back: B's borrowed job is preempted, and its process gets SIGTERM and the grace period."""
+    a = real_engine.team
+    cohort = Cohort.objects.create(name=f"cohort-{a.slug}")
+    Team.objects.filter(id=a.id).update(cohort=cohort)
+    p100 = GpuType.objects.get(slug="real-p100")
+    Quota.objects.filter(team=a, gpu_type=p100).update(max_gpus=2)
+    b = TeamFactory(slug=f"b-{a.slug}", cohort=cohort)
+    bob = MembershipFactory(team=b, user=UserFactory(username=f"bob-{a.slug}")).user
+    Quota.objects.create(team=b, gpu_type=p100, max_gpus=2, borrowing_limit=2)
+    bob_api = _api(bob)
+    own = _submit(bob_api, gpu_count=2, command=["python", "-c", "import time; time.sleep(3600)"])
+    borrowed = _submit(bob_api, gpu_count=2, command=["python", "-c", HANDLE_SIGTERM])
+    assert (own.borrowed, borrowed.borrowed) == (False, True)
+    thread, lines = _follow_while_training(real_engine, borrowed)
+
+    lender = _submit(_api(real_engine.owner), gpu_count=2, command=["python", "-c", "print('mine again')"])
+    _handled_sigterm_cleanly(thread, lines)
+    real_engine.wait_for(lender, State.SUCCEEDED, State.FAILED, timeout=180)
+    assert lender.state == State.SUCCEEDED, lender.message
+    borrowed.refresh_from_db()
+    assert (borrowed.state, borrowed.reason) == (State.FAILED, "Preempted"), borrowed.message
+    assert bob_api.post(f"/api/v1/workloads/{own.uid}/cancel/").status_code in (200, 202)
+    real_engine.wait_for(own, State.CANCELLED, timeout=60)
 
 
 def test_a_container_over_its_memory_limit_is_oom_killed_by_the_kernel(real_engine):
