@@ -234,6 +234,9 @@ def test_no_ready_pod_yet_is_the_starting_page(proxy_world):
     assert response.status_code == 503
     assert 'data-refresh-seconds="3"' in response.text  # js/proxy-starting.js reloads it, and can be stopped
     assert "is starting" in response.text
+    # A running workload whose pod is not Ready yet (its readiness probe has not answered): said in words.
+    assert "the program inside is starting up and does not answer on its port yet" in response.text
+    assert "cannot be reached" not in response.text
 
 
 @pytest.mark.parametrize("state", [State.QUEUED, State.PENDING])
