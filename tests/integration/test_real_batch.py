@@ -97,6 +97,7 @@ def _stage_dataset(kube_api, engine) -> None:
         what="the dataset's claim to be bound",
     )
     directory = Path(core.read_persistent_volume(volume).spec.host_path.path)
+    directory.mkdir(parents=True, exist_ok=True)  # the provisioner's; DirectoryOrCreate would make it too
     (directory / "README").write_text("60000 handwritten digits\n")
     Dataset.objects.create(name=DATASET, claim_name=DATASET).teams.add(engine.team)
 
