@@ -87,7 +87,9 @@ def run(ctx):
     engine = Engine(ctx)
     nodes = None
     try:
-        nodes = _start_real_nodes(ctx.cluster())
+        cluster = ctx.cluster()
+        if getattr(cluster, "real", None) is None:  # GPUPORTAL_REAL_NODES: the run's cluster has them already
+            nodes = _start_real_nodes(cluster)
         apply_seed(catalog_seed())
         team, user = engine.team()  # a quota on every GPU type, the real nodes' included
         wait_until(_real_nodes_listed, 120, "the inventory does not list the real nodes' GPUs", interval=1.0)
