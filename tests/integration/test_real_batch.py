@@ -1,8 +1,10 @@
 """Real batch work through the portal (issue 35, item 4): a user submits through the REST API, the portal's
 engine runs it on a real node (kubelet, containerd, runc) and records what the kernel and the kubelet
-report: the process's own exit code, a real image pull failure, SIGTERM delivered at cancel, and an
-OOM kill at the GPU type's memory limit. Nothing here is a simulator rule; the nodes come from
-tests/realnode_fixtures.py (one pair for the whole session)."""
+report: the process's own exit code with what the portal gave it (device ids from our device plugin, its
+GPUPORTAL_* variables, its secret as a file, a dataset the kernel refuses writes to with EROFS), the failed
+job's log still readable after the tracker's resyncs, a real image pull failure, SIGTERM and the grace
+period at cancel and at preemption, and an OOM kill at the GPU type's memory limit. Nothing here is a
+simulator rule; the nodes come from tests/realnode_fixtures.py (one pair for the module)."""
 
 from __future__ import annotations
 
