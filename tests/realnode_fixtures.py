@@ -2,7 +2,7 @@
 
 - `real_nodes` (module): two real nodes (kubelet + containerd + runc + CNI, GPUs from our device plugin;
   localcluster/realnode.py) joined to the session's local cluster for one module (about 25 s), with the
-  python and jupyterlab images imported. They carry gputype=real-p100 / real-k2, which no simulated pool
+  python, jupyterlab and tensorboard images imported. They carry gputype=real-p100 / real-k2, which no simulated pool
   uses, so the rest of the suite's workloads never land on them. Skipped (with the reason) where the machine
   cannot run them or the cluster is an external one; stopped and their Node objects deleted when the module
   ends, so tests after it (node counts, inventory, telemetry) see only the simulated nodes.
