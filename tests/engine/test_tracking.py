@@ -94,9 +94,13 @@ def test_unschedulable_keeps_the_schedulers_message():
 
 def test_image_pull_failure_is_pending_with_the_reason():
     waiting = {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "registry.invalid/x"'}
-    obs = observe(kind="batch", job=job(), pods=[pod(state={"waiting": waiting})])
+    failing = pod(state={"waiting": waiting})
+    failing["spec"]["containers"] = [{"name": "main", "image": "registry.invalid/x"}]
+    obs = observe(kind="batch", job=job(), pods=[failing])
     assert (obs.state, obs.reason) == (State.PENDING, "ImagePullBackOff")
-    assert obs.message.startswith("Cannot pull the image")
+    assert obs.message == (
+        "Cannot pull the image: registry.invalid/x: the node could not pull it and tries again shortly."
+    )
 
 
 def test_deadline_exceeded_wins_over_pod_state():

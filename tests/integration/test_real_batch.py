@@ -140,6 +140,11 @@ def test_a_missing_image_is_a_real_pull_error_in_words(real_engine):
     )
     assert workload.message.startswith("Cannot pull the image: "), workload.message
     assert "localhost/gpuportal/no-such-image:1" in workload.message
+    # In words (nothing listens for a registry at localhost:443 here), not containerd's gRPC text.
+    assert workload.message.endswith(
+        ("its registry cannot be reached from the node.", "the node could not pull it and tries again shortly.")
+    ), workload.message
+    assert "rpc error" not in workload.message
     assert api.post(f"/api/v1/workloads/{workload.uid}/cancel/").status_code in (200, 202)
 
 

@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from jobs.models import Kind, State, Workload, WorkloadEvent
+from jobs.services.cluster.pull_errors import image_pull_message
 from jobs.services.transitions import can_move, note, transition
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,12 @@ def container_start(pods: list[dict[str, Any]]) -> datetime | None:
     return min(starts, default=None)
 
 
+def _spec_image(pod: dict[str, Any]) -> str:
+    containers = (pod.get("spec") or {}).get("containers") or []
+    main = next((c for c in containers if c.get("name") == "main"), containers[0] if containers else {})
+    return main.get("image") or ""
+
+
 def observe_pod(pod: dict[str, Any], *, kind: str) -> Observation:
     status = pod.get("status") or {}
     phase = status.get("phase") or "Pending"
@@ -129,7 +136,7 @@ def observe_pod(pod: dict[str, Any], *, kind: str) -> Observation:
         reason = waiting.get("reason") or "Waiting"
         message = waiting.get("message") or reason
         if reason in IMAGE_PULL_REASONS:
-            message = f"Cannot pull the image: {message}"
+            message = image_pull_message(reason, message, container.get("image") or _spec_image(pod))
         elif reason == "ContainerCreating":
             message = f"Starting the container on {facts['node_name']}."
         return Observation(State.PENDING, reason, message, **facts)
