@@ -97,6 +97,15 @@ class WorkloadSerializer(serializers.ModelSerializer):
     mounts = MountSerializer(many=True, read_only=True, help_text="Persistent volumes mounted into it.")
     queue_position = serializers.SerializerMethodField(help_text="1 = next to be admitted; null unless queued.")
     gpu_hours = serializers.SerializerMethodField(help_text="GPU-hours so far (live while running).")
+    last_checkpoint = serializers.SerializerMethodField(
+        help_text="Its newest reported checkpoint: {at, step, age_seconds}; null if none."
+    )
+    lost_gpu_hours = serializers.SerializerMethodField(
+        help_text="GPU-hours of work its stops threw away (since the last checkpoint, or since a start)."
+    )
+    retry_limit = serializers.SerializerMethodField(
+        help_text="Automatic retries allowed after ends that are not its fault (its launch's, else its team's)."
+    )
     open_url = serializers.SerializerMethodField(
         help_text="A service: where to open it in a browser (the portal's proxy, signed in). Empty for batch jobs."
     )
@@ -110,7 +119,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "uid", "name", "team", "owner", "kind", "image", "catalog_image", "gpu_type", "gpu_count",
             "command", "args", "env", "secrets", "port", "mounts", "cpu_millicores", "memory_mib", "time_limit_seconds", "priority", "restartable",
             "borrowed", "attempt", "estimated_start_at", "wait_reason", "state", "reason", "message", "exit_code",
-            "queue_position", "gpu_hours",
+            "queue_position", "gpu_hours", "last_checkpoint", "lost_gpu_hours", "retries", "retry_limit",
             "namespace", "k8s_name", "node_name", "pod_name", "open_url", "shared_with_team", "last_activity_at",
             "created_at", "admitted_at", "submitted_at", "started_at", "finished_at", "state_changed_at",
         ]  # fmt: skip
@@ -130,6 +139,28 @@ class WorkloadSerializer(serializers.ModelSerializer):
     def get_gpu_hours(self, workload: Workload) -> float:
         now = self.context.get("now") or timezone.now()
         return round(workload.gpu_seconds(now) / 3600, 6)
+
+    @extend_schema_field(serializers.DictField(allow_null=True))
+    def get_last_checkpoint(self, workload: Workload) -> dict | None:
+        if workload.last_checkpoint_at is None:
+            return None
+        now = self.context.get("now") or timezone.now()
+        return {
+            "at": _when(workload.last_checkpoint_at),
+            "step": workload.last_checkpoint_step,
+            "age_seconds": max(0, int((now - workload.last_checkpoint_at).total_seconds())),
+        }
+
+    @extend_schema_field(serializers.FloatField(min_value=0))
+    def get_lost_gpu_hours(self, workload: Workload) -> float:
+        return round(workload.lost_gpu_seconds / 3600, 6)
+
+    @extend_schema_field(serializers.IntegerField(min_value=0))
+    def get_retry_limit(self, workload: Workload) -> int:
+        if workload.retry_limit is not None:
+            return workload.retry_limit
+        listed = getattr(workload, "listed_team_retry_limit", None)  # a list page read it as a column
+        return listed if listed is not None else workload.team.default_retry_limit
 
     @extend_schema_field(serializers.CharField(allow_blank=True))
     def get_open_url(self, workload: Workload) -> str:
@@ -152,6 +183,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "wait_reason": w.wait_reason if w.state == State.QUEUED else "", "state": w.state,
             "reason": w.reason, "message": w.message, "exit_code": w.exit_code,
             "queue_position": self.get_queue_position(w), "gpu_hours": self.get_gpu_hours(w),
+            "last_checkpoint": self.get_last_checkpoint(w), "lost_gpu_hours": self.get_lost_gpu_hours(w),
+            "retries": w.retries, "retry_limit": self.get_retry_limit(w),
             "namespace": w.namespace, "k8s_name": w.k8s_name, "node_name": w.node_name, "pod_name": w.pod_name,
             "open_url": opening.open_url(w), "shared_with_team": w.shared_with_team,
             "cpu_millicores": w.cpu_millicores, "memory_mib": w.memory_mib,

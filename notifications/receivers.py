@@ -7,6 +7,7 @@ from typing import Any
 from django.dispatch import receiver
 
 from jobs.models import State, Workload
+from jobs.services.checkpoints.cost import gpu_hours_words
 from jobs.signals import workload_preempted, workload_transitioned
 from notifications import events
 
@@ -17,7 +18,7 @@ def on_transition(sender: Any, *, workload: Workload, from_state: str, actor: An
 
 
 @receiver(workload_preempted, dispatch_uid="notifications.workload_preempted")
-def on_preempted(sender: Any, *, workload: Workload, **_: Any) -> None:
+def on_preempted(sender: Any, *, workload: Workload, lost_gpu_seconds: float | None = None, **_: Any) -> None:
     """The one place that tells the owner their workload was preempted (once per preemption, sent on
     commit). A batch job that ends FAILED is already told by the transition, as every failure is."""
     if workload.state == State.FAILED:
@@ -26,6 +27,8 @@ def on_preempted(sender: Any, *, workload: Workload, **_: Any) -> None:
         summary = f"{workload.name} was preempted (its GPUs were borrowed) and requeued at the front of the queue."
     else:
         summary = f"{workload.name} was preempted: the borrowed GPUs it ran on were needed back."
+    if lost_gpu_seconds is not None:
+        summary += f" Work lost: {gpu_hours_words(lost_gpu_seconds)} (since its last checkpoint, or its start)."
     events.notify(
         kind=events.PREEMPTED,
         workload=workload,

@@ -17,6 +17,8 @@ from jobs.models import Kind, State, Workload
 from jobs.services.cluster.status_mapping import IMAGE_PULL_REASONS
 from jobs.services.dispatch import enqueue_delete, enqueue_submits
 from jobs.services.queue.admission import admit_all
+from jobs.services.retry import IMAGE_PULL_REASONS as RETRY_PULL_REASONS
+from jobs.services.retry import retry_instead_of_failing
 from jobs.services.transitions import transition
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,11 @@ def enforce_limits() -> dict[str, int]:
         state=State.PENDING, reason__in=IMAGE_PULL_REASONS, state_changed_at__lt=pull_deadline
     )
     for workload in stuck:
+        if workload.reason in RETRY_PULL_REASONS and retry_instead_of_failing(
+            workload, reason="ImagePullTimeout", at=now,
+            message=f"{workload.message} Gave up after {settings.PORTAL_IMAGE_PULL_TIMEOUT} s.",
+        ):  # fmt: skip
+            continue
         if transition(
             workload,
             State.FAILED,

@@ -194,6 +194,18 @@ def _hms(seconds: int) -> str:
     return f"{hours}h{minutes:02d}m" if hours else (f"{minutes}m{secs:02d}s" if minutes else f"{secs}s")
 
 
+def _retried(workload: Workload, obs: Observation) -> bool:
+    """A restartable batch job's end that was not its fault runs again instead (jobs/services/retry.py)."""
+    from jobs.services.retry import retry_instead_of_failing
+
+    if workload.started_at is None and obs.started_at is not None:
+        workload.started_at = obs.started_at
+    return retry_instead_of_failing(
+        workload, reason=obs.reason, message=obs.message, at=obs.finished_at or timezone.now(),
+        exit_code=obs.exit_code, node_name=obs.node_name, source=WorkloadEvent.Source.KUBERNETES,
+    )  # fmt: skip
+
+
 def apply_observation(workload: Workload, obs: Observation) -> bool:
     """Write what was observed; returns whether anything changed."""
     if workload.is_final:
@@ -214,6 +226,8 @@ def apply_observation(workload: Workload, obs: Observation) -> bool:
     if obs.state != workload.state:
         if not can_move(workload.state, obs.state):
             return False
+        if obs.state == State.FAILED and _retried(workload, obs):
+            return True
         at = obs.started_at if obs.state == State.RUNNING else obs.finished_at if obs.state in State.final() else None
         moved = transition(
             workload,

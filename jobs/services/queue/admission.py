@@ -229,6 +229,7 @@ WITH room AS (
     JOIN room r ON r.team_id = w.team_id AND r.gpu_type_id = w.gpu_type_id
     LEFT JOIN usage u ON u.team_id = w.team_id AND u.owner_id = w.owner_id
     WHERE w.state = %s AND w.team_id = ANY(%s::bigint[]) AND w.gpu_type_id = ANY(%s::bigint[])
+      AND (w.retry_not_before IS NULL OR w.retry_not_before <= now())  -- a retry waits out its backoff
 ), numbered AS (
     SELECT q.*, row_number() OVER (
         PARTITION BY team_id, gpu_type_id, gpu_count, CASE WHEN per_person THEN owner_id END ORDER BY place
@@ -293,9 +294,13 @@ def _queue_heads_read_whole(
 ) -> tuple[QueueHeads, dict[GroupKey, int]]:
     """`_queue_heads` where SQL cannot pick them (SQLite in development): the whole queue, cut in Python."""
     by_pair: dict[tuple[int, int], list[QueueEntry]] = {}
-    rows = Workload.objects.filter(
-        team_id__in={t for t, _ in rooms}, gpu_type_id__in={g for _, g in rooms}, state=State.QUEUED
-    ).values_list("id", "team_id", "gpu_type_id", "owner_id", "gpu_count", "priority", "created_at", "requeued_at")
+    rows = (
+        Workload.objects.filter(
+            team_id__in={t for t, _ in rooms}, gpu_type_id__in={g for _, g in rooms}, state=State.QUEUED
+        )
+        .exclude(retry_not_before__gt=timezone.now())
+        .values_list("id", "team_id", "gpu_type_id", "owner_id", "gpu_count", "priority", "created_at", "requeued_at")
+    )
     for w_id, team_id, gpu_type_id, owner_id, gpus, priority, created, requeued in rows:
         if (team_id, gpu_type_id) in rooms:
             by_pair.setdefault((team_id, gpu_type_id), []).append(
