@@ -120,6 +120,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "command", "args", "env", "secrets", "port", "mounts", "cpu_millicores", "memory_mib", "time_limit_seconds", "priority", "restartable",
             "borrowed", "attempt", "estimated_start_at", "wait_reason", "state", "reason", "message", "exit_code",
             "queue_position", "gpu_hours", "last_checkpoint", "lost_gpu_hours", "retries", "retry_limit",
+            "retryable_exit_codes", "checkpoint_workspace",
             "namespace", "k8s_name", "node_name", "pod_name", "open_url", "shared_with_team", "last_activity_at",
             "created_at", "admitted_at", "submitted_at", "started_at", "finished_at", "state_changed_at",
         ]  # fmt: skip
@@ -185,6 +186,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "queue_position": self.get_queue_position(w), "gpu_hours": self.get_gpu_hours(w),
             "last_checkpoint": self.get_last_checkpoint(w), "lost_gpu_hours": self.get_lost_gpu_hours(w),
             "retries": w.retries, "retry_limit": self.get_retry_limit(w),
+            "retryable_exit_codes": list(w.retryable_exit_codes or []), "checkpoint_workspace": w.checkpoint_workspace,
             "namespace": w.namespace, "k8s_name": w.k8s_name, "node_name": w.node_name, "pod_name": w.pod_name,
             "open_url": opening.open_url(w), "shared_with_team": w.shared_with_team,
             "cpu_millicores": w.cpu_millicores, "memory_mib": w.memory_mib,
@@ -268,6 +270,19 @@ class WorkloadCreateSerializer(serializers.Serializer):
     shared_with_team = serializers.BooleanField(
         required=False, default=False, help_text="A service: teammates may open it too (its owner always can)."
     )
+    retry_limit = serializers.IntegerField(
+        required=False, allow_null=True, **field_limits("retry_limit"),
+        help_text="Restartable batch jobs: automatic retries after ends that are not its fault (evicted, node "
+        "lost, GPU fault, image pull timed out). Empty: the team's default.",
+    )  # fmt: skip
+    retryable_exit_codes = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=255), required=False, **field_limits("retryable_exit_codes"),
+        help_text="Exit codes of its own that are retried like a fault (e.g. [75]); any other exit code is final.",
+    )  # fmt: skip
+    checkpoint_workspace = serializers.ChoiceField(
+        required=False, **field_limits("checkpoint_workspace"),
+        help_text="Where $GPUPORTAL_CHECKPOINT_DIR lies: home (default) or team (the shared space).",
+    )  # fmt: skip
 
 
 class WorkloadSpecSerializer(WorkloadCreateSerializer):
@@ -289,9 +304,9 @@ class WorkloadBatchSerializer(serializers.Serializer):
     workloads = WorkloadSerializer(many=True)
 
 
-_STRING_FIELDS = {"team", "name", "kind", "image", "gpu_type"}
+_STRING_FIELDS = {"team", "name", "kind", "image", "gpu_type", "checkpoint_workspace"}
 _INT_FIELDS = {"gpu_count", "priority"}
-_NULLABLE_INT_FIELDS = {"catalog_image", "port", "time_limit_seconds", "cpu_millicores", "memory_mib"}
+_NULLABLE_INT_FIELDS = {"catalog_image", "port", "time_limit_seconds", "cpu_millicores", "memory_mib", "retry_limit"}
 _LIST_FIELDS = {"command", "args", "datasets"}
 
 

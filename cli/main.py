@@ -58,6 +58,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="if preempted by a lender reclaiming its GPUs, requeue it at the front instead of failing (batch)",
     )
+    submit.add_argument(
+        "--retry-limit", type=int, metavar="N",
+        help="automatic retries of a restartable job after ends that are not its fault (default: the team's)",
+    )  # fmt: skip
+    submit.add_argument(
+        "--retry-exit-code", type=int, action="append", default=[], metavar="CODE", dest="retry_exit_codes",
+        help="an exit code of your own that means 'run me again' (repeatable)",
+    )  # fmt: skip
+    submit.add_argument(
+        "--checkpoint-workspace", choices=["home", "team"],
+        help="where $GPUPORTAL_CHECKPOINT_DIR lies (default: your home)",
+    )  # fmt: skip
     submit.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="repeatable")
     submit.add_argument(
         "--dataset", action="append", default=[], metavar="NAME", help="mount /datasets/NAME read-only (repeatable)"
@@ -204,6 +216,9 @@ def cmd_submit(client: PortalClient, args: argparse.Namespace) -> int:
         "time_limit_seconds": args.time_limit,
         "priority": args.priority,
         "restartable": args.restartable,
+        "retry_limit": args.retry_limit,
+        "retryable_exit_codes": args.retry_exit_codes or None,
+        "checkpoint_workspace": args.checkpoint_workspace,
     }
     spec.update({k: v for k, v in optional.items() if v is not None})
     if args.shared:
@@ -339,7 +354,8 @@ def cmd_open(client: PortalClient, args: argparse.Namespace) -> int:
 
 # Fields of a workload that make its copy; what the portal sets (state, times, placement) is left out.
 CLONED = ("kind", "image", "catalog_image", "gpu_type", "gpu_count", "command", "args", "port", "cpu_millicores",
-          "memory_mib", "time_limit_seconds", "restartable", "shared_with_team")  # fmt: skip
+          "memory_mib", "time_limit_seconds", "restartable", "shared_with_team", "retryable_exit_codes",
+          "checkpoint_workspace")  # fmt: skip
 
 
 def cmd_checkpoint(client: PortalClient, args: argparse.Namespace) -> int:
