@@ -71,7 +71,7 @@ def test_an_evicted_restartable_job_runs_again_and_its_own_exit_is_final(engine,
 
     _evict(kube_api, pod)
     engine.wait_until(job, lambda w: w.attempt == 1 and w.state == State.RUNNING, "running its next attempt", 120)
-    retried = WorkloadEvent.objects.filter(workload=job, to_state=State.QUEUED).get()
+    retried = WorkloadEvent.objects.filter(workload=job, from_state=State.RUNNING, to_state=State.QUEUED).get()
     assert retried.reason == "Evicted"
     assert "Retry 1 of 3" in retried.message
     assert job.retries == 1
