@@ -503,6 +503,11 @@ class UsageEntrySerializer(serializers.Serializer):
     borrowed_gpu_hours = serializers.FloatField(
         min_value=0, help_text="Of gpu_hours, those on GPUs borrowed from the team's cohort."
     )
+    lost_gpu_hours = serializers.FloatField(
+        min_value=0,
+        help_text="Of gpu_hours, the work stops threw away (preemptions, retried faults): since each run's last "
+        "checkpoint, or its start; counted on the day of the stop.",
+    )
 
 
 class UsageSerializer(serializers.Serializer):
@@ -514,3 +519,4 @@ class UsageSerializer(serializers.Serializer):
     total_gpu_hours = serializers.FloatField(min_value=0)
     total_weighted_gpu_hours = serializers.FloatField(min_value=0)
     total_borrowed_gpu_hours = serializers.FloatField(min_value=0)
+    total_lost_gpu_hours = serializers.FloatField(min_value=0)

@@ -90,20 +90,33 @@ def retry_instead_of_failing(
     """If this end of `workload` is one it is retried after, requeue it (returns True): the run closes
     as a usage segment, its attempt's objects go with the grace period, and it waits out its backoff at
     the front of its queue. Else returns False and the caller fails it as before."""
+    retried, _ = retry_or_why_not(
+        workload, reason=reason, message=message, at=at, exit_code=exit_code, node_name=node_name, source=source
+    )
+    return retried
+
+
+def retry_or_why_not(
+    workload: Workload, *, reason: str, message: str, at: datetime, exit_code: int | None = None,
+    node_name: str = "", source: str = "portal",
+) -> tuple[bool, str]:  # fmt: skip
+    """`retry_instead_of_failing`, and when it is not retried though the end was not its fault (the limit
+    was reached), the words its failure message should end with ("" otherwise)."""
     if workload.state not in State.holding():
-        return False
+        return False, ""
     decision = decide(
         kind=workload.kind, restartable=workload.restartable, reason=reason, exit_code=exit_code,
         retryable_exit_codes=workload.retryable_exit_codes, retries=workload.retries, limit=retry_limit(workload),
     )  # fmt: skip
     if not decision.retry:
-        if decision.why not in ("not restartable", "its own end"):
-            workload.message = f"{message} Not retried: {decision.why}."
-        return False
-    return requeue(
+        if decision.why in ("not restartable", "its own end"):
+            return False, ""
+        return False, f" Not retried: {decision.why}."
+    retried = requeue(
         workload, reason=reason, at=at, because=f"{message} Retried: {decision.why}.", node_name=node_name,
         count_retry=True, source=source,
     )  # fmt: skip
+    return retried, ""
 
 
 def requeue(
