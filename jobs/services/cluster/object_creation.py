@@ -640,6 +640,14 @@ DELETE_GRACE_SECONDS = 5  # a workload the portal ended: SIGTERM, then killed th
 DELETED_BY_PORTAL = "DeletedByPortal"
 
 
+def stop_grace_seconds(workload: Workload) -> int:
+    """Seconds between SIGTERM and the kill when the portal stops a workload: a batch job gets the checkpoint
+    contract's GPUPORTAL_GRACE_SECONDS (time to save its state); a service the short default."""
+    if workload.kind == Kind.BATCH:
+        return max(DELETE_GRACE_SECONDS, settings.PORTAL_PREEMPT_GRACE_SECONDS)
+    return DELETE_GRACE_SECONDS
+
+
 def workload_delete_objects(workload: Workload, *, name: str = "", grace_seconds: int = DELETE_GRACE_SECONDS) -> None:
     """Delete a workload's Job, or Deployment and Service (and, through them, its pods): those of `name`
     (an attempt that preemption ended), else of its current attempt. Kubernetes sends SIGTERM at once and
