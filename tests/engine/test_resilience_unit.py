@@ -9,7 +9,7 @@ from jobs.kube import objects
 from jobs.services.checkpoints import contract
 from jobs.services.checkpoints.cost import age_words, gpu_hours_words, lost_gpu_seconds
 from jobs.services.cluster.gpu_faults import GpuSeen, Watch, judge
-from jobs.services.queue.sharing_plan import Held, TeamQuota, Waiting, plan
+from jobs.services.queue.sharing_plan import Held, Reason, TeamQuota, Waiting, plan
 from jobs.services.queue.stop_cost import min_runtime_seconds, preemptible_from
 from jobs.services.retry import backoff_seconds, decide
 from tests.engine.test_objects import spec
@@ -62,6 +62,7 @@ def test_work_inside_its_minimum_runtime_is_not_taken():
     result = plan(teams, held, [Waiting(1, A, 4)])  # it would need both: waits until 12 may go
     assert result.admit == []
     assert result.preempt == {}
+    assert result.waiting[1] == Reason.MIN_RUNTIME  # the queue explains why it waits
     assert min_runtime_seconds(type_minimum=600, cohort_minimum=0) == 600
     assert min_runtime_seconds(type_minimum=600, cohort_minimum=1800) == 1800
     assert preemptible_from(T0, 600) == T0 + timedelta(minutes=10)

@@ -32,6 +32,7 @@ class Reason:
     USER_CAP = "user cap"
     CLUSTER = "cluster capacity"
     NO_QUOTA = "no quota"
+    MIN_RUNTIME = "borrowers' minimum runtime"  # borrowed work it could reclaim has not run long enough yet
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,8 @@ def _try(ledger: _Ledger, team: TeamQuota, w: Waiting, *, own: bool, borrowing: 
             return Reason.COHORT
         victims = _victims(ledger, w.team_id, w.gpus)
         if not victims:
-            return Reason.COHORT
+            protected = any(h.borrowed and not h.preemptible and h.team_id != w.team_id for h in ledger.held.values())
+            return Reason.MIN_RUNTIME if protected else Reason.COHORT
         for h in victims:
             ledger.release(h)
             result.preempt[h.id] = w.id
