@@ -8,7 +8,7 @@ from django.dispatch import receiver
 
 from jobs.models import State, Workload
 from jobs.services.checkpoints.cost import gpu_hours_words
-from jobs.signals import workload_preempted, workload_transitioned
+from jobs.signals import workload_on_unhealthy_gpu, workload_preempted, workload_retried, workload_transitioned
 from notifications import events
 
 
@@ -35,4 +35,27 @@ def on_preempted(sender: Any, *, workload: Workload, lost_gpu_seconds: float | N
         summary=summary,
         key=f"{events.PREEMPTED}:{workload.uid}:{workload.attempt}:{workload.state}",
         requeued=workload.state == State.QUEUED,
+    )
+
+
+@receiver(workload_retried, dispatch_uid="notifications.workload_retried")
+def on_retried(sender: Any, *, workload: Workload, reason: str, lost_gpu_seconds: float, **_: Any) -> None:
+    """The owner hears that their job ended through no fault of its own and runs again."""
+    events.notify(
+        kind=events.RETRIED,
+        workload=workload,
+        summary=f"{workload.name} stopped ({reason}) through no fault of its own and was requeued for attempt "
+        f"{workload.attempt}. Work lost: {gpu_hours_words(lost_gpu_seconds)} (since its last checkpoint, or its start).",
+        key=f"{events.RETRIED}:{workload.uid}:{workload.attempt}",
+    )
+
+
+@receiver(workload_on_unhealthy_gpu, dispatch_uid="notifications.workload_on_unhealthy_gpu")
+def on_unhealthy_gpu(sender: Any, *, workload: Workload, detail: str, mark_id: int, **_: Any) -> None:
+    events.notify(
+        kind=events.GPU_UNHEALTHY,
+        workload=workload,
+        summary=f"A GPU of the node {workload.name} runs on failed ({detail}). It keeps running but may fail: "
+        "save your work.",
+        key=f"{events.GPU_UNHEALTHY}:{workload.uid}:{mark_id}",
     )

@@ -24,6 +24,7 @@ from jobs.models import Kind, RunSegment, State, Workload
 from jobs.services.checkpoints.cost import gpu_hours_words, lost_gpu_seconds
 from jobs.services.transitions import transition
 from jobs.services.usage.accounting import counted_start
+from jobs.signals import workload_retried
 
 log = logging.getLogger(__name__)
 
@@ -183,5 +184,7 @@ def requeue(
         )  # fmt: skip
     if old_name:
         enqueue_preempt_delete(workload, old_name)
+    if count_retry:
+        workload_retried.send(sender=Workload, workload=workload, reason=reason, lost_gpu_seconds=lost)
     log.info("workload %s: requeued for attempt %d (%s)", workload.uid, workload.attempt, reason)
     return True

@@ -20,6 +20,7 @@ from jobs.models import GpuHealthMark, State, Team, WorkloadEvent
 from jobs.services.checkpoints.tokens import secret_name
 from jobs.services.cluster import node_health
 from jobs.services.cluster.gpu_faults import GpuSeen
+from notifications.models import Event
 
 pytestmark = [pytest.mark.cluster, pytest.mark.celery]
 
@@ -75,6 +76,9 @@ def test_an_evicted_restartable_job_runs_again_and_its_own_exit_is_final(engine,
     assert retried.reason == "Evicted"
     assert "Retry 1 of 3" in retried.message
     assert job.retries == 1
+    # Its owner is told, with the work lost.
+    told = Event.objects.get(kind="workload.retried", workload=job)
+    assert "Work lost:" in told.summary
     assert _env(_pod(kube_api, job))["GPUPORTAL_ATTEMPT"] == "1"
 
     # An exit code of its own: final, even when restartable.

@@ -22,6 +22,7 @@ from django.utils import timezone
 from jobs.models import GpuHealthMark, GpuHealthWatch, Kind, State, Workload
 from jobs.services.cluster.gpu_faults import GpuSeen, Watch, judge
 from jobs.services.transitions import note
+from jobs.signals import workload_on_unhealthy_gpu
 
 log = logging.getLogger(__name__)
 
@@ -124,3 +125,4 @@ def act_on_workloads(mark: GpuHealthMark, *, at: datetime) -> None:
             message=f"{words}. It keeps running, but may fail; new work avoids the node until the GPU is healthy. "
             "Save your work.",
         )
+        workload_on_unhealthy_gpu.send(sender=Workload, workload=workload, detail=mark.detail, mark_id=mark.id)
