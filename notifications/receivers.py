@@ -55,7 +55,7 @@ def on_unhealthy_gpu(sender: Any, *, workload: Workload, detail: str, mark_id: i
     events.notify(
         kind=events.GPU_UNHEALTHY,
         workload=workload,
-        summary=f"A GPU of the node {workload.name} runs on failed ({detail}). It keeps running but may fail: "
+        summary=f"A GPU of the node {workload.name} runs on failed ({detail[:120]}). It keeps running but may fail: "
         "save your work.",
         key=f"{events.GPU_UNHEALTHY}:{workload.uid}:{mark_id}",
     )
