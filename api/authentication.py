@@ -4,6 +4,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from api.tokens import token_authenticate
+from jobs.services.checkpoints.tokens import looks_like_workload_token
 
 
 class ApiTokenAuthentication(authentication.BaseAuthentication):
@@ -21,6 +22,9 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
             raw = header[1].decode("ascii")
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed("Invalid token.") from None
+        if looks_like_workload_token(raw):
+            # A workload's checkpoint token reports that workload's checkpoints and does nothing else.
+            raise exceptions.PermissionDenied("A workload token may only report its own workload's checkpoints.")
         token = token_authenticate(raw)
         if token is None:
             raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")

@@ -97,6 +97,15 @@ class WorkloadSerializer(serializers.ModelSerializer):
     mounts = MountSerializer(many=True, read_only=True, help_text="Persistent volumes mounted into it.")
     queue_position = serializers.SerializerMethodField(help_text="1 = next to be admitted; null unless queued.")
     gpu_hours = serializers.SerializerMethodField(help_text="GPU-hours so far (live while running).")
+    last_checkpoint = serializers.SerializerMethodField(
+        help_text="Its newest reported checkpoint: {at, step, age_seconds}; null if none."
+    )
+    lost_gpu_hours = serializers.SerializerMethodField(
+        help_text="GPU-hours of work its stops threw away (since the last checkpoint, or since a start)."
+    )
+    retry_limit = serializers.SerializerMethodField(
+        help_text="Automatic retries allowed after ends that are not its fault (its launch's, else its team's)."
+    )
     open_url = serializers.SerializerMethodField(
         help_text="A service: where to open it in a browser (the portal's proxy, signed in). Empty for batch jobs."
     )
@@ -110,7 +119,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "uid", "name", "team", "owner", "kind", "image", "catalog_image", "gpu_type", "gpu_count",
             "command", "args", "env", "secrets", "port", "mounts", "cpu_millicores", "memory_mib", "time_limit_seconds", "priority", "restartable",
             "borrowed", "attempt", "estimated_start_at", "wait_reason", "state", "reason", "message", "exit_code",
-            "queue_position", "gpu_hours",
+            "queue_position", "gpu_hours", "last_checkpoint", "lost_gpu_hours", "retries", "retry_limit",
+            "retryable_exit_codes", "checkpoint_workspace",
             "namespace", "k8s_name", "node_name", "pod_name", "open_url", "shared_with_team", "last_activity_at",
             "created_at", "admitted_at", "submitted_at", "started_at", "finished_at", "state_changed_at",
         ]  # fmt: skip
@@ -130,6 +140,28 @@ class WorkloadSerializer(serializers.ModelSerializer):
     def get_gpu_hours(self, workload: Workload) -> float:
         now = self.context.get("now") or timezone.now()
         return round(workload.gpu_seconds(now) / 3600, 6)
+
+    @extend_schema_field(serializers.DictField(allow_null=True))
+    def get_last_checkpoint(self, workload: Workload) -> dict | None:
+        if workload.last_checkpoint_at is None:
+            return None
+        now = self.context.get("now") or timezone.now()
+        return {
+            "at": _when(workload.last_checkpoint_at),
+            "step": workload.last_checkpoint_step,
+            "age_seconds": max(0, int((now - workload.last_checkpoint_at).total_seconds())),
+        }
+
+    @extend_schema_field(serializers.FloatField(min_value=0))
+    def get_lost_gpu_hours(self, workload: Workload) -> float:
+        return round(workload.lost_gpu_seconds / 3600, 6)
+
+    @extend_schema_field(serializers.IntegerField(min_value=0))
+    def get_retry_limit(self, workload: Workload) -> int:
+        if workload.retry_limit is not None:
+            return workload.retry_limit
+        listed = getattr(workload, "listed_team_retry_limit", None)  # a list page read it as a column
+        return listed if listed is not None else workload.team.default_retry_limit
 
     @extend_schema_field(serializers.CharField(allow_blank=True))
     def get_open_url(self, workload: Workload) -> str:
@@ -152,6 +184,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "wait_reason": w.wait_reason if w.state == State.QUEUED else "", "state": w.state,
             "reason": w.reason, "message": w.message, "exit_code": w.exit_code,
             "queue_position": self.get_queue_position(w), "gpu_hours": self.get_gpu_hours(w),
+            "last_checkpoint": self.get_last_checkpoint(w), "lost_gpu_hours": self.get_lost_gpu_hours(w),
+            "retries": w.retries, "retry_limit": self.get_retry_limit(w),
+            "retryable_exit_codes": list(w.retryable_exit_codes or []), "checkpoint_workspace": w.checkpoint_workspace,
             "namespace": w.namespace, "k8s_name": w.k8s_name, "node_name": w.node_name, "pod_name": w.pod_name,
             "open_url": opening.open_url(w), "shared_with_team": w.shared_with_team,
             "cpu_millicores": w.cpu_millicores, "memory_mib": w.memory_mib,
@@ -235,6 +270,19 @@ class WorkloadCreateSerializer(serializers.Serializer):
     shared_with_team = serializers.BooleanField(
         required=False, default=False, help_text="A service: teammates may open it too (its owner always can)."
     )
+    retry_limit = serializers.IntegerField(
+        required=False, allow_null=True, **field_limits("retry_limit"),
+        help_text="Restartable batch jobs: automatic retries after ends that are not its fault (evicted, node "
+        "lost, GPU fault, image pull timed out). Empty: the team's default.",
+    )  # fmt: skip
+    retryable_exit_codes = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=255), required=False, **field_limits("retryable_exit_codes"),
+        help_text="Exit codes of its own that are retried like a fault (e.g. [75]); any other exit code is final.",
+    )  # fmt: skip
+    checkpoint_workspace = serializers.ChoiceField(
+        required=False, **field_limits("checkpoint_workspace"),
+        help_text="Where $GPUPORTAL_CHECKPOINT_DIR lies: home (default) or team (the shared space).",
+    )  # fmt: skip
 
 
 class WorkloadSpecSerializer(WorkloadCreateSerializer):
@@ -256,9 +304,9 @@ class WorkloadBatchSerializer(serializers.Serializer):
     workloads = WorkloadSerializer(many=True)
 
 
-_STRING_FIELDS = {"team", "name", "kind", "image", "gpu_type"}
+_STRING_FIELDS = {"team", "name", "kind", "image", "gpu_type", "checkpoint_workspace"}
 _INT_FIELDS = {"gpu_count", "priority"}
-_NULLABLE_INT_FIELDS = {"catalog_image", "port", "time_limit_seconds", "cpu_millicores", "memory_mib"}
+_NULLABLE_INT_FIELDS = {"catalog_image", "port", "time_limit_seconds", "cpu_millicores", "memory_mib", "retry_limit"}
 _LIST_FIELDS = {"command", "args", "datasets"}
 
 
@@ -455,6 +503,11 @@ class UsageEntrySerializer(serializers.Serializer):
     borrowed_gpu_hours = serializers.FloatField(
         min_value=0, help_text="Of gpu_hours, those on GPUs borrowed from the team's cohort."
     )
+    lost_gpu_hours = serializers.FloatField(
+        min_value=0,
+        help_text="Of gpu_hours, the work stops threw away (preemptions, retried faults): since each run's last "
+        "checkpoint, or its start; counted on the day of the stop.",
+    )
 
 
 class UsageSerializer(serializers.Serializer):
@@ -466,3 +519,4 @@ class UsageSerializer(serializers.Serializer):
     total_gpu_hours = serializers.FloatField(min_value=0)
     total_weighted_gpu_hours = serializers.FloatField(min_value=0)
     total_borrowed_gpu_hours = serializers.FloatField(min_value=0)
+    total_lost_gpu_hours = serializers.FloatField(min_value=0)

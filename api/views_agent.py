@@ -19,6 +19,8 @@ from rest_framework.views import APIView
 
 from agent.report import Report, ReportError
 from api.errors import BodyTooLarge, Invalid, StoreUnavailable
+from jobs.services.cluster import node_health
+from jobs.services.cluster.gpu_faults import GpuSeen
 from telemetry.models import AgentToken
 from telemetry.services.agent_pods import AgentPod, ReviewUnavailable, agent_pod_identify
 from telemetry.services.ingest import ReportRejected, report_ingest
@@ -93,6 +95,7 @@ class AgentReportView(APIView):
             # Never a 500 for an agent: say "later", and it keeps the report and retries.
             log.exception("could not store a report from node %s", report.node)
             raise StoreUnavailable() from None
+        _judge_health(report)
         return Response(
             {
                 "stored": result.stored,
@@ -103,6 +106,27 @@ class AgentReportView(APIView):
             },
             status=202,
         )
+
+
+def _judge_health(report: Report) -> None:
+    """GPU health from the same report (jobs/services/cluster/node_health.py); a failure here never loses
+    the report, which is stored already."""
+    gpus = [
+        GpuSeen(
+            index=g.index,
+            uuid=g.uuid or "",
+            lost=g.state == "lost",
+            ecc_uncorrected=g.ecc_uncorrected_volatile,
+            xid_errors=g.xid_errors,
+            last_xid=g.last_xid,
+            temperature_celsius=g.temperature_celsius,
+        )
+        for g in report.gpus
+    ]
+    try:
+        node_health.apply_report(report.node, gpus)
+    except Exception:
+        log.exception("could not judge GPU health from a report of node %s", report.node)
 
 
 def _may_report(credential: AgentPod | AgentToken, node: str) -> bool:

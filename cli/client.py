@@ -121,6 +121,13 @@ class PortalClient:
     def workload(self, uid: str) -> dict:
         return self._request("GET", f"/workloads/{uid}/", retry=True).json()
 
+    def report_checkpoint(self, uid: str, body: dict[str, Any]) -> dict:
+        # Retried: a second report of the same checkpoint only refreshes "last checkpoint".
+        return self._request("POST", f"/workloads/{uid}/checkpoints/", retry=True, json=body).json()
+
+    def checkpoints(self, uid: str) -> dict:
+        return self._request("GET", f"/workloads/{uid}/checkpoints/", retry=True).json()
+
     def cancel(self, uid: str) -> dict:
         return self._request("POST", f"/workloads/{uid}/cancel/").json()
 

@@ -26,6 +26,23 @@ class Settings:
     token: str
 
 
+def load_in_workload() -> Settings:
+    """Inside a workload's container: the portal's address as its pods reach it (GPUPORTAL_API_URL) and the
+    workload's own checkpoint token (the file GPUPORTAL_TOKEN_FILE names), both set by the portal."""
+    url = os.environ.get("GPUPORTAL_API_URL") or os.environ.get("GPUPORTAL_URL")
+    token_file = os.environ.get("GPUPORTAL_TOKEN_FILE")
+    if not url or not token_file:
+        raise ConfigError(
+            "not inside a GPU Portal batch job: GPUPORTAL_API_URL and GPUPORTAL_TOKEN_FILE are not set "
+            "(the portal sets them in every batch job it runs)"
+        )
+    try:
+        token = Path(token_file).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the workload token {token_file}: {exc.strerror}") from exc
+    return Settings(url=url.rstrip("/"), token=token)
+
+
 def load(*, url: str | None = None, token: str | None = None) -> Settings:
     """Flags win over GPUPORTAL_URL / GPUPORTAL_TOKEN, which win over the config file."""
     file_values: dict = {}

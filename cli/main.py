@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import os
 import sys
 import time
 import webbrowser
@@ -57,6 +58,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="if preempted by a lender reclaiming its GPUs, requeue it at the front instead of failing (batch)",
     )
+    submit.add_argument(
+        "--retry-limit", type=int, metavar="N",
+        help="automatic retries of a restartable job after ends that are not its fault (default: the team's)",
+    )  # fmt: skip
+    submit.add_argument(
+        "--retry-exit-code", type=int, action="append", default=[], metavar="CODE", dest="retry_exit_codes",
+        help="an exit code of your own that means 'run me again' (repeatable)",
+    )  # fmt: skip
+    submit.add_argument(
+        "--checkpoint-workspace", choices=["home", "team"],
+        help="where $GPUPORTAL_CHECKPOINT_DIR lies (default: your home)",
+    )  # fmt: skip
     submit.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="repeatable")
     submit.add_argument(
         "--dataset", action="append", default=[], metavar="NAME", help="mount /datasets/NAME read-only (repeatable)"
@@ -147,6 +160,16 @@ def build_parser() -> argparse.ArgumentParser:
     members_remove.add_argument("username")
     members_remove.add_argument("--team")
 
+    checkpoint = commands.add_parser(
+        "checkpoint",
+        help="inside a batch job: tell the portal it saved a checkpoint (uses the job's own token and "
+        "$GPUPORTAL_API_URL)",
+    )
+    checkpoint.add_argument("--step", type=int, help="your progress counter (an epoch, a step)")
+    checkpoint.add_argument("--path", default="", help="where you wrote it, e.g. $GPUPORTAL_CHECKPOINT_DIR/step-42.pt")
+    checkpoint.add_argument("--note", default="", help="a few words shown with it")
+    checkpoints = commands.add_parser("checkpoints", help="a batch job's last checkpoints and the newest one's age")
+    checkpoints.add_argument("uid")
     opening = commands.add_parser("open", help="print the address a service opens at (in a signed-in browser)")
     opening.add_argument("uid")
     opening.add_argument("--browser", action="store_true", help="open it in your web browser too")
@@ -158,7 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.json = args.json or args.output == "json"
     try:
-        settings = config.load(url=args.url, token=args.token)
+        if args.command == "checkpoint":
+            settings = config.load_in_workload()
+        else:
+            settings = config.load(url=args.url, token=args.token)
     except config.ConfigError as exc:
         print(f"gpuportal: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -190,6 +216,9 @@ def cmd_submit(client: PortalClient, args: argparse.Namespace) -> int:
         "time_limit_seconds": args.time_limit,
         "priority": args.priority,
         "restartable": args.restartable,
+        "retry_limit": args.retry_limit,
+        "retryable_exit_codes": args.retry_exit_codes or None,
+        "checkpoint_workspace": args.checkpoint_workspace,
     }
     spec.update({k: v for k, v in optional.items() if v is not None})
     if args.shared:
@@ -325,7 +354,46 @@ def cmd_open(client: PortalClient, args: argparse.Namespace) -> int:
 
 # Fields of a workload that make its copy; what the portal sets (state, times, placement) is left out.
 CLONED = ("kind", "image", "catalog_image", "gpu_type", "gpu_count", "command", "args", "port", "cpu_millicores",
-          "memory_mib", "time_limit_seconds", "restartable", "shared_with_team")  # fmt: skip
+          "memory_mib", "time_limit_seconds", "restartable", "shared_with_team", "retryable_exit_codes",
+          "checkpoint_workspace")  # fmt: skip
+
+
+def cmd_checkpoint(client: PortalClient, args: argparse.Namespace) -> int:
+    """Inside the job: report a checkpoint for this workload ($GPUPORTAL_WORKLOAD, attempt $GPUPORTAL_ATTEMPT)."""
+    uid = os.environ.get("GPUPORTAL_WORKLOAD", "")
+    if not uid:
+        print("gpuportal: GPUPORTAL_WORKLOAD is not set: run this inside a GPU Portal batch job", file=sys.stderr)
+        return EXIT_USAGE
+    body: dict[str, Any] = {"path": args.path, "note": args.note}
+    if args.step is not None:
+        body["step"] = args.step
+    attempt = os.environ.get("GPUPORTAL_ATTEMPT", "")
+    if attempt.isdigit():
+        body["attempt"] = int(attempt)
+    stored = client.report_checkpoint(uid, body)
+    if args.json:
+        print(json.dumps(stored, indent=2))
+    else:
+        step = f" step {stored['step']}" if stored.get("step") is not None else ""
+        print(f"checkpoint{step} recorded for {uid} (attempt {stored['attempt']})")
+    return EXIT_OK
+
+
+def cmd_checkpoints(client: PortalClient, args: argparse.Namespace) -> int:
+    body = client.checkpoints(args.uid)
+    if args.json:
+        print(json.dumps(body, indent=2))
+        return EXIT_OK
+    last = body.get("last")
+    if last is None:
+        print(f"{args.uid}: no checkpoint reported yet")
+        return EXIT_OK
+    step = f"step {last['step']}, " if last.get("step") is not None else ""
+    print(f"{args.uid}: last checkpoint {step}{last['age']} ago ({last['at']})")
+    for c in body.get("checkpoints", [])[:10]:
+        step = c["step"] if c["step"] is not None else "-"
+        print(f"  attempt {c['attempt']:<3} step {step!s:<10} {c['at']}  {c['path']}")
+    return EXIT_OK
 
 
 def cmd_clone(client: PortalClient, args: argparse.Namespace) -> int:
@@ -506,6 +574,8 @@ COMMANDS = {
     "cancel": cmd_cancel,
     "wait": cmd_wait,
     "open": cmd_open,
+    "checkpoint": cmd_checkpoint,
+    "checkpoints": cmd_checkpoints,
     "clone": cmd_clone,
     "usage": cmd_usage,
     "queue": cmd_queue,

@@ -33,6 +33,8 @@ FAST_INTERVALS = {
     "NOTIFY_WEBHOOK_TIMEOUT_SECONDS": "3",
     # Preemption: SIGTERM, then the kill this long after (the sharing tests time reclaims against it).
     "PORTAL_PREEMPT_GRACE_SECONDS": "6",
+    # Automatic retry: a short backoff (1 s, then 2 s, ...) so the retry tests need not wait 30 s.
+    "PORTAL_RETRY_BACKOFF_SECONDS": "1",
 }
 
 

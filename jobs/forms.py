@@ -3,6 +3,7 @@ about what may be submitted live in jobs.services.validation, whose errors are s
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping
 from datetime import date
@@ -95,6 +96,26 @@ class LaunchForm(forms.Form):
         required=False,
         label="Restartable",
         help_text="Batch jobs on borrowed GPUs: if the lender reclaims them, requeue at the front instead of failing.",
+    )
+    retry_limit = forms.IntegerField(
+        required=False,
+        label="Automatic retries",
+        **field_limits("retry_limit"),
+        help_text="Restartable batch jobs that end through no fault of their own (evicted, node lost, GPU fault, "
+        "image pull timed out) run again, resuming from $GPUPORTAL_CHECKPOINT_DIR. Empty: your team's default.",
+    )
+    retryable_exit_codes = forms.CharField(
+        required=False,
+        label="Exit codes to retry",
+        max_length=100,
+        help_text="Exit codes of your own that mean 'run me again', e.g. 75. Any other exit code is final.",
+    )
+    checkpoint_workspace = forms.ChoiceField(
+        required=False,
+        label="Checkpoints in",
+        **field_limits("checkpoint_workspace"),
+        initial="home",
+        help_text="Where $GPUPORTAL_CHECKPOINT_DIR lies: a workspace that outlives each attempt.",
     )
     copies = forms.IntegerField(
         required=False,
@@ -256,6 +277,14 @@ class LaunchForm(forms.Form):
             spec["secrets"] = [{"name": name, "env": self.secret_env.get(name, "")} for name in data["secrets"]]
         if data.get("restartable") and data["kind"] == Kind.BATCH:
             spec["restartable"] = True
+        if data["kind"] == Kind.BATCH:
+            if data.get("retry_limit") is not None:
+                spec["retry_limit"] = data["retry_limit"]
+            codes = [c for c in re.split(r"[\s,]+", data.get("retryable_exit_codes") or "") if c]
+            if codes:
+                spec["retryable_exit_codes"] = [int(c) if c.isdigit() else c for c in codes]
+            if data.get("checkpoint_workspace"):
+                spec["checkpoint_workspace"] = data["checkpoint_workspace"]
         if data["kind"] == Kind.SERVICE:
             spec["shared_with_team"] = bool(data.get("shared_with_team"))
         return spec
@@ -333,6 +362,9 @@ def initial_from_workload(workload: Workload, *, show_env_values: bool = True) -
         "time_limit_unit": unit,
         "priority": workload.priority or None,
         "restartable": workload.restartable,
+        "retry_limit": workload.retry_limit,
+        "retryable_exit_codes": ", ".join(str(c) for c in workload.retryable_exit_codes or []),
+        "checkpoint_workspace": workload.checkpoint_workspace,
         "secrets": [ref["name"] for ref in workload.secrets or []],
         "secret_env": {ref["name"]: ref.get("env") or "" for ref in workload.secrets or []},
     }

@@ -149,6 +149,7 @@ def with_related_names(queryset: QuerySet[Workload]) -> QuerySet[Workload]:
         listed_team_slug=F("team__slug"),
         listed_owner_username=F("owner__username"),
         listed_gpu_type_slug=F("gpu_type__slug"),
+        listed_team_retry_limit=F("team__default_retry_limit"),
     )
 
 

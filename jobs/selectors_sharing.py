@@ -66,6 +66,12 @@ def explain(reason: str, *, team: TeamQuota, held: int, user_held: int, pool_use
         return "The cluster has no free GPUs of this type for the team's cohort right now."
     if reason == Reason.NO_QUOTA:
         return "The team has no quota for this GPU type."
+    if reason == Reason.MIN_RUNTIME:
+        return (
+            "Other teams run on GPUs borrowed from this team's quota, but they have not yet run the minimum "
+            "time before borrowed work may be preempted (set per GPU type or cohort); it starts as soon as "
+            "they have, or when they end."
+        )
     return "Waiting for the next admission pass."
 
 

@@ -15,3 +15,11 @@ workload_transitioned = Signal()
 # Preemption ended or requeued a workload so a lender got its GPUs back: sent with workload= (its new state
 # and attempt already saved), once per preemption.
 workload_preempted = Signal()
+
+# A restartable batch job ended through no fault of its own and was requeued for its next attempt
+# (jobs/services/retry.py): sent with workload= (new attempt saved), reason=, lost_gpu_seconds=.
+workload_retried = Signal()
+
+# A GPU of the node a workload runs on was marked unhealthy and the workload keeps running there (it is
+# not retried elsewhere): sent with workload=, detail= (jobs/services/cluster/node_health.py).
+workload_on_unhealthy_gpu = Signal()

@@ -129,7 +129,8 @@ def delete_objects(self, uid: str) -> bool:
             workload.uid, workload.name, workload.state, _origin(self),
         )  # fmt: skip
         return False
-    object_creation.workload_delete_objects(workload)
+    # A batch job stopped on purpose (cancel, time limit) gets the checkpoint contract's grace after SIGTERM.
+    object_creation.workload_delete_objects(workload, grace_seconds=object_creation.stop_grace_seconds(workload))
     return True
 
 

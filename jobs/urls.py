@@ -3,10 +3,11 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from jobs.views import account, dashboard, health, launch, members, queue, secrets, usage, workloads
+from jobs.views import account, dashboard, gpu_health, health, launch, members, queue, secrets, usage, workloads
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
+    path("nodes/health/<int:mark_id>/clear/", gpu_health.gpu_health_clear, name="gpu_health_clear"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("password/", auth_views.PasswordChangeView.as_view(), name="password_change"),

@@ -28,6 +28,8 @@ STARTED = "workload.started"
 IDLE_WARNING = "workload.idle_warning"
 TIME_LIMIT_WARNING = "workload.time_limit_warning"
 PREEMPTED = "workload.preempted"  # a lender reclaimed its GPUs (requeued or ended; see jobs.services.queue.preemption)
+RETRIED = "workload.retried"  # ended through no fault of its own, requeued (jobs.services.retry)
+GPU_UNHEALTHY = "workload.gpu_unhealthy"  # a GPU of its node failed; it runs on (jobs.services.cluster.node_health)
 
 # Every kind of event and the preference topic it belongs to. A new kind is one line here.
 KINDS: dict[str, Topic] = {
@@ -38,6 +40,8 @@ KINDS: dict[str, Topic] = {
     IDLE_WARNING: Topic.WARNINGS,
     TIME_LIMIT_WARNING: Topic.WARNINGS,
     PREEMPTED: Topic.PROBLEMS,
+    RETRIED: Topic.PROBLEMS,
+    GPU_UNHEALTHY: Topic.WARNINGS,
 }
 
 

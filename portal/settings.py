@@ -300,6 +300,16 @@ PORTAL_SWEEP_SECONDS = env_int("PORTAL_SWEEP_SECONDS", 15, minimum=1)
 PORTAL_LIMITS_SECONDS = env_int("PORTAL_LIMITS_SECONDS", 10, minimum=1)
 # Preempting a borrowed workload: SIGTERM, then this many seconds before the kill.
 PORTAL_PREEMPT_GRACE_SECONDS = env_int("PORTAL_PREEMPT_GRACE_SECONDS", 20, minimum=0)
+# The portal's API as a workload's pod reaches it (GPUPORTAL_API_URL, for `gpuportal checkpoint` inside the
+# container). Empty: not given to pods. The local cluster's real nodes reach the host through their bridge's
+# gateway (devtools/run.py sets it to http://<gateway>:<web port>); a real cluster's is the portal's own URL.
+PORTAL_POD_API_URL = env_str("PORTAL_POD_API_URL", "")
+# Automatic retry of restartable batch jobs after an end that is not their fault: backoff before attempt
+# n+1 is BASE x 2^(retries so far), at most MAX.
+PORTAL_RETRY_BACKOFF_SECONDS = env_int("PORTAL_RETRY_BACKOFF_SECONDS", 30, minimum=0)
+PORTAL_RETRY_BACKOFF_MAX_SECONDS = env_int("PORTAL_RETRY_BACKOFF_MAX_SECONDS", 900, minimum=0)
+# GPU health: healthy agent reports in a row that close a node's open health mark by themselves.
+PORTAL_GPU_HEALTHY_REPORTS_TO_CLEAR = env_int("PORTAL_GPU_HEALTHY_REPORTS_TO_CLEAR", 10, minimum=1)
 # Every queued workload's estimated start is refreshed at least this often (and after each admission).
 PORTAL_ESTIMATE_SECONDS = env_int("PORTAL_ESTIMATE_SECONDS", 30, minimum=1)
 # Fair-share and estimates look this far back into each user's history.

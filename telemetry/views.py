@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET
 
 from jobs import policy
 from jobs.models import Workload
+from jobs.views.gpu_health import health_history
 from telemetry.chart import workload_gpu_chart
 from telemetry.selectors import nodes_overview, workload_gpu_series, workload_gpu_summary
 
@@ -30,6 +31,7 @@ def nodes(request: HttpRequest) -> HttpResponse:
             # Nodes no agent ever reported for: one card that says what an agent is, not one card each.
             "without_agent": [r for r in rows if not r.telemetry and not r.gpus],
             "any_simulated": any(r.telemetry and r.telemetry.simulated for r in rows),
+            "health_marks": health_history(),
             "now": timezone.now(),
         },
     )

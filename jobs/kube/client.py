@@ -169,6 +169,7 @@ CREATE_PATHS = {
     "Job": "/apis/batch/v1/namespaces/{namespace}/jobs",
     "Deployment": "/apis/apps/v1/namespaces/{namespace}/deployments",
     "Service": "/api/v1/namespaces/{namespace}/services",
+    "Secret": "/api/v1/namespaces/{namespace}/secrets",
 }
 
 

@@ -45,6 +45,10 @@ TMP_VOLUME = "tmp"
 SECRETS_VOLUME = "portal-secrets"
 SECRETS_DIR = "/var/run/secrets/gpuportal"
 SECRET_KEY = "value"  # noqa: S105  (the key inside each Secret, not a password)
+# The workload's own checkpoint token (jobs/services/checkpoints/tokens.py), a file in its own directory.
+TOKEN_VOLUME = "portal-workload-token"  # noqa: S105  (a volume name)
+TOKEN_DIR = "/var/run/gpuportal"  # noqa: S105  (a directory)
+TOKEN_KEY = "token"  # noqa: S105  (a file name)
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,10 @@ class WorkloadSpec:
     termination_grace_seconds: int = 30
     run_as_root: bool = False  # only for a catalog entry that needs root and that an admin allowed
     read_only_root: bool = False  # the catalog entry works with a read-only root filesystem
+    # The checkpoint contract (jobs/services/checkpoints): the Secret holding the workload's own token,
+    # mounted read-only at TOKEN_DIR; and the nodes whose GPUs are marked unhealthy, which it must avoid.
+    token_secret: str = ""
+    avoid_nodes: tuple[str, ...] = ()
 
     @property
     def object_name(self) -> str:
@@ -156,6 +164,8 @@ def make_container(spec: WorkloadSpec) -> dict:
     mounts += [_read_only({"name": v.name, "mountPath": v.mount_path}, v.read_only) for v in spec.volumes]
     if spec.secrets:
         mounts.append({"name": SECRETS_VOLUME, "mountPath": SECRETS_DIR, "readOnly": True})
+    if spec.token_secret:
+        mounts.append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
     container: dict = {"name": CONTAINER_NAME, "image": spec.image}
     if spec.command:
         container["command"] = list(spec.command)
@@ -208,6 +218,8 @@ def make_pod_template(spec: WorkloadSpec) -> dict:
     volumes += [make_volume(v) for v in spec.volumes]
     if spec.secrets:
         volumes.append(make_secrets_volume(spec.secrets))
+    if spec.token_secret:
+        volumes.append({"name": TOKEN_VOLUME, "secret": {"secretName": spec.token_secret, "defaultMode": 0o440}})
     pod: dict = {
         "restartPolicy": "Never" if spec.kind == "batch" else "Always",
         "nodeSelector": {spec.gpu_type.node_label_key: spec.gpu_type.node_label_value},
@@ -218,10 +230,31 @@ def make_pod_template(spec: WorkloadSpec) -> dict:
         "securityContext": make_pod_security_context(spec),
         "terminationGracePeriodSeconds": spec.termination_grace_seconds,
     }
+    if spec.avoid_nodes:
+        pod["affinity"] = make_avoid_nodes_affinity(spec.avoid_nodes)
     if spec.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": n} for n in spec.image_pull_secrets]
     pod["volumes"] = volumes
     return {"metadata": {"labels": labels(spec)}, "spec": pod}
+
+
+def make_avoid_nodes_affinity(nodes: tuple[str, ...]) -> dict:
+    """Keep the pod off these nodes (GPUs marked unhealthy) by their hostname label: the portal never
+    taints or cordons Node objects, it only asks each new pod to stay away."""
+    term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": sorted(nodes)}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
+def make_token_secret(spec: WorkloadSpec, token: str) -> dict:
+    """The Secret that carries a workload's checkpoint token into its pods (the kubelet reads it; the
+    engine writes it and never reads it back). One per workload, the same for every attempt."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": spec.token_secret, "namespace": spec.namespace, "labels": labels(spec)},
+        "type": "Opaque",
+        "stringData": {TOKEN_KEY: token},
+    }
 
 
 def make_pod_security_context(spec: WorkloadSpec) -> dict:

@@ -6,6 +6,7 @@ from jobs.models.audit import QuotaChange
 from jobs.models.catalog import AllowedRegistry, CatalogImage, GpuNode, GpuType
 from jobs.models.datasets import Dataset
 from jobs.models.opening import RedeemedTicket
+from jobs.models.resilience import Checkpoint, GpuHealthMark, GpuHealthWatch
 from jobs.models.secrets import SecretState, TeamSecret
 from jobs.models.sharing import Cohort
 from jobs.models.streams import LogFollowSlot
@@ -18,8 +19,11 @@ __all__ = [
     "AllowedRegistry",
     "BillingWeight",
     "CatalogImage",
+    "Checkpoint",
     "Cohort",
     "Dataset",
+    "GpuHealthMark",
+    "GpuHealthWatch",
     "GpuNode",
     "GpuType",
     "Kind",

@@ -56,6 +56,11 @@ class GpuType(models.Model):
         help_text="Most local scratch disk a workload container may use before it is evicted (MiB). At most the "
         "team namespaces' LimitRange maximum (TEAM_EPHEMERAL_STORAGE_DEFAULT).",
     )
+    min_runtime_seconds = models.PositiveIntegerField(
+        default=0,
+        help_text="How long a workload on borrowed GPUs of this type runs before a lender may preempt it "
+        "(0: at once). A cohort's own minimum, when larger, wins.",
+    )
     enabled = models.BooleanField(default=True)
 
     class Meta:

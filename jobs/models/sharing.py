@@ -15,6 +15,11 @@ class Cohort(models.Model):
 
     name = models.CharField(max_length=100, unique=True)
     description = models.TextField(blank=True)
+    min_runtime_seconds = models.PositiveIntegerField(
+        default=0,
+        help_text="How long borrowed work in this cohort runs before a lender may preempt it; the larger of "
+        "this and the GPU type's own minimum applies.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

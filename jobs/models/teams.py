@@ -56,6 +56,11 @@ class Team(models.Model):
     user_max_queued = models.PositiveIntegerField(
         null=True, blank=True, help_text="Most workloads one member may have waiting at once. Empty: no cap."
     )
+    default_retry_limit = models.PositiveIntegerField(
+        default=3,
+        help_text="How many times a restartable batch job is retried after an end that is not its fault "
+        "(evicted, node lost, GPU fault, image pull timed out), unless its launch says otherwise.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -74,7 +74,13 @@ class RunSegment(models.Model):
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField()
     borrowed = models.BooleanField(help_text="It ran on GPUs borrowed from the cohort.")
-    reason = models.CharField(max_length=32, help_text="What closed it: Preempted, or BorrowedMarkChanged.")
+    reason = models.CharField(
+        max_length=32,
+        help_text="What closed it: Preempted, a retried fault (Evicted, GpuFault, …), or BorrowedMarkChanged.",
+    )
+    lost_gpu_seconds = models.FloatField(
+        default=0.0, help_text="Of its GPU time, what the stop threw away (since the last checkpoint, or its start)."
+    )
 
     class Meta:
         ordering = ["started_at", "id"]

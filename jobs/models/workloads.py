@@ -115,6 +115,20 @@ class Workload(models.Model):
     restartable = models.BooleanField(
         default=False, help_text="A batch job preempted by a lender goes back to the front of the queue."
     )
+    retry_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Automatic retries after ends that are not its fault. Empty: the team's default.",
+    )
+    retryable_exit_codes = models.JSONField(
+        default=list, blank=True, help_text="Exit codes of its own that are retried like a fault (e.g. [75])."
+    )
+    checkpoint_workspace = models.CharField(
+        max_length=8,
+        choices=[("home", "The owner's home"), ("team", "The team's shared workspace")],
+        default="home",
+        help_text="Where GPUPORTAL_CHECKPOINT_DIR lies: a workspace that outlives each attempt.",
+    )
     shared_with_team = models.BooleanField(
         default=False, help_text="A service: teammates may open it through the portal's proxy, not only its owner."
     )
@@ -137,6 +151,15 @@ class Workload(models.Model):
         default=0, help_text="Times it was requeued after preemption; names its Kubernetes objects."
     )
     requeued_at = models.DateTimeField(null=True, blank=True, help_text="Last requeued after preemption.")
+    retries = models.PositiveIntegerField(default=0, help_text="Automatic retries so far (faults, not preemptions).")
+    retry_not_before = models.DateTimeField(
+        null=True, blank=True, help_text="A retried job waits in the queue until then (backoff)."
+    )
+    last_checkpoint_at = models.DateTimeField(null=True, blank=True, help_text="Its newest reported checkpoint.")
+    last_checkpoint_step = models.BigIntegerField(null=True, blank=True)
+    lost_gpu_seconds = models.FloatField(
+        default=0.0, help_text="GPU-seconds of work its stops threw away (since the last checkpoint, or start)."
+    )
     estimated_start_at = models.DateTimeField(
         null=True, blank=True, help_text="While queued: when it should start, from a forecast of admission."
     )

@@ -17,6 +17,8 @@ from jobs.models import Kind, State, Workload
 from jobs.services.cluster.status_mapping import IMAGE_PULL_REASONS
 from jobs.services.dispatch import enqueue_delete, enqueue_submits
 from jobs.services.queue.admission import admit_all
+from jobs.services.retry import IMAGE_PULL_REASONS as RETRY_PULL_REASONS
+from jobs.services.retry import retry_or_why_not
 from jobs.services.transitions import transition
 
 log = logging.getLogger(__name__)
@@ -84,11 +86,17 @@ def enforce_limits() -> dict[str, int]:
         state=State.PENDING, reason__in=IMAGE_PULL_REASONS, state_changed_at__lt=pull_deadline
     )
     for workload in stuck:
+        gave_up = f"{workload.message} Gave up after {settings.PORTAL_IMAGE_PULL_TIMEOUT} s."
+        why_not = ""
+        if workload.reason in RETRY_PULL_REASONS:
+            retried, why_not = retry_or_why_not(workload, reason="ImagePullTimeout", at=now, message=gave_up)
+            if retried:
+                continue
         if transition(
             workload,
             State.FAILED,
             reason=workload.reason,
-            message=f"{workload.message} Gave up after {settings.PORTAL_IMAGE_PULL_TIMEOUT} s.",
+            message=gave_up + why_not,
             # A service that ran before its pod was replaced on a node that cannot pull: bill until now.
             finished_at=now if workload.started_at else None,
         ):

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 FIELDS = ("name", "kind", "image", "catalog_image", "gpu_type", "gpu_count", "command", "args", "env",
-          "port", "time_limit_seconds", "priority", "restartable", "secrets", "datasets", "cpu_millicores", "memory_mib")  # fmt: skip
+          "port", "time_limit_seconds", "priority", "restartable", "secrets", "datasets", "cpu_millicores", "memory_mib",
+          "retry_limit", "retryable_exit_codes", "checkpoint_workspace")  # fmt: skip
 
 KIND_CHOICES = (("batch", "Batch job"), ("service", "Service"))
 
@@ -31,6 +32,9 @@ MIN_PRIORITY, MAX_PRIORITY = -100, 100
 MIN_PORT, MAX_PORT = 1, 65535
 MAX_SECRET_REFS = 32
 MAX_DATASETS = 16
+MAX_RETRY_LIMIT = 20
+MAX_RETRYABLE_EXIT_CODES = 16
+CHECKPOINT_WORKSPACES = (("home", "My home"), ("team", "The team's shared space"))
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,10 @@ SPEC_LIMITS: dict[str, FieldLimits] = {
     # The pod's size: at least one unit; the GPU type's limits apply on top (validation).
     "cpu_millicores": FieldLimits(min_value=1),
     "memory_mib": FieldLimits(min_value=1),
+    # Automatic retry and the checkpoint directory (jobs/services/retry.py, jobs/services/checkpoints).
+    "retry_limit": FieldLimits(min_value=0, max_value=MAX_RETRY_LIMIT),
+    "retryable_exit_codes": FieldLimits(max_length=MAX_RETRYABLE_EXIT_CODES),
+    "checkpoint_workspace": FieldLimits(choices=CHECKPOINT_WORKSPACES),
 }
 
 

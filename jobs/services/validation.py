@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from jobs.services.spec_fields import (
+    CHECKPOINT_WORKSPACES,
     FIELDS,
     MAX_COMMAND_TOTAL,
     MAX_DATASETS,
@@ -32,6 +33,8 @@ from jobs.services.spec_fields import (
     MAX_NAME,
     MAX_PORT,
     MAX_PRIORITY,
+    MAX_RETRY_LIMIT,
+    MAX_RETRYABLE_EXIT_CODES,
     MAX_SECRET_REFS,
     MIN_PORT,
     MIN_PRIORITY,
@@ -165,6 +168,9 @@ class CleanSubmission:
     cpu_millicores: int | None = None  # None: the type's default
     memory_mib: int | None = None
     restartable: bool = False
+    retry_limit: int | None = None  # None: the team's default
+    retryable_exit_codes: tuple[int, ...] = ()
+    checkpoint_workspace: str = "home"
 
 
 class SubmissionInvalid(Exception):
@@ -576,6 +582,46 @@ def check_restartable(value: Any, *, kind: str) -> Checked[bool]:
     return Checked(value)
 
 
+RETRY_BATCH_ONLY = "Only restartable batch jobs are retried; leave it empty for a service."
+
+
+def check_retry(raw: Mapping[str, Any], *, kind: str) -> Checked[tuple[int | None, tuple[int, ...], str]]:
+    """The retry limit (0..MAX_RETRY_LIMIT or empty for the team's default), the exit codes of its own that
+    are retried (1..255, at most MAX_RETRYABLE_EXIT_CODES) and where its checkpoint directory lies."""
+    limit, codes, workspace = raw.get("retry_limit"), raw.get("retryable_exit_codes"), raw.get("checkpoint_workspace")
+    problems: list[Problem] = []
+    if limit in (None, ""):
+        limit = None
+    elif not _is_int(limit) or not 0 <= int(limit) <= MAX_RETRY_LIMIT:
+        problems.append(
+            ("retry_limit", f"a whole number from 0 to {MAX_RETRY_LIMIT}, or empty for the team's default.")
+        )
+        limit = None
+    else:
+        limit = int(limit)
+    if codes in (None, "", []):
+        codes = ()
+    elif (
+        not isinstance(codes, list | tuple)
+        or len(codes) > MAX_RETRYABLE_EXIT_CODES
+        or not all(_is_int(c) and 1 <= int(c) <= 255 for c in codes)
+    ):
+        problems.append(
+            ("retryable_exit_codes", f"a list of at most {MAX_RETRYABLE_EXIT_CODES} exit codes from 1 to 255.")
+        )
+        codes = ()
+    else:
+        codes = tuple(sorted({int(c) for c in codes}))
+    if workspace in (None, ""):
+        workspace = "home"
+    elif workspace not in dict(CHECKPOINT_WORKSPACES):
+        problems.append(("checkpoint_workspace", '"home" (your home, the default) or "team" (the shared space).'))
+        workspace = "home"
+    if kind == "service":
+        problems += [(f, RETRY_BATCH_ONLY) for f, v in (("retry_limit", limit), ("retryable_exit_codes", codes)) if v]
+    return Checked((limit, codes, workspace), tuple(problems))
+
+
 def check_budget(facts: Facts) -> Checked[None]:
     if facts.budget_exhausted:
         return _refused(None, "team", facts.budget_message or BUDGET_USED)
@@ -611,6 +657,7 @@ def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission
     limit = take(check_time_limit(raw.get("time_limit_seconds"), kind=kind, facts=facts))
     priority = take(check_priority(raw.get("priority", 0), may_set_priority=facts.may_set_priority))
     restartable = take(check_restartable(raw.get("restartable", False), kind=kind))
+    retry_limit, retryable_exit_codes, checkpoint_workspace = take(check_retry(raw, kind=kind))
     take(check_budget(facts))
 
     if problems:
@@ -636,6 +683,9 @@ def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission
         cpu_millicores=cpu,
         memory_mib=memory,
         restartable=restartable,
+        retry_limit=retry_limit,
+        retryable_exit_codes=retryable_exit_codes,
+        checkpoint_workspace=checkpoint_workspace,
     )
 
 

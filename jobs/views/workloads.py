@@ -34,6 +34,7 @@ from jobs.services.errors import WorkloadStateError
 from jobs.services.logs.container_logs import LogsUnavailable, follow_logs, workload_events, workload_logs
 from jobs.services.logs.follow_slots import HeldStream, TooManyStreams
 from jobs.services.opening import workload_share
+from jobs.services.queue.stop_cost import min_runtime_seconds, preemptible_from
 from jobs.views.common import team_page
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,22 @@ def workload_list(request: HttpRequest) -> HttpResponse:
     )
 
 
+def resilience_facts(workload: Workload) -> dict:
+    """The retry limit in force, and while it runs on borrowed GPUs, when it may be preempted (if later than now)."""
+    limit = workload.retry_limit if workload.retry_limit is not None else workload.team.default_retry_limit
+    free_at = None
+    if workload.borrowed and workload.state == State.RUNNING:
+        free_at = preemptible_from(
+            workload.started_at,
+            min_runtime_seconds(
+                type_minimum=workload.gpu_type.min_runtime_seconds,
+                cohort_minimum=workload.team.cohort.min_runtime_seconds if workload.team.cohort_id else 0,
+            ),
+        )
+        free_at = free_at if free_at and free_at > timezone.now() else None
+    return {"retry_limit": limit, "preemptible_from": free_at}
+
+
 def _detail_context(request: HttpRequest, workload: Workload) -> dict:
     position = queue_position(workload)
     quota = None
@@ -109,6 +126,7 @@ def _detail_context(request: HttpRequest, workload: Workload) -> dict:
             if workload.kind == Kind.SERVICE and workload.k8s_name and workload.namespace and workload.port
             else ""
         ),
+        **resilience_facts(workload),
     }
 
 

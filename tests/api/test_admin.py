@@ -31,6 +31,7 @@ def _team_form(world, quotas: list[Quota], new_values: dict[int, int], delete: s
         "slug": team.slug,
         "monthly_gpu_hour_budget": "",
         "fair_share_half_life_hours": "24",
+        "default_retry_limit": "3",
         "memberships-TOTAL_FORMS": str(len(members)),
         "memberships-INITIAL_FORMS": str(len(members)),
         "memberships-MIN_NUM_FORMS": "0",

@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 _SERIALIZER = ApiClient()  # only its model -> JSON dict conversion is used
 
 # kind -> (the list call's name, the namespaced read and delete calls' suffix)
-KINDS = {"Job": "job", "Deployment": "deployment", "Service": "service", "Pod": "pod"}
+KINDS = {"Job": "job", "Deployment": "deployment", "Service": "service", "Pod": "pod", "Secret": "secret"}
 WATCH_PATHS = {"/apis/batch/v1/jobs": "Job", "/api/v1/pods": "Pod"}
 
 

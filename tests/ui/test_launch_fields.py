@@ -33,9 +33,14 @@ def _choices(field) -> list[str]:
 def test_the_form_and_the_serializer_take_every_limit_from_the_one_description():
     form, api = _form_fields(), _serializer_fields()
     # The form types command and args as one line, and offers datasets and secrets as checkboxes of the
-    # allowed ones: those have no like-for-like limit; the serializer's are checked below.
-    shared = sorted(set(form) & set(api) & set(SPEC_LIMITS) - {"command", "args", "datasets", "secrets"})
-    assert shared == ["cpu_millicores", "gpu_count", "image", "kind", "memory_mib", "name", "port", "priority"]
+    # allowed ones, and types retryable exit codes as one line too: those have no like-for-like limit; the
+    # serializer's are checked below.
+    typed_as_text = {"command", "args", "datasets", "secrets", "retryable_exit_codes"}
+    shared = sorted(set(form) & set(api) & set(SPEC_LIMITS) - typed_as_text)
+    assert shared == [
+        "checkpoint_workspace", "cpu_millicores", "gpu_count", "image", "kind", "memory_mib", "name", "port",
+        "priority", "retry_limit",
+    ]  # fmt: skip
     for name in shared:
         described = SPEC_LIMITS[name]
         for limit in LIMITS:

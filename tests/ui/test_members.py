@@ -188,6 +188,7 @@ def test_changes_made_in_admin_name_the_admin(world, client):
     memberships = list(Membership.objects.filter(team=world.team).order_by("id"))
     form = {
         "name": "Lab", "slug": "lab", "fair_share": "", "fair_share_half_life_hours": world.team.fair_share_half_life_hours,
+        "default_retry_limit": "3",
         "memberships-TOTAL_FORMS": str(len(memberships)), "memberships-INITIAL_FORMS": str(len(memberships)),
     }  # fmt: skip
     for i, m in enumerate(memberships):

@@ -9,6 +9,7 @@ same workload uid, and a workload cancelled while we were creating gets its obje
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -28,6 +29,8 @@ from jobs.kube import client as kube
 from jobs.kube import names, objects
 from jobs.models import AllowedRegistry, Kind, SecretState, State, Team, TeamSecret, Workload, WorkloadEvent
 from jobs.services import opening, provisioning
+from jobs.services.checkpoints import contract, tokens
+from jobs.services.cluster import node_health
 from jobs.services.storage import workspaces
 from jobs.services.transitions import note, transition
 from jobs.services.validation import parse_image_reference
@@ -89,7 +92,9 @@ def spec_for(workload: Workload, *, pull_secrets: dict[str, str] | None = None) 
         time_limit_seconds=workload.time_limit_seconds,
         command=tuple(workload.command or ()),
         args=tuple(workload.args or ()) + base_url_args(workload),
-        env=tuple((e["name"], e["value"]) for e in workload.env or ()) + base_url_env(workload),
+        env=tuple((e["name"], e["value"]) for e in workload.env or () if e["name"] not in contract.CONTRACT_NAMES)
+        + base_url_env(workload)
+        + checkpoint_env(workload),
         port=workload.port,
         volumes=workspaces.volume_specs(workload.mounts or []),
         image_pull_secrets=image_pull_secrets(workload.image, pull_secrets),
@@ -102,7 +107,32 @@ def spec_for(workload: Workload, *, pull_secrets: dict[str, str] | None = None) 
         # Read at every render: an approval withdrawn later makes the next attempt run as non-root.
         run_as_root=workload.catalog_image is not None and workload.catalog_image.runs_as_root,
         read_only_root=workload.catalog_image is not None and workload.catalog_image.read_only_root,
+        token_secret=tokens.secret_name(workload.uid) if workload.kind == Kind.BATCH else "",
+        avoid_nodes=node_health.nodes_to_avoid(),
     )
+
+
+def checkpoint_env(workload: Workload) -> tuple[tuple[str, str], ...]:
+    """The checkpoint contract's variables (jobs/services/checkpoints/contract.py); batch jobs only."""
+    if workload.kind != Kind.BATCH:
+        return ()
+    return contract.contract_env(
+        checkpoint_dir=contract.checkpoint_dir(
+            workspace=workload.checkpoint_workspace, mounts=workload.mounts or [], name=workload.name, uid=workload.uid
+        ),
+        attempt=workload.attempt,
+        grace_seconds=settings.PORTAL_PREEMPT_GRACE_SECONDS,
+        api_url=settings.PORTAL_POD_API_URL,
+        with_token=True,
+    )
+
+
+def rendered_objects(spec: objects.WorkloadSpec) -> list[dict]:
+    """The objects to create, in order: a batch job's token Secret before its Job (the pod mounts it)."""
+    made = objects.make_objects(spec)
+    if spec.token_secret:
+        made.insert(0, objects.make_token_secret(spec, tokens.workload_token(spec.uid)))
+    return made
 
 
 def _fill(template: str, base_url: str) -> str:
@@ -224,6 +254,8 @@ def _create_or_adopt(obj: dict, spec: objects.WorkloadSpec, team: Team) -> None:
         kube.create(namespace, obj)
         return
     except ApiException as exc:
+        if exc.status == 409 and kind == "Secret":
+            return  # the workload's token Secret, named by its uid and the same value every time: adopt it
         if exc.status == 409:
             existing = _read(kind, name, namespace)
             owner = (existing.metadata.labels or {}).get(names.LABEL_WORKLOAD)
@@ -334,7 +366,7 @@ def _create_batch(workload_ids: list[int], profile: BatchProfile) -> tuple[int, 
     with profile.phase("render"):
         pull_secrets = registry_pull_secrets()
         specs = {w.id: spec_for(w, pull_secrets=pull_secrets) for w in batch}
-        rendered = {w.id: objects.make_objects(specs[w.id]) for w in batch}
+        rendered = {w.id: rendered_objects(specs[w.id]) for w in batch}
     created: list[Workload] = []
     failure: BaseException | None = None
     try:
@@ -608,6 +640,14 @@ DELETE_GRACE_SECONDS = 5  # a workload the portal ended: SIGTERM, then killed th
 DELETED_BY_PORTAL = "DeletedByPortal"
 
 
+def stop_grace_seconds(workload: Workload) -> int:
+    """Seconds between SIGTERM and the kill when the portal stops a workload: a batch job gets the checkpoint
+    contract's GPUPORTAL_GRACE_SECONDS (time to save its state); a service the short default."""
+    if workload.kind == Kind.BATCH:
+        return max(DELETE_GRACE_SECONDS, settings.PORTAL_PREEMPT_GRACE_SECONDS)
+    return DELETE_GRACE_SECONDS
+
+
 def workload_delete_objects(workload: Workload, *, name: str = "", grace_seconds: int = DELETE_GRACE_SECONDS) -> None:
     """Delete a workload's Job, or Deployment and Service (and, through them, its pods): those of `name`
     (an attempt that preemption ended), else of its current attempt. Kubernetes sends SIGTERM at once and
@@ -622,6 +662,10 @@ def workload_delete_objects(workload: Workload, *, name: str = "", grace_seconds
         except ApiException as exc:
             if exc.status != 404:
                 raise
+    if workload.kind == Kind.BATCH and workload.state in State.final():
+        # Its checkpoint token dies with it (the API refuses it already; the Secret goes too).
+        with contextlib.suppress(ApiException):
+            kube.delete("Secret", namespace, tokens.secret_name(workload.uid))
     current = workload.k8s_name or names.attempt_name(workload.name, workload.uid, workload.attempt)
     if object_name == current and workload.state in State.active():
         note(workload, reason=DELETED_BY_PORTAL, message=f"The portal deleted its Kubernetes objects ({object_name}).",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -211,6 +211,20 @@ def _hms(seconds: int) -> str:
     return f"{hours}h{minutes:02d}m" if hours else (f"{minutes}m{secs:02d}s" if minutes else f"{secs}s")
 
 
+def _retried(workload: Workload, obs: Observation) -> tuple[bool, Observation]:
+    """A restartable batch job's end that was not its fault runs again instead (jobs/services/retry.py);
+    when its retries are used up, the failure says so."""
+    from jobs.services.retry import retry_or_why_not
+
+    if workload.started_at is None and obs.started_at is not None:
+        workload.started_at = obs.started_at
+    retried, why_not = retry_or_why_not(
+        workload, reason=obs.reason, message=obs.message, at=obs.finished_at or timezone.now(),
+        exit_code=obs.exit_code, node_name=obs.node_name, source=WorkloadEvent.Source.KUBERNETES,
+    )  # fmt: skip
+    return retried, replace(obs, message=obs.message + why_not) if why_not else obs
+
+
 def apply_observation(workload: Workload, obs: Observation) -> bool:
     """Write what was observed; returns whether anything changed."""
     if workload.is_final:
@@ -231,6 +245,10 @@ def apply_observation(workload: Workload, obs: Observation) -> bool:
     if obs.state != workload.state:
         if not can_move(workload.state, obs.state):
             return False
+        if obs.state == State.FAILED:
+            retried, obs = _retried(workload, obs)
+            if retried:
+                return True
         at = obs.started_at if obs.state == State.RUNNING else obs.finished_at if obs.state in State.final() else None
         moved = transition(
             workload,

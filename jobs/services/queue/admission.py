@@ -33,6 +33,7 @@ from jobs.services.queue import sharing_plan
 from jobs.services.queue.cohort_facts import fair_share_usage_of, team_quotas
 from jobs.services.queue.preemption import close_segment, preempt
 from jobs.services.queue.sharing_plan import Held, QueueEntry
+from jobs.services.queue.stop_cost import StopCost
 from jobs.services.transitions import note
 from jobs.services.usage.accounting import counted_start
 
@@ -229,6 +230,7 @@ WITH room AS (
     JOIN room r ON r.team_id = w.team_id AND r.gpu_type_id = w.gpu_type_id
     LEFT JOIN usage u ON u.team_id = w.team_id AND u.owner_id = w.owner_id
     WHERE w.state = %s AND w.team_id = ANY(%s::bigint[]) AND w.gpu_type_id = ANY(%s::bigint[])
+      AND (w.retry_not_before IS NULL OR w.retry_not_before <= now())  -- a retry waits out its backoff
 ), numbered AS (
     SELECT q.*, row_number() OVER (
         PARTITION BY team_id, gpu_type_id, gpu_count, CASE WHEN per_person THEN owner_id END ORDER BY place
@@ -293,9 +295,13 @@ def _queue_heads_read_whole(
 ) -> tuple[QueueHeads, dict[GroupKey, int]]:
     """`_queue_heads` where SQL cannot pick them (SQLite in development): the whole queue, cut in Python."""
     by_pair: dict[tuple[int, int], list[QueueEntry]] = {}
-    rows = Workload.objects.filter(
-        team_id__in={t for t, _ in rooms}, gpu_type_id__in={g for _, g in rooms}, state=State.QUEUED
-    ).values_list("id", "team_id", "gpu_type_id", "owner_id", "gpu_count", "priority", "created_at", "requeued_at")
+    rows = (
+        Workload.objects.filter(
+            team_id__in={t for t, _ in rooms}, gpu_type_id__in={g for _, g in rooms}, state=State.QUEUED
+        )
+        .exclude(retry_not_before__gt=timezone.now())
+        .values_list("id", "team_id", "gpu_type_id", "owner_id", "gpu_count", "priority", "created_at", "requeued_at")
+    )
     for w_id, team_id, gpu_type_id, owner_id, gpus, priority, created, requeued in rows:
         if (team_id, gpu_type_id) in rooms:
             by_pair.setdefault((team_id, gpu_type_id), []).append(
@@ -326,6 +332,8 @@ def _held_by_group(
         "one_id": Case(When(borrowed=True, then=F("id"))),
         "its_priority": Case(When(borrowed=True, then=F("priority"))),
         "its_order": Case(When(borrowed=True, then=Coalesce("admitted_at", "created_at"))),
+        "its_start": Case(When(borrowed=True, then=F("started_at"))),
+        "its_checkpoint": Case(When(borrowed=True, then=F("last_checkpoint_at"))),
     }
     rows = (
         holding.annotate(**if_borrowed)
@@ -335,12 +343,13 @@ def _held_by_group(
     )
     held: dict[GroupKey, list[Held]] = {}
     stand_ins = 0
-    for team_id, gpu_type_id, owner_id, borrowed, w_id, priority, order, gpus in rows:
+    at_risk = StopCost(team_ids, types)  # what a stop would lose, and the minimum runtimes
+    for team_id, gpu_type_id, owner_id, borrowed, w_id, priority, order, started, checkpoint, gpus in rows:
         key = (cohort_of[team_id], gpu_type_id)
         if borrowed:
             held.setdefault(key, []).append(
                 Held(id=w_id, team_id=team_id, gpus=gpus, user_id=owner_id, priority=priority, borrowed=True,
-                     order=order.timestamp())
+                     order=order.timestamp(), **at_risk.of(team_id, gpu_type_id, gpus, started, checkpoint))
             )  # fmt: skip
         else:
             # A stand-in id that no workload has: the plan only uses ids of what it may preempt.

@@ -19,6 +19,7 @@ from django.conf import settings
 
 from jobs.kube import names
 from jobs.models import Kind, RunSegment, State, Workload, WorkloadEvent
+from jobs.services.checkpoints.cost import gpu_hours_words, lost_gpu_seconds
 from jobs.services.cluster.object_creation import workload_delete_objects
 from jobs.services.dispatch import enqueue_preempt_delete
 from jobs.services.transitions import note, transition
@@ -42,6 +43,10 @@ def preempt(victim_id: int, *, at: datetime, for_workload_id: int | None = None,
     # The objects of the attempt being stopped (a SUBMITTING one may be getting them right now).
     old_name = workload.k8s_name or names.attempt_name(workload.name, workload.uid, workload.attempt)
     stop = f"Stopping it: SIGTERM now, killed after {grace} s."
+    lost = lost_gpu_seconds(
+        gpus=workload.gpu_count, started_at=workload.started_at, last_checkpoint_at=workload.last_checkpoint_at, at=at
+    )
+    stop += f" {lost_words(workload, lost)}"
     if workload.kind == Kind.BATCH and workload.restartable:
         ran = workload.started_at
         counted = workload.counted_from
@@ -53,6 +58,7 @@ def preempt(victim_id: int, *, at: datetime, for_workload_id: int | None = None,
             message=f"Preempted: {because} {stop} Requeued at the front of the queue.",
             at=at,
             attempt=workload.attempt + 1,
+            lost_gpu_seconds=workload.lost_gpu_seconds + lost,
             requeued_at=at,
             borrowed=False,
             admitted_at=None,
@@ -73,6 +79,7 @@ def preempt(victim_id: int, *, at: datetime, for_workload_id: int | None = None,
             message=f"Preempted: {because} {stop}",
             at=at,
             finished_at=at if workload.started_at else None,
+            lost_gpu_seconds=workload.lost_gpu_seconds + lost,
         )
     if not moved:
         return False
@@ -85,16 +92,27 @@ def preempt(victim_id: int, *, at: datetime, for_workload_id: int | None = None,
             borrowed=was_borrowed,
             attempt=workload.attempt - 1,
             reason="Preempted",
+            lost_gpu_seconds=lost,
         )
     enqueue_preempt_delete(workload, old_name)
-    workload_preempted.send(sender=Workload, workload=workload)
+    workload_preempted.send(sender=Workload, workload=workload, lost_gpu_seconds=lost)
     log.info("preempted workload %s (for workload %s) %s", workload.uid, for_workload_id, because)
     return True
 
 
+def lost_words(workload: Workload, lost: float) -> str:
+    """'0.42 GPU-hours of work lost (since its last checkpoint, 7 min ago).' for the timeline."""
+    if workload.started_at is None:
+        return "It had not started: no work lost."
+    if workload.last_checkpoint_at is not None and workload.last_checkpoint_at > workload.started_at:
+        return f"{gpu_hours_words(lost)} of work lost (since its last checkpoint)."
+    return f"{gpu_hours_words(lost)} of work lost (no checkpoint reported in this run: since its start)."
+
+
 def close_segment(
-    workload: Workload, *, began: datetime, at: datetime, borrowed: bool, attempt: int, reason: str
-) -> None:
+    workload: Workload, *, began: datetime, at: datetime, borrowed: bool, attempt: int, reason: str,
+    lost_gpu_seconds: float = 0.0,
+) -> None:  # fmt: skip
     """Keep [began, at) of a workload's run in usage apart from the workload row (see RunSegment)."""
     if at <= began:
         return
@@ -109,6 +127,7 @@ def close_segment(
         finished_at=at,
         borrowed=borrowed,
         reason=reason,
+        lost_gpu_seconds=lost_gpu_seconds,
     )
 
 

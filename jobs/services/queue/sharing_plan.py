@@ -32,6 +32,7 @@ class Reason:
     USER_CAP = "user cap"
     CLUSTER = "cluster capacity"
     NO_QUOTA = "no quota"
+    MIN_RUNTIME = "borrowers' minimum runtime"  # borrowed work it could reclaim has not run long enough yet
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,10 @@ class Held:
     borrowed: bool = False
     order: float = 0.0
     restartable: bool = False
+    # Checkpoint-aware preemption (jobs/services/checkpoints/cost.py): the GPU-seconds a stop now would
+    # lose, and whether it has run its minimum runtime (a borrowed job inside it is not taken yet).
+    lost: float = 0.0
+    preemptible: bool = True
 
 
 @dataclass(frozen=True)
@@ -130,11 +135,12 @@ class _Ledger:
 
 
 def _victims(ledger: _Ledger, team_id: int, gpus: int) -> list[Held]:
-    """The fewest borrowed workloads (lowest priority, newest first) whose release lets `team_id` take
-    `gpus` within the pool; [] if even all of them would not."""
+    """The fewest borrowed workloads (lowest priority, then the least work lost, then newest first) whose
+    release lets `team_id` take `gpus` within the pool; [] if even all of them would not. Work inside its
+    minimum runtime is not taken."""
     candidates = sorted(
-        (h for h in ledger.held.values() if h.borrowed and h.team_id != team_id),
-        key=lambda h: (h.priority, -h.order, -h.id),
+        (h for h in ledger.held.values() if h.borrowed and h.team_id != team_id and h.preemptible),
+        key=victim_order,
     )
     usage = dict(ledger.usage)
     chosen: list[Held] = []
@@ -163,6 +169,12 @@ def _victims(ledger: _Ledger, team_id: int, gpus: int) -> list[Held]:
         else:
             chosen.remove(h)
     return chosen
+
+
+def victim_order(h: Held) -> tuple:
+    """Who goes first: the lowest priority; among equals the one whose stop loses the least work (GPUs x
+    time since its last checkpoint, or its start); then the newest."""
+    return (h.priority, h.lost, -h.order, -h.id)
 
 
 def plan(
@@ -226,7 +238,8 @@ def _try(ledger: _Ledger, team: TeamQuota, w: Waiting, *, own: bool, borrowing: 
             return Reason.COHORT
         victims = _victims(ledger, w.team_id, w.gpus)
         if not victims:
-            return Reason.COHORT
+            protected = any(h.borrowed and not h.preemptible and h.team_id != w.team_id for h in ledger.held.values())
+            return Reason.MIN_RUNTIME if protected else Reason.COHORT
         for h in victims:
             ledger.release(h)
             result.preempt[h.id] = w.id

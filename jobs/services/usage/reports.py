@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, timedelta
 from functools import cached_property
 
@@ -19,6 +19,7 @@ from django.contrib.auth import get_user_model
 
 from jobs.models import GpuType, Team
 from jobs.services.usage.accounting import UsageRow, borrowed_usage_days, usage_report_days
+from jobs.services.usage.lost_work import lost_usage_days
 
 DAY_BEFORE_START = "The end comes before the start."
 
@@ -88,6 +89,7 @@ class UsageSums:
     gpu_hours: float = 0.0
     weighted_gpu_hours: float = 0.0
     borrowed_gpu_hours: float = 0.0
+    lost_gpu_hours: float = 0.0  # of gpu_hours, the work stops threw away (jobs/services/usage/lost_work.py)
 
     @property
     def billing_weight(self) -> float:
@@ -102,6 +104,7 @@ class UsageReport:
     days: DayRange
     rows: list[UsageRow]
     borrowed: list[UsageRow]
+    lost: list[UsageRow] = field(default_factory=list)
 
     def for_users(self, user_ids: Iterable[int] | None) -> UsageReport:
         """The same report narrowed to these members (None: everyone's)."""
@@ -112,6 +115,7 @@ class UsageReport:
             days=self.days,
             rows=[r for r in self.rows if r.user_id in wanted],
             borrowed=[r for r in self.borrowed if r.user_id in wanted],
+            lost=[r for r in self.lost if r.user_id in wanted],
         )
 
     def group(self, *by: str, places: int = 6) -> dict[tuple, UsageSums]:
@@ -120,16 +124,18 @@ class UsageReport:
         `by` names from GROUP_KEYS: "day", "team", "user", "gpu_type"; none gives one total under ().
         """
         attrs = [GROUP_KEYS[name] for name in by]
-        sums: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+        sums: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
         for row in self.rows:
             entry = sums[tuple(getattr(row, a) for a in attrs)]
             entry[0] += row.gpu_hours
             entry[1] += row.weighted_gpu_hours
         for row in self.borrowed:
             sums[tuple(getattr(row, a) for a in attrs)][2] += row.gpu_hours
+        for row in self.lost:
+            sums[tuple(getattr(row, a) for a in attrs)][3] += row.gpu_hours
         return {
-            key: UsageSums(round(hours, places), round(weighted, places), round(borrowed, places))
-            for key, (hours, weighted, borrowed) in sorted(sums.items())
+            key: UsageSums(round(hours, places), round(weighted, places), round(borrowed, places), round(lost, places))
+            for key, (hours, weighted, borrowed, lost) in sorted(sums.items())
         }
 
     def total(self, places: int = 6) -> UsageSums:
@@ -138,15 +144,15 @@ class UsageReport:
     # Names for the ids in the rows, one query per kind, on first use.
     @cached_property
     def gpu_types(self) -> dict[int, GpuType]:
-        return GpuType.objects.in_bulk({r.gpu_type_id for r in [*self.rows, *self.borrowed]})
+        return GpuType.objects.in_bulk({r.gpu_type_id for r in [*self.rows, *self.borrowed, *self.lost]})
 
     @cached_property
     def users(self) -> dict[int, object]:
-        return get_user_model().objects.in_bulk({r.user_id for r in [*self.rows, *self.borrowed]})
+        return get_user_model().objects.in_bulk({r.user_id for r in [*self.rows, *self.borrowed, *self.lost]})
 
     @cached_property
     def teams(self) -> dict[int, Team]:
-        return Team.objects.in_bulk({r.team_id for r in [*self.rows, *self.borrowed]})
+        return Team.objects.in_bulk({r.team_id for r in [*self.rows, *self.borrowed, *self.lost]})
 
 
 def usage_build(
@@ -157,4 +163,5 @@ def usage_build(
     user_ids = list(user_ids) if user_ids is not None else None
     rows = usage_report_days(first_day=days.first, last_day=days.last, team_ids=team_ids, user_ids=user_ids)
     borrowed = borrowed_usage_days(first_day=days.first, last_day=days.last, team_ids=team_ids, user_ids=user_ids)
-    return UsageReport(days=days, rows=rows, borrowed=borrowed)
+    lost = lost_usage_days(first_day=days.first, last_day=days.last, team_ids=team_ids, user_ids=user_ids)
+    return UsageReport(days=days, rows=rows, borrowed=borrowed, lost=lost)
