@@ -6,6 +6,7 @@ from jobs.models.audit import QuotaChange
 from jobs.models.catalog import AllowedRegistry, CatalogImage, GpuNode, GpuType
 from jobs.models.datasets import Dataset
 from jobs.models.opening import RedeemedTicket
+from jobs.models.queueing import EstimateRevision, QueueReservation
 from jobs.models.secrets import SecretState, TeamSecret
 from jobs.models.sharing import Cohort
 from jobs.models.streams import LogFollowSlot
@@ -20,10 +21,12 @@ __all__ = [
     "CatalogImage",
     "Cohort",
     "Dataset",
+    "EstimateRevision",
     "GpuNode",
     "GpuType",
     "Kind",
     "LogFollowSlot",
+    "QueueReservation",
     "Quota",
     "QuotaChange",
     "RedeemedTicket",

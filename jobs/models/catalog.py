@@ -56,6 +56,14 @@ class GpuType(models.Model):
         help_text="Most local scratch disk a workload container may use before it is evicted (MiB). At most the "
         "team namespaces' LimitRange maximum (TEAM_EPHEMERAL_STORAGE_DEFAULT).",
     )
+    reserve_after_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="The longest a queued workload that does not fit its team's quota waits before GPUs are "
+        "reserved for it as they free up (smaller work then passes it only where it ends before they are "
+        "due). 0: reserve for the head of each team's queue at once. Empty: no reservations, smaller work "
+        "always passes larger work that does not fit.",
+    )
     enabled = models.BooleanField(default=True)
 
     class Meta:
