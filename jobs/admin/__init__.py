@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from jobs.admin import catalog, sharing, teams, workloads, workspaces
+from jobs.admin import catalog, queueing, sharing, teams, workloads, workspaces
 
-__all__ = ["catalog", "sharing", "teams", "workloads", "workspaces"]
+__all__ = ["catalog", "queueing", "sharing", "teams", "workloads", "workspaces"]
