@@ -16,6 +16,7 @@ from jobs.services.queue.reservation_plan import (
     backfill,
     due_at,
     ends_by,
+    plan_and_backfill,
 )
 from jobs.services.queue.sharing_plan import Held, Reason, TeamQuota, Waiting, plan
 
@@ -224,3 +225,19 @@ def test_a_large_job_behind_a_stream_of_small_ones_starves_without_a_reservation
     last_small = max(a for i, a in without["admitted"].items() if i != 1)
     assert without["admitted"][1] > last_small  # it started only once the stream had dried up
     assert with_reservation["admitted"][1] <= with_reservation["promised"][1] <= 2 * HOUR + 2 * END_SLACK_SECONDS
+
+
+def test_the_gpu_a_held_back_long_job_would_take_goes_to_a_short_one_behind_it():
+    head, short, long = _queue_behind_a_large_head()
+    done = plan_and_backfill(
+        QUOTA,
+        [Held(1, TEAM, 3, order=1.0)],
+        [head, long, short],
+        running={TEAM: [Running(3, 2 * HOUR)]},
+        time_limits={10: HOUR, 11: 600.0, 12: 5 * HOUR},
+        now=0.0,
+        reserve_after=0.0,
+    )
+    assert done.plan.admit == [short.id]
+    assert done.plan.waiting[long.id] == RESERVED
+    assert done.refused == [long.id]

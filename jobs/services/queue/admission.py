@@ -142,9 +142,7 @@ def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requ
                 continue
             teams = teams_of[key]
             entries = [e for _, e in heads]
-            ordered = sharing_plan.order_ranked(heads)
-            result = sharing_plan.plan(teams, held.get(key, []), ordered)
-            result = book.hold_back(result, teams=teams, queue=ordered, gpu_type_id=key[1])
+            result = book.plan(teams, held.get(key, []), sharing_plan.order_ranked(heads), gpu_type_id=key[1])
             if result.waiting or left_out.get(key):
                 enqueue_estimate(team_id=entries[0].team_id, gpu_type_id=key[1])  # when will the queue move?
             for victim_id, for_id in sorted(result.preempt.items()):

@@ -24,7 +24,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from jobs.services.queue.sharing_plan import Plan, Reason, TeamQuota, Waiting
+from jobs.services.queue.sharing_plan import Held, Plan, Reason, TeamQuota, Waiting, plan
 
 RESERVED = "reservation ahead"  # the reason backfill refused a workload (a queued row's wait_reason)
 # Why a workload that waits may be reserved for: it does not fit what its team holds. A per-person cap or
@@ -157,6 +157,43 @@ def backfill(
         waiting={**result.waiting, **dict.fromkeys(held_back, RESERVED)},
     )
     return Backfilled(plan=plan, reservations=reservations, refused=[i for i in result.admit if i in held_back])
+
+
+def plan_and_backfill(
+    teams: Mapping[int, TeamQuota],
+    held: Sequence[Held],
+    queue: Sequence[Waiting],
+    *,
+    running: Mapping[int, Sequence[Running]],
+    time_limits: Mapping[int, float],
+    now: float,
+    reserve_after: float | None,
+    standing: Mapping[int, Waiting] | None = None,
+) -> Backfilled:
+    """The admission plan (`sharing_plan.plan`) with backfill, planned again without what backfill held
+    back until nothing more is, so that the GPUs a held-back workload would have taken go to the next
+    one that may have them (a short job behind a long one)."""
+    held_back: list[int] = []
+    waiting = list(queue)
+    while True:
+        done = backfill(
+            plan(teams, held, waiting),
+            teams,
+            waiting,
+            running=running,
+            time_limits=time_limits,
+            now=now,
+            reserve_after=reserve_after,
+            standing=standing,
+        )
+        if not done.refused:
+            break
+        held_back.extend(done.refused)
+        gone = set(done.refused)
+        waiting = [w for w in waiting if w.id not in gone]
+    done.plan.waiting.update(dict.fromkeys(held_back, RESERVED))
+    done.refused = held_back
+    return done
 
 
 def _reserved_for(

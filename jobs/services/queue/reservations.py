@@ -2,7 +2,7 @@
 types that reserve, and keeps the reservations that stand as rows, so a promise outlives the pass.
 
 An admission pass loads one `ReservationBook` (one query when no GPU type reserves, which is the
-default), hands each cohort's plan through `hold_back`, and `save`s the book before it commits: all under
+default), plans each cohort through it (`ReservationBook.plan`), and `save`s the book before it commits: all under
 the pass's quota locks, so two passes never make two promises for the same GPUs.
 """
 
@@ -16,9 +16,9 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from jobs.models import GpuType, QueueReservation, State, Workload
-from jobs.services.queue import reservation_plan
+from jobs.services.queue import reservation_plan, sharing_plan
 from jobs.services.queue.reservation_plan import Reservation, Running
-from jobs.services.queue.sharing_plan import Plan, TeamQuota, Waiting
+from jobs.services.queue.sharing_plan import Held, Plan, TeamQuota, Waiting
 
 
 @dataclass
@@ -57,13 +57,13 @@ class ReservationBook:
                 row.delete()  # cancelled while it waited: nothing to promise any more
         return book
 
-    def hold_back(
-        self, result: Plan, *, teams: Mapping[int, TeamQuota], queue: Sequence[Waiting], gpu_type_id: int
+    def plan(
+        self, teams: Mapping[int, TeamQuota], held: Sequence[Held], queue: Sequence[Waiting], *, gpu_type_id: int
     ) -> Plan:
-        """The plan of one cohort and GPU type with backfill applied where the type reserves."""
+        """The plan of one cohort and GPU type (`sharing_plan.plan`), with backfill where the type reserves."""
         reserve_after = self.reserve_after.get(gpu_type_id)
         if reserve_after is None:
-            return result
+            return sharing_plan.plan(teams, held, queue)
         team_ids = list(teams)
         self.seen.update((t, gpu_type_id) for t in team_ids)
         standing = {
@@ -71,24 +71,22 @@ class ReservationBook:
             for team_id in team_ids
             if (row := self.standing.get((team_id, gpu_type_id))) is not None
         }
-        waits = {w.team_id for w in queue if w.id not in set(result.admit)}
-        if not waits and not standing:
-            return result
         now = self.now.timestamp()
-        limits = dict(Workload.objects.filter(id__in=result.admit).values_list("id", "time_limit_seconds"))
-        done = reservation_plan.backfill(
-            result,
+        limits = Workload.objects.filter(id__in=[w.id for w in queue]).values_list("id", "time_limit_seconds")
+        done = reservation_plan.plan_and_backfill(
             teams,
+            held,
             queue,
             running=running_of(team_ids, gpu_type_id, now=now),
-            time_limits={i: float(s) for i, s in limits.items()},
+            time_limits={i: float(s) for i, s in limits},
             now=now,
             reserve_after=float(reserve_after),
             standing=standing,
         )
         for team_id, reservation in done.reservations.items():
             self.made[(team_id, gpu_type_id)] = reservation
-        self.admitted.update(i for i in done.plan.admit if i in {w.id for w in standing.values()})
+        reserved = {w.id for w in standing.values()}
+        self.admitted.update(i for i in done.plan.admit if i in reserved)
         return done.plan
 
     def save(self) -> None:
