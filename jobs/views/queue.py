@@ -11,7 +11,7 @@ from jobs import policy
 from jobs.forms import TeamSharingForm
 from jobs.models import Quota
 from jobs.selectors_sharing import team_queue_explained
-from jobs.services.queue import estimate_history, reservations
+from jobs.services.queue import estimate_history, reservations, share_explained
 from jobs.services.queue.settings_changes import team_sharing_update
 from jobs.views.common import team_page
 
@@ -47,5 +47,6 @@ def queue(request: HttpRequest) -> HttpResponse:
         "is_manager": is_manager,
         "accuracy": estimate_history.accuracy_by_gpu_type(gpu_type_ids=[q.gpu_type_id for q in quotas]),
         "accuracy_days": estimate_history.WINDOW_DAYS,
+        "share": share_explained.my_share(team, user=request.user, show_names=is_manager),
     }
     return render(request, "jobs/queue.html", context, status=status)

@@ -157,10 +157,12 @@ def promise_of(workload: Workload) -> datetime | None:
     return row.starts_by if row else None
 
 
-def bound_violations(*, since: datetime | None = None) -> int:
+def bound_violations(*, gpu_type_ids: Iterable[int] | None = None, since: datetime | None = None) -> int:
     """Promises broken: workloads admitted after the time they were promised (or still waiting past it)."""
     now = timezone.now()
     rows = QueueReservation.objects.all()
+    if gpu_type_ids is not None:
+        rows = rows.filter(gpu_type_id__in=list(gpu_type_ids))
     if since is not None:
         rows = rows.filter(made_at__gte=since)
     late = Q(workload__admitted_at__gt=F("starts_by")) | Q(workload__state=State.QUEUED, starts_by__lt=now)
