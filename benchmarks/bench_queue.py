@@ -113,7 +113,9 @@ def replay(jobs: list[Job], *, reserve: bool, start: datetime) -> dict[str, floa
         with time_machine.travel(start + timedelta(seconds=now), tick=False):
             while ends and ends[0][0] <= now:
                 _, workload_id = heapq.heappop(ends)
-                Workload.objects.filter(id=workload_id).update(state=State.SUCCEEDED, finished_at=start + timedelta(seconds=now))
+                Workload.objects.filter(id=workload_id).update(
+                    state=State.SUCCEEDED, finished_at=start + timedelta(seconds=now)
+                )
             while arrived < len(jobs) and jobs[arrived].at <= now:
                 j = jobs[arrived]
                 w = Workload.objects.create(
