@@ -4,6 +4,8 @@ workload's page show)."""
 
 from __future__ import annotations
 
+import re
+
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -41,15 +43,34 @@ class AccuracySerializer(serializers.Serializer):
         }
 
 
+class AccuracyAnswerSerializer(serializers.Serializer):
+    days = serializers.IntegerField()
+    gpu_types = AccuracySerializer(many=True)
+
+
+class EstimateSerializer(serializers.Serializer):
+    at = serializers.DateTimeField(help_text="When the estimate was made.")
+    estimated_start_at = serializers.DateTimeField(allow_null=True, help_text="Null: not within a week.")
+
+
+class WorkloadEstimatesSerializer(serializers.Serializer):
+    uid = serializers.CharField()
+    starts_no_later_than = serializers.DateTimeField(
+        allow_null=True, help_text="The promise while GPUs are reserved for it (queued); null: none stands."
+    )
+    estimates = EstimateSerializer(many=True, help_text="The first estimate and each revision, oldest first.")
+    started_at = serializers.DateTimeField(allow_null=True)
+
+
 class EstimateAccuracyView(ApiViewMixin, APIView):
     @extend_schema(
         summary="How good start estimates are, per GPU type",
         parameters=[OpenApiParameter("days", int, description=f"Window in days (1-{MAX_DAYS}, default 30).")],
-        responses={200: AccuracySerializer(many=True), 400: E},
+        responses={200: AccuracyAnswerSerializer, 400: E},
     )
     def get(self, request: Request) -> Response:
         raw = request.query_params.get("days", str(estimate_history.WINDOW_DAYS))
-        if not raw.isdigit() or not 1 <= int(raw) <= MAX_DAYS:
+        if not re.fullmatch(r"[0-9]{1,3}", raw) or not 1 <= int(raw) <= MAX_DAYS:
             raise Invalid({"days": [f"A whole number of days from 1 to {MAX_DAYS}."]})
         rows = estimate_history.accuracy_by_gpu_type(days=int(raw))
         return Response({"days": int(raw), "gpu_types": AccuracySerializer(rows, many=True).data})
@@ -57,7 +78,8 @@ class EstimateAccuracyView(ApiViewMixin, APIView):
 
 class WorkloadEstimatesView(ApiViewMixin, APIView):
     @extend_schema(
-        summary="A workload's start estimates as they were made, its promise and its start", responses={404: E}
+        summary="A workload's start estimates as they were made, its promise and its start",
+        responses={200: WorkloadEstimatesSerializer, 404: E},
     )
     def get(self, request: Request, uid: str) -> Response:
         workload = policy.workload_or_404(request.user, uid, access.visible_workloads(request.user))
