@@ -12,9 +12,10 @@ from jobs.services.queue.reservation_plan import (
     END_SLACK_SECONDS,
     RESERVED,
     START_SLACK_SECONDS,
+    Block,
     Running,
+    Timeline,
     backfill,
-    due_at,
     ends_by,
     plan_and_backfill,
 )
@@ -26,10 +27,17 @@ QUOTA = {TEAM: TeamQuota(team_id=TEAM, quota=4)}
 
 
 def test_due_when_enough_running_work_has_ended_by_its_limit():
-    running = [Running(1, 100.0), Running(1, 300.0), Running(1, 200.0)]
-    assert due_at(4, running, 3, now=0.0) == 200.0  # two must end: the second end is at 200
-    assert due_at(4, running, 1, now=0.0) == 0.0
-    assert due_at(4, running, 5, now=0.0) is None
+    timeline = Timeline(4, [Block(1, 0.0, 100.0), Block(1, 0.0, 300.0), Block(1, 0.0, 200.0)])
+    assert timeline.earliest(3, 50.0, now=0.0) == 200.0  # two must end: the second end is at 200
+    assert timeline.earliest(1, 50.0, now=0.0) == 0.0
+    assert timeline.earliest(5, 50.0, now=0.0) is None
+
+
+def test_a_second_reservation_fits_around_the_first():
+    timeline = Timeline(4, [Block(3, 0.0, 100.0)])
+    assert timeline.take(4, 100.0, 400.0)  # the first reserved: all 4 GPUs from 100 to 400
+    assert timeline.earliest(2, 50.0, now=0.0) == 400.0  # 1 free before 100 only; 50 s do not fit in it
+    assert timeline.earliest(1, 50.0, now=0.0) == 0.0  # a short one fits before the first is due
 
 
 def test_not_started_work_ends_by_its_limit_after_a_start_allowance():
@@ -61,8 +69,8 @@ def test_backfill_admits_a_short_job_that_ends_before_the_reservation_and_refuse
         now=0.0,
         reserve_after=0.0,
     )
-    assert done.reservations[TEAM].workload_id == head.id
-    assert done.reservations[TEAM].due_at == 2 * HOUR
+    assert done.reservations[TEAM][0].workload_id == head.id
+    assert done.reservations[TEAM][0].due_at == 2 * HOUR
     assert done.plan.admit == [11]  # 10 min + allowances: ends long before 2 h
 
     # The same with the long one first in line: it would hold a GPU past the reservation, so it waits.
@@ -99,7 +107,7 @@ def test_work_that_fits_beside_the_reservation_passes_whatever_its_length():
     )
     # At the due time (1 h) one GPU is still held, the head takes 2, the long one the fourth.
     assert done.plan.admit == [12]
-    assert done.reservations[TEAM].due_at == HOUR
+    assert done.reservations[TEAM][0].due_at == HOUR
 
 
 def test_without_reservations_the_plan_is_left_as_it_is():
@@ -115,7 +123,7 @@ def test_a_workload_is_reserved_for_only_after_it_waited_the_gpu_types_cap():
     result = plan(QUOTA, [Held(1, TEAM, 3)], [head, long, short])
     args = {"running": {TEAM: [Running(3, HOUR)]}, "time_limits": {12: 5 * HOUR}, "reserve_after": 600.0}
     assert not backfill(result, QUOTA, [head, long, short], now=599.0, **args).reservations
-    assert backfill(result, QUOTA, [head, long, short], now=600.0, **args).reservations[TEAM].workload_id == 10
+    assert backfill(result, QUOTA, [head, long, short], now=600.0, **args).reservations[TEAM][0].workload_id == 10
 
 
 def test_a_standing_reservation_keeps_its_workload_when_others_come_ahead():
@@ -132,10 +140,10 @@ def test_a_standing_reservation_keeps_its_workload_when_others_come_ahead():
         time_limits={13: 5 * HOUR},
         now=0.0,
         reserve_after=0.0,
-        standing={TEAM: head},
+        standing={TEAM: [(head, HOUR)]},
     )
     assert done.plan.admit == []  # it would hold a GPU past the promise made to the head
-    assert done.reservations[TEAM].workload_id == head.id
+    assert done.reservations[TEAM][0].workload_id == head.id
 
 
 def test_a_per_person_cap_is_no_reason_to_reserve():
@@ -150,7 +158,7 @@ def test_a_per_person_cap_is_no_reason_to_reserve():
 # --- the promise, over whole traces ------------------------------------------------------------------
 def simulate(quota: int, trace: list[tuple[float, int, float, float]], *, reserve: bool) -> dict:
     """One team, one GPU type: (arrival, GPUs, time limit, actual run) per workload, admitted at every
-    arrival and end by the plan and backfill, run at once. Returns each workload's admission time and the
+    arrival and end as an admission pass admits (the plan with backfill, `plan_and_backfill`), run at once. Returns each workload's admission time and the
     reservations made (workload -> the due time first promised)."""
     teams = {TEAM: TeamQuota(team_id=TEAM, quota=quota)}
     events = sorted({a for a, *_ in trace})
@@ -160,7 +168,7 @@ def simulate(quota: int, trace: list[tuple[float, int, float, float]], *, reserv
     ends: dict[int, float] = {}
     admitted_at: dict[int, float] = {}
     promised: dict[int, float] = {}
-    standing: Waiting | None = None
+    standing: list[tuple[Waiting, float]] = []
     arrived = 0
     while events:
         now = heapq.heappop(events)
@@ -170,21 +178,20 @@ def simulate(quota: int, trace: list[tuple[float, int, float, float]], *, reserv
             queue.append(Waiting(arrived, TEAM, trace[arrived][1], created=trace[arrived][0]))
             arrived += 1
         held = [Held(i, TEAM, g, order=a) for i, (g, a, _) in running.items()]
-        result = plan(teams, held, queue)
-        done = backfill(
-            result,
+        done = plan_and_backfill(
             teams,
+            held,
             queue,
             running={TEAM: [Running(g, a + limit + END_SLACK_SECONDS) for g, a, limit in running.values()]},
             time_limits={w.id: trace[w.id][2] for w in queue},
             now=now,
             reserve_after=0.0 if reserve else None,
-            standing={TEAM: standing} if standing else None,
+            standing={TEAM: standing},
         )
-        standing = None
-        for r in done.reservations.values():
+        standing = []
+        for r in done.reservations.get(TEAM, []):
             promised.setdefault(r.workload_id, r.due_at)
-            standing = next(w for w in queue if w.id == r.workload_id)
+            standing.append((next(w for w in queue if w.id == r.workload_id), r.due_at))
         for i in done.plan.admit:
             admitted_at[i] = now
             gpus, limit, run = trace[i][1], trace[i][2], trace[i][3]

@@ -1,18 +1,16 @@
-"""A bounded wait, as a pure function: when the head of a team's queue does not fit its quota, GPUs are
-reserved for it as they free up, and smaller work passes it only where it cannot delay it (Slurm's
-backfill). No database, no clock.
+"""A bounded wait, as a pure function: when a team's workload does not fit its quota, GPUs are
+reserved for it as they free up, and other work passes it only where it cannot delay it (Slurm's
+conservative backfill). No database, no clock.
 
-Every workload holding GPUs ends by its time limit (the portal enforces it), so the team's use of its
-quota at any future moment has an upper bound: what holds GPUs now and ends after that moment. The
-reservation is due at the first moment that bound leaves room for the reserved workload (`due_at`).
-Another of the team's workloads may start now only if
-- it ends, by its own time limit, before the reservation is due, or
-- it fits beside it: what still holds GPUs when it is due, the reserved workload and everything let
-  through beside it stay within the quota.
-Nothing else of the team's can then take the reserved GPUs, so the reserved workload is admitted by the
-due time: a promise ("starts no later than T"), not an estimate. A reservation stays with its workload
-until it starts, whatever comes ahead of it later (a higher priority, a lighter user under fair share):
-everything else of the team's is backfill while it stands, so the promise holds.
+Every workload holding GPUs ends by its time limit (the portal enforces it), so what a team's quota holds
+at any future moment has an upper bound: a timeline of blocks, each GPUs from a start to the latest end.
+A reserved workload gets the first moment its GPUs fit on that timeline for as long as its own limit
+(its due time), and its block goes on the timeline too; so does every workload let start now, which it
+must fit for its whole time limit. So work passes a reserved one only if it ends before the reservation
+is due or fits beside it, and nothing can take the reserved GPUs: the reserved workload is admitted by
+its due time, a promise ("starts no later than T"), not an estimate. The first RESERVE_DEPTH waiting
+workloads of a team are reserved for, in queue order; a reservation stays with its workload until it
+starts, whatever comes ahead of it later (a higher priority, a lighter user under fair share).
 
 Only a team's own quota is reserved: in a cohort, work within its quota reclaims what others borrow, so
 the same bound holds; borrowing (beyond the quota) is never promised.
@@ -21,7 +19,7 @@ the same bound holds; borrowing (beyond the quota) is never promised.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from jobs.services.queue.sharing_plan import Held, Plan, Reason, TeamQuota, Waiting, plan
@@ -38,6 +36,7 @@ END_SLACK_SECONDS = 60.0
 # The promise shown is the due time plus the time an admission pass may take to come (the sweep runs every
 # 15 s; a workload's end triggers one at once).
 PROMISE_SLACK_SECONDS = 60.0
+RESERVE_DEPTH = 4  # workloads reserved for per team and GPU type at most (each pass checks them all)
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,7 @@ class Backfilled:
     """The plan after backfill, and the reservations that stand (per team)."""
 
     plan: Plan
-    reservations: dict[int, Reservation] = field(default_factory=dict)
+    reservations: dict[int, list[Reservation]] = field(default_factory=dict)
     refused: list[int] = field(default_factory=list)  # admitted by the plan, held back for a reservation
 
 
@@ -77,22 +76,6 @@ def ends_by(*, started: float | None, admitted: float | None, time_limit: float,
     return begin + time_limit + END_SLACK_SECONDS
 
 
-def held_at(running: Iterable[Running], moment: float) -> int:
-    """GPUs still held at `moment` at most."""
-    return sum(r.gpus for r in running if r.ends_by > moment)
-
-
-def due_at(quota: int, running: Sequence[Running], gpus: int, now: float) -> float | None:
-    """The first moment from `now` at which what may still hold GPUs leaves `gpus` of `quota` free
-    (None: never, the workload is larger than the quota)."""
-    if gpus > quota:
-        return None
-    for moment in [now, *sorted(r.ends_by for r in running if r.ends_by > now)]:
-        if held_at(running, moment) + gpus <= quota:
-            return moment
-    return None  # unreachable: after the last end nothing is held
-
-
 def backfill(
     result: Plan,
     teams: Mapping[int, TeamQuota],
@@ -102,51 +85,57 @@ def backfill(
     time_limits: Mapping[int, float],
     now: float,
     reserve_after: float | None,
-    standing: Mapping[int, Waiting] | None = None,
+    standing: Mapping[int, Sequence[tuple[Waiting, float]]] | None = None,
 ) -> Backfilled:
-    """The plan with each team's head reserved for where it does not fit, and the admissions that could
-    delay a reservation held back.
+    """The plan with GPUs reserved for each team's first workloads that do not fit, and the admissions
+    that could delay a reservation held back (conservative backfill, as Slurm's: every reservation is
+    kept, not only the first).
 
     `queue` is in the plan's order (`Waiting.created` in epoch seconds: how long each has waited);
-    `running`: per team, what it holds now; `time_limits`: seconds per queued workload id (those the plan
-    admitted at least); `reserve_after`: how long a workload waits before it may be reserved for (None:
-    never, best effort as the plan decided; 0: the head that does not fit at once); `standing`: per team,
-    the workload a reservation already stands for (kept while it waits, whether or not `queue` holds it:
-    an admission pass reads only the head of each team's queue)."""
+    `running`: per team, what it holds now; `time_limits`: seconds per queued workload id (reserved ones
+    included); `reserve_after`: how long a workload waits before it may be reserved for (None: never,
+    best effort as the plan decided; 0: at once); `standing`: per team, the workloads reservations already
+    stand for with the time each is due (kept while they wait, whether or not `queue` holds them: an
+    admission pass reads only the head of each team's queue)."""
     if reserve_after is None:
         return Backfilled(plan=result)
-    standing = standing or {}
     admitted = set(result.admit)
     held_back: set[int] = set()
-    reservations: dict[int, Reservation] = {}
+    made: dict[int, list[Reservation]] = {}
     by_team: dict[int, list[Waiting]] = {}
     for w in queue:
         by_team.setdefault(w.team_id, []).append(w)
-    for team_id, team_queue in by_team.items():
+    for team_id in by_team.keys() | (standing or {}).keys():
         team = teams.get(team_id)
         if team is None:
             continue
-        picked = _reserved_for(team, team_queue, result, admitted, standing.get(team_id), now, reserve_after)
-        if picked is None:
-            continue
-        reserved, sticky = picked
-        # Admitted ahead of a fresh reservation: theirs by order, they count as held until their limit.
-        ahead = [] if sticky else [w for w in team_queue[: team_queue.index(reserved)] if w.id in admitted]
-        team_running = [*running.get(team_id, ()), *(_admitted_now(w, time_limits, now) for w in ahead)]
-        due = due_at(team.quota, team_running, reserved.gpus, now)
-        if due is None:
-            continue
-        reservations[team_id] = Reservation(reserved.id, team_id, reserved.gpus, due)
-        beside = held_at(team_running, due) + reserved.gpus
-        for w in team_queue:
-            if w.id not in admitted or w.id == reserved.id or any(w is a for a in ahead):
+        timeline = Timeline(team.quota, [Block(r.gpus, now, r.ends_by) for r in running.get(team_id, ())])
+        reserved = made.setdefault(team_id, [])
+        sticky = {w.id for w, _ in (standing or {}).get(team_id, ())}
+        # Promises made before come first, each kept where it stood (the timeline only shrank since: work
+        # ended, or started only where it fitted around them); one the plan admits starts now if it fits
+        # around the others, else keeps its place.
+        promises = sorted((standing or {}).get(team_id, ()), key=lambda p: p[1])
+        for w, due in promises:
+            if w.id not in admitted:
+                _reserve(timeline, reserved, w, _length(w, time_limits), now, at=due)
+        for w, due in promises:
+            if w.id in admitted and not timeline.take(w.gpus, now, _admitted_now(w, time_limits, now).ends_by):
+                held_back.add(w.id)
+                _reserve(timeline, reserved, w, _length(w, time_limits), now, at=due)
+        for w in by_team.get(team_id, ()):
+            if w.id in sticky:
                 continue
-            if _admitted_now(w, time_limits, now).ends_by <= due:
-                continue  # ends before the reservation is due
-            if beside + w.gpus <= team.quota:
-                beside += w.gpus  # fits beside it
-                continue
-            held_back.add(w.id)
+            if w.id in admitted:
+                if not timeline.take(w.gpus, now, _admitted_now(w, time_limits, now).ends_by):
+                    held_back.add(w.id)
+            elif (
+                len(reserved) < RESERVE_DEPTH
+                and result.waiting.get(w.id) in RESERVABLE
+                and now - w.created >= reserve_after
+            ):
+                _reserve(timeline, reserved, w, _length(w, time_limits), now)
+    reservations = {team_id: r for team_id, r in made.items() if r}
     if not held_back:
         return Backfilled(plan=result, reservations=reservations)
     plan = replace(
@@ -159,6 +148,64 @@ def backfill(
     return Backfilled(plan=plan, reservations=reservations, refused=[i for i in result.admit if i in held_back])
 
 
+@dataclass(frozen=True)
+class Block:
+    """`gpus` of the team's quota taken from `start` until `end` (epoch seconds)."""
+
+    gpus: int
+    start: float
+    end: float
+
+
+@dataclass
+class Timeline:
+    """What a team's quota holds from now on, at most: running work until its time limit, reservations
+    over the stretch their workloads may run, and what backfill let start."""
+
+    quota: int
+    blocks: list[Block]
+
+    def used_at(self, moment: float) -> int:
+        return sum(b.gpus for b in self.blocks if b.start <= moment < b.end)
+
+    def fits(self, gpus: int, start: float, end: float) -> bool:
+        # What is held only grows where a block starts: checking there (and at `start`) is enough.
+        moments = [start, *(b.start for b in self.blocks if start < b.start < end)]
+        return all(self.used_at(m) + gpus <= self.quota for m in moments)
+
+    def take(self, gpus: int, start: float, end: float) -> bool:
+        if not self.fits(gpus, start, end):
+            return False
+        self.blocks.append(Block(gpus, start, end))
+        return True
+
+    def earliest(self, gpus: int, length: float, now: float) -> float | None:
+        """The first moment from `now` at which `gpus` fit for `length` seconds (None: never)."""
+        if gpus > self.quota:
+            return None
+        for moment in sorted({now, *(b.end for b in self.blocks if b.end > now)}):
+            if math.isfinite(moment) and self.fits(gpus, moment, moment + length):
+                return moment
+        return None
+
+
+def _reserve(
+    timeline: Timeline, reserved: list[Reservation], w: Waiting, length: float, now: float, *, at: float | None = None
+) -> None:
+    """Reserve for `w` where it stood (`at`, a promise made before) if it still fits there, else at the
+    earliest moment it fits."""
+    due = max(at, now) if at is not None and timeline.fits(w.gpus, max(at, now), max(at, now) + length) else None
+    due = due if due is not None else timeline.earliest(w.gpus, length, now)
+    if due is not None:
+        timeline.take(w.gpus, due, due + length)
+        reserved.append(Reservation(w.id, w.team_id, w.gpus, due))
+
+
+def _length(w: Waiting, time_limits: Mapping[int, float]) -> float:
+    """How long a reserved workload may hold its GPUs once due: its limit and both allowances."""
+    return START_SLACK_SECONDS + time_limits.get(w.id, math.inf) + END_SLACK_SECONDS
+
+
 def plan_and_backfill(
     teams: Mapping[int, TeamQuota],
     held: Sequence[Held],
@@ -168,7 +215,7 @@ def plan_and_backfill(
     time_limits: Mapping[int, float],
     now: float,
     reserve_after: float | None,
-    standing: Mapping[int, Waiting] | None = None,
+    standing: Mapping[int, Sequence[tuple[Waiting, float]]] | None = None,
 ) -> Backfilled:
     """The admission plan (`sharing_plan.plan`) with backfill, planned again without what backfill held
     back until nothing more is, so that the GPUs a held-back workload would have taken go to the next
@@ -194,31 +241,6 @@ def plan_and_backfill(
     done.plan.waiting.update(dict.fromkeys(held_back, RESERVED))
     done.refused = held_back
     return done
-
-
-def _reserved_for(
-    team: TeamQuota,
-    team_queue: list[Waiting],
-    result: Plan,
-    admitted: set[int],
-    standing: Waiting | None,
-    now: float,
-    reserve_after: float,
-) -> tuple[Waiting, bool] | None:
-    """The team's workload to reserve for, and whether its reservation already stood: the standing one
-    while it waits, else the first in order that waited `reserve_after` and does not fit what the team
-    holds (None: the plan admitted it, or nothing waits that long)."""
-    if standing is not None:
-        return None if standing.id in admitted else (standing, True)
-    for w in team_queue:
-        if (
-            w.id not in admitted
-            and result.waiting.get(w.id) in RESERVABLE
-            and now - w.created >= reserve_after
-            and w.gpus <= team.quota
-        ):
-            return w, False
-    return None
 
 
 def _admitted_now(w: Waiting, time_limits: Mapping[int, float], now: float) -> Running:

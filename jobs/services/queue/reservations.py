@@ -28,8 +28,8 @@ class ReservationBook:
 
     now: datetime
     reserve_after: dict[int, int]
-    standing: dict[tuple[int, int], QueueReservation] = field(default_factory=dict)  # (team, type) -> row
-    made: dict[tuple[int, int], Reservation] = field(default_factory=dict)
+    standing: dict[tuple[int, int], list[QueueReservation]] = field(default_factory=dict)  # (team, type)
+    made: dict[tuple[int, int], list[Reservation]] = field(default_factory=dict)
     seen: set[tuple[int, int]] = field(default_factory=set)  # (team, type) whose plan went through
     admitted: set[int] = field(default_factory=set)
 
@@ -47,9 +47,9 @@ class ReservationBook:
         rows = QueueReservation.objects.filter(
             team_id__in=list(team_ids), gpu_type_id__in=list(reserve_after), admitted_at__isnull=True
         ).select_related("workload")
-        for row in rows:
+        for row in rows.order_by("made_at", "id"):
             if row.workload.state == State.QUEUED:
-                book.standing[(row.team_id, row.gpu_type_id)] = row
+                book.standing.setdefault((row.team_id, row.gpu_type_id), []).append(row)
             elif row.workload.admitted_at is not None and row.workload.state != State.CANCELLED:
                 # Admitted by a pass that did not reserve (the type stopped reserving for a while).
                 QueueReservation.objects.filter(id=row.id).update(admitted_at=row.workload.admitted_at)
@@ -67,12 +67,18 @@ class ReservationBook:
         team_ids = list(teams)
         self.seen.update((t, gpu_type_id) for t in team_ids)
         standing = {
-            team_id: Waiting(row.workload_id, team_id, row.gpus, row.workload.owner_id, row.workload.priority)
+            team_id: [
+                (
+                    Waiting(row.workload_id, team_id, row.gpus, row.workload.owner_id, row.workload.priority),
+                    row.starts_by.timestamp() - reservation_plan.PROMISE_SLACK_SECONDS,
+                )
+                for row in self.standing.get((team_id, gpu_type_id), ())
+            ]
             for team_id in team_ids
-            if (row := self.standing.get((team_id, gpu_type_id))) is not None
         }
         now = self.now.timestamp()
-        limits = Workload.objects.filter(id__in=[w.id for w in queue]).values_list("id", "time_limit_seconds")
+        ids = [w.id for w in queue] + [w.id for rows in standing.values() for w, _ in rows]
+        limits = Workload.objects.filter(id__in=ids).values_list("id", "time_limit_seconds")
         done = reservation_plan.plan_and_backfill(
             teams,
             held,
@@ -83,9 +89,9 @@ class ReservationBook:
             reserve_after=float(reserve_after),
             standing=standing,
         )
-        for team_id, reservation in done.reservations.items():
-            self.made[(team_id, gpu_type_id)] = reservation
-        reserved = {w.id for w in standing.values()}
+        for team_id, made in done.reservations.items():
+            self.made[(team_id, gpu_type_id)] = made
+        reserved = {w.id for rows in standing.values() for w, _ in rows}
         self.admitted.update(i for i in done.plan.admit if i in reserved)
         return done.plan
 
@@ -94,15 +100,17 @@ class ReservationBook:
         workload left the queue (cancelled) or that no longer stands is dropped."""
         now = self.now
         QueueReservation.objects.filter(workload_id__in=self.admitted, admitted_at__isnull=True).update(admitted_at=now)
+        promised = {r.workload_id for made in self.made.values() for r in made}
         stale = [
             row.id
-            for key, row in self.standing.items()
+            for key, rows in self.standing.items()
             if key in self.seen
-            and row.workload_id not in self.admitted
-            and (key not in self.made or self.made[key].workload_id != row.workload_id)
+            for row in rows
+            if row.workload_id not in self.admitted and row.workload_id not in promised
         ]
         if stale:
             QueueReservation.objects.filter(id__in=stale).delete()
+        standing = {row.workload_id for rows in self.standing.values() for row in rows}
         new = [
             QueueReservation(
                 workload_id=r.workload_id,
@@ -112,8 +120,9 @@ class ReservationBook:
                 starts_by=datetime.fromtimestamp(r.due_at + reservation_plan.PROMISE_SLACK_SECONDS, tz=now.tzinfo),
                 made_at=now,
             )
-            for (team_id, gpu_type_id), r in self.made.items()
-            if (row := self.standing.get((team_id, gpu_type_id))) is None or row.workload_id != r.workload_id
+            for (team_id, gpu_type_id), made in self.made.items()
+            for r in made
+            if r.workload_id not in standing
         ]
         if new:
             QueueReservation.objects.filter(workload_id__in=[r.workload_id for r in new]).delete()
