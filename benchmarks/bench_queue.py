@@ -12,7 +12,7 @@ eta_error_p50_pct_stored             median |first estimate - start| ÷ wait, fr
                                      seeds); bench_sharing's eta_error_p50_pct is a replay of the forecaster
 
 How it runs. Two teams alone, each with an 8-GPU quota of one GPU type; a day of arrivals (Poisson, about
-2.8 an hour per team: 1, 2, 4 or 8 GPUs, time limits of 30 min to 4 h, each run lasting 30-100 % of its
+1.5 an hour per team: 1, 2, 4 or 8 GPUs, time limits of 30 min to 4 h, each run lasting 30-100 % of its
 limit), then up to 12 hours for the queue to drain. The clock is moved by hand (time-machine) from event
 to event: at every arrival and every end the tracker's part is played (admitted work starts at once, a run
 ends when its length is up) and one admission pass runs (`admit_all`, the function the engine's sweep
@@ -46,7 +46,7 @@ FIGURES = [
 SEEDS = [int(s) for s in os.environ.get("BENCH_QUEUE_SEEDS", "3801,3802,3803").split(",")]
 TEAMS = 2
 QUOTA = 8
-RATE_PER_HOUR = 2.2
+RATE_PER_HOUR = 1.5
 SIZES = ((1, 0.45), (2, 0.25), (4, 0.2), (8, 0.1))
 LIMITS = (1800, 3600, 7200, 14400)
 DAY = 24 * 3600
