@@ -150,6 +150,16 @@ def replay(jobs: list[Job], *, reserve: bool, start: datetime) -> dict[str, floa
         accuracy = estimate_history.accuracy_by_gpu_type(gpu_type_ids=[gpu.id], days=3)[0].accuracy
         violations = reservations.bound_violations(gpu_type_ids=[gpu.id]) if reserve else 0
         made = QueueReservation.objects.filter(gpu_type=gpu).count()
+        for r in QueueReservation.objects.filter(gpu_type=gpu).select_related("workload"):
+            if r.workload.admitted_at is None or r.workload.admitted_at > r.starts_by:
+                w = r.workload
+                print(
+                    f"# broken promise: {w.name} ({w.gpu_count} GPUs, limit {w.time_limit_seconds} s) submitted "
+                    f"{(w.created_at - start).total_seconds():.0f} s, reserved at {(r.made_at - start).total_seconds():.0f}"
+                    f" s for {(r.starts_by - start).total_seconds():.0f} s, admitted "
+                    f"{(w.admitted_at - start).total_seconds() if w.admitted_at else None} s",
+                    flush=True,
+                )
     Workload.objects.filter(gpu_type=gpu, state=State.QUEUED).update(state=State.CANCELLED)
     return {
         "large_p95": p95(waits),
