@@ -219,9 +219,14 @@ def plan_and_backfill(
 ) -> Backfilled:
     """The admission plan (`sharing_plan.plan`) with backfill, planned again without what backfill held
     back until nothing more is, so that the GPUs a held-back workload would have taken go to the next
-    one that may have them (a short job behind a long one)."""
+    one that may have them (a short job behind a long one). Workloads with a promise are planned first."""
     held_back: list[int] = []
-    waiting = list(queue)
+    # Promised workloads go first, earliest due first, whether or not the pass read them (it reads only
+    # each team's queue head, which a promised workload behind others of its size may fall out of).
+    promised = sorted((p for rows in (standing or {}).values() for p in rows), key=lambda p: p[1])
+    ids = {w.id for w, _ in promised}
+    in_queue = {w.id: w for w in queue if w.id in ids}
+    waiting = [*(in_queue.get(w.id, w) for w, _ in promised), *(w for w in queue if w.id not in ids)]
     while True:
         done = backfill(
             plan(teams, held, waiting),
