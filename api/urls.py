@@ -4,7 +4,15 @@ from django.urls import include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.routers import DefaultRouter
 
-from api import views, views_agent, views_checkpoints, views_members, views_notifications, views_secrets
+from api import (
+    views,
+    views_agent,
+    views_checkpoints,
+    views_members,
+    views_notifications,
+    views_queue,
+    views_secrets,
+)
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
@@ -18,6 +26,8 @@ urlpatterns = [
     ),
     path("teams/<str:slug>/members/<str:username>/", views_members.TeamMemberView.as_view(), name="team-member"),
     path("workloads/<str:uid>/checkpoints/", views_checkpoints.CheckpointView.as_view(), name="workload-checkpoints"),
+    path("workloads/<str:uid>/estimates/", views_queue.WorkloadEstimatesView.as_view(), name="workload-estimates"),
+    path("queue/estimate-accuracy/", views_queue.EstimateAccuracyView.as_view(), name="estimate-accuracy"),
     path("", include(router.urls)),
     path("gpu-types/", views.GpuTypeListView.as_view(), name="gpu-types"),
     path("images/", views.CatalogImageListView.as_view(), name="images"),

@@ -18,6 +18,7 @@ class GpuTypeAdmin(admin.ModelAdmin):
         "node_label_value",
         "resource_name",
         "billing_weight",
+        "reserve_after_seconds",
         "enabled",
     ]
     list_editable = ["enabled"]

@@ -6,6 +6,7 @@ from jobs.models.audit import QuotaChange
 from jobs.models.catalog import AllowedRegistry, CatalogImage, GpuNode, GpuType
 from jobs.models.datasets import Dataset
 from jobs.models.opening import RedeemedTicket
+from jobs.models.queueing import EstimateRevision, QueueReservation
 from jobs.models.resilience import Checkpoint, GpuHealthMark, GpuHealthWatch
 from jobs.models.secrets import SecretState, TeamSecret
 from jobs.models.sharing import Cohort
@@ -22,12 +23,14 @@ __all__ = [
     "Checkpoint",
     "Cohort",
     "Dataset",
+    "EstimateRevision",
     "GpuHealthMark",
     "GpuHealthWatch",
     "GpuNode",
     "GpuType",
     "Kind",
     "LogFollowSlot",
+    "QueueReservation",
     "Quota",
     "QuotaChange",
     "RedeemedTicket",

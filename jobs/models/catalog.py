@@ -61,6 +61,14 @@ class GpuType(models.Model):
         help_text="How long a workload on borrowed GPUs of this type runs before a lender may preempt it "
         "(0: at once). A cohort's own minimum, when larger, wins.",
     )
+    reserve_after_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="The longest a queued workload that does not fit its team's quota waits before GPUs are "
+        "reserved for it as they free up (smaller work then passes it only where it ends before they are "
+        "due). 0: reserve for the head of each team's queue at once. Empty: no reservations, smaller work "
+        "always passes larger work that does not fit.",
+    )
     enabled = models.BooleanField(default=True)
 
     class Meta:

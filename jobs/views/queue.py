@@ -11,6 +11,7 @@ from jobs import policy
 from jobs.forms import TeamSharingForm
 from jobs.models import Quota
 from jobs.selectors_sharing import team_queue_explained
+from jobs.services.queue import estimate_history, reservations, share_explained
 from jobs.services.queue.settings_changes import team_sharing_update
 from jobs.views.common import team_page
 
@@ -34,5 +35,18 @@ def queue(request: HttpRequest) -> HttpResponse:
             form = TeamSharingForm(team=team, quotas=quotas)
     elif request.method == "POST":
         return render(request, "403.html", status=403)
-    context = {"types": team_queue_explained(team), "team": team, "form": form, "is_manager": is_manager}
+    types = team_queue_explained(team)
+    promises = reservations.standing_for(w.workload.id for t in types for w in t.first_waiting)
+    for t in types:
+        for w in t.first_waiting:
+            w.workload.promised_start = promises[w.workload.id].starts_by if w.workload.id in promises else None
+    context = {
+        "types": types,
+        "team": team,
+        "form": form,
+        "is_manager": is_manager,
+        "accuracy": estimate_history.accuracy_by_gpu_type(gpu_type_ids=[q.gpu_type_id for q in quotas]),
+        "accuracy_days": estimate_history.WINDOW_DAYS,
+        "share": share_explained.my_share(team, user=request.user, show_names=is_manager),
+    }
     return render(request, "jobs/queue.html", context, status=status)

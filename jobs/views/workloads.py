@@ -34,6 +34,7 @@ from jobs.services.errors import WorkloadStateError
 from jobs.services.logs.container_logs import LogsUnavailable, follow_logs, workload_events, workload_logs
 from jobs.services.logs.follow_slots import HeldStream, TooManyStreams
 from jobs.services.opening import workload_share
+from jobs.services.queue import estimate_history, reservations
 from jobs.services.queue.stop_cost import min_runtime_seconds, preemptible_from
 from jobs.views.common import team_page
 
@@ -118,6 +119,8 @@ def _detail_context(request: HttpRequest, workload: Workload) -> dict:
         "position": position,
         "quota": quota,
         "timeline": list(workload.events.all()),
+        "promise": reservations.promise_of(workload),
+        "estimate_story": estimate_history.story_of(workload),
         "gpu_seconds": workload.gpu_seconds(timezone.now()),
         "env_shown": policy.visible_env(request.user, workload),
         "mounts": mounts_with_use([workload])[workload.id],

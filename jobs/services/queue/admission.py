@@ -32,6 +32,7 @@ from jobs.services.dispatch import enqueue_estimate, enqueue_submits
 from jobs.services.queue import sharing_plan
 from jobs.services.queue.cohort_facts import fair_share_usage_of, team_quotas
 from jobs.services.queue.preemption import close_segment, preempt
+from jobs.services.queue.reservations import ReservationBook
 from jobs.services.queue.sharing_plan import Held, QueueEntry
 from jobs.services.queue.stop_cost import StopCost
 from jobs.services.transitions import note
@@ -131,6 +132,7 @@ def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requ
         if not queue:
             return []
         now = timezone.now()
+        book = ReservationBook.load(members, types, now=now)  # bounded waits, where a GPU type reserves
         admitted: list[int] = []
         borrowed: set[int] = set()
         reclaimed: dict[int, list[int]] = {}
@@ -141,7 +143,7 @@ def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requ
                 continue
             teams = teams_of[key]
             entries = [e for _, e in heads]
-            result = sharing_plan.plan(teams, held.get(key, []), sharing_plan.order_ranked(heads))
+            result = book.plan(teams, held.get(key, []), sharing_plan.order_ranked(heads), gpu_type_id=key[1])
             if result.waiting or left_out.get(key):
                 enqueue_estimate(team_id=entries[0].team_id, gpu_type_id=key[1])  # when will the queue move?
             for victim_id, for_id in sorted(result.preempt.items()):
@@ -150,6 +152,7 @@ def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requ
             admitted.extend(result.admit)
             borrowed.update(result.borrowed)
             quota_of.update({w.id: teams[w.team_id].quota for w in entries if w.team_id in teams})
+        book.save()
         if admitted:
             uids = _mark_admitted(admitted, borrowed=borrowed, reclaimed=reclaimed, quota_of=quota_of, now=now)
             enqueue_submits(uids)

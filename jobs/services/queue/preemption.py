@@ -22,6 +22,7 @@ from jobs.models import Kind, RunSegment, State, Workload, WorkloadEvent
 from jobs.services.checkpoints.cost import gpu_hours_words, lost_gpu_seconds
 from jobs.services.cluster.object_creation import workload_delete_objects
 from jobs.services.dispatch import enqueue_preempt_delete
+from jobs.services.queue.share_explained import why_chosen_for
 from jobs.services.transitions import note, transition
 from jobs.services.usage.accounting import counted_start
 from jobs.signals import workload_preempted
@@ -38,7 +39,7 @@ def preempt(victim_id: int, *, at: datetime, for_workload_id: int | None = None,
     if not because:
         lender = Workload.objects.select_related("team").filter(id=for_workload_id).first()
         who = f"team {lender.team.name}" if lender else "the lending team"
-        because = f"{who} reclaimed the GPUs it lent (this workload ran on borrowed GPUs)."
+        because = f"{who} reclaimed the GPUs it lent (this workload ran on borrowed GPUs). {why_chosen_for(workload)}"
     grace = settings.PORTAL_PREEMPT_GRACE_SECONDS
     # The objects of the attempt being stopped (a SUBMITTING one may be getting them right now).
     old_name = workload.k8s_name or names.attempt_name(workload.name, workload.uid, workload.attempt)

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from jobs.models import Kind, Quota, State, Workload
 from jobs.selectors import cluster_capacity
+from jobs.services.queue import estimate_history, reservations
 from jobs.services.queue.cohort_facts import CohortFacts, cohort_team_ids, gather_cohort_facts
 from jobs.services.queue.forecast import (
     Demand,
@@ -162,14 +163,22 @@ def estimate(*, team_id: int, gpu_type_id: int) -> dict[int, Estimate]:
     if not estimates:
         return {}
     now = timezone.now()
-    rows = Workload.objects.filter(id__in=list(estimates), state=State.QUEUED).only("id")
+    rows = Workload.objects.filter(id__in=list(estimates), state=State.QUEUED).only("id", "estimated_start_at")
     changed = []
+    moves = []
+    promised = reservations.standing_for(estimates)  # the forecast lets work pass that backfill holds back
     for row in rows:
         e = estimates[row.id]
+        before = row.estimated_start_at
         row.estimated_start_at = now + timedelta(seconds=e.start_in) if e.start_in is not None else None
+        if row.id in promised:
+            by = promised[row.id].starts_by
+            row.estimated_start_at = min(row.estimated_start_at or by, by)
         row.wait_reason = e.reason
         changed.append(row)
+        moves.append((row.id, before, row.estimated_start_at))
     Workload.objects.bulk_update(changed, ["estimated_start_at", "wait_reason"])
+    estimate_history.record(moves, at=now)  # the first estimate and each revision, kept beside the start
     return estimates
 
 

@@ -1,0 +1,252 @@
+"""A bounded wait, as a pure function: when a team's workload does not fit its quota, GPUs are
+reserved for it as they free up, and other work passes it only where it cannot delay it (Slurm's
+conservative backfill). No database, no clock.
+
+Every workload holding GPUs ends by its time limit (the portal enforces it), so what a team's quota holds
+at any future moment has an upper bound: a timeline of blocks, each GPUs from a start to the latest end.
+A reserved workload gets the first moment its GPUs fit on that timeline for as long as its own limit
+(its due time), and its block goes on the timeline too; so does every workload let start now, which it
+must fit for its whole time limit. So work passes a reserved one only if it ends before the reservation
+is due or fits beside it, and nothing can take the reserved GPUs: the reserved workload is admitted by
+its due time, a promise ("starts no later than T"), not an estimate. The first RESERVE_DEPTH waiting
+workloads of a team are reserved for, in queue order; a reservation stays with its workload until it
+starts, whatever comes ahead of it later (a higher priority, a lighter user under fair share).
+
+Only a team's own quota is reserved: in a cohort, work within its quota reclaims what others borrow, so
+the same bound holds; borrowing (beyond the quota) is never promised.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from jobs.services.queue.sharing_plan import Held, Plan, Reason, TeamQuota, Waiting, plan
+
+RESERVED = "reservation ahead"  # the reason backfill refused a workload (a queued row's wait_reason)
+# Why a workload that waits may be reserved for: it does not fit what its team holds. A per-person cap or
+# a missing quota is not something freed GPUs fix for it.
+RESERVABLE = frozenset({Reason.TEAM_QUOTA, Reason.BORROWING_LIMIT, Reason.COHORT})
+# A workload admitted now is not running at once (the pod is created, scheduled, its image pulled), and
+# its time limit counts from its start: a backfilled one is trusted to end by now + START_SLACK + limit.
+START_SLACK_SECONDS = 120.0
+# After its time limit a workload is stopped by the limits sweep and its GPUs released a little later.
+END_SLACK_SECONDS = 60.0
+# The promise shown is the due time plus the time an admission pass may take to come (the sweep runs every
+# 15 s; a workload's end triggers one at once).
+PROMISE_SLACK_SECONDS = 60.0
+RESERVE_DEPTH = 4  # workloads reserved for per team and GPU type at most (each pass checks them all)
+
+
+@dataclass(frozen=True)
+class Running:
+    """Something of the team's that holds GPUs until at most `ends_by` (epoch seconds)."""
+
+    gpus: int
+    ends_by: float
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """GPUs of the team's quota promised to `workload_id` from `due_at` (epoch seconds)."""
+
+    workload_id: int
+    team_id: int
+    gpus: int
+    due_at: float
+
+
+@dataclass
+class Backfilled:
+    """The plan after backfill, and the reservations that stand (per team)."""
+
+    plan: Plan
+    reservations: dict[int, list[Reservation]] = field(default_factory=dict)
+    refused: list[int] = field(default_factory=list)  # admitted by the plan, held back for a reservation
+
+
+def ends_by(*, started: float | None, admitted: float | None, time_limit: float, now: float) -> float:
+    """The latest a workload that holds GPUs can hold them: its start (or, not started yet, its admission
+    plus START_SLACK, and never before now plus that) plus its time limit plus END_SLACK."""
+    if started is not None:
+        begin = started
+    else:
+        begin = max(now, admitted if admitted is not None else now) + START_SLACK_SECONDS
+    return begin + time_limit + END_SLACK_SECONDS
+
+
+def backfill(
+    result: Plan,
+    teams: Mapping[int, TeamQuota],
+    queue: Sequence[Waiting],
+    *,
+    running: Mapping[int, Sequence[Running]],
+    time_limits: Mapping[int, float],
+    now: float,
+    reserve_after: float | None,
+    standing: Mapping[int, Sequence[tuple[Waiting, float]]] | None = None,
+) -> Backfilled:
+    """The plan with GPUs reserved for each team's first workloads that do not fit, and the admissions
+    that could delay a reservation held back (conservative backfill, as Slurm's: every reservation is
+    kept, not only the first).
+
+    `queue` is in the plan's order (`Waiting.created` in epoch seconds: how long each has waited);
+    `running`: per team, what it holds now; `time_limits`: seconds per queued workload id (reserved ones
+    included); `reserve_after`: how long a workload waits before it may be reserved for (None: never,
+    best effort as the plan decided; 0: at once); `standing`: per team, the workloads reservations already
+    stand for with the time each is due (kept while they wait, whether or not `queue` holds them: an
+    admission pass reads only the head of each team's queue)."""
+    if reserve_after is None:
+        return Backfilled(plan=result)
+    admitted = set(result.admit)
+    held_back: set[int] = set()
+    made: dict[int, list[Reservation]] = {}
+    by_team: dict[int, list[Waiting]] = {}
+    for w in queue:
+        by_team.setdefault(w.team_id, []).append(w)
+    for team_id in by_team.keys() | (standing or {}).keys():
+        team = teams.get(team_id)
+        if team is None:
+            continue
+        timeline = Timeline(team.quota, [Block(r.gpus, now, r.ends_by) for r in running.get(team_id, ())])
+        reserved = made.setdefault(team_id, [])
+        sticky = {w.id for w, _ in (standing or {}).get(team_id, ())}
+        # Promises made before come first, each kept where it stood (the timeline only shrank since: work
+        # ended, or started only where it fitted around them); one the plan admits starts now if it fits
+        # around the others, else keeps its place.
+        promises = sorted((standing or {}).get(team_id, ()), key=lambda p: p[1])
+        for w, due in promises:
+            if w.id not in admitted:
+                _reserve(timeline, reserved, w, _length(w, time_limits), now, at=due)
+        for w, due in promises:
+            if w.id in admitted and not timeline.take(w.gpus, now, _admitted_now(w, time_limits, now).ends_by):
+                held_back.add(w.id)
+                _reserve(timeline, reserved, w, _length(w, time_limits), now, at=due)
+        for w in by_team.get(team_id, ()):
+            if w.id in sticky:
+                continue
+            if w.id in admitted:
+                if not timeline.take(w.gpus, now, _admitted_now(w, time_limits, now).ends_by):
+                    held_back.add(w.id)
+            elif (
+                len(reserved) < RESERVE_DEPTH
+                and result.waiting.get(w.id) in RESERVABLE
+                and now - w.created >= reserve_after
+            ):
+                _reserve(timeline, reserved, w, _length(w, time_limits), now)
+    reservations = {team_id: r for team_id, r in made.items() if r}
+    if not held_back:
+        return Backfilled(plan=result, reservations=reservations)
+    plan = replace(
+        result,
+        admit=[i for i in result.admit if i not in held_back],
+        borrowed={i for i in result.borrowed if i not in held_back},
+        preempt={v: f for v, f in result.preempt.items() if f not in held_back},
+        waiting={**result.waiting, **dict.fromkeys(held_back, RESERVED)},
+    )
+    return Backfilled(plan=plan, reservations=reservations, refused=[i for i in result.admit if i in held_back])
+
+
+@dataclass(frozen=True)
+class Block:
+    """`gpus` of the team's quota taken from `start` until `end` (epoch seconds)."""
+
+    gpus: int
+    start: float
+    end: float
+
+
+@dataclass
+class Timeline:
+    """What a team's quota holds from now on, at most: running work until its time limit, reservations
+    over the stretch their workloads may run, and what backfill let start."""
+
+    quota: int
+    blocks: list[Block]
+
+    def used_at(self, moment: float) -> int:
+        return sum(b.gpus for b in self.blocks if b.start <= moment < b.end)
+
+    def fits(self, gpus: int, start: float, end: float) -> bool:
+        # What is held only grows where a block starts: checking there (and at `start`) is enough.
+        moments = [start, *(b.start for b in self.blocks if start < b.start < end)]
+        return all(self.used_at(m) + gpus <= self.quota for m in moments)
+
+    def take(self, gpus: int, start: float, end: float) -> bool:
+        if not self.fits(gpus, start, end):
+            return False
+        self.blocks.append(Block(gpus, start, end))
+        return True
+
+    def earliest(self, gpus: int, length: float, now: float) -> float | None:
+        """The first moment from `now` at which `gpus` fit for `length` seconds (None: never)."""
+        if gpus > self.quota:
+            return None
+        for moment in sorted({now, *(b.end for b in self.blocks if b.end > now)}):
+            if math.isfinite(moment) and self.fits(gpus, moment, moment + length):
+                return moment
+        return None
+
+
+def _reserve(
+    timeline: Timeline, reserved: list[Reservation], w: Waiting, length: float, now: float, *, at: float | None = None
+) -> None:
+    """Reserve for `w` where it stood (`at`, a promise made before) if it still fits there, else at the
+    earliest moment it fits."""
+    due = max(at, now) if at is not None and timeline.fits(w.gpus, max(at, now), max(at, now) + length) else None
+    due = due if due is not None else timeline.earliest(w.gpus, length, now)
+    if due is not None:
+        timeline.take(w.gpus, due, due + length)
+        reserved.append(Reservation(w.id, w.team_id, w.gpus, due))
+
+
+def _length(w: Waiting, time_limits: Mapping[int, float]) -> float:
+    """How long a reserved workload may hold its GPUs once due: its limit and both allowances."""
+    return START_SLACK_SECONDS + time_limits.get(w.id, math.inf) + END_SLACK_SECONDS
+
+
+def plan_and_backfill(
+    teams: Mapping[int, TeamQuota],
+    held: Sequence[Held],
+    queue: Sequence[Waiting],
+    *,
+    running: Mapping[int, Sequence[Running]],
+    time_limits: Mapping[int, float],
+    now: float,
+    reserve_after: float | None,
+    standing: Mapping[int, Sequence[tuple[Waiting, float]]] | None = None,
+) -> Backfilled:
+    """The admission plan (`sharing_plan.plan`) with backfill, planned again without what backfill held
+    back until nothing more is, so that the GPUs a held-back workload would have taken go to the next
+    one that may have them (a short job behind a long one). Workloads with a promise are planned first."""
+    held_back: list[int] = []
+    # Promised workloads go first, earliest due first, whether or not the pass read them (it reads only
+    # each team's queue head, which a promised workload behind others of its size may fall out of).
+    promised = sorted((p for rows in (standing or {}).values() for p in rows), key=lambda p: p[1])
+    ids = {w.id for w, _ in promised}
+    in_queue = {w.id: w for w in queue if w.id in ids}
+    waiting = [*(in_queue.get(w.id, w) for w, _ in promised), *(w for w in queue if w.id not in ids)]
+    while True:
+        done = backfill(
+            plan(teams, held, waiting),
+            teams,
+            waiting,
+            running=running,
+            time_limits=time_limits,
+            now=now,
+            reserve_after=reserve_after,
+            standing=standing,
+        )
+        if not done.refused:
+            break
+        held_back.extend(done.refused)
+        gone = set(done.refused)
+        waiting = [w for w in waiting if w.id not in gone]
+    done.plan.waiting.update(dict.fromkeys(held_back, RESERVED))
+    done.refused = held_back
+    return done
+
+
+def _admitted_now(w: Waiting, time_limits: Mapping[int, float], now: float) -> Running:
+    return Running(w.gpus, ends_by(started=None, admitted=now, time_limit=time_limits.get(w.id, math.inf), now=now))

@@ -1,0 +1,250 @@
+"""A bounded wait (pure): the head of a team's queue that does not fit is reserved for; smaller work
+passes it only if it ends before the reservation is due or fits beside it; the promise holds."""
+
+from __future__ import annotations
+
+import heapq
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobs.services.queue.reservation_plan import (
+    END_SLACK_SECONDS,
+    RESERVED,
+    START_SLACK_SECONDS,
+    Block,
+    Running,
+    Timeline,
+    backfill,
+    ends_by,
+    plan_and_backfill,
+)
+from jobs.services.queue.sharing_plan import Held, Reason, TeamQuota, Waiting, plan
+
+TEAM = 1
+HOUR = 3600.0
+QUOTA = {TEAM: TeamQuota(team_id=TEAM, quota=4)}
+
+
+def test_due_when_enough_running_work_has_ended_by_its_limit():
+    timeline = Timeline(4, [Block(1, 0.0, 100.0), Block(1, 0.0, 300.0), Block(1, 0.0, 200.0)])
+    assert timeline.earliest(3, 50.0, now=0.0) == 200.0  # two must end: the second end is at 200
+    assert timeline.earliest(1, 50.0, now=0.0) == 0.0
+    assert timeline.earliest(5, 50.0, now=0.0) is None
+
+
+def test_a_second_reservation_fits_around_the_first():
+    timeline = Timeline(4, [Block(3, 0.0, 100.0)])
+    assert timeline.take(4, 100.0, 400.0)  # the first reserved: all 4 GPUs from 100 to 400
+    assert timeline.earliest(2, 50.0, now=0.0) == 400.0  # 1 free before 100 only; 50 s do not fit in it
+    assert timeline.earliest(1, 50.0, now=0.0) == 0.0  # a short one fits before the first is due
+
+
+def test_not_started_work_ends_by_its_limit_after_a_start_allowance():
+    assert ends_by(started=None, admitted=50.0, time_limit=600.0, now=100.0) == (
+        100.0 + START_SLACK_SECONDS + 600.0 + END_SLACK_SECONDS
+    )
+    assert ends_by(started=10.0, admitted=0.0, time_limit=600.0, now=100.0) == 10.0 + 600.0 + END_SLACK_SECONDS
+
+
+def _queue_behind_a_large_head():
+    head = Waiting(10, TEAM, 4, created=0.0)
+    short = Waiting(11, TEAM, 1, created=1.0)
+    long = Waiting(12, TEAM, 1, created=2.0)
+    return head, short, long
+
+
+def test_backfill_admits_a_short_job_that_ends_before_the_reservation_and_refuses_a_long_one():
+    head, short, long = _queue_behind_a_large_head()
+    held = [Held(1, TEAM, 3, order=1.0)]  # 3 of 4 GPUs held, until 2 h from now by its limit
+    running = {TEAM: [Running(3, 2 * HOUR)]}
+    result = plan(QUOTA, held, [head, short, long])
+    assert result.admit == [11]  # best effort alone: the first 1-GPU job takes the last GPU
+    done = backfill(
+        result,
+        QUOTA,
+        [head, short, long],
+        running=running,
+        time_limits={11: 600.0, 12: 5 * HOUR},
+        now=0.0,
+        reserve_after=0.0,
+    )
+    assert done.reservations[TEAM][0].workload_id == head.id
+    assert done.reservations[TEAM][0].due_at == 2 * HOUR
+    assert done.plan.admit == [11]  # 10 min + allowances: ends long before 2 h
+
+    # The same with the long one first in line: it would hold a GPU past the reservation, so it waits.
+    result = plan(QUOTA, held, [head, long, short])
+    assert result.admit == [12]
+    done = backfill(
+        result,
+        QUOTA,
+        [head, long, short],
+        running=running,
+        time_limits={11: 600.0, 12: 5 * HOUR},
+        now=0.0,
+        reserve_after=0.0,
+    )
+    assert done.plan.admit == []
+    assert done.plan.waiting[12] == RESERVED
+    assert done.refused == [12]
+
+
+def test_work_that_fits_beside_the_reservation_passes_whatever_its_length():
+    head = Waiting(10, TEAM, 2, created=0.0)
+    long = Waiting(12, TEAM, 1, created=2.0)
+    teams = {TEAM: TeamQuota(team_id=TEAM, quota=4)}
+    held = [Held(1, TEAM, 3, order=1.0)]  # head needs 2, 1 free: head waits; 1 + 2 <= 4 beside it at due
+    result = plan(teams, held, [head, long])
+    done = backfill(
+        result,
+        teams,
+        [head, long],
+        running={TEAM: [Running(2, HOUR), Running(1, 9 * HOUR)]},
+        time_limits={12: 5 * HOUR},
+        now=0.0,
+        reserve_after=0.0,
+    )
+    # At the due time (1 h) one GPU is still held, the head takes 2, the long one the fourth.
+    assert done.plan.admit == [12]
+    assert done.reservations[TEAM][0].due_at == HOUR
+
+
+def test_without_reservations_the_plan_is_left_as_it_is():
+    head, short, long = _queue_behind_a_large_head()
+    result = plan(QUOTA, [Held(1, TEAM, 3)], [head, long, short])
+    done = backfill(result, QUOTA, [head, long, short], running={}, time_limits={}, now=0.0, reserve_after=None)
+    assert done.plan is result
+    assert not done.reservations
+
+
+def test_a_workload_is_reserved_for_only_after_it_waited_the_gpu_types_cap():
+    head, short, long = _queue_behind_a_large_head()
+    result = plan(QUOTA, [Held(1, TEAM, 3)], [head, long, short])
+    args = {"running": {TEAM: [Running(3, HOUR)]}, "time_limits": {12: 5 * HOUR}, "reserve_after": 600.0}
+    assert not backfill(result, QUOTA, [head, long, short], now=599.0, **args).reservations
+    assert backfill(result, QUOTA, [head, long, short], now=600.0, **args).reservations[TEAM][0].workload_id == 10
+
+
+def test_a_standing_reservation_keeps_its_workload_when_others_come_ahead():
+    head, _short, long = _queue_behind_a_large_head()
+    newcomer = Waiting(13, TEAM, 1, priority=5, created=3.0)  # a higher priority, come later
+    queue = [newcomer, head, long]
+    result = plan(QUOTA, [Held(1, TEAM, 3)], queue)
+    assert result.admit == [13]
+    done = backfill(
+        result,
+        QUOTA,
+        queue,
+        running={TEAM: [Running(3, HOUR)]},
+        time_limits={13: 5 * HOUR},
+        now=0.0,
+        reserve_after=0.0,
+        standing={TEAM: [(head, HOUR)]},
+    )
+    assert done.plan.admit == []  # it would hold a GPU past the promise made to the head
+    assert done.reservations[TEAM][0].workload_id == head.id
+
+
+def test_a_per_person_cap_is_no_reason_to_reserve():
+    teams = {TEAM: TeamQuota(team_id=TEAM, quota=4, user_max_gpus=1)}
+    capped = Waiting(10, TEAM, 1, user_id=7, created=0.0)
+    result = plan(teams, [Held(1, TEAM, 1, user_id=7)], [capped])
+    assert result.waiting[10] == Reason.USER_CAP
+    done = backfill(result, teams, [capped], running={}, time_limits={}, now=0.0, reserve_after=0.0)
+    assert not done.reservations
+
+
+# --- the promise, over whole traces ------------------------------------------------------------------
+def simulate(quota: int, trace: list[tuple[float, int, float, float]], *, reserve: bool) -> dict:
+    """One team, one GPU type: (arrival, GPUs, time limit, actual run) per workload, admitted at every
+    arrival and end as an admission pass admits (the plan with backfill, `plan_and_backfill`), run at once. Returns each workload's admission time and the
+    reservations made (workload -> the due time first promised)."""
+    teams = {TEAM: TeamQuota(team_id=TEAM, quota=quota)}
+    events = sorted({a for a, *_ in trace})
+    heapq.heapify(events)
+    queue: list[Waiting] = []
+    running: dict[int, tuple[int, float, float]] = {}  # id -> gpus, admitted, limit
+    ends: dict[int, float] = {}
+    admitted_at: dict[int, float] = {}
+    promised: dict[int, float] = {}
+    standing: list[tuple[Waiting, float]] = []
+    arrived = 0
+    while events:
+        now = heapq.heappop(events)
+        for i in [i for i, end in ends.items() if end <= now]:
+            del ends[i], running[i]
+        while arrived < len(trace) and trace[arrived][0] <= now:
+            queue.append(Waiting(arrived, TEAM, trace[arrived][1], created=trace[arrived][0]))
+            arrived += 1
+        held = [Held(i, TEAM, g, order=a) for i, (g, a, _) in running.items()]
+        done = plan_and_backfill(
+            teams,
+            held,
+            queue,
+            running={TEAM: [Running(g, a + limit + END_SLACK_SECONDS) for g, a, limit in running.values()]},
+            time_limits={w.id: trace[w.id][2] for w in queue},
+            now=now,
+            reserve_after=0.0 if reserve else None,
+            standing={TEAM: standing},
+        )
+        standing = []
+        for r in done.reservations.get(TEAM, []):
+            promised.setdefault(r.workload_id, r.due_at)
+            standing.append((next(w for w in queue if w.id == r.workload_id), r.due_at))
+        for i in done.plan.admit:
+            admitted_at[i] = now
+            gpus, limit, run = trace[i][1], trace[i][2], trace[i][3]
+            running[i] = (gpus, now, limit)
+            ends[i] = now + run
+            heapq.heappush(events, now + run)
+        queue = [w for w in queue if w.id not in admitted_at]
+    return {"admitted": admitted_at, "promised": promised}
+
+
+traces = st.lists(
+    st.tuples(
+        st.floats(min_value=0, max_value=20 * HOUR),
+        st.integers(min_value=1, max_value=4),
+        st.sampled_from([600.0, HOUR, 4 * HOUR]),
+        st.floats(min_value=0.1, max_value=1.0),
+    ),
+    min_size=1,
+    max_size=40,
+).map(lambda rows: sorted((a, g, limit, limit * share) for a, g, limit, share in rows))
+
+
+@settings(max_examples=150, deadline=None)
+@given(traces)
+def test_every_promise_is_kept_whatever_the_trace(trace):
+    result = simulate(4, trace, reserve=True)
+    for workload_id, due in result["promised"].items():
+        assert workload_id in result["admitted"]
+        assert result["admitted"][workload_id] <= due
+
+
+def test_a_large_job_behind_a_stream_of_small_ones_starves_without_a_reservation_and_not_with_one():
+    # A 4-GPU job, then a 1-GPU job every 15 minutes, each running its whole hour-long limit.
+    trace = [(0.0, 1, HOUR, HOUR), (1.0, 4, HOUR, HOUR)]
+    trace += [(60.0 + 900.0 * k, 1, HOUR, HOUR) for k in range(96)]
+    without = simulate(4, trace, reserve=False)
+    with_reservation = simulate(4, trace, reserve=True)
+    last_small = max(a for i, a in without["admitted"].items() if i != 1)
+    assert without["admitted"][1] > last_small  # it started only once the stream had dried up
+    assert with_reservation["admitted"][1] <= with_reservation["promised"][1] <= 2 * HOUR + 2 * END_SLACK_SECONDS
+
+
+def test_the_gpu_a_held_back_long_job_would_take_goes_to_a_short_one_behind_it():
+    head, short, long = _queue_behind_a_large_head()
+    done = plan_and_backfill(
+        QUOTA,
+        [Held(1, TEAM, 3, order=1.0)],
+        [head, long, short],
+        running={TEAM: [Running(3, 2 * HOUR)]},
+        time_limits={10: HOUR, 11: 600.0, 12: 5 * HOUR},
+        now=0.0,
+        reserve_after=0.0,
+    )
+    assert done.plan.admit == [short.id]
+    assert done.plan.waiting[long.id] == RESERVED
+    assert done.refused == [long.id]
