@@ -451,9 +451,14 @@ class CatalogImageSerializer(serializers.ModelSerializer):
 class UsageEntrySerializer(serializers.Serializer):
     key = serializers.CharField(help_text="The day (YYYY-MM-DD), username or GPU type slug.")
     gpu_hours = serializers.FloatField(min_value=0)
-    weighted_gpu_hours = serializers.FloatField(min_value=0, help_text="GPU-hours times the billing weight.")
+    weighted_gpu_hours = serializers.FloatField(
+        min_value=0, help_text="GPU-equivalent hours times the billing weight (what budgets count)."
+    )
     borrowed_gpu_hours = serializers.FloatField(
         min_value=0, help_text="Of gpu_hours, those on GPUs borrowed from the team's cohort."
+    )
+    gpu_equivalent_hours = serializers.FloatField(
+        min_value=0, help_text="Whole-GPU hours: a MIG slice or time-sliced share counts its share of a GPU."
     )
 
 
@@ -466,3 +471,4 @@ class UsageSerializer(serializers.Serializer):
     total_gpu_hours = serializers.FloatField(min_value=0)
     total_weighted_gpu_hours = serializers.FloatField(min_value=0)
     total_borrowed_gpu_hours = serializers.FloatField(min_value=0)
+    total_gpu_equivalent_hours = serializers.FloatField(min_value=0)

@@ -622,6 +622,7 @@ class UsageView(ApiViewMixin, APIView):
                 "gpu_hours": sums.gpu_hours,
                 "weighted_gpu_hours": sums.weighted_gpu_hours,
                 "borrowed_gpu_hours": sums.borrowed_gpu_hours,
+                "gpu_equivalent_hours": sums.gpu_equivalent_hours,
             }
             for (key,), sums in report.group(group_by).items()
         ]
@@ -634,6 +635,7 @@ class UsageView(ApiViewMixin, APIView):
             "total_gpu_hours": round(sum(e["gpu_hours"] for e in entries), 6),
             "total_weighted_gpu_hours": round(sum(e["weighted_gpu_hours"] for e in entries), 6),
             "total_borrowed_gpu_hours": round(sum(e["borrowed_gpu_hours"] for e in entries), 6),
+            "total_gpu_equivalent_hours": round(sum(e["gpu_equivalent_hours"] for e in entries), 6),
         }
         response = Response(body)
         if request.accepted_renderer.format == "csv":

@@ -58,7 +58,9 @@ def usage(request: HttpRequest) -> HttpResponse:
             "whole_team": whose is None,
             "team_total": team_report.total(),
             "own_total": report.total(),
-            "by_type": [(gpu_types[k], s.gpu_hours, s.weighted_gpu_hours) for (k,), s in by_type.items()],
+            "by_type": [
+                (gpu_types[k], s.gpu_hours, s.gpu_equivalent_hours, s.weighted_gpu_hours) for (k,), s in by_type.items()
+            ],
             "by_user": sorted(
                 ((report.users[k], s.gpu_hours, s.weighted_gpu_hours) for (k,), s in by_user.items()),
                 key=lambda item: -item[1],

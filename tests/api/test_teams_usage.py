@@ -148,8 +148,8 @@ def test_usage_as_csv(world):
         assert "attachment" in response["Content-Disposition"]
         rows = list(csv.reader(io.StringIO(response.content.decode())))
         assert rows == [
-            ["gpu_type", "gpu_hours", "weighted_gpu_hours", "borrowed_gpu_hours"],
-            ["p100", "6.000000", "6.000000", "0.000000"],
+            ["gpu_type", "gpu_hours", "weighted_gpu_hours", "borrowed_gpu_hours", "gpu_equivalent_hours"],
+            ["p100", "6.000000", "6.000000", "0.000000", "6.000000"],
         ]
     bad = client.get("/api/v1/usage/?start=nope&format=csv")
     assert bad.status_code == 400

@@ -88,11 +88,14 @@ class UsageSums:
     gpu_hours: float = 0.0
     weighted_gpu_hours: float = 0.0
     borrowed_gpu_hours: float = 0.0
+    gpu_equivalent_hours: float = 0.0  # whole-GPU hours: slices count their share (issue 40)
 
     @property
     def billing_weight(self) -> float:
-        """The weight the hours were billed at (weights have a history, so it can differ from today's)."""
-        return self.weighted_gpu_hours / self.gpu_hours if self.gpu_hours else 1.0
+        """The weight the GPU-equivalent hours were billed at (weights have a history, so it can differ
+        from today's)."""
+        equivalent = self.gpu_equivalent_hours or self.gpu_hours
+        return self.weighted_gpu_hours / equivalent if equivalent else 1.0
 
 
 @dataclass
@@ -120,16 +123,19 @@ class UsageReport:
         `by` names from GROUP_KEYS: "day", "team", "user", "gpu_type"; none gives one total under ().
         """
         attrs = [GROUP_KEYS[name] for name in by]
-        sums: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+        sums: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
         for row in self.rows:
             entry = sums[tuple(getattr(row, a) for a in attrs)]
             entry[0] += row.gpu_hours
             entry[1] += row.weighted_gpu_hours
+            entry[3] += row.gpu_equivalent_hours
         for row in self.borrowed:
             sums[tuple(getattr(row, a) for a in attrs)][2] += row.gpu_hours
         return {
-            key: UsageSums(round(hours, places), round(weighted, places), round(borrowed, places))
-            for key, (hours, weighted, borrowed) in sorted(sums.items())
+            key: UsageSums(
+                round(hours, places), round(weighted, places), round(borrowed, places), round(equivalent, places)
+            )
+            for key, (hours, weighted, borrowed, equivalent) in sorted(sums.items())
         }
 
     def total(self, places: int = 6) -> UsageSums:
