@@ -115,20 +115,52 @@ class FakeNvmlLibrary(SimpleNamespace):
     def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
         return index
 
-    def nvmlDeviceGetUUID(self, handle: int) -> str:
+    def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        if isinstance(handle, tuple):
+            return self._mig(handle)["uuid"]
         return self._gpu(handle)["uuid"]
+
+    # MIG, with pynvml's names: a GPU dict's "mig" is a list of its MIG devices (None: an empty slot);
+    # a MIG device's handle is ("mig", gpu, index).
+    def _mig(self, handle: tuple) -> dict[str, Any]:
+        return self.gpus[handle[1]]["mig"][handle[2]]
+
+    def nvmlDeviceGetMigMode(self, handle: int) -> list[int]:
+        if "mig" not in self._gpu(handle):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return [pynvml.NVML_DEVICE_MIG_ENABLE] * 2 if self.gpus[handle]["mig"] else [0, 0]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: int) -> int:
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: int, index: int) -> tuple:
+        slots = self._gpu(handle)["mig"]
+        if index >= len(slots) or slots[index] is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return ("mig", handle, index)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: tuple) -> int:
+        return self._mig(handle)["gi"]
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: tuple) -> int:
+        return 0
 
     def nvmlDeviceGetName(self, handle: int) -> str:
         return "Tesla P100-PCIE-16GB"
 
-    def nvmlDeviceGetUtilizationRates(self, handle: int) -> Any:
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
+        if isinstance(handle, tuple):  # as most drivers answer for a MIG device
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return SimpleNamespace(gpu=self._reading(handle, "util"), memory=40)
 
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
+    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any:
+        if isinstance(handle, tuple):
+            return SimpleNamespace(used=self._mig(handle)["used"], total=10 * 1024**3)
         return SimpleNamespace(used=self._reading(handle, "used"), total=16 * 1024**3)
 
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Any]:
-        return [SimpleNamespace(pid=pid, usedGpuMemory=mem) for pid, mem in self._gpu(handle).get("procs", [])]
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        owner = self._mig(handle) if isinstance(handle, tuple) else self._gpu(handle)
+        return [SimpleNamespace(pid=pid, usedGpuMemory=mem) for pid, mem in owner.get("procs", [])]
 
     def nvmlDeviceGetTemperature(self, handle: int, sensor: int) -> int:
         assert sensor == pynvml.NVML_TEMPERATURE_GPU
@@ -255,3 +287,26 @@ def test_a_lost_gpu_that_comes_back_after_a_reset_is_read_again(caplog):
     assert sampler.sample().gpus[0].lost
     assert caplog.text.count("is lost") == 2  # each loss is said once
     assert "answers again" in caplog.text
+
+
+def test_mig_devices_are_read_with_their_instances_memory_and_processes():
+    slices = [
+        {"uuid": "MIG-a", "gi": 7, "used": 512, "procs": [(4242, 512)]},
+        None,
+        {"uuid": "MIG-c", "gi": 9, "used": 0},
+    ]
+    nvml = FakeNvmlLibrary([_gpu(0, mig=slices), _gpu(1, mig=[]), _gpu(2)])
+    sample = NvmlSampler(nvml).sample()
+    assert sample.nvml_errors == 0  # an empty slot and per-slice utilisation "not supported" are no errors
+    mig_gpu, mig_off, no_mig = sample.gpus
+    assert (mig_gpu.mig_enabled, mig_off.mig_enabled, no_mig.mig_enabled) == (True, False, None)
+    assert [(m.index, m.uuid, m.gpu_instance_id, m.memory_used_bytes) for m in mig_gpu.mig_devices] == [
+        (0, "MIG-a", 7, 512),
+        (2, "MIG-c", 9, 0),
+    ]
+    first = mig_gpu.mig_devices[0]
+    assert first.utilization_gpu_percent is None
+    assert first.memory_total_bytes == 10 * 1024**3
+    assert [(p.pid, p.used_memory_bytes) for p in first.processes] == [(4242, 512)]
+    assert mig_off.mig_devices == ()
+    assert no_mig.mig_devices == ()
