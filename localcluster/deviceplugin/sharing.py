@@ -75,6 +75,16 @@ def parse(spec: str) -> tuple[str, str, int]:
     raise SharingError(f"{spec!r}: expected whole, mig:<profile>:<per GPU> or time-sliced:<replicas>")
 
 
+def advertised(gpus: int, spec: str = "") -> tuple[str, int]:
+    """The resource a node with `gpus` GPUs shared as `spec` advertises, and how many of it."""
+    kind, profile, per_gpu = parse(spec)
+    if kind == "mig":
+        return f"nvidia.com/mig-{profile}", gpus * per_gpu
+    if kind == "time-sliced":
+        return SHARED_RESOURCE, gpus * per_gpu
+    return WHOLE_RESOURCE, gpus
+
+
 def offer(node: str, gpus: int, spec: str = "") -> Offer:
     kind, profile, per_gpu = parse(spec)
     physical = gpu_ids(node, gpus)

@@ -8,15 +8,23 @@ from __future__ import annotations
 
 import contextlib
 import time
+from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from agent.cgroups import resolve_pid
+from agent.nvml import NvmlSampler
+from agent.report import build_report
 from jobs.models import State, Workload
 from jobs.services.logs.container_logs import LogsUnavailable, workload_logs
 from jobs.services.usage.accounting import month_to_date_hours
 from localcluster.images import IMAGES
+from telemetry.models import GpuState
+from telemetry.services.ingest import report_ingest
+from tests.agent.fakes import FakeNvmlLibrary
 
 pytestmark = [pytest.mark.cluster, pytest.mark.celery, pytest.mark.slow]
 
@@ -97,16 +105,54 @@ def test_a_mig_slice_job_gets_its_slice_and_takes_one_per_container(sliced_engin
     assert "one per container" in str(refused.json()["gpu_count"]), refused.content
     assert not Workload.objects.filter(gpu_type__slug="real-a100-1g").exists()
 
-    response = _submit(api, "real-a100-1g", env=[{"name": "HOLD_SECONDS", "value": "5"}])
+    response = _submit(api, "real-a100-1g", env=[{"name": "HOLD_SECONDS", "value": "20"}])
     assert response.status_code == 201, response.content
     workload = Workload.objects.get(uid=response.json()["uid"])
     sliced_engine.wait_for(workload, State.RUNNING, State.FAILED, State.SUCCEEDED, timeout=240)
     devices = _devices_of(workload)
-    slices = {
-        d.visible for d in next(s for s in sliced_engine.real_nodes.specs if s.name == "real-a100-1").offer.devices
-    }
+    offer = next(s for s in sliced_engine.real_nodes.specs if s.name == "real-a100-1").offer
     assert devices.startswith("MIG-"), devices
-    assert devices in slices
+    assert devices in {d.visible for d in offer.devices}
     assert workload.node_name == "real-a100-1"
+
+    # The agent's side: NVML (a stand-in for the library: no GPU here) lists the container's real process
+    # on the slice it was given; the agent resolves the pod from the process's real cgroup and reports it.
+    workload.refresh_from_db()
+    pid = _host_pid_of(workload.pod_uid)
+    mig = [
+        {"uuid": d.visible, "gi": 1 + n, "used": 0, "procs": [(pid, 1024)] if d.visible == devices else []}
+        for n, d in enumerate(offer.devices)
+    ]
+    nvml = FakeNvmlLibrary([{"uuid": offer.devices[0].gpu, "util": 0, "used": 0, "temp": 40, "power": 1, "mig": mig}])
+    raw = NvmlSampler(nvml).sample()
+    pods = {p.pid: resolve_pid(p.pid, Path("/proc")) for gpu in raw.gpus for p in gpu.all_processes()}
+    report = build_report(
+        raw,
+        node="real-a100-1",
+        simulated=False,
+        timestamp=datetime.now(UTC),
+        interval_seconds=5.0,
+        agent_version="test",
+        pods={pid: pod for pid, pod in pods.items() if pod},
+    )
+    (gpu,) = report.gpus
+    held = {m.uuid: m.pod_uids for m in gpu.mig_devices if m.pod_uids}
+    assert held == {devices: [workload.pod_uid]}
+    report_ingest(report=report)
+    (state,) = GpuState.objects.filter(node__name="real-a100-1")
+    assert [m["pod_uids"] for m in state.mig_devices if m["pod_uids"]] == [[workload.pod_uid]]
+
     sliced_engine.wait_for(workload, State.SUCCEEDED, State.FAILED, timeout=240)
     assert workload.state == State.SUCCEEDED, workload.message
+
+
+def _host_pid_of(pod_uid: str) -> int:
+    """The host PID of the pod's python process (its cgroup path names the pod)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            cgroup = (entry / "cgroup").read_text()
+            if f"pod{pod_uid}" in cgroup and b"python" in (entry / "cmdline").read_bytes():
+                return int(entry.name)
+    raise AssertionError(f"no process of pod {pod_uid} on this machine")

@@ -41,3 +41,25 @@ def test_time_sliced_replicas_name_their_gpu_once():
 def test_a_spec_it_cannot_offer_is_named(spec):
     with pytest.raises(sharing.SharingError, match="expected"):
         sharing.offer("n1", 1, spec)
+
+
+def test_simulated_pools_offer_mig_slices_and_time_sliced_shares_for_scale():
+    from localcluster.kubelet import node_status
+    from localcluster.pools import PoolsError, parse_pools
+
+    config = parse_pools(
+        {
+            "pools": [
+                {"name": "a100-mig", "nodes": 4, "gpus_per_node": 8, "sharing": "mig:1g.10gb:7"},
+                {"name": "t4-shared", "nodes": 2, "gpus_per_node": 4, "sharing": "time-sliced:4"},
+                {"name": "p100", "nodes": 1, "gpus_per_node": 4},
+            ]
+        }
+    )
+    mig, shared, whole = config.pools
+    assert node_status(mig, 10250, 0.0)["allocatable"]["nvidia.com/mig-1g.10gb"] == "56"
+    assert "nvidia.com/gpu" not in node_status(mig, 10250, 0.0)["capacity"]
+    assert node_status(shared, 10250, 0.0)["capacity"]["nvidia.com/gpu.shared"] == "16"
+    assert node_status(whole, 10250, 0.0)["allocatable"]["nvidia.com/gpu"] == "4"
+    with pytest.raises(PoolsError, match=r"pools\[0\]\.sharing: 'halves'"):
+        parse_pools({"pools": [{"name": "x", "gpus_per_node": 1, "sharing": "halves"}]})
