@@ -389,6 +389,15 @@ class GpuTypeSerializer(serializers.Serializer):
     display_name = serializers.CharField()
     enabled = serializers.BooleanField()
     billing_weight = serializers.DecimalField(max_digits=6, decimal_places=3, coerce_to_string=False)
+    kind = serializers.ChoiceField(
+        choices=["whole", "mig", "time_sliced"],
+        help_text="whole: a GPU; mig: a MIG slice (its own memory and compute); time_sliced: a turn on a shared GPU.",
+    )
+    gpu_share = serializers.FloatField(help_text="How much of a physical GPU one device is (1/7 for mig-1g.10gb).")
+    described = serializers.CharField(help_text='In words, e.g. "1/7 of an A100, 10 GB".')
+    max_per_container = serializers.IntegerField(
+        allow_null=True, help_text="Most devices one container may take (slices: 1 unless allowed more); null: no cap."
+    )
     max_cuda_version = serializers.CharField(
         allow_blank=True,
         help_text="Highest CUDA version this type's drivers run (set by an admin, else learnt from the nodes); "
