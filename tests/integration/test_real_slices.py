@@ -102,7 +102,7 @@ def test_a_mig_slice_job_gets_its_slice_and_takes_one_per_container(sliced_engin
     api = _api(sliced_engine.owner)
     refused = _submit(api, "real-a100-1g", gpu_count=2)
     assert refused.status_code == 400
-    assert "one per container" in str(refused.json()["gpu_count"]), refused.content
+    assert "one per container" in str(refused.json()["error"]["fields"]["gpu_count"]), refused.content
     assert not Workload.objects.filter(gpu_type__slug="real-a100-1g").exists()
 
     response = _submit(api, "real-a100-1g", env=[{"name": "HOLD_SECONDS", "value": "20"}])

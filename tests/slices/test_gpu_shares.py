@@ -81,3 +81,47 @@ def test_slice_types_take_one_per_container():
     # Whole GPUs: only the quota and the largest node limit the count.
     whole = v.GpuTypeFacts("p100", "Tesla P100", True, quota=4, largest_node=4, max_cuda=None)
     assert v.check_gpu_count(4, whole).value == 4
+
+
+@pytest.mark.django_db
+def test_admin_validation_names_the_field_of_a_slice_that_makes_no_sense():
+    from django.core.exceptions import ValidationError
+
+    from jobs.models import GpuType
+
+    gpu_type = GpuType(slug="a100-1g", display_name="A100 1g", node_label_value="a100-mig", kind="mig", share_of=1)
+    with pytest.raises(ValidationError) as caught:
+        gpu_type.full_clean()
+    assert "share_of" in caught.value.message_dict
+    gpu_type.share_of, gpu_type.physical_gpu = 7, "A100"
+    gpu_type.full_clean()
+
+
+@pytest.mark.django_db
+def test_usage_and_budget_count_a_slice_hour_as_its_share_of_a_gpu_hour():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobs.models import GpuType, Team, Workload
+    from jobs.services.usage.accounting import month_to_date_hours, usage_report
+    from tests.engine.factories import UserFactory
+
+    team = Team.objects.create(slug="vision", name="Vision", monthly_gpu_hour_budget=10)
+    owner = UserFactory()
+    mig = GpuType.objects.create(
+        slug="a100-1g", display_name="A100 1g.10gb", node_label_value="a100-mig", kind="mig", share_of=7,
+        physical_gpu="A100", billing_weight=2,
+    )  # fmt: skip
+    now = timezone.now()
+    start = max(now - timedelta(hours=7), now.replace(day=1, hour=0, minute=0, second=0, microsecond=0))
+    Workload.objects.create(
+        team=team, owner=owner, name="seven-slices", kind="batch", image="python:3", gpu_type=mig, gpu_count=1,
+        time_limit_seconds=86400, state="SUCCEEDED", started_at=start, finished_at=now,
+    )  # fmt: skip
+    hours = (now - start).total_seconds() / 3600
+    rows = usage_report(start=start, end=now, now=now)
+    assert sum(r.gpu_hours for r in rows) == pytest.approx(hours)
+    assert sum(r.gpu_equivalent_hours for r in rows) == pytest.approx(hours / 7)
+    assert sum(r.weighted_gpu_hours for r in rows) == pytest.approx(hours / 7 * 2)  # then the billing weight
+    assert month_to_date_hours(team, now=now) == pytest.approx(hours / 7 * 2)
