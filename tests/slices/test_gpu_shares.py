@@ -125,3 +125,22 @@ def test_usage_and_budget_count_a_slice_hour_as_its_share_of_a_gpu_hour():
     assert sum(r.gpu_equivalent_hours for r in rows) == pytest.approx(hours / 7)
     assert sum(r.weighted_gpu_hours for r in rows) == pytest.approx(hours / 7 * 2)  # then the billing weight
     assert month_to_date_hours(team, now=now) == pytest.approx(hours / 7 * 2)
+
+
+@pytest.mark.django_db
+def test_the_seed_document_sets_a_types_slice_and_names_a_bad_one():
+    from jobs.models import GpuType
+    from jobs.services.seeding import SeedError, apply_seed
+    from localcluster.sliced_nodes import sliced_seed
+
+    apply_seed(sliced_seed(quota_team="vision"))
+    mig = GpuType.objects.get(slug="real-a100-1g")
+    assert (mig.kind, mig.share.fraction, mig.resource_name) == ("mig", Fraction(1, 7), "nvidia.com/mig-1g.10gb")
+    assert GpuType.objects.get(slug="real-t4-shared").described.startswith("1/4 of a T4, time-sliced")
+    with pytest.raises(SeedError, match=r"gpu_types\[0\]: 'share_parts'"):
+        apply_seed(
+            {"gpu_types": [{"slug": "bad", "kind": "mig", "share_parts": 9, "share_of": 7, "physical_gpu": "A100"}]}
+        )
+    with pytest.raises(SeedError, match=r"gpu_types\[0\]: 'kind'"):
+        apply_seed({"gpu_types": [{"slug": "bad", "kind": "halves"}]})
+    assert not GpuType.objects.filter(slug="bad").exists()
