@@ -169,8 +169,9 @@ def weights_by_day() -> Callable[[int, date], float]:
     Days before a type's first recorded weight use that first weight; a type without history (rows
     written around the model, e.g. by a bulk update) uses its current weight.
     """
-    shares = gpu_shares_by_type()
-    billing = _billing_weights_by_day()
+    types = list(GpuType.objects.all())
+    shares = {t.id: float(t.share.fraction) for t in types}
+    billing = _billing_weights_by_day(types)
 
     def weight(type_id: int, day: date) -> float:
         return shares.get(type_id, 1.0) * billing(type_id, day)
@@ -178,8 +179,8 @@ def weights_by_day() -> Callable[[int, date], float]:
     return weight
 
 
-def _billing_weights_by_day() -> Callable[[int, date], float]:
-    current = {t.id: float(t.billing_weight) for t in GpuType.objects.all()}
+def _billing_weights_by_day(types: list[GpuType]) -> Callable[[int, date], float]:
+    current = {t.id: float(t.billing_weight) for t in types}
     history: dict[int, tuple[list[date], list[float]]] = {}
     for type_id, valid_from, value in BillingWeight.objects.order_by("gpu_type_id", "valid_from").values_list(
         "gpu_type_id", "valid_from", "weight"
