@@ -98,7 +98,7 @@ class AgentLoop:
     def _resolve_pods(self, raw: RawSample) -> dict[int, PodRef]:
         pods: dict[int, PodRef] = {}
         for gpu in raw.gpus:
-            for process in gpu.processes:
+            for process in gpu.all_processes():
                 if process.pod is None and process.pid not in pods:
                     pod = resolve_pid(process.pid, self.host_proc)
                     if pod is not None:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from agent.readings import RawGpu, RawProcess, RawSample
+from agent.readings import RawGpu, RawMigDevice, RawProcess, RawSample
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +112,7 @@ class NvmlSampler:
             utilization = read("utilization", nvml.nvmlDeviceGetUtilizationRates)
             memory = read("memory", nvml.nvmlDeviceGetMemoryInfo)
             processes = read("processes", self._processes) or []
+            mig_enabled, mig_devices = self._mig(errors, handle)
             if index in self._lost:  # back after a reset
                 log.info("GPU %d (%s) answers again", index, uuid)
                 self._lost.discard(index)
@@ -135,14 +136,55 @@ class NvmlSampler:
                 ),
                 xid_errors=self._xid_counts.get(index),
                 last_xid=self._last_xid.get(index),
-                processes=tuple(RawProcess(pid=int(p.pid), used_memory_bytes=p.usedGpuMemory) for p in processes),
+                processes=_raw_processes(processes),
                 errors=tuple(errors),
+                mig_enabled=mig_enabled,
+                mig_devices=mig_devices,
             )
         except _GpuLost:
             if index not in self._lost:  # say it once, not every pass
                 self._lost.add(index)
                 log.error("GPU %d (%s) is lost: it fell off the bus or needs a reset", index, uuid)
             return RawGpu(index=index, uuid=uuid, name=name, lost=True, errors=("GPU is lost",))
+
+    def _mig(self, errors: list[str], handle: Any) -> tuple[bool | None, tuple[RawMigDevice, ...]]:
+        """MIG mode (None where the GPU has none) and, when it is on, every MIG device's identity, memory,
+        utilisation (usually not supported per slice) and processes."""
+        nvml = self._nvml
+        mode = self._read(errors, "MIG mode", nvml.nvmlDeviceGetMigMode, handle)
+        if mode is None:
+            return None, ()
+        current = mode[0] if isinstance(mode, list | tuple) else mode
+        if current != nvml.NVML_DEVICE_MIG_ENABLE:
+            return False, ()
+        most = self._read(errors, "MIG device count", nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0
+        devices = []
+        for index in range(most):
+            try:
+                mig = self._call(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, index)
+            except nvml.NVMLError as exc:
+                if _code(exc) not in (nvml.NVML_ERROR_NOT_FOUND, nvml.NVML_ERROR_INVALID_ARGUMENT):
+                    errors.append(f"MIG device {index}: {exc}")
+                continue  # a slot with no MIG device made in it
+
+            def read(what: str, fn: Callable[..., T], mig: Any = mig, index: int = index) -> T | None:
+                return self._read(errors, f"MIG device {index} {what}", fn, mig)
+
+            memory = read("memory", nvml.nvmlDeviceGetMemoryInfo)
+            utilization = read("utilization", nvml.nvmlDeviceGetUtilizationRates)
+            devices.append(
+                RawMigDevice(
+                    index=index,
+                    uuid=read("uuid", nvml.nvmlDeviceGetUUID),
+                    gpu_instance_id=read("GPU instance", nvml.nvmlDeviceGetGpuInstanceId),
+                    compute_instance_id=read("compute instance", nvml.nvmlDeviceGetComputeInstanceId),
+                    memory_used_bytes=memory.used if memory is not None else None,
+                    memory_total_bytes=memory.total if memory is not None else None,
+                    utilization_gpu_percent=utilization.gpu if utilization is not None else None,
+                    processes=_raw_processes(read("processes", self._processes) or []),
+                )
+            )
+        return True, tuple(devices)
 
     def _processes(self, handle: Any) -> list[Any]:
         nvml = self._nvml
@@ -200,6 +242,10 @@ class NvmlSampler:
             self._nvml.nvmlShutdown()
         except self._nvml.NVMLError as exc:
             log.warning("NVML shutdown failed: %s", exc)
+
+
+def _raw_processes(processes: list[Any]) -> tuple[RawProcess, ...]:
+    return tuple(RawProcess(pid=int(p.pid), used_memory_bytes=p.usedGpuMemory) for p in processes)
 
 
 def _code(exc: BaseException) -> int | None:

@@ -24,6 +24,21 @@ class RawProcess:
 
 
 @dataclass(frozen=True)
+class RawMigDevice:
+    """One MIG device (a slice with its own memory and compute) of a GPU in MIG mode."""
+
+    index: int  # its place among the GPU's MIG devices (nvmlDeviceGetMigDeviceHandleByIndex)
+    uuid: str | None = None  # MIG-<uuid>: what NVIDIA_VISIBLE_DEVICES names, so what a pod was given
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    # Most drivers answer "not supported" for a MIG device's utilisation (DCGM's profiling has it): None.
+    utilization_gpu_percent: int | None = None
+    processes: tuple[RawProcess, ...] = ()
+
+
+@dataclass(frozen=True)
 class RawGpu:
     index: int
     uuid: str | None = None
@@ -46,6 +61,13 @@ class RawGpu:
     processes: tuple[RawProcess, ...] = ()
     # NVML errors other than "not supported" met while reading this GPU, e.g. "power: Unknown Error".
     errors: tuple[str, ...] = ()
+    # MIG mode as NVML says it (None: the GPU cannot do MIG), and its MIG devices when enabled.
+    mig_enabled: bool | None = None
+    mig_devices: tuple[RawMigDevice, ...] = ()
+
+    def all_processes(self) -> tuple[RawProcess, ...]:
+        """Its processes and those of its MIG devices (to resolve their pods once)."""
+        return self.processes + tuple(p for mig in self.mig_devices for p in mig.processes)
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ from datetime import UTC, datetime
 from typing import Any, TypedDict
 
 from agent.cgroups import PodRef
-from agent.readings import RawGpu, RawSample
+from agent.readings import RawGpu, RawProcess, RawSample
 
 SCHEMA = "gpuportal.agent.report/v1"
 GPU_STATES = ("ok", "lost")
@@ -164,6 +164,55 @@ class ProcessReading:
         )
 
 
+_MIG_INTS: dict[str, tuple[int, int | None]] = {
+    "gpu_instance_id": (0, None),
+    "compute_instance_id": (0, None),
+    "memory_used_bytes": (0, None),
+    "memory_total_bytes": (0, None),
+    "utilization_gpu_percent": (0, 100),
+}
+
+
+@dataclass(frozen=True)
+class MigReading:
+    """One MIG device of a GPU (issue 40): its identity, memory, utilisation and the pods using it."""
+
+    index: int
+    uuid: str | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    utilization_gpu_percent: int | None = None
+    processes: tuple[ProcessReading, ...] = ()
+
+    @property
+    def pod_uids(self) -> list[str]:
+        return sorted({p.pod_uid for p in self.processes if p.pod_uid})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            **{key: getattr(self, key) for key in _MIG_INTS},
+            "processes": [p.to_dict() for p in self.processes],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str = "mig_device") -> MigReading:
+        body = _object(data, path)
+        processes = _list(body, "processes", path, required=False)
+        return cls(
+            index=_int(body, "index", path, nullable=False, minimum=0, maximum=127),
+            uuid=_text(body, "uuid", path),
+            processes=tuple(
+                ProcessReading.from_dict(item, f"{path}.processes[{position}]")
+                for position, item in enumerate(processes)
+            ),
+            **{key: _int(body, key, path, minimum=low, maximum=high) for key, (low, high) in _MIG_INTS.items()},
+        )
+
+
 # Integer readings and their allowed ranges; from_dict checks each one.
 _GPU_INTS: dict[str, tuple[int, int | None]] = {
     "utilization_gpu_percent": (0, 100),
@@ -198,11 +247,14 @@ class GpuReading:
     last_xid: int | None = None
     errors: tuple[str, ...] = ()
     processes: tuple[ProcessReading, ...] = ()
+    mig_enabled: bool | None = None  # None: the GPU has no MIG mode (or the agent predates it)
+    mig_devices: tuple[MigReading, ...] = ()
 
     @property
     def pod_uids(self) -> list[str]:
-        """The pods with a process on this GPU, sorted, each once."""
-        return sorted({p.pod_uid for p in self.processes if p.pod_uid})
+        """The pods with a process on this GPU or one of its MIG devices, sorted, each once."""
+        slices = {uid for mig in self.mig_devices for uid in mig.pod_uids}
+        return sorted({p.pod_uid for p in self.processes if p.pod_uid} | slices)
 
     def to_dict(self) -> GpuDict:
         return {
@@ -223,6 +275,8 @@ class GpuReading:
             "last_xid": self.last_xid,
             "errors": list(self.errors),
             "processes": [p.to_dict() for p in self.processes],
+            "mig_enabled": self.mig_enabled,
+            "mig_devices": [m.to_dict() for m in self.mig_devices],
         }
 
     @classmethod
@@ -238,6 +292,10 @@ class GpuReading:
             if not isinstance(message, str):
                 raise ReportError(f"{path}.errors[{position}]: expected a string")
         processes = _list(body, "processes", path)
+        mig_devices = _list(body, "mig_devices", path, required=False)
+        mig_enabled = body.get("mig_enabled")
+        if mig_enabled is not None and not isinstance(mig_enabled, bool):
+            raise ReportError(f"{path}.mig_enabled: expected true, false or null")
         return cls(
             index=_int(body, "index", path, nullable=False, minimum=0, maximum=1023),
             uuid=_text(body, "uuid", path),
@@ -247,6 +305,11 @@ class GpuReading:
             processes=tuple(
                 ProcessReading.from_dict(item, f"{path}.processes[{position}]")
                 for position, item in enumerate(processes)
+            ),
+            mig_enabled=mig_enabled,
+            mig_devices=tuple(
+                MigReading.from_dict(item, f"{path}.mig_devices[{position}]")
+                for position, item in enumerate(mig_devices)
             ),
             **ints,
             **floats,
@@ -386,17 +449,20 @@ def _gpu_reading(gpu: RawGpu, pods: Mapping[int, PodRef]) -> GpuReading:
     if gpu.lost:
         # Whatever NVML said before the loss is stale; report only which GPU it was.
         return GpuReading(index=gpu.index, uuid=gpu.uuid, name=gpu.name, state="lost", errors=gpu.errors)
-    processes = []
-    for process in sorted(gpu.processes, key=lambda p: p.pid):
-        pod = process.pod or pods.get(process.pid)
-        processes.append(
-            ProcessReading(
-                pid=process.pid,
-                used_memory_bytes=process.used_memory_bytes,
-                pod_uid=pod.pod_uid if pod else None,
-                container_id=pod.container_id if pod else None,
-            )
+    processes = _process_readings(gpu.processes, pods)
+    mig_devices = tuple(
+        MigReading(
+            index=mig.index,
+            uuid=mig.uuid,
+            gpu_instance_id=mig.gpu_instance_id,
+            compute_instance_id=mig.compute_instance_id,
+            memory_used_bytes=mig.memory_used_bytes,
+            memory_total_bytes=mig.memory_total_bytes,
+            utilization_gpu_percent=_percent(mig.utilization_gpu_percent),
+            processes=_process_readings(mig.processes, pods),
         )
+        for mig in sorted(gpu.mig_devices, key=lambda m: m.index)
+    )
     return GpuReading(
         index=gpu.index,
         uuid=gpu.uuid,
@@ -414,8 +480,25 @@ def _gpu_reading(gpu: RawGpu, pods: Mapping[int, PodRef]) -> GpuReading:
         xid_errors=gpu.xid_errors,
         last_xid=gpu.last_xid,
         errors=gpu.errors,
-        processes=tuple(processes),
+        processes=processes,
+        mig_enabled=gpu.mig_enabled,
+        mig_devices=mig_devices,
     )
+
+
+def _process_readings(raw: tuple[RawProcess, ...], pods: Mapping[int, PodRef]) -> tuple[ProcessReading, ...]:
+    readings = []
+    for process in sorted(raw, key=lambda p: p.pid):
+        pod = process.pod or pods.get(process.pid)
+        readings.append(
+            ProcessReading(
+                pid=process.pid,
+                used_memory_bytes=process.used_memory_bytes,
+                pod_uid=pod.pod_uid if pod else None,
+                container_id=pod.container_id if pod else None,
+            )
+        )
+    return tuple(readings)
 
 
 def _watts(milliwatts: int | None) -> float | None:

@@ -437,6 +437,15 @@ class GpuTypeSerializer(serializers.Serializer):
     display_name = serializers.CharField()
     enabled = serializers.BooleanField()
     billing_weight = serializers.DecimalField(max_digits=6, decimal_places=3, coerce_to_string=False)
+    kind = serializers.ChoiceField(
+        choices=["whole", "mig", "time_sliced"],
+        help_text="whole: a GPU; mig: a MIG slice (its own memory and compute); time_sliced: a turn on a shared GPU.",
+    )
+    gpu_share = serializers.FloatField(help_text="How much of a physical GPU one device is (1/7 for mig-1g.10gb).")
+    described = serializers.CharField(help_text='In words, e.g. "1/7 of an A100, 10 GB".')
+    max_per_container = serializers.IntegerField(
+        allow_null=True, help_text="Most devices one container may take (slices: 1 unless allowed more); null: no cap."
+    )
     max_cuda_version = serializers.CharField(
         allow_blank=True,
         help_text="Highest CUDA version this type's drivers run (set by an admin, else learnt from the nodes); "
@@ -499,7 +508,9 @@ class CatalogImageSerializer(serializers.ModelSerializer):
 class UsageEntrySerializer(serializers.Serializer):
     key = serializers.CharField(help_text="The day (YYYY-MM-DD), username or GPU type slug.")
     gpu_hours = serializers.FloatField(min_value=0)
-    weighted_gpu_hours = serializers.FloatField(min_value=0, help_text="GPU-hours times the billing weight.")
+    weighted_gpu_hours = serializers.FloatField(
+        min_value=0, help_text="GPU-equivalent hours times the billing weight (what budgets count)."
+    )
     borrowed_gpu_hours = serializers.FloatField(
         min_value=0, help_text="Of gpu_hours, those on GPUs borrowed from the team's cohort."
     )
@@ -507,6 +518,9 @@ class UsageEntrySerializer(serializers.Serializer):
         min_value=0,
         help_text="Of gpu_hours, the work stops threw away (preemptions, retried faults): since each run's last "
         "checkpoint, or its start; counted on the day of the stop.",
+    )
+    gpu_equivalent_hours = serializers.FloatField(
+        min_value=0, help_text="Whole-GPU hours: a MIG slice or time-sliced share counts its share of a GPU."
     )
 
 
@@ -520,3 +534,4 @@ class UsageSerializer(serializers.Serializer):
     total_weighted_gpu_hours = serializers.FloatField(min_value=0)
     total_borrowed_gpu_hours = serializers.FloatField(min_value=0)
     total_lost_gpu_hours = serializers.FloatField(min_value=0)
+    total_gpu_equivalent_hours = serializers.FloatField(min_value=0)

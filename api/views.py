@@ -549,6 +549,10 @@ class GpuTypeListView(ApiViewMixin, APIView):
                 "display_name": t.display_name,
                 "enabled": t.enabled,
                 "billing_weight": t.billing_weight,
+                "kind": t.kind,
+                "gpu_share": float(t.share.fraction),
+                "described": t.described,
+                "max_per_container": t.share.per_container_limit,
                 "max_cuda_version": (judged[t.slug].max_cuda if t.slug in judged else t.max_cuda_version) or "",
                 "cluster": capacity[t.id],
                 "quota": quotas.get(t.id),
@@ -623,6 +627,7 @@ class UsageView(ApiViewMixin, APIView):
                 "weighted_gpu_hours": sums.weighted_gpu_hours,
                 "borrowed_gpu_hours": sums.borrowed_gpu_hours,
                 "lost_gpu_hours": sums.lost_gpu_hours,
+                "gpu_equivalent_hours": sums.gpu_equivalent_hours,
             }
             for (key,), sums in report.group(group_by).items()
         ]
@@ -636,6 +641,7 @@ class UsageView(ApiViewMixin, APIView):
             "total_weighted_gpu_hours": round(sum(e["weighted_gpu_hours"] for e in entries), 6),
             "total_borrowed_gpu_hours": round(sum(e["borrowed_gpu_hours"] for e in entries), 6),
             "total_lost_gpu_hours": round(sum(e["lost_gpu_hours"] for e in entries), 6),
+            "total_gpu_equivalent_hours": round(sum(e["gpu_equivalent_hours"] for e in entries), 6),
         }
         response = Response(body)
         if request.accepted_renderer.format == "csv":

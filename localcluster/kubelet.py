@@ -66,7 +66,7 @@ def node_status(pool: Pool, kubelet_port: int, now: float) -> dict[str, Any]:
         "cpu": pool.cpu,
         "memory": pool.memory,
         "pods": str(pool.max_pods),
-        "nvidia.com/gpu": str(pool.gpus_per_node),
+        pool.resource[0]: str(pool.resource[1]),
         "ephemeral-storage": "500Gi",
     }
     stamp = rfc3339(now)

@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from localcluster.deviceplugin import sharing
+
 DEFAULT_POOLS_FILE = Path(__file__).with_name("pools.yaml")
 DEFAULT_FAILING_IMAGES = ("*.invalid/*", "*:does-not-exist")
 
@@ -36,6 +38,14 @@ class Pool:
     cuda_driver: str = "12.2"
     gpu_product: str = ""
     max_pods: int = 110
+    # How each GPU is offered, as our device plugin's --sharing (issue 40): "" whole GPUs,
+    # "mig:1g.10gb:7" seven MIG slices per GPU, "time-sliced:4" four replicas per GPU.
+    sharing: str = ""
+
+    @property
+    def resource(self) -> tuple[str, int]:
+        """The extended resource the pool's nodes advertise, and how many per node."""
+        return sharing.advertised(self.gpus_per_node, self.sharing)
 
     @property
     def cuda_major(self) -> str:
@@ -134,6 +144,11 @@ def _parse_pool(item: Any, index: int, source: str) -> Pool:
     if not _CUDA.match(cuda):
         raise PoolsError(f"{where}.cuda_driver: expected MAJOR.MINOR such as 12.2 (got {cuda!r})")
     product = str(item.get("gpu_product") or f"simulated-{gputype}")
+    shared = str(item.get("sharing") or "")
+    try:
+        sharing.parse(shared)
+    except sharing.SharingError as exc:
+        raise PoolsError(f"{where}.sharing: {exc}") from None
     return Pool(
         name=name,
         gputype=gputype,
@@ -144,6 +159,7 @@ def _parse_pool(item: Any, index: int, source: str) -> Pool:
         cuda_driver=cuda,
         gpu_product=product,
         max_pods=max_pods,
+        sharing=shared,
     )
 
 

@@ -46,7 +46,7 @@ from typing import Any
 
 import yaml
 
-from localcluster.deviceplugin import RESOURCE, device_ids
+from localcluster.deviceplugin import device_ids, sharing
 from localcluster.pki import Pki
 from localcluster.procs import ClusterError, Component, cmdline, pid_alive
 
@@ -106,11 +106,17 @@ class NodeSpec:
     name: str
     gputype: str
     gpus: int
+    sharing: str = ""  # what its device plugin offers per GPU (deviceplugin/sharing.py); "" whole GPUs
 
     @property
     def label_value(self) -> str:
         """The node's gputype label: distinct from every simulated pool's."""
         return f"real-{self.gputype}"
+
+    @property
+    def offer(self) -> sharing.Offer:
+        """The resource and devices its device plugin advertises."""
+        return sharing.offer(self.name, self.gpus, self.sharing)
 
 
 def node_specs(count: int) -> list[NodeSpec]:
@@ -355,6 +361,7 @@ class RealNodes:
         pki: Pki,
         server: str,
         count: int = len(DEFAULT_NODES),
+        specs: list[NodeSpec] | None = None,
         bin_dir: Path | None = None,
         sandbox_image: str,
         images: list[Path] | None = None,
@@ -364,7 +371,7 @@ class RealNodes:
         self.directory = directory.resolve()
         self.pki = pki
         self.server = server
-        self.specs = node_specs(count)
+        self.specs = specs if specs is not None else node_specs(count)
         self.bin_dir = bin_dir or default_node_bin_dir()
         self.sandbox_image = sandbox_image
         self.images = list(images or [])
@@ -608,7 +615,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         self.kubelets[spec.name] = Component(f"kubelet-{spec.name}", kubelet_argv, log_dir=logs, run_dir=run)
         plugin_argv = [sys.executable, "-m", "localcluster.deviceplugin",
                        f"--plugin-dir={nd / 'varlib-kubelet' / 'device-plugins'}", f"--node={spec.name}",
-                       f"--gpus={spec.gpus}", f"--health-file={self.health_file(spec.name)}"]  # fmt: skip
+                       f"--gpus={spec.gpus}", f"--health-file={self.health_file(spec.name)}",
+                       f"--sharing={spec.sharing}"]  # fmt: skip
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
         self.plugins[spec.name] = Component(
@@ -682,8 +690,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions") or []}
         if conditions.get("Ready") != "True":
             return False
-        gpus = (node.get("status", {}).get("allocatable") or {}).get(RESOURCE, "0")
-        if gpus != str(spec.gpus):
+        offer = spec.offer
+        gpus = (node.get("status", {}).get("allocatable") or {}).get(offer.resource, "0")
+        if gpus != str(len(offer.devices)):
             return False
         taints = node.get("spec", {}).get("taints") or []
         kept = [t for t in taints if t.get("key") != "node.kubernetes.io/not-ready"]

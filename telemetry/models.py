@@ -111,6 +111,9 @@ class GpuState(models.Model):
     last_xid = models.PositiveIntegerField(null=True, blank=True)
     errors = models.JSONField(default=list, blank=True)
     pod_uids = models.JSONField(default=list, blank=True, help_text="Pods with a process on this GPU.")
+    # The GPU's MIG devices when MIG is on (issue 40): [{"index", "uuid", "gpu_instance_id",
+    # "memory_used_bytes", "memory_total_bytes", "utilization_gpu_percent", "pod_uids"}], by index.
+    mig_devices = models.JSONField(default=list, blank=True, help_text="The GPU's MIG slices and their pods.")
     sampled_at = models.DateTimeField()
 
     class Meta:

@@ -51,10 +51,23 @@ def gpu_health(gpu: GpuState, *, stale: bool) -> str:
 
 
 @dataclass
+class SliceRow:
+    """One MIG device of a GPU, as its agent last saw it, and who holds it."""
+
+    index: int
+    gpu_instance_id: int | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    utilization_gpu_percent: int | None
+    workloads: list[str]
+
+
+@dataclass
 class GpuRow:
     state: GpuState
     health: str
     workloads: list[str]  # what the viewer may know about the pods on it
+    slices: list[SliceRow] = field(default_factory=list)  # its MIG devices, when MIG is on
 
     @property
     def health_label(self) -> str:
@@ -112,11 +125,32 @@ def nodes_overview(user, *, now: datetime | None = None) -> list[NodeRow]:
         if telemetry is not None:
             row.stale = telemetry.is_stale(now)
             for gpu in telemetry.gpus.all():
-                labels = [
-                    visible.get(uid) or ("another team's workload" if uid in others else "a pod outside the portal")
-                    for uid in gpu.pod_uids
+
+                def labels(uids: list[str]) -> list[str]:
+                    return [
+                        visible.get(uid) or ("another team's workload" if uid in others else "a pod outside the portal")
+                        for uid in uids
+                    ]
+
+                slices = [
+                    SliceRow(
+                        index=mig.get("index", 0),
+                        gpu_instance_id=mig.get("gpu_instance_id"),
+                        memory_used_bytes=mig.get("memory_used_bytes"),
+                        memory_total_bytes=mig.get("memory_total_bytes"),
+                        utilization_gpu_percent=mig.get("utilization_gpu_percent"),
+                        workloads=labels(mig.get("pod_uids") or []),
+                    )
+                    for mig in gpu.mig_devices or []
                 ]
-                row.gpus.append(GpuRow(state=gpu, health=gpu_health(gpu, stale=row.stale), workloads=labels))
+                row.gpus.append(
+                    GpuRow(
+                        state=gpu,
+                        health=gpu_health(gpu, stale=row.stale),
+                        workloads=labels(gpu.pod_uids),
+                        slices=slices,
+                    )
+                )
         rows.append(row)
     return rows
 

@@ -26,8 +26,6 @@ REAL_IMAGES = ("sandbox", "python", "jupyterlab", "tensorboard")
 @pytest.fixture(scope="module")
 def real_nodes(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from localcluster import images
-    from localcluster.procs import ClusterError
-    from localcluster.realnode import RealNodes, check_host
 
     if getattr(kube_cluster, "real", None) is not None:  # GPUPORTAL_REAL_NODES: the session cluster has them
         for spec in kube_cluster.real.specs:
@@ -35,6 +33,25 @@ def real_nodes(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> I
                 kube_cluster.real.import_image(spec, images.ensure([name])[name])
         yield kube_cluster.real
         return
+    yield from _module_real_nodes(kube_cluster, tmp_path_factory, REAL_IMAGES, specs=None)
+
+
+@pytest.fixture(scope="module")
+def sliced_nodes(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Two real nodes whose one GPU each is shared (issue 40): real-a100-1 offers seven MIG 1g.10gb slices,
+    real-t4-1 a T4 time-sliced four ways (localcluster/sliced_nodes.py); for one module, as `real_nodes`."""
+    from localcluster.sliced_nodes import SLICED_NODES
+
+    yield from _module_real_nodes(kube_cluster, tmp_path_factory, REAL_IMAGES[:2], specs=list(SLICED_NODES))
+
+
+def _module_real_nodes(
+    kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory, image_names: tuple[str, ...], specs: Any
+) -> Iterator[Any]:
+    from localcluster import images
+    from localcluster.procs import ClusterError
+    from localcluster.realnode import RealNodes, check_host
+
     if not hasattr(kube_cluster, "pki"):
         pytest.skip("LOCALCLUSTER_KUBECONFIG names an external cluster; real nodes join only our own")
     try:
@@ -46,7 +63,7 @@ def real_nodes(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> I
         print(f"[real nodes] {line}", file=sys.stderr, flush=True)
 
     try:
-        paths = images.ensure(list(REAL_IMAGES), progress=log)
+        paths = images.ensure(list(image_names), progress=log)
     except images.ImageBuildError as exc:
         pytest.fail(f"the real nodes' images could not be built: {exc}", pytrace=False)
     nodes = RealNodes(
@@ -55,8 +72,9 @@ def real_nodes(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> I
         server=kube_cluster.server,
         token=kube_cluster.admin_token,
         count=2,
+        specs=specs,
         sandbox_image=images.IMAGES["sandbox"],
-        images=[paths[n] for n in REAL_IMAGES],
+        images=[paths[n] for n in image_names],
         log=log,
     )
     try:
@@ -86,4 +104,22 @@ def real_engine(engine: Any, real_nodes: Any) -> Any:
     engine.gpu_types = {t.slug: t for t in GpuType.objects.all()}
     assert Quota.objects.filter(team=engine.team, gpu_type__slug="real-p100").exists()
     engine.real_nodes = real_nodes
+    return engine
+
+
+@pytest.fixture
+def sliced_engine(engine: Any, sliced_nodes: Any) -> Any:
+    """The `engine` fixture plus the sliced nodes' GPU types, a quota of 7 devices on each for the test's
+    team, the local python image in the catalog, and the inventory read again."""
+    from jobs.models import GpuType
+    from jobs.services.cluster.inventory import inventory_sync
+    from jobs.services.seeding import apply_seed
+    from localcluster.images import catalog_seed
+    from localcluster.sliced_nodes import sliced_seed
+
+    apply_seed(catalog_seed())
+    apply_seed(sliced_seed(quota_team=engine.team.slug))
+    inventory_sync()
+    engine.gpu_types = {t.slug: t for t in GpuType.objects.all()}
+    engine.real_nodes = sliced_nodes
     return engine

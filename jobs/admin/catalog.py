@@ -17,11 +17,19 @@ class GpuTypeAdmin(admin.ModelAdmin):
         "node_label_key",
         "node_label_value",
         "resource_name",
+        "kind",
+        "share_in_words",
         "billing_weight",
         "reserve_after_seconds",
         "enabled",
     ]
     list_editable = ["enabled"]
+    list_filter = ["kind", "enabled"]
+
+    @admin.display(description="One device is")
+    def share_in_words(self, obj: GpuType) -> str:
+        return obj.described
+
     search_fields = ["slug", "display_name"]
 
     def save_model(self, request, obj, form, change):

@@ -151,6 +151,7 @@ def build_report(*, days: reports.DayRange, teams, **_ignored) -> dict:
             "gpu_hours": round(sums.gpu_hours, 3),
             "weighted_gpu_hours": round(sums.weighted_gpu_hours, 3),
             "borrowed_gpu_hours": round(sums.borrowed_gpu_hours, 3),
+            "gpu_equivalent_hours": round(sums.gpu_equivalent_hours, 3),
         }
         for (team_id, type_id), sums in report.group("team", "gpu_type").items()
     ]
@@ -160,6 +161,7 @@ def build_report(*, days: reports.DayRange, teams, **_ignored) -> dict:
         "total_gpu_hours": round(sum(line["gpu_hours"] for line in lines), 3),
         "total_weighted_gpu_hours": round(sum(line["weighted_gpu_hours"] for line in lines), 3),
         "total_borrowed_gpu_hours": round(sum(line["borrowed_gpu_hours"] for line in lines), 3),
+        "total_gpu_equivalent_hours": round(sum(line["gpu_equivalent_hours"] for line in lines), 3),
     }
 
 
@@ -167,7 +169,17 @@ def report_csv(report: dict, params: dict) -> HttpResponse:
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="gpu-usage-{params["start"]}-{params["end"]}.csv"'
     writer = SafeCsvWriter(response)
-    writer.writerow(["team", "gpu_type", "billing_weight", "gpu_hours", "weighted_gpu_hours", "borrowed_gpu_hours"])
+    writer.writerow(
+        [
+            "team",
+            "gpu_type",
+            "billing_weight",
+            "gpu_hours",
+            "weighted_gpu_hours",
+            "borrowed_gpu_hours",
+            "gpu_equivalent_hours",
+        ]
+    )
     for line in report["lines"]:
         writer.writerow(
             [
@@ -177,6 +189,7 @@ def report_csv(report: dict, params: dict) -> HttpResponse:
                 line["gpu_hours"],
                 line["weighted_gpu_hours"],
                 line["borrowed_gpu_hours"],
+                line["gpu_equivalent_hours"],
             ]
         )
     return response

@@ -7,6 +7,7 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
+from jobs import gpu_shares
 from jobs.kube import names
 
 CUDA_VERSION = RegexValidator(r"^\d{1,2}\.\d{1,2}$", "A CUDA version such as 12.2.")
@@ -70,6 +71,29 @@ class GpuType(models.Model):
         "always passes larger work that does not fit.",
     )
     enabled = models.BooleanField(default=True)
+    # What one device of the resource is (issue 40): a whole GPU, a MIG slice or a time-sliced share, and
+    # how much of a physical GPU that is. Quotas count devices; budgets and billing count GPU-equivalents.
+    kind = models.CharField(max_length=12, choices=gpu_shares.KIND_CHOICES, default=gpu_shares.WHOLE)
+    share_parts = models.PositiveSmallIntegerField(
+        default=1,
+        help_text="Parts of the GPU one device has: 1 for mig-1g.10gb, 3 for mig-3g.40gb, 1 when time-sliced.",
+    )
+    share_of = models.PositiveSmallIntegerField(
+        default=1,
+        help_text="Parts the whole GPU is cut into: 1 for a whole GPU, 7 for A100/H100 MIG slices, N for a GPU "
+        "the device plugin advertises N times (time slicing).",
+    )
+    physical_gpu = models.CharField(
+        max_length=60, blank=True, help_text="The physical GPU, as people say it (A100 80GB). Empty: the display name."
+    )
+    device_memory_mib = models.PositiveIntegerField(
+        null=True, blank=True, help_text="GPU memory one device has (MiB): a MIG slice's own, a shared GPU's whole."
+    )
+    max_per_container = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="Most devices of this type one container may ask for. Empty: slices one, whole GPUs a node's worth.",
+    )
 
     class Meta:
         ordering = ["slug"]
@@ -94,8 +118,27 @@ class GpuType(models.Model):
                 gpu_type=self, valid_from=timezone.localdate(), defaults={"weight": self.billing_weight}
             )
 
+    @property
+    def share(self) -> gpu_shares.GpuShare:
+        return gpu_shares.GpuShare(
+            kind=self.kind,
+            parts=self.share_parts,
+            of=self.share_of,
+            physical=self.physical_gpu,
+            memory_mib=self.device_memory_mib,
+            most_per_container=self.max_per_container,
+        )
+
+    @property
+    def described(self) -> str:
+        """In words, for the Launch page: "1/7 of an A100, 10 GB (a MIG slice: ...)"."""
+        return gpu_shares.describe(self.share, display_name=self.display_name)
+
     def clean(self) -> None:
         super().clean()
+        problems = gpu_shares.share_problems(self.share)
+        if problems:
+            raise ValidationError(problems)
         other = node_label_owner(self.node_label_key, self.node_label_value, excluding=self.pk)
         if other is not None:
             raise ValidationError({"node_label_value": node_label_taken_message(self, other)})

@@ -14,6 +14,7 @@ from typing import Any
 from django.db import transaction
 from django.utils.text import slugify
 
+from jobs import gpu_shares
 from jobs.models import AllowedRegistry, CatalogImage, GpuType, Quota, QuotaChange, Team
 from jobs.models.catalog import node_label_owner
 
@@ -28,6 +29,22 @@ def _require(entry: dict[str, Any], key: str, where: str) -> Any:
     if key not in entry or entry[key] in (None, ""):
         raise SeedError(f"{where}: '{key}' is required")
     return entry[key]
+
+
+SHARE_FIELDS = ("kind", "share_parts", "share_of", "physical_gpu", "device_memory_mib", "max_per_container")
+
+
+def _share_fields(entry: dict, where: str) -> dict:
+    """A GPU type's slice settings (issue 40), checked as admin checks them."""
+    fields = {name: entry[name] for name in SHARE_FIELDS if entry.get(name) is not None}
+    if fields.get("kind", gpu_shares.WHOLE) not in dict(gpu_shares.KIND_CHOICES):
+        problems = {"kind": f"one of {', '.join(dict(gpu_shares.KIND_CHOICES))}"}
+    else:
+        problems = gpu_shares.share_problems(GpuType(**fields).share)
+    if problems:
+        field, message = next(iter(problems.items()))
+        raise SeedError(f"{where}: {field!r}: {message}")
+    return fields
 
 
 def apply_seed(document: dict[str, Any]) -> dict[str, int]:
@@ -59,6 +76,7 @@ def apply_seed(document: dict[str, Any]) -> dict[str, int]:
                 defaults["cpu_per_gpu_millicores"] = int(cpu)
             if entry.get("memory_per_gpu_mib") is not None:
                 defaults["memory_per_gpu_mib"] = int(entry["memory_per_gpu_mib"])
+            defaults |= _share_fields(entry, where)
             if not GpuType.objects.filter(slug=slug).exists():
                 label = (defaults["node_label_key"], defaults["node_label_value"])
                 other = node_label_owner(*label)

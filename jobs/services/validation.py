@@ -118,6 +118,8 @@ class GpuTypeFacts:
     max_cpu_per_gpu: int | None = None
     memory_per_gpu: int = 16384  # MiB
     max_memory_per_gpu: int | None = None
+    per_container: int | None = None  # most devices one container may take (slices: 1 unless allowed more)
+    unit: str = "whole"  # whole | mig | time_sliced (jobs.gpu_shares): how a refusal names one device
 
 
 @dataclass(frozen=True)
@@ -329,6 +331,8 @@ def check_gpu_count(value: Any, gpu: GpuTypeFacts | None) -> Checked[int]:
         return _refused(count, "gpu_count", AT_LEAST_ONE_GPU)
     if gpu is None or not gpu.enabled or gpu.quota is None:
         return Checked(count)  # the type is already wrong; its limits cannot be judged
+    if gpu.per_container is not None and count > gpu.per_container:
+        return _refused(count, "gpu_count", per_container_message(gpu))
     if count > gpu.quota:
         return _refused(count, "gpu_count", f"Your team's quota for {gpu.display_name} is {gpu.quota} GPUs.")
     if gpu.largest_node == 0:
@@ -336,6 +340,13 @@ def check_gpu_count(value: Any, gpu: GpuTypeFacts | None) -> Checked[int]:
     if count > gpu.largest_node:
         return _refused(count, "gpu_count", f"The largest {gpu.display_name} node has {gpu.largest_node} GPUs.")
     return Checked(count)
+
+
+def per_container_message(gpu: GpuTypeFacts) -> str:
+    what = {"mig": "MIG slice", "time_sliced": "time-sliced share"}.get(gpu.unit, "GPU")
+    if gpu.per_container == 1:
+        return f"{gpu.display_name} is a {what}: one per container. For more, choose a larger slice or a whole GPU."
+    return f"{gpu.display_name} allows at most {gpu.per_container} per container."
 
 
 def check_cuda_fit(

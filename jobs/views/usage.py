@@ -58,7 +58,9 @@ def usage(request: HttpRequest) -> HttpResponse:
             "whole_team": whose is None,
             "team_total": team_report.total(),
             "own_total": report.total(),
-            "by_type": [(gpu_types[k], s.gpu_hours, s.weighted_gpu_hours) for (k,), s in by_type.items()],
+            "by_type": [
+                (gpu_types[k], s.gpu_hours, s.gpu_equivalent_hours, s.weighted_gpu_hours) for (k,), s in by_type.items()
+            ],
             "by_user": sorted(
                 ((report.users[k], s.gpu_hours, s.weighted_gpu_hours) for (k,), s in by_user.items()),
                 key=lambda item: -item[1],
@@ -72,7 +74,18 @@ def _csv(report: reports.UsageReport, team_slug: str) -> HttpResponse:
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="usage-{team_slug}-{days.first}-{days.last}.csv"'
     writer = SafeCsvWriter(response)
-    writer.writerow(["day", "team", "user", "gpu_type", "gpu_hours", "weighted_gpu_hours", "borrowed_gpu_hours"])
+    writer.writerow(
+        [
+            "day",
+            "team",
+            "user",
+            "gpu_type",
+            "gpu_hours",
+            "weighted_gpu_hours",
+            "borrowed_gpu_hours",
+            "gpu_equivalent_hours",
+        ]
+    )
     for (day, user_id, type_id), sums in report.group("day", "user", "gpu_type").items():
         writer.writerow(
             [
@@ -83,6 +96,7 @@ def _csv(report: reports.UsageReport, team_slug: str) -> HttpResponse:
                 f"{sums.gpu_hours:.4f}",
                 f"{sums.weighted_gpu_hours:.4f}",
                 f"{sums.borrowed_gpu_hours:.4f}",
+                f"{sums.gpu_equivalent_hours:.4f}",
             ]
         )
     return response

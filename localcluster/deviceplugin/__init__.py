@@ -6,7 +6,8 @@ As NVIDIA's k8s-device-plugin does: a gRPC server on a socket of ours in the kub
 directory, registered with the kubelet (Registration.Register on kubelet.sock) for `nvidia.com/gpu`;
 ListAndWatch streams the devices and their health (the kubelet turns that into the node's capacity and
 allocatable), Allocate answers NVIDIA_VISIBLE_DEVICES with the ids the kubelet picked. There are no GPUs
-here: the devices are ids, and health comes from a JSON file (`{"<id>": "Unhealthy"}`, --health-file,
+here: the devices are ids (`--sharing` offers MIG slices or time-sliced replicas of them instead, as
+NVIDIA's plugin does on a node configured for it: localcluster/deviceplugin/sharing.py), and health comes from a JSON file (`{"<id>": "Unhealthy"}`, --health-file,
 outside the device-plugins directory, which the kubelet empties when it starts), which tests write
 (`set_health`) to play a failing GPU. When the kubelet restarts (it removes every socket in the
 directory), the plugin serves and registers again.
@@ -20,25 +21,19 @@ import json
 import signal
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
 
 import grpc
 
-from localcluster.deviceplugin import api_pb2, api_pb2_grpc
+from localcluster.deviceplugin import api_pb2, api_pb2_grpc, sharing
 
 API_VERSION = "v1beta1"
-RESOURCE = "nvidia.com/gpu"
+RESOURCE = sharing.WHOLE_RESOURCE
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 KUBELET_SOCKET = "kubelet.sock"
-ENDPOINT = "gpuportal.sock"  # short: a unix socket's path has at most 107 bytes
-
-
-def device_ids(node: str, count: int) -> list[str]:
-    """Stable ids shaped like NVIDIA's GPU UUIDs, unique per node name."""
-    return [f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'gpuportal:{node}:{i}')}" for i in range(count)]
+device_ids = sharing.gpu_ids
 
 
 def set_health(path: Path, device_id: str, health: str) -> None:
@@ -55,10 +50,11 @@ def set_health(path: Path, device_id: str, health: str) -> None:
 
 
 class Plugin(api_pb2_grpc.DevicePluginServicer):
-    def __init__(self, plugin_dir: Path, node: str, count: int, health_path: Path) -> None:
+    def __init__(self, plugin_dir: Path, node: str, count: int, health_path: Path, sharing_spec: str = "") -> None:
         self.plugin_dir = plugin_dir
         self.node = node
-        self.ids = device_ids(node, count)
+        self.offer = sharing.offer(node, count, sharing_spec)
+        self.ids = [d.id for d in self.offer.devices]
         self.health_path = health_path
         self._changed = threading.Condition()
         self._health = self._read_health()
@@ -70,7 +66,11 @@ class Plugin(api_pb2_grpc.DevicePluginServicer):
             loaded = json.loads(self.health_path.read_text())
             if isinstance(loaded, dict):
                 states = {str(k): str(v) for k, v in loaded.items()}
-        return {i: UNHEALTHY if states.get(i) == UNHEALTHY else HEALTHY for i in self.ids}
+        # A slice or replica is as healthy as its GPU (the file names GPUs, or single devices).
+        return {
+            d.id: UNHEALTHY if UNHEALTHY in (states.get(d.id), states.get(d.gpu)) else HEALTHY
+            for d in self.offer.devices
+        }
 
     def poll_health(self) -> None:
         while not self.stopping.wait(0.5):
@@ -117,7 +117,9 @@ class Plugin(api_pb2_grpc.DevicePluginServicer):
             if unknown:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown device ids: {', '.join(unknown)}")
             responses.append(
-                api_pb2.ContainerAllocateResponse(envs={"NVIDIA_VISIBLE_DEVICES": ",".join(container.devicesIDs)})
+                api_pb2.ContainerAllocateResponse(
+                    envs={"NVIDIA_VISIBLE_DEVICES": self.offer.visible_devices(list(container.devicesIDs))}
+                )
             )
         return api_pb2.AllocateResponse(container_responses=responses)
 
@@ -129,7 +131,7 @@ def serve_once(plugin: Plugin) -> None:
     """Serve on our socket, register with the kubelet, and return when the kubelet's socket is replaced
     (a restarted kubelet forgets its plugins) or our own socket is removed."""
     kubelet_sock = plugin.plugin_dir / KUBELET_SOCKET
-    ours = plugin.plugin_dir / ENDPOINT
+    ours = plugin.plugin_dir / plugin.offer.endpoint
     # The kubelet empties this directory when it starts: serve only once its own socket is there.
     while not kubelet_sock.exists():
         if plugin.stopping.wait(0.2):
@@ -145,13 +147,13 @@ def serve_once(plugin: Plugin) -> None:
             api_pb2_grpc.RegistrationStub(channel).Register(
                 api_pb2.RegisterRequest(
                     version=API_VERSION,
-                    endpoint=ENDPOINT,
-                    resource_name=RESOURCE,
+                    endpoint=plugin.offer.endpoint,
+                    resource_name=plugin.offer.resource,
                     options=api_pb2.DevicePluginOptions(),
                 ),
                 timeout=10,
             )
-        print(f"[deviceplugin] {plugin.node}: registered {len(plugin.ids)} x {RESOURCE}", flush=True)
+        print(f"[deviceplugin] {plugin.node}: registered {len(plugin.ids)} x {plugin.offer.resource}", flush=True)
         while not plugin.stopping.wait(0.5):
             try:
                 if kubelet_sock.stat().st_ino != kubelet_inode or not ours.exists():
@@ -169,8 +171,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--node", required=True)
     parser.add_argument("--gpus", type=int, default=4)
     parser.add_argument("--health-file", type=Path, required=True, help='JSON {"<device id>": "Unhealthy"}')
+    parser.add_argument(
+        "--sharing", default="", help="whole (default), mig:<profile>:<per GPU> (mig:1g.10gb:7) or time-sliced:<N>"
+    )
     args = parser.parse_args(argv)
-    plugin = Plugin(args.plugin_dir, args.node, args.gpus, args.health_file)
+    try:
+        plugin = Plugin(args.plugin_dir, args.node, args.gpus, args.health_file, args.sharing)
+    except sharing.SharingError as exc:
+        parser.error(str(exc))
     signal.signal(signal.SIGTERM, lambda *_: plugin.stopping.set())
     signal.signal(signal.SIGINT, lambda *_: plugin.stopping.set())
     threading.Thread(target=plugin.poll_health, daemon=True).start()
@@ -183,5 +191,5 @@ def main(argv: list[str] | None = None) -> int:
         except RuntimeError as exc:  # grpc could not bind our socket (the directory went away meanwhile)
             print(f"[deviceplugin] {args.node}: {exc}; retrying", flush=True)
             time.sleep(1)
-    (args.plugin_dir / ENDPOINT).unlink(missing_ok=True)
+    (args.plugin_dir / plugin.offer.endpoint).unlink(missing_ok=True)
     return 0

@@ -50,7 +50,7 @@ class IngestResult:
 class _WorkloadShare:
     """What one report says about one workload's GPUs."""
 
-    gpus: set[int] = field(default_factory=set)
+    gpus: set[object] = field(default_factory=set)  # GPU indexes, and (GPU, slice) for MIG devices
     utilization: list[int] = field(default_factory=list)
     memory_used: int = 0
     memory_total: int = 0
@@ -126,6 +126,18 @@ def _gpu_fields(gpu: GpuReading, sampled_at: datetime) -> dict[str, object]:
         "last_xid": gpu.last_xid,
         "errors": list(gpu.errors)[:20],
         "pod_uids": gpu.pod_uids,
+        "mig_devices": [
+            {
+                "index": mig.index,
+                "uuid": (mig.uuid or "")[:80],
+                "gpu_instance_id": mig.gpu_instance_id,
+                "memory_used_bytes": mig.memory_used_bytes,
+                "memory_total_bytes": mig.memory_total_bytes,
+                "utilization_gpu_percent": mig.utilization_gpu_percent,
+                "pod_uids": mig.pod_uids,
+            }
+            for mig in gpu.mig_devices[:16]
+        ],
         "sampled_at": sampled_at,
     }
 
@@ -140,20 +152,34 @@ def _store_gpu_states(node: TelemetryNode, report: Report) -> None:
     )
 
 
+def _add_readings(
+    shares: dict[str, _WorkloadShare], key: object, utilization: int, memory_total: int | None, processes: tuple
+) -> None:
+    for process in processes:
+        if not process.pod_uid:
+            continue
+        share = shares[process.pod_uid]
+        if key not in share.gpus:
+            share.gpus.add(key)
+            share.utilization.append(utilization)
+            share.memory_total += memory_total or 0
+        share.memory_used += process.used_memory_bytes or 0
+
+
 def _store_workload_minutes(report: Report) -> list[str]:
     shares: dict[str, _WorkloadShare] = defaultdict(_WorkloadShare)
     for gpu in report.gpus:
         if gpu.state != "ok":
             continue
-        for process in gpu.processes:
-            if not process.pod_uid:
-                continue
-            share = shares[process.pod_uid]
-            if gpu.index not in share.gpus:
-                share.gpus.add(gpu.index)
-                share.utilization.append(gpu.utilization_gpu_percent or 0)
-                share.memory_total += gpu.memory_total_bytes or 0
-            share.memory_used += process.used_memory_bytes or 0
+        _add_readings(shares, gpu.index, gpu.utilization_gpu_percent or 0, gpu.memory_total_bytes, gpu.processes)
+        # A MIG slice is its holder's GPU (issue 40). Where the driver cannot say a slice's utilisation, the
+        # slice gives no reading: missing telemetry is not idleness (telemetry/services/idle.py).
+        for mig in gpu.mig_devices:
+            if mig.utilization_gpu_percent is not None:
+                _add_readings(
+                    shares, (gpu.index, mig.index), mig.utilization_gpu_percent, mig.memory_total_bytes, mig.processes
+                )
+    shares = {uid: share for uid, share in shares.items() if share.utilization}
     if not shares:
         return []
     # A process counts for a workload only when the workload runs on the reporting node: a node's agent

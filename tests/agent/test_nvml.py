@@ -15,7 +15,6 @@ import logging
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -24,6 +23,7 @@ import pynvml
 import pytest
 
 from agent.nvml import NvmlSampler, NvmlUnavailable
+from tests.agent.fakes import Fail, FakeNvmlLibrary
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,109 +62,6 @@ def test_agent_without_nvml_says_so_in_one_line_and_exits_69(tmp_path: Path):
         "and the container started with the NVIDIA runtime?"
     )
     assert result.stdout == ""
-
-
-@dataclass(frozen=True)
-class Fail:
-    """A reading that NVML answers with this error code."""
-
-    code: int
-
-
-class FakeNvmlLibrary(SimpleNamespace):
-    """The subset of pynvml the sampler calls, with pynvml's real constants and exception classes."""
-
-    def __init__(self, gpus: list[dict[str, Any]], *, init_error: int | None = None) -> None:
-        super().__init__()
-        for name in dir(pynvml):
-            if name.startswith(("NVML_", "nvmlEventType")) or name == "NVMLError":
-                setattr(self, name, getattr(pynvml, name))
-        self.gpus = gpus
-        self.init_error = init_error
-        self.events: list[Any] = []
-        self.shutdown = False
-
-    def _gpu(self, handle: int) -> dict[str, Any]:
-        gpu = self.gpus[handle]
-        if gpu.get("lost"):
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
-        return gpu
-
-    def _reading(self, handle: int, key: str) -> Any:
-        value = self._gpu(handle).get(key, Fail(pynvml.NVML_ERROR_NOT_SUPPORTED))
-        if isinstance(value, Fail):
-            raise pynvml.NVMLError(value.code)
-        return value
-
-    def nvmlInit(self) -> None:
-        if self.init_error is not None:
-            raise pynvml.NVMLError(self.init_error)
-
-    def nvmlShutdown(self) -> None:
-        self.shutdown = True
-
-    def nvmlSystemGetDriverVersion(self) -> str:
-        return "535.104.05"
-
-    def nvmlSystemGetCudaDriverVersion(self) -> int:
-        return 12020
-
-    def nvmlDeviceGetCount(self) -> int:
-        return len(self.gpus)
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
-        return index
-
-    def nvmlDeviceGetUUID(self, handle: int) -> str:
-        return self._gpu(handle)["uuid"]
-
-    def nvmlDeviceGetName(self, handle: int) -> str:
-        return "Tesla P100-PCIE-16GB"
-
-    def nvmlDeviceGetUtilizationRates(self, handle: int) -> Any:
-        return SimpleNamespace(gpu=self._reading(handle, "util"), memory=40)
-
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
-        return SimpleNamespace(used=self._reading(handle, "used"), total=16 * 1024**3)
-
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Any]:
-        return [SimpleNamespace(pid=pid, usedGpuMemory=mem) for pid, mem in self._gpu(handle).get("procs", [])]
-
-    def nvmlDeviceGetTemperature(self, handle: int, sensor: int) -> int:
-        assert sensor == pynvml.NVML_TEMPERATURE_GPU
-        return self._reading(handle, "temp")
-
-    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
-        return self._reading(handle, "power")
-
-    def nvmlDeviceGetEnforcedPowerLimit(self, handle: int) -> int:
-        return 250_000
-
-    def nvmlDeviceGetClockInfo(self, handle: int, clock: int) -> int:
-        assert clock == pynvml.NVML_CLOCK_SM
-        return 1328
-
-    def nvmlDeviceGetTotalEccErrors(self, handle: int, error_type: int, counter: int) -> int:
-        assert (error_type, counter) == (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
-        return self._reading(handle, "ecc")
-
-    def nvmlDeviceGetSupportedEventTypes(self, handle: int) -> int:
-        return pynvml.nvmlEventTypeXidCriticalError if self.gpus[handle].get("xid") else 0
-
-    def nvmlEventSetCreate(self) -> str:
-        return "event-set"
-
-    def nvmlDeviceRegisterEvents(self, handle: int, types: int, event_set: str) -> None:
-        pass
-
-    def nvmlEventSetWait(self, event_set: str, timeout_ms: int) -> Any:
-        assert timeout_ms == 0  # never block the sampling loop
-        if not self.events:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
-        return self.events.pop(0)
-
-    def nvmlEventSetFree(self, event_set: str) -> None:
-        pass
 
 
 def _gpu(index: int, **values: Any) -> dict[str, Any]:
@@ -255,3 +152,26 @@ def test_a_lost_gpu_that_comes_back_after_a_reset_is_read_again(caplog):
     assert sampler.sample().gpus[0].lost
     assert caplog.text.count("is lost") == 2  # each loss is said once
     assert "answers again" in caplog.text
+
+
+def test_mig_devices_are_read_with_their_instances_memory_and_processes():
+    slices = [
+        {"uuid": "MIG-a", "gi": 7, "used": 512, "procs": [(4242, 512)]},
+        None,
+        {"uuid": "MIG-c", "gi": 9, "used": 0},
+    ]
+    nvml = FakeNvmlLibrary([_gpu(0, mig=slices), _gpu(1, mig=[]), _gpu(2)])
+    sample = NvmlSampler(nvml).sample()
+    assert sample.nvml_errors == 0  # an empty slot and per-slice utilisation "not supported" are no errors
+    mig_gpu, mig_off, no_mig = sample.gpus
+    assert (mig_gpu.mig_enabled, mig_off.mig_enabled, no_mig.mig_enabled) == (True, False, None)
+    assert [(m.index, m.uuid, m.gpu_instance_id, m.memory_used_bytes) for m in mig_gpu.mig_devices] == [
+        (0, "MIG-a", 7, 512),
+        (2, "MIG-c", 9, 0),
+    ]
+    first = mig_gpu.mig_devices[0]
+    assert first.utilization_gpu_percent is None
+    assert first.memory_total_bytes == 10 * 1024**3
+    assert [(p.pid, p.used_memory_bytes) for p in first.processes] == [(4242, 512)]
+    assert mig_off.mig_devices == ()
+    assert no_mig.mig_devices == ()

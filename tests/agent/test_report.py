@@ -214,3 +214,49 @@ def test_from_dict_names_the_offending_field(path, value, message):
 def test_from_dict_refuses_a_non_object():
     with pytest.raises(ReportError, match="report: expected an object"):
         Report.from_dict([1, 2])
+
+
+def test_mig_devices_are_reported_and_attributed_to_their_pods():
+    from agent.readings import RawMigDevice
+
+    pod = PodRef(pod_uid="pod-a", container_id="c-a")
+    raw = RawSample(
+        driver_version="550.54",
+        cuda_driver_version=12040,
+        gpus=(
+            RawGpu(
+                index=0,
+                uuid="GPU-0",
+                name="NVIDIA A100-SXM4-80GB",
+                mig_enabled=True,
+                mig_devices=(
+                    RawMigDevice(index=1, uuid="MIG-b", gpu_instance_id=9, compute_instance_id=0, memory_used_bytes=0),
+                    RawMigDevice(
+                        index=0,
+                        uuid="MIG-a",
+                        gpu_instance_id=7,
+                        compute_instance_id=0,
+                        memory_used_bytes=512,
+                        memory_total_bytes=10 * 1024**3,
+                        processes=(RawProcess(pid=4242, used_memory_bytes=512),),
+                    ),
+                ),
+            ),
+        ),
+    )
+    report = build_report(
+        raw,
+        node="real-a100-1",
+        simulated=False,
+        timestamp=datetime(2026, 11, 28, 3, 0, tzinfo=UTC),
+        interval_seconds=5.0,
+        agent_version="0.1.0",
+        pods={4242: pod},
+    )
+    (gpu,) = report.gpus
+    assert [(m.index, m.uuid, m.gpu_instance_id) for m in gpu.mig_devices] == [(0, "MIG-a", 7), (1, "MIG-b", 9)]
+    assert gpu.mig_devices[0].pod_uids == ["pod-a"]
+    assert gpu.pod_uids == ["pod-a"]  # the GPU is held through its slice
+    wire = report.to_dict()
+    assert wire["gpus"][0]["mig_devices"][0]["processes"][0]["pod_uid"] == "pod-a"
+    assert Report.from_dict(wire) == report  # the portal reads back what the agent sent

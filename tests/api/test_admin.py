@@ -187,8 +187,16 @@ def test_usage_report_page_and_csv(admin_client, world):
     assert export["Content-Type"].startswith("text/csv")
     rows = list(csv.reader(io.StringIO(export.content.decode())))
     assert rows == [
-        ["team", "gpu_type", "billing_weight", "gpu_hours", "weighted_gpu_hours", "borrowed_gpu_hours"],
-        ["Vision", "Tesla K80", "0.500", "10.0", "5.0", "0.0"],
+        [
+            "team",
+            "gpu_type",
+            "billing_weight",
+            "gpu_hours",
+            "weighted_gpu_hours",
+            "borrowed_gpu_hours",
+            "gpu_equivalent_hours",
+        ],
+        ["Vision", "Tesla K80", "0.500", "10.0", "5.0", "0.0", "10.0"],
     ]
     bad = admin_client.get(f"/admin/jobs/workload/usage-report/?start={last}&end={first}")
     assert "The end comes before the start." in bad.content.decode()

@@ -61,6 +61,11 @@ def test_gpu_types(world, submit, who):
     types = {t["slug"]: t for t in response.json()}
     assert types["p100"]["cluster"] == {"total": 8, "free": 7, "largest_node": 4, "nodes": 2}
     assert types["k80"]["billing_weight"] == 0.5
+    assert (types["p100"]["kind"], types["p100"]["gpu_share"], types["p100"]["max_per_container"]) == (
+        "whole",
+        1.0,
+        None,
+    )
     if who == "outsider":
         assert types["p100"]["quota"] == {"gpu_type": "p100", "limit": 2, "used": 0, "queued": 0, "free": 2}
         assert types["k80"]["quota"] is None
@@ -148,8 +153,8 @@ def test_usage_as_csv(world):
         assert "attachment" in response["Content-Disposition"]
         rows = list(csv.reader(io.StringIO(response.content.decode())))
         assert rows == [
-            ["gpu_type", "gpu_hours", "weighted_gpu_hours", "borrowed_gpu_hours"],
-            ["p100", "6.000000", "6.000000", "0.000000"],
+            ["gpu_type", "gpu_hours", "weighted_gpu_hours", "borrowed_gpu_hours", "gpu_equivalent_hours"],
+            ["p100", "6.000000", "6.000000", "0.000000", "6.000000"],
         ]
     bad = client.get("/api/v1/usage/?start=nope&format=csv")
     assert bad.status_code == 400
@@ -162,3 +167,24 @@ def test_usage_parameters(world):
     assert client.get("/api/v1/usage/?start=2020-01-01&end=2026-01-01").status_code == 400
     assert client.get("/api/v1/usage/?group_by=team").status_code == 400
     assert client.get("/api/v1/usage/?format=xml").status_code == 404
+
+
+def test_a_mig_slice_type_says_what_it_is_and_counts_its_share_of_a_gpu(world, client):
+    from jobs.models import GpuType
+
+    GpuType.objects.create(
+        slug="a100-1g",
+        display_name="A100 1g.10gb",
+        node_label_value="a100-mig",
+        resource_name="nvidia.com/mig-1g.10gb",
+        kind="mig",
+        share_parts=1,
+        share_of=7,
+        physical_gpu="A100",
+        device_memory_mib=10240,
+    )
+    types = {t["slug"]: t for t in world.client("owner").get("/api/v1/gpu-types/").json()}
+    mig = types["a100-1g"]
+    assert mig["described"] == "1/7 of an A100, 10 GB"
+    assert mig["gpu_share"] == pytest.approx(1 / 7)
+    assert mig["max_per_container"] == 1

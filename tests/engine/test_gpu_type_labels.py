@@ -18,6 +18,7 @@ def add_form(**overrides) -> dict:
         "node_label_value": "p100", "resource_name": "nvidia.com/gpu", "cpu_per_gpu_millicores": "4000",
         "memory_per_gpu_mib": "16384", "billing_weight": "1", "ephemeral_storage_request_mib": "1024",
         "ephemeral_storage_limit_mib": "20480", "min_runtime_seconds": "0", "enabled": "on",
+        "kind": "whole", "share_parts": "1", "share_of": "1",
     } | overrides  # fmt: skip
 
 

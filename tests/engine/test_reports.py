@@ -71,26 +71,36 @@ REPORT = UsageReport(
 @pytest.mark.parametrize(
     ("by", "expected"),
     [
-        ((), {(): UsageSums(10.0, 8.0, 1.5)}),
-        (("team",), {(1,): UsageSums(7.0, 5.0, 1.5), (2,): UsageSums(3.0, 3.0, 0.0)}),
+        ((), {(): UsageSums(10.0, 8.0, 1.5, gpu_equivalent_hours=10.0)}),
+        (
+            ("team",),
+            {
+                (1,): UsageSums(7.0, 5.0, 1.5, gpu_equivalent_hours=7.0),
+                (2,): UsageSums(3.0, 3.0, 0.0, gpu_equivalent_hours=3.0),
+            },
+        ),
         (
             ("user",),
-            {(10,): UsageSums(6.0, 4.0, 1.5), (11,): UsageSums(1.0, 1.0, 0.0), (20,): UsageSums(3.0, 3.0, 0.0)},
+            {
+                (10,): UsageSums(6.0, 4.0, 1.5, gpu_equivalent_hours=6.0),
+                (11,): UsageSums(1.0, 1.0, 0.0, gpu_equivalent_hours=1.0),
+                (20,): UsageSums(3.0, 3.0, 0.0, gpu_equivalent_hours=3.0),
+            },
         ),
         (
             ("day", "gpu_type"),
             {
-                (DAY1, 100): UsageSums(3.0, 3.0, 0.0),
-                (DAY2, 100): UsageSums(3.0, 3.0, 0.0),
-                (DAY2, 200): UsageSums(4.0, 2.0, 1.5),
+                (DAY1, 100): UsageSums(3.0, 3.0, 0.0, gpu_equivalent_hours=3.0),
+                (DAY2, 100): UsageSums(3.0, 3.0, 0.0, gpu_equivalent_hours=3.0),
+                (DAY2, 200): UsageSums(4.0, 2.0, 1.5, gpu_equivalent_hours=4.0),
             },
         ),
         (
             ("team", "gpu_type"),
             {
-                (1, 100): UsageSums(3.0, 3.0, 0.0),
-                (1, 200): UsageSums(4.0, 2.0, 1.5),
-                (2, 100): UsageSums(3.0, 3.0, 0.0),
+                (1, 100): UsageSums(3.0, 3.0, 0.0, gpu_equivalent_hours=3.0),
+                (1, 200): UsageSums(4.0, 2.0, 1.5, gpu_equivalent_hours=4.0),
+                (2, 100): UsageSums(3.0, 3.0, 0.0, gpu_equivalent_hours=3.0),
             },
         ),
     ],
@@ -101,7 +111,7 @@ def test_grouping(by, expected):
 
 def test_narrowed_to_members_and_billed_weight():
     mine = REPORT.for_users([10])
-    assert mine.total() == UsageSums(6.0, 4.0, 1.5)
+    assert mine.total() == UsageSums(6.0, 4.0, 1.5, gpu_equivalent_hours=6.0)
     assert REPORT.for_users(None) is REPORT
     assert mine.group("gpu_type")[(200,)].billing_weight == 0.5
     assert UsageSums().billing_weight == 1.0

@@ -285,3 +285,72 @@ def test_the_workload_chart_json_and_partial(client, people, agent_token):
     client.force_login(people.outsider)
     assert client.get(f"/telemetry/workloads/{workload.uid}/gpu.json").status_code == 404
     assert client.get(f"/telemetry/workloads/{workload.uid}/gpu/").status_code == 404
+
+
+def _mig_report(node: str, pod_uid: str, *, slice_utilization: int | None) -> dict:
+    """A report of one A100 in MIG mode: slice 0 (GPU instance 7) runs `pod_uid`, slice 1 is free."""
+    from agent.report import GpuReading, MigReading, ProcessReading
+
+    holder = ProcessReading(pid=4242, used_memory_bytes=2 * 1024**3, pod_uid=pod_uid, container_id="c1")
+    gpu = GpuReading(
+        index=0,
+        uuid="GPU-a100",
+        name="NVIDIA A100-SXM4-80GB",
+        utilization_gpu_percent=None,
+        memory_used_bytes=2 * 1024**3,
+        memory_total_bytes=80 * 1024**3,
+        mig_enabled=True,
+        mig_devices=(
+            MigReading(
+                index=0,
+                uuid="MIG-one",
+                gpu_instance_id=7,
+                memory_used_bytes=2 * 1024**3,
+                memory_total_bytes=10 * 1024**3,
+                utilization_gpu_percent=slice_utilization,
+                processes=(holder,),
+            ),
+            MigReading(
+                index=1, uuid="MIG-two", gpu_instance_id=8, memory_used_bytes=0, memory_total_bytes=10 * 1024**3
+            ),
+        ),
+    )
+    report = make_report(node, gpus=1)
+    wire = report.to_dict()
+    wire["simulated"] = False
+    wire["gpus"] = [gpu.to_dict()]
+    return wire
+
+
+def test_a_gpus_mig_slices_and_who_holds_them_are_stored_and_shown(client, people, agent_token):
+    workload = running_workload(people, name="small-notebook")
+    response = post(client, _mig_report(workload.node_name, workload.pod_uid, slice_utilization=None), agent_token)
+    assert response.status_code == 202, response.content
+    # The driver could not say the slice's utilisation: no reading, so no idle evidence either.
+    assert response.json()["workloads"] == []
+    assert not WorkloadGpuMinute.objects.filter(workload=workload).exists()
+    (state,) = GpuState.objects.all()
+    assert state.pod_uids == [workload.pod_uid]
+    assert [(m["index"], m["gpu_instance_id"], m["pod_uids"]) for m in state.mig_devices] == [
+        (0, 7, [workload.pod_uid]),
+        (1, 8, []),
+    ]
+
+    client.force_login(people.teammate)
+    page = client.get("/nodes/").content.decode()
+    assert "MIG slices of GPU 0" in page
+    assert "Slice 0 (GPU instance 7)" in page
+    assert f"small-notebook ({workload.uid})" in page
+    client.force_login(people.outsider)
+    page = client.get("/nodes/").content.decode()
+    assert "small-notebook" not in page
+    assert "another team&#x27;s workload" in page
+
+
+def test_a_slice_with_a_utilisation_reading_counts_for_its_holder(client, people, agent_token):
+    workload = running_workload(people)
+    response = post(client, _mig_report(workload.node_name, workload.pod_uid, slice_utilization=64), agent_token)
+    assert response.json()["workloads"] == [workload.uid]
+    minute = WorkloadGpuMinute.objects.get(workload=workload)
+    assert (minute.gpu_readings, minute.utilization_max) == (1, 64)
+    assert minute.memory_total_bytes == 10 * 1024**3  # the slice's memory, not the whole GPU's

@@ -390,3 +390,32 @@ def test_the_outlook_judges_the_form_as_launch_does(login, world):
     assert "Environment: NVIDIA_VISIBLE_DEVICES is set by the portal" in refused
     assert "Name: Lowercase letters" in refused
     assert not Workload.objects.exists()
+
+
+def test_a_mig_slice_type_is_explained_in_words_and_takes_one_per_container(login, world):
+    from jobs.models import GpuType, Quota
+    from tests.world import Node, node_present
+
+    mig = GpuType.objects.create(
+        slug="a100-1g",
+        display_name="A100 1g.10gb",
+        node_label_value="a100-mig",
+        resource_name="nvidia.com/mig-1g.10gb",
+        kind="mig",
+        share_parts=1,
+        share_of=7,
+        physical_gpu="A100",
+        device_memory_mib=10240,
+    )
+    node_present(Node("gpu-a100-1", "a100-1g", gpus=7), mig)
+    Quota.objects.create(team=world.team, gpu_type=mig, max_gpus=7)
+    client = login(world.owner)
+    page = client.get(reverse("launch")).content.decode()
+    assert "A100 1g.10gb (1/7 of an A100, 10 GB) — 7 of 7 free in the cluster" in page
+
+    response = post(client, gpu_type="a100-1g", gpu_count="2")
+    assert response.status_code == 400
+    assert field_errors(response)["gpu_count"] == [
+        "A100 1g.10gb is a MIG slice: one per container. For more, choose a larger slice or a whole GPU."
+    ]
+    assert not Workload.objects.filter(gpu_type=mig).exists()

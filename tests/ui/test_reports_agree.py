@@ -77,7 +77,7 @@ def test_the_page_the_api_and_admin_count_the_same_hours(client, world, admin_us
     assert page["team_total"].gpu_hours == pytest.approx(3.5)
     assert api["total_gpu_hours"] == pytest.approx(3.5)
     assert admin["total_gpu_hours"] == pytest.approx(3.5)
-    page_by_type = {t.slug: hours for t, hours, _ in page["by_type"]}
+    page_by_type = {t.slug: hours for t, hours, _equivalent, _weighted in page["by_type"]}
     api_by_type = {row["key"]: row["gpu_hours"] for row in api["rows"]}
     admin_by_type = {line["gpu_type"]: line["gpu_hours"] for line in admin["lines"]}
     assert page_by_type == api_by_type == {"p100": pytest.approx(2.0), "k2": pytest.approx(1.5)}

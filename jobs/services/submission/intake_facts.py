@@ -238,6 +238,8 @@ def read_site_facts() -> SiteFacts:
             max_cpu_per_gpu=t.max_cpu_per_gpu_millicores,
             memory_per_gpu=t.memory_per_gpu_mib,
             max_memory_per_gpu=t.max_memory_per_gpu_mib,
+            per_container=t.share.per_container_limit,
+            unit=t.share.kind,
         )
         for t in types
     }

@@ -157,13 +157,30 @@ def _live_usage_sql(workloads, segments, *, start: datetime, end: datetime, now:
     return usage
 
 
+def gpu_shares_by_type() -> dict[int, float]:
+    """Each GPU type's share of a physical GPU (1 for whole GPUs, 1/7 for a 1g.10gb MIG slice)."""
+    return {t.id: float(t.share.fraction) for t in GpuType.objects.all()}
+
+
 def weights_by_day() -> Callable[[int, date], float]:
-    """weight(gpu type id, day): the billing weight in force on that local day (its history, read once).
+    """weight(gpu type id, day): what one device-hour of the type counts on that local day: its share of
+    a GPU (GPU-equivalents, issue 40) times the billing weight then in force (its history, read once).
 
     Days before a type's first recorded weight use that first weight; a type without history (rows
     written around the model, e.g. by a bulk update) uses its current weight.
     """
-    current = {t.id: float(t.billing_weight) for t in GpuType.objects.all()}
+    types = list(GpuType.objects.all())
+    shares = {t.id: float(t.share.fraction) for t in types}
+    billing = _billing_weights_by_day(types)
+
+    def weight(type_id: int, day: date) -> float:
+        return shares.get(type_id, 1.0) * billing(type_id, day)
+
+    return weight
+
+
+def _billing_weights_by_day(types: list[GpuType]) -> Callable[[int, date], float]:
+    current = {t.id: float(t.billing_weight) for t in types}
     history: dict[int, tuple[list[date], list[float]]] = {}
     for type_id, valid_from, value in BillingWeight.objects.order_by("gpu_type_id", "valid_from").values_list(
         "gpu_type_id", "valid_from", "weight"
@@ -189,10 +206,17 @@ class UsageRow:
     gpu_type_id: int
     gpu_seconds: float
     weighted_gpu_hours: float
+    gpu_share: float = 1.0  # of a physical GPU, per device of the type
 
     @property
     def gpu_hours(self) -> float:
+        """Device-hours of the type, as quotas count them (a slice-hour is one)."""
         return self.gpu_seconds / 3600
+
+    @property
+    def gpu_equivalent_hours(self) -> float:
+        """Whole-GPU hours: a 1g.10gb MIG slice-hour is 1/7."""
+        return self.gpu_hours * self.gpu_share
 
 
 def usage_report(
@@ -248,9 +272,11 @@ def usage_report(
         for key, value in live_usage(cursor, end, now=now, filters=live_filter).items():
             usage[key] += value
 
-    weight = weights_by_day()
+    weight, shares = weights_by_day(), gpu_shares_by_type()
     return [
-        UsageRow(day, team_id, user_id, type_id, seconds, seconds / 3600 * weight(type_id, day))
+        UsageRow(
+            day, team_id, user_id, type_id, seconds, seconds / 3600 * weight(type_id, day), shares.get(type_id, 1.0)
+        )
         for (day, team_id, user_id, type_id), seconds in sorted(usage.items())
         if seconds > 0
     ]
@@ -269,7 +295,7 @@ def borrowed_usage_days(
     apart from the team's own: workloads while marked borrowed, and borrowed segments of earlier runs
     (computed live, clipped to the days). team_ids None: every team's."""
     tz = local_tz()
-    weight = weights_by_day()
+    weight, shares = weights_by_day(), gpu_shares_by_type()
     filters = Q(borrowed=True)
     if team_ids is not None:
         filters &= Q(team_id__in=team_ids)
@@ -279,7 +305,9 @@ def borrowed_usage_days(
         day_start(first_day, tz), day_start(last_day + timedelta(days=1), tz), now=timezone.now(), filters=filters
     )
     return [
-        UsageRow(day, team_id, user_id, type_id, seconds, seconds / 3600 * weight(type_id, day))
+        UsageRow(
+            day, team_id, user_id, type_id, seconds, seconds / 3600 * weight(type_id, day), shares.get(type_id, 1.0)
+        )
         for (day, team_id, user_id, type_id), seconds in sorted(usage.items())
     ]
 

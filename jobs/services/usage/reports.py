@@ -90,11 +90,14 @@ class UsageSums:
     weighted_gpu_hours: float = 0.0
     borrowed_gpu_hours: float = 0.0
     lost_gpu_hours: float = 0.0  # of gpu_hours, the work stops threw away (jobs/services/usage/lost_work.py)
+    gpu_equivalent_hours: float = 0.0  # whole-GPU hours: slices count their share (issue 40)
 
     @property
     def billing_weight(self) -> float:
-        """The weight the hours were billed at (weights have a history, so it can differ from today's)."""
-        return self.weighted_gpu_hours / self.gpu_hours if self.gpu_hours else 1.0
+        """The weight the GPU-equivalent hours were billed at (weights have a history, so it can differ
+        from today's)."""
+        equivalent = self.gpu_equivalent_hours or self.gpu_hours
+        return self.weighted_gpu_hours / equivalent if equivalent else 1.0
 
 
 @dataclass
@@ -124,18 +127,25 @@ class UsageReport:
         `by` names from GROUP_KEYS: "day", "team", "user", "gpu_type"; none gives one total under ().
         """
         attrs = [GROUP_KEYS[name] for name in by]
-        sums: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+        sums: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0, 0.0])
         for row in self.rows:
             entry = sums[tuple(getattr(row, a) for a in attrs)]
             entry[0] += row.gpu_hours
             entry[1] += row.weighted_gpu_hours
+            entry[3] += row.gpu_equivalent_hours
         for row in self.borrowed:
             sums[tuple(getattr(row, a) for a in attrs)][2] += row.gpu_hours
         for row in self.lost:
-            sums[tuple(getattr(row, a) for a in attrs)][3] += row.gpu_hours
+            sums[tuple(getattr(row, a) for a in attrs)][4] += row.gpu_hours
         return {
-            key: UsageSums(round(hours, places), round(weighted, places), round(borrowed, places), round(lost, places))
-            for key, (hours, weighted, borrowed, lost) in sorted(sums.items())
+            key: UsageSums(
+                gpu_hours=round(hours, places),
+                weighted_gpu_hours=round(weighted, places),
+                borrowed_gpu_hours=round(borrowed, places),
+                lost_gpu_hours=round(lost, places),
+                gpu_equivalent_hours=round(equivalent, places),
+            )
+            for key, (hours, weighted, borrowed, equivalent, lost) in sorted(sums.items())
         }
 
     def total(self, places: int = 6) -> UsageSums:
