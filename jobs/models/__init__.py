@@ -5,6 +5,7 @@ from __future__ import annotations
 from jobs.models.audit import QuotaChange
 from jobs.models.catalog import AllowedRegistry, CatalogImage, GpuNode, GpuType
 from jobs.models.datasets import Dataset
+from jobs.models.gangs import GangRank
 from jobs.models.opening import RedeemedTicket
 from jobs.models.secrets import SecretState, TeamSecret
 from jobs.models.sharing import Cohort
@@ -20,6 +21,7 @@ __all__ = [
     "CatalogImage",
     "Cohort",
     "Dataset",
+    "GangRank",
     "GpuNode",
     "GpuType",
     "Kind",

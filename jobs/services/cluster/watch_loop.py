@@ -29,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from jobs.kube import client as kube
 from jobs.kube import names
 from jobs.models import Kind, State, Workload
+from jobs.services.cluster.gang_tracking import sync_gang
 from jobs.services.cluster.status_mapping import Observation, apply_observation, observe
 
 log = logging.getLogger(__name__)
@@ -247,6 +248,9 @@ def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> i
     changed = 0
     # The GPU type too: a finished workload's notification names it.
     for workload in _to_sync(view, uids, full=full, grace=grace).select_related("team", "gpu_type"):
+        if workload.nodes > 1:
+            changed += _sync_gang(view, workload)
+            continue
         job, pods = view.objects_for(workload)
         obs = observe(kind=workload.kind, job=job, pods=pods)
         if obs is None:
@@ -267,6 +271,18 @@ def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> i
         except Exception:
             log.exception("workload %s: could not apply observation", workload.uid)
     return changed
+
+
+def _sync_gang(view: ClusterView, workload: Workload) -> bool:
+    """A gang job: all its ranks' Jobs and pods (its own namespace only) make one state."""
+    namespace = workload_namespace(workload)
+    jobs = [j for j in view.jobs.get(workload.uid, {}).values() if in_namespace("Job", j, namespace)]
+    pods = [p for p in view.pods.get(workload.uid, {}).values() if in_namespace("Pod", p, namespace)]
+    try:
+        return sync_gang(workload, jobs, pods)
+    except Exception:
+        log.exception("gang %s: could not apply its ranks", workload.uid)
+        return False
 
 
 def _to_sync(view: ClusterView, uids: set[str] | None, *, full: bool, grace):

@@ -238,6 +238,7 @@ def read_site_facts() -> SiteFacts:
             max_cpu_per_gpu=t.max_cpu_per_gpu_millicores,
             memory_per_gpu=t.memory_per_gpu_mib,
             max_memory_per_gpu=t.max_memory_per_gpu_mib,
+            nodes=capacity[t.id].nodes,
         )
         for t in types
     }
