@@ -52,6 +52,21 @@ class LaunchForm(forms.Form):
     )
     gpu_type = forms.ChoiceField(label="GPU type")
     gpu_count = forms.IntegerField(label="GPUs", **field_limits("gpu_count"), initial=1)
+    nodes = forms.IntegerField(
+        required=False,
+        label="Nodes",
+        **field_limits("nodes"),
+        initial=1,
+        help_text="Batch jobs: run on this many nodes at once, one rank each with the GPUs above (a gang job for "
+        "torchrun: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, NODE_RANK and NPROC_PER_NODE are set). All ranks start "
+        "together or none holds GPUs.",
+    )
+    topology = forms.ChoiceField(
+        required=False,
+        label="Keep the nodes together",
+        **field_limits("topology"),
+        help_text="Several nodes: whether they must (or should) share one zone or rack.",
+    )
     # Typed as one shell-like line, split into the list (whose limits the service checks).
     command = forms.CharField(
         required=False,
@@ -239,6 +254,8 @@ class LaunchForm(forms.Form):
             "image": "" if data.get("catalog_image") else (data.get("image") or "").strip(),
             "gpu_type": data["gpu_type"],
             "gpu_count": data["gpu_count"],
+            "nodes": data.get("nodes") or 1,
+            "topology": data.get("topology") or "",
             "command": data.get("command") or [],
             "args": data.get("args") or [],
             "env": [dict(row) for row in self.env_rows],
@@ -321,7 +338,9 @@ def initial_from_workload(workload: Workload, *, show_env_values: bool = True) -
         "catalog_image": str(workload.catalog_image_id) if workload.catalog_image_id else CUSTOM_IMAGE,
         "image": "" if workload.catalog_image_id else workload.image,
         "gpu_type": workload.gpu_type.slug,
-        "gpu_count": workload.gpu_count,
+        "gpu_count": workload.gpus_per_node,
+        "nodes": workload.nodes,
+        "topology": workload.topology,
         "command": join_args(workload.command),
         "args": join_args(workload.args),
         "env": [

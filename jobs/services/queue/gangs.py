@@ -11,6 +11,7 @@ placed whole or released whole again.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -18,7 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from jobs.kube import names
-from jobs.models import GangRank, RunSegment, State, Workload
+from jobs.models import GangRank, GpuNode, GpuType, RunSegment, State, Workload
 from jobs.services.cluster.object_creation import workload_delete_objects
 from jobs.services.dispatch import request_admission
 from jobs.services.transitions import transition
@@ -112,3 +113,55 @@ def _rank_segment(workload: Workload, rank: GangRank, *, at: datetime, per_node:
         borrowed=borrowed,
         reason=RELEASE_REASON,
     )
+
+
+# --- what the launch page shows ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class GangOutlook:
+    """A gang job as the launch page shows it: "2 nodes x 4 P100 = 8 GPUs", and whether the cluster has
+    that many nodes with room for one rank each right now (the quota outlook says the rest)."""
+
+    nodes: int
+    per_node: int
+    gpu_type_name: str
+    nodes_with_room: int
+    window_seconds: int
+
+    @property
+    def total(self) -> int:
+        return self.nodes * self.per_node
+
+    @property
+    def fits_cluster_now(self) -> bool:
+        return self.nodes_with_room >= self.nodes
+
+    @property
+    def window_minutes(self) -> str:
+        minutes, seconds = divmod(self.window_seconds, 60)
+        return f"{minutes} min" if not seconds else f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
+
+
+def gang_outlook(gpu_type: GpuType, *, nodes: int, per_node: int) -> GangOutlook:
+    """One query over the type's nodes, as the last inventory sync saw them."""
+    room = sum(
+        1
+        for allocatable, in_use in GpuNode.objects.filter(gpu_type=gpu_type, ready=True, schedulable=True).values_list(
+            "gpus_allocatable", "gpus_in_use"
+        )
+        if allocatable - in_use >= per_node
+    )
+    return GangOutlook(nodes, per_node, gpu_type.display_name, room, settings.GANG_START_WINDOW_SECONDS)
+
+
+def gang_ranks(workload: Workload, now: datetime | None = None) -> list[GangRank]:
+    """A gang job's ranks of its current attempt, rank order, each with `gpu_hours` (GPUs per node times
+    its own run, by Kubernetes' start and end; live while it runs). Empty for a one-node job."""
+    if workload.nodes <= 1:
+        return []
+    now = now or timezone.now()
+    ranks = list(GangRank.objects.filter(workload=workload, attempt=workload.attempt).order_by("rank"))
+    for rank in ranks:
+        end = rank.finished_at or (now if rank.phase == State.RUNNING else rank.started_at)
+        ran = (end - rank.started_at).total_seconds() if rank.started_at and end else 0.0
+        rank.gpu_hours = workload.gpus_per_node * max(0.0, ran) / 3600
+    return ranks
