@@ -33,6 +33,9 @@ FAST_INTERVALS = {
     "NOTIFY_WEBHOOK_TIMEOUT_SECONDS": "3",
     # Preemption: SIGTERM, then the kill this long after (the sharing tests time reclaims against it).
     "PORTAL_PREEMPT_GRACE_SECONDS": "6",
+    # Gang jobs: a partly placed gang is released after this window (the tests watch one play out).
+    "GANG_START_WINDOW_SECONDS": "15",
+    "GANG_SWEEP_SECONDS": "2",
 }
 
 
