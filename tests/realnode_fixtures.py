@@ -24,7 +24,11 @@ REAL_IMAGES = ("sandbox", "python", "jupyterlab")
 
 
 @pytest.fixture(scope="module")
-def real_nodes(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def real_nodes(
+    kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Any]:
+    """`REAL_NODE_COUNT` in the test module asks for more nodes: a third is a second real-p100 (a gang job
+    needs two nodes of one type)."""
     from localcluster import images
     from localcluster.procs import ClusterError
     from localcluster.realnode import RealNodes, check_host
@@ -54,7 +58,7 @@ def real_nodes(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> I
         pki=kube_cluster.pki,
         server=kube_cluster.server,
         token=kube_cluster.admin_token,
-        count=2,
+        count=getattr(request.module, "REAL_NODE_COUNT", 2),
         sandbox_image=images.IMAGES["sandbox"],
         images=[paths[n] for n in REAL_IMAGES],
         log=log,
