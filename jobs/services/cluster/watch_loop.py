@@ -249,7 +249,7 @@ def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> i
     # The GPU type too: a finished workload's notification names it.
     for workload in _to_sync(view, uids, full=full, grace=grace).select_related("team", "gpu_type"):
         if workload.nodes > 1:
-            changed += _sync_gang(view, workload)
+            changed += _sync_gang(view, workload, missing_since=grace if full else None)
             continue
         job, pods = view.objects_for(workload)
         obs = observe(kind=workload.kind, job=job, pods=pods)
@@ -273,12 +273,22 @@ def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> i
     return changed
 
 
-def _sync_gang(view: ClusterView, workload: Workload) -> bool:
-    """A gang job: all its ranks' Jobs and pods (its own namespace only) make one state."""
+def _sync_gang(view: ClusterView, workload: Workload, *, missing_since=None) -> bool:
+    """A gang job: all its ranks' Jobs and pods (its own namespace only) make one state. On a full sync
+    (`missing_since`), one made before then with nothing left in the cluster ends FAILED, as a job does."""
     namespace = workload_namespace(workload)
     jobs = [j for j in view.jobs.get(workload.uid, {}).values() if in_namespace("Job", j, namespace)]
     pods = [p for p in view.pods.get(workload.uid, {}).values() if in_namespace("Pod", p, namespace)]
     try:
+        if (
+            missing_since is not None
+            and not jobs
+            and not pods
+            and workload.state in (State.PENDING, State.RUNNING)
+            and workload.submitted_at
+            and workload.submitted_at < missing_since
+        ):
+            return apply_observation(workload, missing_objects_observation(workload))
         return sync_gang(workload, jobs, pods)
     except Exception:
         log.exception("gang %s: could not apply its ranks", workload.uid)
