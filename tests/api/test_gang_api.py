@@ -113,3 +113,26 @@ def test_the_launch_outlook_shows_the_gang_and_clone_keeps_it(world, submit):
     detail = client.get(reverse("workload_detail", args=[body["uid"]])).content.decode()
     assert "2 nodes × 2 Tesla P100 = 4 GPUs" in detail
     assert 'id="logs-rank"' in detail
+
+
+def test_the_detail_page_lists_each_rank_with_its_node_exit_code_and_gpu_hours(world, submit):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobs.models import GangRank
+
+    body = submit(nodes=2, gpu_count=2)
+    gang = Workload.objects.get(uid=body["uid"])
+    start = timezone.now() - timedelta(hours=1)
+    GangRank.objects.create(workload=gang, rank=0, phase=State.SUCCEEDED, node_name="gpu-p100-1", exit_code=0,
+                            started_at=start, finished_at=start + timedelta(minutes=30))  # fmt: skip
+    GangRank.objects.create(workload=gang, rank=1, phase=State.FAILED, reason="ExitCode", node_name="gpu-p100-2",
+                            exit_code=1, started_at=start, finished_at=start + timedelta(minutes=15))  # fmt: skip
+    page = _page_client(world).get(reverse("workload_detail", args=[gang.uid])).content.decode()
+    table = page[page.index('id="ranks"') :]
+    assert 'data-label="Node" class="mono">gpu-p100-2</td>' in table
+    assert 'Failed <span class="muted">(ExitCode)</span>' in table
+    assert '<td data-label="GPU-hours">1.000</td>' in table  # 2 GPUs x 30 min
+    assert '<td data-label="GPU-hours">0.500</td>' in table  # 2 GPUs x 15 min
+    assert "all ranks running within 5 min, or every rank is stopped" in page  # the start window, shown
