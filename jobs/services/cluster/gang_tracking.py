@@ -55,6 +55,16 @@ def _rank(labels: dict[str, str], gang: str) -> int | None:
     return int(value) if value.isdigit() else None
 
 
+def attempt_object_name(workload: Workload, pod_labels: dict[str, str]) -> str | None:
+    """The name of the attempt a pod belongs to, as preemption deletes attempts by: its Job's name, or for
+    a gang's rank (whose Job is named per rank) the attempt's name read from the gang label."""
+    gang = pod_labels.get(names.LABEL_GANG, "")
+    uid, _, attempt = gang.rpartition("-")
+    if gang and uid == workload.uid and attempt.isdigit():
+        return names.attempt_name(workload.name, workload.uid, int(attempt))
+    return pod_labels.get("job-name")
+
+
 def observe_gang(nodes: int, ranks: dict[int, Observation | None]) -> Observation | None:
     """The gang's one state from its ranks' (pure). None: nothing to say yet."""
     seen = {rank: obs for rank, obs in ranks.items() if obs is not None and rank < nodes}

@@ -629,8 +629,10 @@ def gang_objects_named(workload: Workload, object_name: str, body: dict) -> list
             for a in range(workload.attempt, -1, -1)
             if names.attempt_name(workload.name, workload.uid, a) == object_name
         ),
-        workload.attempt,
+        None,
     )
+    if attempt is None:  # not one of its attempts' names: that object alone, never the current ranks
+        return [("Job", object_name, body)]
     ranks = [("Job", names.rank_name(workload.name, workload.uid, attempt, r), body) for r in range(workload.nodes)]
     return [*ranks, ("Service", object_name, None)]
 

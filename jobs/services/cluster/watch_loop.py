@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from jobs.kube import client as kube
 from jobs.kube import names
 from jobs.models import Kind, State, Workload
-from jobs.services.cluster.gang_tracking import sync_gang
+from jobs.services.cluster.gang_tracking import attempt_object_name, sync_gang
 from jobs.services.cluster.status_mapping import Observation, apply_observation, observe
 
 log = logging.getLogger(__name__)
@@ -193,7 +193,7 @@ def reap_superseded_attempts(view: ClusterView, running: set[str]) -> int:
         current = names.attempt_name(w.name, w.uid, w.attempt)
         namespace = workload_namespace(w)
         old = {
-            ((p.get("metadata") or {}).get("labels") or {}).get("job-name")
+            attempt_object_name(w, (p.get("metadata") or {}).get("labels") or {})
             for p in view.pods.get(w.uid, {}).values()
             if not (p.get("metadata") or {}).get("deletionTimestamp") and in_namespace("Pod", p, namespace)
         } - {current, None}
