@@ -9,6 +9,7 @@ from datetime import date
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.utils import timezone
 
 from identity.models import Role
@@ -140,6 +141,8 @@ class LaunchForm(forms.Form):
         kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
         self.catalog = catalog
+        if not settings.GANG_TOPOLOGY_LABEL:
+            del self.fields["topology"]  # no label names a zone or rack here: nothing to keep together
         if default_time_limit:
             # The one default (settings, used by the API and the CLI too) applies when this is left empty.
             self.fields["time_limit"].help_text = (

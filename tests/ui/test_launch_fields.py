@@ -35,7 +35,7 @@ def test_the_form_and_the_serializer_take_every_limit_from_the_one_description()
     # The form types command and args as one line, and offers datasets and secrets as checkboxes of the
     # allowed ones: those have no like-for-like limit; the serializer's are checked below.
     shared = sorted(set(form) & set(api) & set(SPEC_LIMITS) - {"command", "args", "datasets", "secrets"})
-    assert shared == ["cpu_millicores", "gpu_count", "image", "kind", "memory_mib", "name", "port", "priority"]
+    assert shared == ["cpu_millicores", "gpu_count", "image", "kind", "memory_mib", "name", "nodes", "port", "priority"]
     for name in shared:
         described = SPEC_LIMITS[name]
         for limit in LIMITS:
