@@ -91,13 +91,15 @@ class Workload(models.Model):
     gpu_count = models.PositiveIntegerField(
         help_text="GPUs it holds in all: for a gang job, nodes × GPUs per node (what quota, usage and the queue count)."
     )
+    # db_default too: rows written by raw SQL (benchmarks, bulk tools) that know nothing of gangs get 1 node.
     nodes = models.PositiveSmallIntegerField(
-        default=1, help_text="A batch job's ranks, one per node (a gang job when more than one)."
+        default=1, db_default=1, help_text="A batch job's ranks, one per node (a gang job when more than one)."
     )
     topology = models.CharField(
         max_length=10,
         choices=[("", "Anywhere"), ("preferred", "Preferred"), ("required", "Required")],
         default="",
+        db_default="",
         blank=True,
         help_text="A gang job: whether its ranks must (or should) share one value of the admin's topology label.",
     )
