@@ -106,6 +106,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
     retry_limit = serializers.SerializerMethodField(
         help_text="Automatic retries allowed after ends that are not its fault (its launch's, else its team's)."
     )
+    gpu_count = serializers.SerializerMethodField(help_text="GPUs per node (all of its GPUs unless it is a gang job).")
+    gpus_total = serializers.SerializerMethodField(help_text="GPUs it holds in all: nodes × gpu_count.")
     open_url = serializers.SerializerMethodField(
         help_text="A service: where to open it in a browser (the portal's proxy, signed in). Empty for batch jobs."
     )
@@ -117,7 +119,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
         list_serializer_class = WorkloadListSerializer
         fields = [
             "uid", "name", "team", "owner", "kind", "image", "catalog_image", "gpu_type", "gpu_count",
-            "command", "args", "env", "secrets", "port", "mounts", "cpu_millicores", "memory_mib", "time_limit_seconds", "priority", "restartable",
+            "nodes", "gpus_total", "topology", "command", "args", "env", "secrets", "port", "mounts", "cpu_millicores", "memory_mib", "time_limit_seconds", "priority", "restartable",
             "borrowed", "attempt", "estimated_start_at", "wait_reason", "state", "reason", "message", "exit_code",
             "queue_position", "gpu_hours", "last_checkpoint", "lost_gpu_hours", "retries", "retry_limit",
             "retryable_exit_codes", "checkpoint_workspace",
@@ -129,6 +131,14 @@ class WorkloadSerializer(serializers.ModelSerializer):
     @extend_schema_field(EnvVarShownSerializer(many=True))
     def get_env(self, workload: Workload) -> list[dict[str, str | None]]:
         return visible_env(getattr(self.context.get("request"), "user", None), workload)
+
+    @extend_schema_field(serializers.IntegerField(min_value=1))
+    def get_gpu_count(self, workload: Workload) -> int:
+        return workload.gpus_per_node
+
+    @extend_schema_field(serializers.IntegerField(min_value=1))
+    def get_gpus_total(self, workload: Workload) -> int:
+        return workload.gpu_count
 
     @extend_schema_field(serializers.IntegerField(allow_null=True, min_value=1))
     def get_queue_position(self, workload: Workload) -> int | None:
@@ -174,7 +184,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
         return {
             "uid": w.uid, "name": w.name, "team": w.team.slug, "owner": w.owner.get_username(), "kind": w.kind,
             "image": w.image, "catalog_image": w.catalog_image_id, "gpu_type": w.gpu_type.slug,
-            "gpu_count": w.gpu_count, "command": list(w.command or []), "args": list(w.args or []),
+            "gpu_count": w.gpus_per_node, "nodes": w.nodes, "gpus_total": w.gpu_count, "topology": w.topology,
+            "command": list(w.command or []), "args": list(w.args or []),
             "env": self.get_env(w),
             "secrets": [{"name": s["name"], "env": s.get("env", "")} for s in w.secrets or []], "port": w.port,
             "mounts": self._mounts(w),
@@ -225,7 +236,22 @@ class WorkloadCreateSerializer(serializers.Serializer):
     image = serializers.CharField(required=False, **field_limits("image"), help_text="Custom image reference.")
     catalog_image = serializers.IntegerField(required=False, allow_null=True, help_text="Catalog image id.")
     gpu_type = serializers.CharField(help_text="GPU type slug, e.g. p100.")
-    gpu_count = serializers.IntegerField(required=False, default=1, **field_limits("gpu_count"))
+    gpu_count = serializers.IntegerField(
+        required=False, default=1, **field_limits("gpu_count"), help_text="GPUs per node (per rank of a gang job)."
+    )
+    nodes = serializers.IntegerField(
+        required=False,
+        default=1,
+        **field_limits("nodes"),
+        help_text="Batch jobs: nodes to run on, one rank each (a gang job, admitted and started all or nothing).",
+    )
+    topology = serializers.ChoiceField(
+        required=False,
+        default="",
+        **field_limits("topology"),
+        help_text="A gang job: whether its ranks must (required) or should (preferred) share one value of the "
+        "site's topology label (a zone, a rack).",
+    )
     command = serializers.ListField(
         child=serializers.CharField(allow_blank=True, **item_limits("command")),
         required=False,
@@ -304,8 +330,8 @@ class WorkloadBatchSerializer(serializers.Serializer):
     workloads = WorkloadSerializer(many=True)
 
 
-_STRING_FIELDS = {"team", "name", "kind", "image", "gpu_type", "checkpoint_workspace"}
-_INT_FIELDS = {"gpu_count", "priority"}
+_STRING_FIELDS = {"team", "name", "kind", "image", "gpu_type", "checkpoint_workspace", "topology"}
+_INT_FIELDS = {"gpu_count", "priority", "nodes"}
 _NULLABLE_INT_FIELDS = {"catalog_image", "port", "time_limit_seconds", "cpu_millicores", "memory_mib", "retry_limit"}
 _LIST_FIELDS = {"command", "args", "datasets"}
 

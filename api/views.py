@@ -433,6 +433,7 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
             OpenApiParameter("tail", OpenApiTypes.INT, description=f"Lines from the end (1-{MAX_TAIL}, default 200)."),
             OpenApiParameter("since", OpenApiTypes.INT, description="Only lines of the last N seconds."),
             OpenApiParameter("follow", OpenApiTypes.BOOL, description="Stream until the container ends."),
+            OpenApiParameter("rank", OpenApiTypes.INT, description="A gang job's rank (0 to nodes - 1; default 0)."),
         ],
         responses={(200, "text/plain"): OpenApiTypes.STR, 409: E, 503: E},
     )
@@ -448,15 +449,18 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         tail = _int_param(request, "tail", default=200, low=1, high=MAX_TAIL)
         since = _int_param(request, "since", default=None, low=1, high=366 * 24 * 3600)
         follow = _bool_param(request, "follow")
+        rank = _int_param(request, "rank", default=None, low=0, high=workload.nodes - 1)
         if workload.state in (State.QUEUED, State.SUBMITTING) or not workload.k8s_name:
             raise Conflict("The workload has no container yet (it has not started).", code="logs_unavailable")
         if not follow:
             with cluster_call():
-                return Response(workload_logs(workload, tail=tail, since_seconds=since))
+                return Response(workload_logs(workload, tail=tail, since_seconds=since, rank=rank))
         seconds = settings.API_LOG_FOLLOW_SECONDS
         try:
             held = HeldStream(
-                follow_logs(workload, tail=tail, timeout_seconds=seconds), user_id=request.user.id, seconds=seconds
+                follow_logs(workload, tail=tail, timeout_seconds=seconds, rank=rank),
+                user_id=request.user.id,
+                seconds=seconds,
             )
         except TooManyStreams as exc:
             raise Throttled(detail=str(exc), wait=30) from exc
@@ -471,13 +475,19 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
 
     @extend_schema(
         summary="The workload's timeline and Kubernetes events",
+        parameters=[
+            OpenApiParameter(
+                "rank", OpenApiTypes.INT, description="A gang job's rank: only its Job's and pod's events."
+            ),
+        ],
         responses={200: WorkloadEventsSerializer, 503: E},
     )
     @action(detail=True, methods=["get"], filter_backends=[])
     def events(self, request: Request, uid: str) -> Response:
         workload = self.get_object()
+        rank = _int_param(request, "rank", default=None, low=0, high=workload.nodes - 1)
         with cluster_call():
-            kubernetes = workload_events(workload)
+            kubernetes = workload_events(workload, rank=rank)
         body = {"timeline": list(workload.events.all()), "kubernetes": kubernetes}
         return Response(WorkloadEventsSerializer(body).data)
 

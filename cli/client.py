@@ -131,14 +131,16 @@ class PortalClient:
     def cancel(self, uid: str) -> dict:
         return self._request("POST", f"/workloads/{uid}/cancel/").json()
 
-    def logs(self, uid: str, *, tail: int | None = None, since: int | None = None) -> str:
-        params = {k: v for k, v in {"tail": tail, "since": since}.items() if v is not None}
+    def logs(self, uid: str, *, tail: int | None = None, since: int | None = None, rank: int | None = None) -> str:
+        params = {k: v for k, v in {"tail": tail, "since": since, "rank": rank}.items() if v is not None}
         return self._request("GET", f"/workloads/{uid}/logs/", retry=True, params=params).text
 
-    def follow_logs(self, uid: str, *, tail: int | None = None) -> Iterator[str]:
+    def follow_logs(self, uid: str, *, tail: int | None = None, rank: int | None = None) -> Iterator[str]:
         params: dict[str, Any] = {"follow": "true"}
         if tail is not None:
             params["tail"] = tail
+        if rank is not None:
+            params["rank"] = rank
         try:
             response = self.session.get(
                 f"{self.base}/workloads/{uid}/logs/", params=params, stream=True, timeout=(self.timeout, None)

@@ -45,7 +45,18 @@ def build_parser() -> argparse.ArgumentParser:
     image.add_argument("--image", help="image reference, e.g. docker.io/pytorch/pytorch:2.3.0-cuda12.1")
     image.add_argument("--catalog-image", type=int, metavar="ID", help="an image from the catalog, by id")
     submit.add_argument("--gpu-type", required=True, help="GPU type slug, e.g. p100")
-    submit.add_argument("--gpus", type=int, default=1, help="number of GPUs (default 1)")
+    submit.add_argument("--gpus", type=int, default=1, help="number of GPUs (per node with --nodes; default 1)")
+    submit.add_argument(
+        "--nodes",
+        type=int,
+        help="a batch job on N nodes, one rank each, started all or nothing (torchrun's MASTER_ADDR, "
+        "MASTER_PORT, WORLD_SIZE, NODE_RANK and NPROC_PER_NODE are set)",
+    )
+    submit.add_argument(
+        "--topology",
+        choices=["preferred", "required"],
+        help="with --nodes: the ranks should (preferred) or must (required) share the site's zone or rack",
+    )
     submit.add_argument("--kind", choices=["batch", "service"], default="batch")
     submit.add_argument("--name", help="workload name (lowercase, digits, '-')")
     submit.add_argument("--team", help="team slug (needed if you are in several teams)")
@@ -106,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--tail", type=int, help="lines from the end")
     logs.add_argument("--since", type=int, metavar="SECONDS", help="only the last N seconds")
     logs.add_argument("-f", "--follow", action="store_true", help="wait for the container, then stream")
+    logs.add_argument("--rank", type=int, help="a gang job's rank (default 0)")
 
     cancel = commands.add_parser("cancel", help="cancel a workload")
     cancel.add_argument("uid")
@@ -219,6 +231,8 @@ def cmd_submit(client: PortalClient, args: argparse.Namespace) -> int:
         "retry_limit": args.retry_limit,
         "retryable_exit_codes": args.retry_exit_codes or None,
         "checkpoint_workspace": args.checkpoint_workspace,
+        "nodes": args.nodes,
+        "topology": args.topology,
     }
     spec.update({k: v for k, v in optional.items() if v is not None})
     if args.shared:
@@ -299,7 +313,7 @@ def cmd_list(client: PortalClient, args: argparse.Namespace) -> int:
             w["name"],
             w["team"],
             w["owner"],
-            f"{w['gpu_count']}×{w['gpu_type']}",
+            _gpus(w),
             _state(w),
             w["created_at"][:19],
         )
@@ -311,16 +325,23 @@ def cmd_list(client: PortalClient, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _gpus(workload: dict[str, Any]) -> str:
+    """'4x p100', or a gang job's '2x4x p100' (nodes, GPUs per node, type)."""
+    nodes = workload.get("nodes") or 1
+    shape = f"{workload['gpu_count']}×{workload['gpu_type']}"
+    return f"{nodes}×{shape}" if nodes > 1 else shape
+
+
 def cmd_logs(client: PortalClient, args: argparse.Namespace) -> int:
     if not args.follow:
-        sys.stdout.write(client.logs(args.uid, tail=args.tail, since=args.since))
+        sys.stdout.write(client.logs(args.uid, tail=args.tail, since=args.since, rank=args.rank))
         return EXIT_OK
     workload = client.workload(args.uid)
     while workload["state"] in NOT_STARTED:
         print(f"gpuportal: {args.uid} is {_state(workload)}; waiting for its container…", file=sys.stderr)
         time.sleep(2)
         workload = client.workload(args.uid)
-    for line in client.follow_logs(args.uid, tail=args.tail):
+    for line in client.follow_logs(args.uid, tail=args.tail, rank=args.rank):
         print(line, flush=True)
     return EXIT_OK
 
@@ -353,7 +374,7 @@ def cmd_open(client: PortalClient, args: argparse.Namespace) -> int:
 
 
 # Fields of a workload that make its copy; what the portal sets (state, times, placement) is left out.
-CLONED = ("kind", "image", "catalog_image", "gpu_type", "gpu_count", "command", "args", "port", "cpu_millicores",
+CLONED = ("kind", "image", "catalog_image", "gpu_type", "gpu_count", "nodes", "topology", "command", "args", "port", "cpu_millicores",
           "memory_mib", "time_limit_seconds", "restartable", "shared_with_team", "retryable_exit_codes",
           "checkpoint_workspace")  # fmt: skip
 
@@ -459,7 +480,7 @@ def cmd_queue(client: PortalClient, args: argparse.Namespace) -> int:
                 w["uid"],
                 w["name"],
                 w["owner"],
-                f"{w['gpu_count']}×{w['gpu_type']}",
+                _gpus(w),
                 _state(w),
             )
             for w in body["queued"]

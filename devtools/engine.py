@@ -35,6 +35,9 @@ FAST_INTERVALS = {
     "PORTAL_PREEMPT_GRACE_SECONDS": "6",
     # Automatic retry: a short backoff (1 s, then 2 s, ...) so the retry tests need not wait 30 s.
     "PORTAL_RETRY_BACKOFF_SECONDS": "1",
+    # Gang jobs: a partly placed gang is released after this window (the tests watch one play out).
+    "GANG_START_WINDOW_SECONDS": "15",
+    "GANG_SWEEP_SECONDS": "2",
 }
 
 

@@ -10,6 +10,7 @@ from datetime import date
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.utils import timezone
 
 from identity.models import Role
@@ -53,6 +54,21 @@ class LaunchForm(forms.Form):
     )
     gpu_type = forms.ChoiceField(label="GPU type")
     gpu_count = forms.IntegerField(label="GPUs", **field_limits("gpu_count"), initial=1)
+    nodes = forms.IntegerField(
+        required=False,
+        label="Nodes",
+        **field_limits("nodes"),
+        initial=1,
+        help_text="Batch jobs: run on this many nodes at once, one rank each with the GPUs above (a gang job for "
+        "torchrun: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, NODE_RANK and NPROC_PER_NODE are set). All ranks start "
+        "together or none holds GPUs.",
+    )
+    topology = forms.ChoiceField(
+        required=False,
+        label="Keep the nodes together",
+        **field_limits("topology"),
+        help_text="Several nodes: whether they must (or should) share one zone or rack.",
+    )
     # Typed as one shell-like line, split into the list (whose limits the service checks).
     command = forms.CharField(
         required=False,
@@ -146,6 +162,8 @@ class LaunchForm(forms.Form):
         kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
         self.catalog = catalog
+        if not settings.GANG_TOPOLOGY_LABEL:
+            del self.fields["topology"]  # no label names a zone or rack here: nothing to keep together
         if default_time_limit:
             # The one default (settings, used by the API and the CLI too) applies when this is left empty.
             self.fields["time_limit"].help_text = (
@@ -260,6 +278,8 @@ class LaunchForm(forms.Form):
             "image": "" if data.get("catalog_image") else (data.get("image") or "").strip(),
             "gpu_type": data["gpu_type"],
             "gpu_count": data["gpu_count"],
+            "nodes": data.get("nodes") or 1,
+            "topology": data.get("topology") or "",
             "command": data.get("command") or [],
             "args": data.get("args") or [],
             "env": [dict(row) for row in self.env_rows],
@@ -350,7 +370,9 @@ def initial_from_workload(workload: Workload, *, show_env_values: bool = True) -
         "catalog_image": str(workload.catalog_image_id) if workload.catalog_image_id else CUSTOM_IMAGE,
         "image": "" if workload.catalog_image_id else workload.image,
         "gpu_type": workload.gpu_type.slug,
-        "gpu_count": workload.gpu_count,
+        "gpu_count": workload.gpus_per_node,
+        "nodes": workload.nodes,
+        "topology": workload.topology,
         "command": join_args(workload.command),
         "args": join_args(workload.args),
         "env": [

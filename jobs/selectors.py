@@ -286,6 +286,7 @@ class LaunchOutlook:
     cluster_free: int
     cluster_total: int
     copies: int = 1  # a sweep from the launch page: this many workloads of gpu_count GPUs each
+    gang: Any = None  # a gang job: its nodes and the cluster's room for them (queue.gangs.GangOutlook)
 
     @property
     def quota_left(self) -> int:

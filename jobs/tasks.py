@@ -24,7 +24,7 @@ from jobs.kube import names
 from jobs.models import Team, Workload, Workspace
 from jobs.services import dispatch, lifecycle, provisioning
 from jobs.services.cluster import inventory, object_creation
-from jobs.services.queue import admission, preemption, start_estimates
+from jobs.services.queue import admission, gangs, preemption, start_estimates
 from jobs.services.storage import secrets, workspaces
 from jobs.services.usage import accounting
 
@@ -204,6 +204,11 @@ def sweep() -> dict[str, int]:
 @shared_task(name="jobs.tasks.enforce_limits", **RETRY)
 def enforce_limits() -> dict[str, int]:
     return lifecycle.enforce_limits()
+
+
+@shared_task(name="jobs.tasks.gang_start_window", **RETRY)
+def gang_start_window() -> int:
+    return gangs.release_overdue()
 
 
 @shared_task(name="jobs.tasks.cleanup")

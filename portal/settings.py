@@ -310,6 +310,16 @@ PORTAL_RETRY_BACKOFF_SECONDS = env_int("PORTAL_RETRY_BACKOFF_SECONDS", 30, minim
 PORTAL_RETRY_BACKOFF_MAX_SECONDS = env_int("PORTAL_RETRY_BACKOFF_MAX_SECONDS", 900, minimum=0)
 # GPU health: healthy agent reports in a row that close a node's open health mark by themselves.
 PORTAL_GPU_HEALTHY_REPORTS_TO_CLEAR = env_int("PORTAL_GPU_HEALTHY_REPORTS_TO_CLEAR", 10, minimum=1)
+# Gang jobs (several nodes): if not every rank runs within this window after its objects are made, all of
+# them are deleted and the gang goes back to the front of its queue (no GPUs held partly placed).
+GANG_START_WINDOW_SECONDS = env_int("GANG_START_WINDOW_SECONDS", 300, minimum=10)
+GANG_SWEEP_SECONDS = env_int("GANG_SWEEP_SECONDS", 10, minimum=1)
+GANG_MASTER_PORT = env_int("GANG_MASTER_PORT", 29500, minimum=1024)
+# A node label that groups nodes (a zone, a rack); a gang may ask that all its ranks share one value of it.
+GANG_TOPOLOGY_LABEL = env_str("GANG_TOPOLOGY_LABEL", "")
+# Whether the cluster resolves pod names (cluster DNS): then rank 0 is reached by a stable name under a
+# headless Service; without it, the portal hands rank 0's pod IP to the other ranks.
+CLUSTER_DNS = env_bool("CLUSTER_DNS", False)
 # Every queued workload's estimated start is refreshed at least this often (and after each admission).
 PORTAL_ESTIMATE_SECONDS = env_int("PORTAL_ESTIMATE_SECONDS", 30, minimum=1)
 # Fair-share and estimates look this far back into each user's history.
@@ -408,6 +418,7 @@ CELERY_BEAT_SCHEDULE = {
     "enforce-limits": {"task": "jobs.tasks.enforce_limits", "schedule": float(PORTAL_LIMITS_SECONDS)},
     "start-estimates": {"task": "jobs.tasks.estimate_all", "schedule": float(PORTAL_ESTIMATE_SECONDS)},
     "cleanup": {"task": "jobs.tasks.cleanup", "schedule": 300.0},
+    "gang-start-window": {"task": "jobs.tasks.gang_start_window", "schedule": float(GANG_SWEEP_SECONDS)},
     "inventory": {"task": "jobs.tasks.sync_inventory", "schedule": 60.0},
     # Costs nothing once every workspace claim is bound and mapped (no API call then).
     "workspace-volumes": {"task": "jobs.tasks.learn_workspace_volumes", "schedule": 60.0},

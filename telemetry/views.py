@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -32,6 +33,8 @@ def nodes(request: HttpRequest) -> HttpResponse:
             "without_agent": [r for r in rows if not r.telemetry and not r.gpus],
             "any_simulated": any(r.telemetry and r.telemetry.simulated for r in rows),
             "health_marks": health_history(),
+            # The label gang jobs may ask to share (a zone, a rack): each node shows its value.
+            "topology_label": settings.GANG_TOPOLOGY_LABEL,
             "now": timezone.now(),
         },
     )

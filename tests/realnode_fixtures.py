@@ -24,7 +24,11 @@ REAL_IMAGES = ("sandbox", "python", "jupyterlab", "tensorboard")
 
 
 @pytest.fixture(scope="module")
-def real_nodes(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def real_nodes(
+    kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Any]:
+    """`REAL_NODE_COUNT` in the test module asks for more nodes: a third is a second real-p100 (a gang job
+    needs two nodes of one type)."""
     from localcluster import images
 
     if getattr(kube_cluster, "real", None) is not None:  # GPUPORTAL_REAL_NODES: the session cluster has them
@@ -33,7 +37,8 @@ def real_nodes(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> I
                 kube_cluster.real.import_image(spec, images.ensure([name])[name])
         yield kube_cluster.real
         return
-    yield from _module_real_nodes(kube_cluster, tmp_path_factory, REAL_IMAGES, specs=None)
+    count = getattr(request.module, "REAL_NODE_COUNT", 2)
+    yield from _module_real_nodes(kube_cluster, tmp_path_factory, REAL_IMAGES, specs=None, count=count)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +51,11 @@ def sliced_nodes(kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def _module_real_nodes(
-    kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory, image_names: tuple[str, ...], specs: Any
+    kube_cluster: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+    image_names: tuple[str, ...],
+    specs: Any,
+    count: int = 2,
 ) -> Iterator[Any]:
     from localcluster import images
     from localcluster.procs import ClusterError
@@ -71,7 +80,7 @@ def _module_real_nodes(
         pki=kube_cluster.pki,
         server=kube_cluster.server,
         token=kube_cluster.admin_token,
-        count=2,
+        count=count,
         specs=specs,
         sandbox_image=images.IMAGES["sandbox"],
         images=[paths[n] for n in image_names],

@@ -15,6 +15,9 @@ LABEL_USER = f"{LABEL_PREFIX}/user"
 LABEL_GPU_TYPE = f"{LABEL_PREFIX}/gpu-type"
 LABEL_KIND = f"{LABEL_PREFIX}/kind"
 LABEL_WORKSPACE = f"{LABEL_PREFIX}/workspace"
+LABEL_GANG = f"{LABEL_PREFIX}/gang"  # a gang job's ranks: the workload uid and attempt ("<uid>-<attempt>")
+LABEL_RANK = f"{LABEL_PREFIX}/rank"
+ANNOTATION_MASTER_ADDR = f"{LABEL_PREFIX}/master-addr"  # rank 0's pod IP, handed to the other ranks
 
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _NOT_LABEL = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -43,6 +46,18 @@ def attempt_name(workload_name: str, uid: str, attempt: int) -> str:
     """The object name of one attempt: a batch job requeued after preemption runs again under a new name,
     so its next Job never adopts (or is confused with) the one still being deleted."""
     return object_name(workload_name, uid if not attempt else f"{uid}-{attempt}")
+
+
+def rank_name(workload_name: str, uid: str, attempt: int, rank: int) -> str:
+    """The Job of one rank of a gang job: the attempt's name with `-r<rank>` inside the unique suffix."""
+    suffix = f"{uid}-r{rank}" if not attempt else f"{uid}-{attempt}-r{rank}"
+    return object_name(workload_name, suffix)
+
+
+def gang_label(uid: str, attempt: int) -> str:
+    """What every rank of one attempt of a gang wears (and only those): anti-affinity and the tracker
+    select on it, so a requeued gang's new ranks never count the old ones still terminating."""
+    return f"{uid}-{attempt}"
 
 
 def label_value(text: str) -> str:

@@ -85,6 +85,18 @@ class SecretRef:
 
 
 @dataclass(frozen=True)
+class GangSpec:
+    """A gang job's shape and how its ranks find rank 0 (see jobs/kube/gang_objects.py)."""
+
+    nodes: int
+    master_port: int = 29500
+    cluster_dns: bool = False  # rank 0 by name under a headless Service; else its pod IP handed over
+    wait_seconds: int = 300  # how long a rank waits for rank 0's address before it gives up
+    topology_key: str = ""  # the admin's topology label, when the gang asked to share one value of it
+    topology_required: bool = False
+
+
+@dataclass(frozen=True)
 class WorkloadSpec:
     """Everything rendering needs, copied out of the database rows."""
 
@@ -118,6 +130,7 @@ class WorkloadSpec:
     # mounted read-only at TOKEN_DIR; and the nodes whose GPUs are marked unhealthy, which it must avoid.
     token_secret: str = ""
     avoid_nodes: tuple[str, ...] = ()
+    gang: GangSpec | None = None  # a batch job over several nodes (gpu_count is then per node)
 
     @property
     def object_name(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from jobs.models.audit import QuotaChange
 from jobs.models.catalog import AllowedRegistry, CatalogImage, GpuNode, GpuType
 from jobs.models.datasets import Dataset
+from jobs.models.gangs import GangRank
 from jobs.models.opening import RedeemedTicket
 from jobs.models.queueing import EstimateRevision, QueueReservation
 from jobs.models.resilience import Checkpoint, GpuHealthMark, GpuHealthWatch
@@ -24,6 +25,7 @@ __all__ = [
     "Cohort",
     "Dataset",
     "EstimateRevision",
+    "GangRank",
     "GpuHealthMark",
     "GpuHealthWatch",
     "GpuNode",

@@ -88,7 +88,21 @@ class Workload(models.Model):
         "jobs.CatalogImage", null=True, blank=True, on_delete=models.SET_NULL, related_name="workloads"
     )
     gpu_type = models.ForeignKey("jobs.GpuType", on_delete=models.PROTECT, related_name="workloads")
-    gpu_count = models.PositiveIntegerField()
+    gpu_count = models.PositiveIntegerField(
+        help_text="GPUs it holds in all: for a gang job, nodes × GPUs per node (what quota, usage and the queue count)."
+    )
+    # db_default too: rows written by raw SQL (benchmarks, bulk tools) that know nothing of gangs get 1 node.
+    nodes = models.PositiveSmallIntegerField(
+        default=1, db_default=1, help_text="A batch job's ranks, one per node (a gang job when more than one)."
+    )
+    topology = models.CharField(
+        max_length=10,
+        choices=[("", "Anywhere"), ("preferred", "Preferred"), ("required", "Required")],
+        default="",
+        db_default="",
+        blank=True,
+        help_text="A gang job: whether its ranks must (or should) share one value of the admin's topology label.",
+    )
     command = models.JSONField(default=list, blank=True)
     args = models.JSONField(default=list, blank=True)
     env = models.JSONField(default=list, blank=True, help_text='[{"name": ..., "value": ...}]')
@@ -216,6 +230,14 @@ class Workload(models.Model):
     @property
     def holds_quota(self) -> bool:
         return self.state in State.holding()
+
+    @property
+    def is_gang(self) -> bool:
+        return self.nodes > 1
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.gpu_count // max(1, self.nodes)
 
     def gpu_seconds(self, now: datetime | None = None) -> float:
         """GPU-seconds so far over every run it had: the runs a preemption ended before it was requeued

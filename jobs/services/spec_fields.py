@@ -13,9 +13,13 @@ from typing import Any
 
 FIELDS = ("name", "kind", "image", "catalog_image", "gpu_type", "gpu_count", "command", "args", "env",
           "port", "time_limit_seconds", "priority", "restartable", "secrets", "datasets", "cpu_millicores", "memory_mib",
-          "retry_limit", "retryable_exit_codes", "checkpoint_workspace")  # fmt: skip
+          "retry_limit", "retryable_exit_codes", "checkpoint_workspace",
+          "nodes", "topology")  # fmt: skip
 
 KIND_CHOICES = (("batch", "Batch job"), ("service", "Service"))
+# A gang job's ranks and whether they must share one value of the admin's topology label (a zone, a rack).
+MAX_NODES = 64
+TOPOLOGY_CHOICES = (("", "Anywhere"), ("preferred", "Same group if possible"), ("required", "Same group only"))
 
 MAX_NAME = 40
 MAX_IMAGE = 255
@@ -63,6 +67,8 @@ SPEC_LIMITS: dict[str, FieldLimits] = {
     "kind": FieldLimits(choices=KIND_CHOICES),
     "image": FieldLimits(max_length=MAX_IMAGE),
     "gpu_count": FieldLimits(min_value=1),
+    "nodes": FieldLimits(min_value=1, max_value=MAX_NODES),
+    "topology": FieldLimits(choices=TOPOLOGY_CHOICES),
     "command": FieldLimits(max_length=MAX_LIST_ITEMS, item_max_length=MAX_ITEM_CHARS),
     "args": FieldLimits(max_length=MAX_LIST_ITEMS, item_max_length=MAX_ITEM_CHARS),
     "env": FieldLimits(max_length=MAX_ENV_VARS),

@@ -31,6 +31,7 @@ from jobs.services.spec_fields import (
     MAX_ITEM_CHARS,
     MAX_LIST_ITEMS,
     MAX_NAME,
+    MAX_NODES,
     MAX_PORT,
     MAX_PRIORITY,
     MAX_RETRY_LIMIT,
@@ -38,6 +39,7 @@ from jobs.services.spec_fields import (
     MAX_SECRET_REFS,
     MIN_PORT,
     MIN_PRIORITY,
+    TOPOLOGY_CHOICES,
 )
 
 # --- image references (the grammar of OCI/distribution references) ---------------------------------
@@ -120,6 +122,7 @@ class GpuTypeFacts:
     max_memory_per_gpu: int | None = None
     per_container: int | None = None  # most devices one container may take (slices: 1 unless allowed more)
     unit: str = "whole"  # whole | mig | time_sliced (jobs.gpu_shares): how a refusal names one device
+    nodes: int = 0  # ready, schedulable nodes of this type: the most ranks a gang job may have
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,8 @@ class CleanSubmission:
     retry_limit: int | None = None  # None: the team's default
     retryable_exit_codes: tuple[int, ...] = ()
     checkpoint_workspace: str = "home"
+    nodes: int = 1  # a gang job's ranks; gpu_count is then GPUs per node
+    topology: str = ""
 
 
 class SubmissionInvalid(Exception):
@@ -347,6 +352,53 @@ def per_container_message(gpu: GpuTypeFacts) -> str:
     if gpu.per_container == 1:
         return f"{gpu.display_name} is a {what}: one per container. For more, choose a larger slice or a whole GPU."
     return f"{gpu.display_name} allows at most {gpu.per_container} per container."
+
+
+def check_nodes(value: Any, *, kind: str, gpu: GpuTypeFacts | None, per_node: int) -> Checked[int]:
+    """A batch job's ranks, one per node: at most the ready nodes of its type, the whole gang within
+    the team's quota (nodes times GPUs per node is what it holds)."""
+    if value in (None, ""):
+        return Checked(1)
+    if not _is_int(value) or int(value) < 1:
+        return _refused(1, "nodes", "A whole number, at least 1.")
+    nodes = int(value)
+    if nodes == 1:
+        return Checked(1)
+    if kind != "batch":
+        return _refused(1, "nodes", "Only a batch job can span several nodes.")
+    if nodes > MAX_NODES:
+        return _refused(nodes, "nodes", f"At most {MAX_NODES} nodes.")
+    if gpu is None or not gpu.enabled or gpu.quota is None or per_node < 1:
+        return Checked(nodes)
+    if nodes > gpu.nodes:
+        return _refused(nodes, "nodes", f"The cluster has {gpu.nodes} ready {gpu.display_name} node(s).")
+    if nodes * per_node > gpu.quota:
+        return _refused(
+            nodes,
+            "nodes",
+            f"{nodes} nodes × {per_node} {gpu.display_name} = {nodes * per_node} GPUs, above your team's quota "
+            f"of {gpu.quota}.",
+        )
+    return Checked(nodes)
+
+
+def check_topology(value: Any, *, nodes: int) -> Checked[str]:
+    choices = {choice for choice, _ in TOPOLOGY_CHOICES}
+    if value in (None, ""):
+        return Checked("")
+    if not isinstance(value, str) or value not in choices:
+        return _refused("", "topology", "Choose '', 'preferred' or 'required'.")
+    if nodes == 1:
+        return Checked("")  # one rank shares everything with itself
+    return Checked(value)
+
+
+def check_gang_command(command: tuple[str, ...], *, nodes: int) -> Checked[None]:
+    """A gang's ranks start the command through the portal's wrapper (it hands them rank 0's address),
+    so the command must be given, not left to the image's entrypoint."""
+    if nodes > 1 and not command:
+        return _refused(None, "command", "A job on several nodes needs a command (for example torchrun ...).")
+    return Checked(None)
 
 
 def check_cuda_fit(
@@ -656,10 +708,13 @@ def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission
     name = take(check_name(raw.get("name") or "", image=chosen.image))
     gpu = take(check_gpu_type(raw.get("gpu_type") or "", facts.gpu_types))
     gpu_count = take(check_gpu_count(raw.get("gpu_count", 1), gpu))
+    nodes = take(check_nodes(raw.get("nodes", 1), kind=kind, gpu=gpu, per_node=gpu_count))
+    topology = take(check_topology(raw.get("topology", ""), nodes=nodes))
     take(check_cuda_fit(catalog, gpu, facts.gpu_types))
     command = take(check_arguments(raw.get("command"), "command", catalog.default_command if catalog else ()))
     args = take(check_arguments(raw.get("args"), "args", catalog.default_args if catalog else ()))
     take(check_command_total(command, args))
+    take(check_gang_command(command, nodes=nodes))
     env = take(check_env(raw.get("env")))
     secrets = take(check_secret_refs(raw.get("secrets"), facts.secrets, {n for n, _ in env}))
     datasets = take(check_datasets(raw.get("datasets"), facts.datasets))
@@ -697,6 +752,8 @@ def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission
         retry_limit=retry_limit,
         retryable_exit_codes=retryable_exit_codes,
         checkpoint_workspace=checkpoint_workspace,
+        nodes=nodes,
+        topology=topology,
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from django.contrib import messages
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
@@ -17,6 +19,7 @@ from jobs.selectors import (
     queue_position,
     team_quota_use,
 )
+from jobs.services.queue.gangs import gang_outlook
 from jobs.services.storage.workspaces import workspace_mounts
 from jobs.services.submission import intake_facts
 from jobs.services.submission.intake import (
@@ -170,7 +173,14 @@ def _outlook_for(team, gpu_types: list[GpuType], form: LaunchForm):
     count, copies = _positive(form["gpu_count"].value()), _positive(form["copies"].value())
     if gpu_type is None or count is None:
         return None
-    return launch_outlook(team, gpu_type, count, copies if form["kind"].value() != "service" and copies else 1)
+    nodes = _positive(form["nodes"].value()) or 1 if form["kind"].value() != "service" else 1
+    # A gang holds all its GPUs at once: the quota outlook is for the whole of it.
+    outlook = launch_outlook(
+        team, gpu_type, count * nodes, copies if form["kind"].value() != "service" and copies else 1
+    )
+    if nodes > 1:
+        outlook = dataclasses.replace(outlook, gang=gang_outlook(gpu_type, nodes=nodes, per_node=count))
+    return outlook
 
 
 def _positive(value) -> int | None:

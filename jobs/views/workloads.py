@@ -35,6 +35,7 @@ from jobs.services.logs.container_logs import LogsUnavailable, follow_logs, work
 from jobs.services.logs.follow_slots import HeldStream, TooManyStreams
 from jobs.services.opening import workload_share
 from jobs.services.queue import estimate_history, reservations
+from jobs.services.queue.gangs import gang_ranks
 from jobs.services.queue.stop_cost import min_runtime_seconds, preemptible_from
 from jobs.views.common import team_page
 
@@ -124,6 +125,9 @@ def _detail_context(request: HttpRequest, workload: Workload) -> dict:
         "gpu_seconds": workload.gpu_seconds(timezone.now()),
         "env_shown": policy.visible_env(request.user, workload),
         "mounts": mounts_with_use([workload])[workload.id],
+        "ranks": gang_ranks(workload),
+        "rank_numbers": range(workload.nodes) if workload.nodes > 1 else (),
+        "gang_window_seconds": settings.GANG_START_WINDOW_SECONDS,
         "service_address": (
             f"{workload.k8s_name}.{workload.namespace}.svc:{workload.port}"
             if workload.kind == Kind.SERVICE and workload.k8s_name and workload.namespace and workload.port
@@ -144,12 +148,18 @@ def workload_live(request: HttpRequest, uid: str) -> HttpResponse:
     return render(request, "jobs/_workload_live.html", _detail_context(request, _workload(request, uid)))
 
 
+def _rank(request: HttpRequest, workload: Workload) -> int | None:
+    """A gang job's rank picked on the page (?rank=N); None (rank 0) when absent or not one of its ranks."""
+    raw = request.GET.get("rank", "")
+    return int(raw) if raw.isdigit() and int(raw) < workload.nodes else None
+
+
 @team_page
 def workload_logs_partial(request: HttpRequest, uid: str) -> HttpResponse:
     workload = _workload(request, uid)
     text, problem = "", ""
     try:
-        text = workload_logs(workload, tail=LOG_TAIL)
+        text = workload_logs(workload, tail=LOG_TAIL, rank=_rank(request, workload))
     except LogsUnavailable as exc:
         problem = str(exc)
     except Exception:  # the API server is down or refuses us: a message, never a 500
@@ -169,10 +179,11 @@ def workload_logs_stream(request: HttpRequest, uid: str) -> HttpResponse:
     between is missed), then each line as the container writes it, then `end` (or `unavailable`)."""
     workload = _workload(request, uid)
     seconds = settings.LOG_FOLLOW_PAGE_SECONDS
+    rank = _rank(request, workload)
 
     def events() -> Iterator[str]:
         try:
-            for line in follow_logs(workload, tail=LOG_TAIL, timeout_seconds=seconds):
+            for line in follow_logs(workload, tail=LOG_TAIL, timeout_seconds=seconds, rank=rank):
                 yield _sse("line", line)
             yield _sse("end", "The log stream ended.")
         except LogsUnavailable as exc:
@@ -199,7 +210,7 @@ def workload_events_partial(request: HttpRequest, uid: str) -> HttpResponse:
     workload = _workload(request, uid)
     events, problem = [], ""
     try:
-        events = workload_events(workload)
+        events = workload_events(workload, rank=_rank(request, workload))
     except Exception:
         log.warning("reading events of %s failed", workload.uid, exc_info=True)
         problem = CLUSTER_UNREACHABLE

@@ -55,6 +55,10 @@
       portField.hidden = kind() !== "service";
       // A service runs once: copies are for batch jobs (the server says so too, without this script).
       if (copiesField) copiesField.hidden = kind() === "service";
+      // Several nodes (a gang job) are for batch jobs only, as copies are.
+      form.querySelectorAll("[data-kind-only=batch]").forEach(function (field) {
+        field.hidden = kind() === "service";
+      });
       if (option) showDescription(option);
     }
 

@@ -83,7 +83,10 @@
 
     function start() {
       if (source) return;
-      var stream = new EventSource(button.dataset.stream);
+      // A gang job: the rank picked beside the button.
+      var rank = document.getElementById("logs-rank");
+      var url = button.dataset.stream + (rank ? "?rank=" + encodeURIComponent(rank.value) : "");
+      var stream = new EventSource(url);
       source = stream;
       button.setAttribute("aria-pressed", "true");
       button.textContent = "Stop following";
@@ -104,6 +107,10 @@
       stream.addEventListener("unavailable", function (event) { if (source === stream) stop(event.data); });
       stream.onerror = function () { if (source === stream) stop("The log stream was interrupted."); };
     }
+
+    // Another rank picked: the stream of the previous one stops (Follow starts the new rank's).
+    var rankPicker = document.getElementById("logs-rank");
+    if (rankPicker) rankPicker.addEventListener("change", function () { stop(""); });
 
     button.addEventListener("click", function () {
       if (source) {

@@ -19,7 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agent.report import GpuReading, Report
-from jobs.models import GpuNode, State, Workload, Workspace
+from jobs.models import GangRank, GpuNode, State, Workload, Workspace
 from jobs.services.dispatch import request_workspace_volumes
 from telemetry.models import GpuState, TelemetryNode, WorkloadGpuMinute
 
@@ -184,16 +184,19 @@ def _store_workload_minutes(report: Report) -> list[str]:
         return []
     # A process counts for a workload only when the workload runs on the reporting node: a node's agent
     # (or its token) must not be able to make another node's workload look busy or idle.
-    workloads = list(
-        Workload.objects.filter(pod_uid__in=list(shares), state__in=ATTRIBUTABLE_STATES, node_name=report.node).only(
-            "id", "team_id", "uid", "pod_uid"
-        )
-    )
+    by_pod = {
+        w.pod_uid: w
+        for w in Workload.objects.filter(
+            pod_uid__in=list(shares), state__in=ATTRIBUTABLE_STATES, node_name=report.node
+        ).only("id", "team_id", "uid", "pod_uid")
+    }
+    by_pod.update(gang_ranks_on(report.node, [uid for uid in shares if uid not in by_pod]))
+    workloads = list(by_pod.values())
     interval = min(report.interval_seconds, MAX_INTERVAL_SECONDS)
     minute = report.timestamp.replace(second=0, microsecond=0)
     rows = []
-    for workload in workloads:
-        share = shares[workload.pod_uid]
+    for pod_uid, workload in by_pod.items():
+        share = shares[pod_uid]
         utilization_sum = float(sum(share.utilization))
         rows.append(
             (
@@ -215,6 +218,17 @@ def _store_workload_minutes(report: Report) -> list[str]:
         )
     _upsert_minutes(rows)
     return sorted(w.uid for w in workloads)
+
+
+def gang_ranks_on(node: str, pod_uids: list[str]) -> dict[str, Workload]:
+    """The gang jobs whose other ranks (rank 0 is the workload's own pod) run these pods on this node: their
+    GPU use adds to the gang's minutes, as its GPU-hours sum over ranks."""
+    if not pod_uids:
+        return {}
+    ranks = GangRank.objects.filter(
+        pod_uid__in=pod_uids, node_name=node, workload__state__in=ATTRIBUTABLE_STATES
+    ).select_related("workload")
+    return {rank.pod_uid: rank.workload for rank in ranks if rank.attempt == rank.workload.attempt}
 
 
 def mounted_claims(node: str) -> set[tuple[str, str]]:

@@ -18,3 +18,11 @@ def gib(value) -> str:
     if value is None:
         return "–"
     return f"{value / 1024**3:.1f} GiB"
+
+
+@register.filter
+def node_label(inventory, key: str) -> str:
+    """One label of a node as the inventory last saw it ('' when the node or the label is missing)."""
+    if inventory is None or not key:
+        return ""
+    return str((inventory.labels or {}).get(key, ""))

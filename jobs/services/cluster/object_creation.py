@@ -26,7 +26,7 @@ from django.utils import timezone
 from kubernetes.client.exceptions import ApiException
 
 from jobs.kube import client as kube
-from jobs.kube import names, objects
+from jobs.kube import gang_objects, names, objects
 from jobs.models import AllowedRegistry, Kind, SecretState, State, Team, TeamSecret, Workload, WorkloadEvent
 from jobs.services import opening, provisioning
 from jobs.services.checkpoints import contract, tokens
@@ -88,7 +88,7 @@ def spec_for(workload: Workload, *, pull_secrets: dict[str, str] | None = None) 
             ephemeral_storage_request_mib=gpu_type.ephemeral_storage_request_mib,
             ephemeral_storage_limit_mib=gpu_type.ephemeral_storage_limit_mib,
         ),
-        gpu_count=workload.gpu_count,
+        gpu_count=workload.gpus_per_node,
         time_limit_seconds=workload.time_limit_seconds,
         command=tuple(workload.command or ()),
         args=tuple(workload.args or ()) + base_url_args(workload),
@@ -109,6 +109,22 @@ def spec_for(workload: Workload, *, pull_secrets: dict[str, str] | None = None) 
         read_only_root=workload.catalog_image is not None and workload.catalog_image.read_only_root,
         token_secret=tokens.secret_name(workload.uid) if workload.kind == Kind.BATCH else "",
         avoid_nodes=node_health.nodes_to_avoid(),
+        gang=gang_spec(workload),
+    )
+
+
+def gang_spec(workload: Workload) -> objects.GangSpec | None:
+    """A gang job's shape and rendezvous as the renderer takes them (None for one node)."""
+    if workload.nodes <= 1:
+        return None
+    key = settings.GANG_TOPOLOGY_LABEL if workload.topology else ""
+    return objects.GangSpec(
+        nodes=workload.nodes,
+        master_port=settings.GANG_MASTER_PORT,
+        cluster_dns=settings.CLUSTER_DNS,
+        wait_seconds=settings.GANG_START_WINDOW_SECONDS,
+        topology_key=key,
+        topology_required=bool(key) and workload.topology == "required",
     )
 
 
@@ -129,7 +145,7 @@ def checkpoint_env(workload: Workload) -> tuple[tuple[str, str], ...]:
 
 def rendered_objects(spec: objects.WorkloadSpec) -> list[dict]:
     """The objects to create, in order: a batch job's token Secret before its Job (the pod mounts it)."""
-    made = objects.make_objects(spec)
+    made = gang_objects.render(spec)
     if spec.token_secret:
         made.insert(0, objects.make_token_secret(spec, tokens.workload_token(spec.uid)))
     return made
@@ -610,6 +626,8 @@ def _mark_created(created: list[Workload], specs: dict[int, objects.WorkloadSpec
 
 def _created_message(spec: objects.WorkloadSpec) -> str:
     what = "Job" if spec.kind == "batch" else "Deployment and Service"
+    if spec.gang is not None:
+        what = f"{spec.gang.nodes} Jobs, one per rank,"
     return f"{what} {spec.object_name} created in {spec.namespace}."
 
 
@@ -634,6 +652,23 @@ def _moved_meanwhile(workload: Workload, spec: objects.WorkloadSpec) -> None:
         workload_delete_objects(workload, name=spec.object_name)
 
 
+def gang_objects_named(workload: Workload, object_name: str, body: dict) -> list[tuple[str, str, dict | None]]:
+    """A gang attempt's objects by kind and name: every rank's Job and the rank-0 Service (there or not).
+    The attempt is read from the name (`object_name` may be an older attempt's)."""
+    attempt = next(
+        (
+            a
+            for a in range(workload.attempt, -1, -1)
+            if names.attempt_name(workload.name, workload.uid, a) == object_name
+        ),
+        None,
+    )
+    if attempt is None:  # not one of its attempts' names: that object alone, never the current ranks
+        return [("Job", object_name, body)]
+    ranks = [("Job", names.rank_name(workload.name, workload.uid, attempt, r), body) for r in range(workload.nodes)]
+    return [*ranks, ("Service", object_name, None)]
+
+
 DELETE_GRACE_SECONDS = 5  # a workload the portal ended: SIGTERM, then killed this long after
 # The timeline reason when the portal deletes the current objects of a workload that has not ended (its
 # tasks refuse to; only a direct call can): the tracker then never blames the deletion on someone else.
@@ -656,9 +691,12 @@ def workload_delete_objects(workload: Workload, *, name: str = "", grace_seconds
     namespace = workload.namespace or workload.team.namespace
     body = {"propagationPolicy": "Background", "gracePeriodSeconds": grace_seconds}
     kinds = [("Job", body)] if workload.kind == Kind.BATCH else [("Deployment", body), ("Service", None)]
-    for kind, options in kinds:
+    named = [(kind, object_name, options) for kind, options in kinds]
+    if workload.nodes > 1:
+        named = gang_objects_named(workload, object_name, body)
+    for kind, each_name, options in named:
         try:
-            kube.delete(kind, namespace, object_name, options)
+            kube.delete(kind, namespace, each_name, options)
         except ApiException as exc:
             if exc.status != 404:
                 raise

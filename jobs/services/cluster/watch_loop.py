@@ -29,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from jobs.kube import client as kube
 from jobs.kube import names
 from jobs.models import Kind, State, Workload
+from jobs.services.cluster.gang_tracking import attempt_object_name, sync_gang
 from jobs.services.cluster.status_mapping import Observation, apply_observation, observe
 
 log = logging.getLogger(__name__)
@@ -194,7 +195,7 @@ def reap_superseded_attempts(view: ClusterView, running: set[str]) -> int:
         current = names.attempt_name(w.name, w.uid, w.attempt)
         namespace = workload_namespace(w)
         old = {
-            ((p.get("metadata") or {}).get("labels") or {}).get("job-name")
+            attempt_object_name(w, (p.get("metadata") or {}).get("labels") or {})
             for p in view.pods.get(w.uid, {}).values()
             if still_runs(p) and in_namespace("Pod", p, namespace)
         } - {current, None}
@@ -249,6 +250,9 @@ def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> i
     changed = 0
     # The GPU type too: a finished workload's notification names it.
     for workload in _to_sync(view, uids, full=full, grace=grace).select_related("team", "gpu_type"):
+        if workload.nodes > 1:
+            changed += _sync_gang(view, workload, missing_since=grace if full else None)
+            continue
         job, pods = view.objects_for(workload)
         obs = observe(kind=workload.kind, job=job, pods=pods)
         if obs is None:
@@ -269,6 +273,28 @@ def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> i
         except Exception:
             log.exception("workload %s: could not apply observation", workload.uid)
     return changed
+
+
+def _sync_gang(view: ClusterView, workload: Workload, *, missing_since=None) -> bool:
+    """A gang job: all its ranks' Jobs and pods (its own namespace only) make one state. On a full sync
+    (`missing_since`), one made before then with nothing left in the cluster ends FAILED, as a job does."""
+    namespace = workload_namespace(workload)
+    jobs = [j for j in view.jobs.get(workload.uid, {}).values() if in_namespace("Job", j, namespace)]
+    pods = [p for p in view.pods.get(workload.uid, {}).values() if in_namespace("Pod", p, namespace)]
+    try:
+        if (
+            missing_since is not None
+            and not jobs
+            and not pods
+            and workload.state in (State.PENDING, State.RUNNING)
+            and workload.submitted_at
+            and workload.submitted_at < missing_since
+        ):
+            return apply_observation(workload, missing_objects_observation(workload))
+        return sync_gang(workload, jobs, pods)
+    except Exception:
+        log.exception("gang %s: could not apply its ranks", workload.uid)
+        return False
 
 
 def _to_sync(view: ClusterView, uids: set[str] | None, *, full: bool, grace):

@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from jobs.kube import client as kube
 from jobs.kube import names
 from jobs.kube.objects import CONTAINER_NAME
-from jobs.models import Workload
+from jobs.models import GangRank, Workload
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,9 @@ class LogsUnavailable(Exception):
     """There is no container to read logs from (not started yet, or cleaned up); the message says which."""
 
 
-def _pod_name(workload: Workload) -> str:
+def _pod_name(workload: Workload, rank: int | None = None) -> str:
+    if workload.nodes > 1:
+        return _rank_pod_name(workload, rank or 0)
     if workload.pod_name:
         return workload.pod_name
     if not workload.namespace:
@@ -44,6 +46,31 @@ def _pod_name(workload: Workload) -> str:
     ).get("items")
     if not pods:
         raise LogsUnavailable("No container has been started for this workload yet.")
+    return max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))["metadata"]["name"]
+
+
+def _rank_pod_name(workload: Workload, rank: int) -> str:
+    """One rank's pod of a gang job's current attempt: as the tracker recorded it, else asked for by label."""
+    known = (
+        GangRank.objects.filter(workload=workload, attempt=workload.attempt, rank=rank)
+        .exclude(pod_name="")
+        .values_list("pod_name", flat=True)
+        .first()
+    )
+    if known:
+        return known
+    if not workload.namespace:
+        raise LogsUnavailable("The workload has not been started yet.")
+    selector = f"{names.LABEL_GANG}={names.gang_label(workload.uid, workload.attempt)},{names.LABEL_RANK}={rank}"
+    pods = json.loads(
+        kube.core()
+        .list_namespaced_pod(
+            workload.namespace, label_selector=selector, _preload_content=False, _request_timeout=kube.timeout()
+        )
+        .data
+    ).get("items")
+    if not pods:
+        raise LogsUnavailable(f"No container has been started for rank {rank} yet.")
     return max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))["metadata"]["name"]
 
 
@@ -64,9 +91,12 @@ def shown_text(text: str) -> str:
     return "\n".join(shown_line(line) for line in text.split("\n"))
 
 
-def workload_logs(workload: Workload, *, tail: int = 200, since_seconds: int | None = None) -> str:
-    """The last `tail` lines of the workload's container log (at most LOG_MAX_BYTES of them)."""
-    pod = _pod_name(workload)
+def workload_logs(
+    workload: Workload, *, tail: int = 200, since_seconds: int | None = None, rank: int | None = None
+) -> str:
+    """The last `tail` lines of the workload's container log (at most LOG_MAX_BYTES of them); a gang
+    job's `rank` (rank 0 when not given)."""
+    pod = _pod_name(workload, rank)
     try:
         text = kube.core().read_namespaced_pod_log(
             pod,
@@ -112,10 +142,12 @@ def split_stream(chunks: Iterable[bytes], *, max_chars: int, deadline: float | N
         yield shown_line(pending.decode("utf-8", "replace"), max_chars=max_chars)
 
 
-def follow_logs(workload: Workload, *, tail: int = 50, timeout_seconds: int = 3600) -> Iterator[str]:
+def follow_logs(
+    workload: Workload, *, tail: int = 50, timeout_seconds: int = 3600, rank: int | None = None
+) -> Iterator[str]:
     """Stream log lines as the container writes them, until it ends or `timeout_seconds` have passed in
     all (a deadline for the whole stream, not only between reads), and at most LOG_MAX_FOLLOW_BYTES."""
-    pod = _pod_name(workload)
+    pod = _pod_name(workload, rank)
     deadline = time.monotonic() + timeout_seconds
     try:
         response = kube.core().read_namespaced_pod_log(
@@ -162,8 +194,9 @@ class KubeEvent:
     count: int
 
 
-def workload_events(workload: Workload) -> list[KubeEvent]:
-    """Kubernetes events about the workload's Job/Deployment, its ReplicaSet and pods (one list call)."""
+def workload_events(workload: Workload, *, rank: int | None = None) -> list[KubeEvent]:
+    """Kubernetes events about the workload's Job/Deployment, its ReplicaSet and pods (one list call);
+    a gang job's one `rank` when given."""
     if not workload.namespace or not workload.k8s_name:
         return []
     try:
@@ -177,6 +210,8 @@ def workload_events(workload: Workload) -> list[KubeEvent]:
             return []
         raise
     prefix = workload.k8s_name
+    if rank is not None and workload.nodes > 1:
+        prefix = names.rank_name(workload.name, workload.uid, workload.attempt, rank)
     events = []
     for item in items:
         involved = item.get("involvedObject") or {}

@@ -162,7 +162,9 @@ def _fields(*, team: Team, owner, clean, shared: bool, gpu_type_id: int, home: l
         "image": clean.image,
         "catalog_image_id": clean.catalog_image_id,
         "gpu_type_id": gpu_type_id,
-        "gpu_count": clean.gpu_count,
+        "gpu_count": clean.gpu_count * clean.nodes,  # what the gang holds in all
+        "nodes": clean.nodes,
+        "topology": clean.topology,
         "command": list(clean.command),
         "args": list(clean.args),
         "env": [{"name": n, "value": v} for n, v in clean.env],
@@ -184,13 +186,20 @@ def _fields(*, team: Team, owner, clean, shared: bool, gpu_type_id: int, home: l
     }
 
 
+def gpu_shape(workload: Workload, gpu_type_name: str) -> str:
+    """'4 x P100', or for a gang job '2 nodes x 4 P100 = 8 GPUs'."""
+    if workload.nodes > 1:
+        return f"{workload.nodes} nodes × {workload.gpus_per_node} {gpu_type_name} = {workload.gpu_count} GPUs"
+    return f"{workload.gpu_count} × {gpu_type_name}"
+
+
 def _first_event(workload: Workload, *, owner, gpu_type_name: str) -> WorkloadEvent:
     return WorkloadEvent(
         workload=workload,
         at=workload.created_at,
         to_state=workload.state,
         reason="Submitted",
-        message=f"Submitted by {owner.get_username()}: {workload.gpu_count} × {gpu_type_name}.",
+        message=f"Submitted by {owner.get_username()}: {gpu_shape(workload, gpu_type_name)}.",
     )
 
 

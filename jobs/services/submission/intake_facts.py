@@ -240,6 +240,7 @@ def read_site_facts() -> SiteFacts:
             max_memory_per_gpu=t.max_memory_per_gpu_mib,
             per_container=t.share.per_container_limit,
             unit=t.share.kind,
+            nodes=capacity[t.id].nodes,
         )
         for t in types
     }
