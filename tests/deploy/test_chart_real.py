@@ -87,7 +87,8 @@ def chart_values(*, image: str, gateway: str, api_port: int, database_url: str, 
             "web": {"replicas": 1, "gunicornWorkers": 1, "resources": small, **on_real_nodes},
             "proxy": {"replicas": 1, "origin": f"http://{APPS_HOST}:{PROXY_PORT}", "resources": small,
                       **on_real_nodes},
-            **{c: {"resources": small, **on_real_nodes} for c in ("worker", "beat", "tracker", "provisioner")},
+            "worker": {"concurrency": 1, "resources": small, **on_real_nodes},
+            **{c: {"resources": small, **on_real_nodes} for c in ("beat", "tracker", "provisioner")},
             "migrations": {"resources": small, **on_real_nodes},
             "seed": {
                 "resources": small,
@@ -98,7 +99,10 @@ def chart_values(*, image: str, gateway: str, api_port: int, database_url: str, 
                 "images": [i for i in seed["images"] if i["title"].startswith("JupyterLab")],
                 "allowedRegistries": seed["allowed_registries"],
             },
-            "agent": {"enabled": True, "simulate": True, **on_real_nodes},
+            # Our real nodes carry no nvidia.com/gpu.present label (no GPU feature discovery): null drops the
+            # default's key, and the agent samples simulated GPUs, labelled so, for want of NVML.
+            "agent": {"enabled": True, "simulate": True,
+                      "nodeSelector": {"nvidia.com/gpu.present": None, REAL_LABEL: "true"}},
         }
     )  # fmt: skip
 
