@@ -283,7 +283,15 @@ def test_sign_in_launch_and_open_a_notebook_through_the_charts_web_and_proxy(kub
         page.get_by_role("button", name="Sign in").click()
         page.wait_for_url(f"http://{PORTAL_HOST}:{WEB_PORT}/")
 
-        page.goto("/launch/")
+        # The chart's beat has the worker read the cluster's nodes once a minute: until it has, the form has no
+        # GPUs of the real nodes' types to offer (and says so); a user would wait for "4 of 4 free" as well.
+        deadline = time.monotonic() + 240
+        while True:
+            page.goto("/launch/")
+            if "4 of 4 free" in page.locator('option[value="real-p100"]').inner_text():
+                break
+            assert time.monotonic() < deadline, page.locator('option[value="real-p100"]').inner_text()
+            page.wait_for_timeout(5000)
         page.get_by_label("Image", exact=True).select_option(label="JupyterLab (local)")
         page.get_by_label("Service").check()
         page.get_by_label("Name", exact=True).fill("chart-lab")
@@ -292,6 +300,9 @@ def test_sign_in_launch_and_open_a_notebook_through_the_charts_web_and_proxy(kub
         page.get_by_label("Time limit", exact=True).fill("10")
         page.get_by_label("Time limit unit").select_option("minutes")
         page.get_by_role("button", name="Launch", exact=True).click()
+        page.wait_for_load_state()
+        errors = page.locator(".errorlist, .field-error, [role=alert]").all_inner_texts()
+        assert "/launch/" not in page.url, f"the launch form refused: {errors}"
         # Admitted by the chart's worker, created in the team namespace the chart's provisioner made, seen
         # running by the chart's tracker: the page follows it.
         expect(page.locator("#live")).to_have_attribute("data-state", "RUNNING", timeout=240_000)
