@@ -889,3 +889,46 @@ def test_the_guard_webhook_is_rendered_where_the_policy_is_not_and_matches_the_p
 def test_the_guard_webhook_is_left_out_where_asked_or_where_the_policy_serves(values, webhook) -> None:
     kinds = [m.kind for m in render(values)]
     assert ("ValidatingWebhookConfiguration" in kinds) is webhook
+
+
+# --- where the hook Jobs run, and catalog entries that know their base path ---------------------------------
+
+
+def test_the_hook_jobs_take_a_node_selector_tolerations_and_affinity() -> None:
+    # Every other pod of the chart can be placed; the migration and seed pods could not (on a cluster whose
+    # GPU nodes are tainted or whose system nodes are labelled, they landed wherever there was room).
+    placement = {
+        "nodeSelector": {"pool": "system"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "system", "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+    }  # fmt: skip
+    manifests = render({"migrations": placement, "seed": placement})
+    for job in ("gp-gpuportal-migrate", "gp-gpuportal-seed"):
+        pod = find(manifests, "Job", job)["spec"]["template"]["spec"]
+        assert pod["nodeSelector"] == placement["nodeSelector"], job
+        assert pod["tolerations"] == placement["tolerations"], job
+        assert pod["affinity"] == placement["affinity"], job
+    default = render({})
+    for job in ("gp-gpuportal-migrate", "gp-gpuportal-seed"):
+        pod = find(default, "Job", job)["spec"]["template"]["spec"]
+        assert not {"nodeSelector", "tolerations", "affinity"} & set(pod), job
+
+
+def test_a_catalog_entry_in_the_seed_may_say_how_its_app_learns_its_base_path() -> None:
+    # JupyterLab behind /w/<uid>/ needs --ServerApp.base_url: without base_url_args the schema refused the
+    # entry, and a chart-installed portal could not offer a working notebook.
+    lab = {
+        "reference": "registry.example.org/jupyter/lab:4",
+        "title": "JupyterLab",
+        "suits": "service",
+        "default_port": 8888,
+        "base_url_args": ["--ServerApp.base_url={base_url}"],
+        "base_url_env": {"APP_PREFIX": "{base_path}"},
+        "read_only_root": False,
+    }
+    seed = find(render({"seed": {"images": [lab]}}), "ConfigMap", "gp-gpuportal-seed")
+    [stored] = yaml.safe_load(seed["data"]["seed.yaml"])["images"]
+    assert stored["base_url_args"] == ["--ServerApp.base_url={base_url}"]
+    assert stored["base_url_env"] == {"APP_PREFIX": "{base_path}"}
+    assert "base_url_args" in render_error({"seed": {"images": [{**lab, "base_url_args": "--x"}]}})
