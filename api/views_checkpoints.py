@@ -8,6 +8,7 @@ person's token or session may read (GET) the checkpoints of a workload they can 
 from __future__ import annotations
 
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
@@ -50,6 +51,19 @@ class WorkloadTokenAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="api"'
+
+
+class WorkloadTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "api.views_checkpoints.WorkloadTokenAuthentication"
+    name = "workloadToken"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A workload's own checkpoint token, mounted into its pod (Authorization: Bearer gpw_...): "
+            "it reports that workload's checkpoints and nothing else.",
+        }
 
 
 class SignedInOrWorkload(BasePermission):

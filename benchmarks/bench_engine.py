@@ -198,11 +198,12 @@ FINISHED_ROWS_SQL = """
 INSERT INTO jobs_workload (uid, team_id, owner_id, name, kind, image, gpu_type_id, gpu_count, command, args,
     env, time_limit_seconds, priority, state, reason, message, namespace, k8s_name, node_name, pod_name,
     pod_uid, created_at, started_at, finished_at, state_changed_at, updated_at, shared_with_team, attempt,
-    borrowed, restartable, wait_reason, mounts, secrets)
+    borrowed, restartable, wait_reason, mounts, secrets, retryable_exit_codes, checkpoint_workspace, retries,
+    lost_gpu_seconds)
 SELECT %s || lpad(g::text, 11, '0'), (%s::bigint[])[1 + g %% 10], (%s::bigint[])[1 + g %% 40], 'w',
     'batch', 'ubuntu', (%s::bigint[])[1 + g %% 3], 1 + g %% 4, '[]', '[]', '[]', 86400, 0, 'SUCCEEDED',
     '', '', '', '', '', '', '', s, s, s + ((60 + g %% 7200) * interval '1 second'), s, s, false, 0,
-    false, false, '', '[]', '[]'
+    false, false, '', '[]', '[]', '[]', 'home', 0, 0
 FROM generate_series(1, %s) AS g,
      LATERAL (SELECT %s::timestamptz + (g * 2.592) * interval '1 second' AS s) AS start
 """

@@ -477,6 +477,8 @@ SPECTACULAR_SETTINGS = {
         "StateEnum": "jobs.models.State",
         "KindEnum": "jobs.models.Kind",
         "MemberRoleEnum": "identity.models.Role",
+        "TopologyEnum": "jobs.services.spec_fields.TOPOLOGY_CHOICES",
+        "CheckpointWorkspaceEnum": "jobs.services.spec_fields.CHECKPOINT_WORKSPACES",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

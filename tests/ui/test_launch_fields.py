@@ -38,8 +38,8 @@ def test_the_form_and_the_serializer_take_every_limit_from_the_one_description()
     typed_as_text = {"command", "args", "datasets", "secrets", "retryable_exit_codes"}
     shared = sorted(set(form) & set(api) & set(SPEC_LIMITS) - typed_as_text)
     assert shared == [
-        "checkpoint_workspace", "cpu_millicores", "gpu_count", "image", "kind", "memory_mib", "name", "port",
-        "nodes", "priority", "retry_limit",
+        "checkpoint_workspace", "cpu_millicores", "gpu_count", "image", "kind", "memory_mib", "name", "nodes",
+        "port", "priority", "retry_limit",
     ]  # fmt: skip
     for name in shared:
         described = SPEC_LIMITS[name]
