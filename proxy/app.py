@@ -37,9 +37,10 @@ from django.conf import settings
 from django.db import connections
 from django.http.cookie import parse_cookie
 
+from jobs.kube import ssh_objects
 from jobs.services import opening
 from portal.security import is_trusted_proxy
-from proxy import access, headers, upstream, zerocopy
+from proxy import access, headers, ssh_door, ssh_tunnel, upstream, zerocopy
 from proxy.access import Door, Outcome
 
 log = logging.getLogger(__name__)
@@ -257,6 +258,10 @@ class ServiceProxy:
                 await self._handoff(scope, send)
             else:
                 await send({"type": "websocket.close", "code": 1008})
+            return
+        ssh = ssh_door.SSH_PATH.match(scope["path"])
+        if ssh is not None:
+            await self._ssh(scope, receive, send, ssh["uid"])
             return
         match = SERVICE_PATH.match(scope["path"])
         if match is None:
@@ -700,6 +705,56 @@ class ServiceProxy:
             if not backend.closed:
                 with contextlib.suppress(Exception):
                     await backend.close()
+
+    # --- SSH ----------------------------------------------------------------------------------------
+    async def _ssh(self, scope: Scope, receive: Receive, send: Send, uid: str) -> None:
+        """`/w/_ssh/<uid>`: a WebSocket carrying an SSH connection to the pod's sshd (proxy/ssh_tunnel.py).
+        Opened with an API token only; whatever is refused is a 404 before the handshake, as for Open."""
+        if scope["type"] != "websocket":
+            await self._page(send, "not_found", None)
+            return
+        token = ssh_door.bearer(scope.get("headers", []))
+        door = await self._sync(ssh_door.ssh_door, token, uid)
+        if door.outcome != Outcome.OPEN:
+            # websocket.http.response would say 404 outright; uvicorn turns a close before accept into 403,
+            # which ssh-proxy reports the same way ("not found or not yours").
+            await self._refuse_websocket(scope, send, 404 if door.outcome != Outcome.STARTING else 503)
+            return
+        if (await receive())["type"] != "websocket.connect":
+            return
+        target = await self._target(door)
+        try:
+            if target is None:
+                raise ConnectionRefusedError("no ready pod")
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(target[0], ssh_objects.SSH_PORT), settings.PROXY_CONNECT_TIMEOUT
+            )
+        except (OSError, TimeoutError) as exc:
+            log.info("SSH to %s: the pod's sshd is not reachable: %s", uid, exc)
+            await self._refuse_websocket(scope, send, 502)
+            return
+        await send({"type": "websocket.accept"})
+        self._touch(door)
+
+        async def still_open() -> bool:
+            again = await self._sync(ssh_door.ssh_door, token, uid)
+            return again.outcome == Outcome.OPEN
+
+        await ssh_tunnel.pump(
+            receive, send, reader, writer,
+            still_open=still_open, recheck_seconds=settings.SSH_RECHECK_SECONDS, touch=lambda: self._touch(door),
+        )  # fmt: skip
+
+    async def _refuse_websocket(self, scope: Scope, send: Send, status: int) -> None:
+        """Refuse a WebSocket handshake with a plain HTTP status (ASGI's denial-response extension, which
+        uvicorn has), else with a close before accept, which the client sees as 403."""
+        if "websocket.http.response" not in scope.get("extensions", {}):
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        body = f"{status}\n".encode()
+        head = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "websocket.http.response.start", "status": status, "headers": head})
+        await send({"type": "websocket.http.response.body", "body": body})
 
     def _touch(self, door: Door) -> None:
         """Record activity (WebSocket messages count: a notebook's kernel channel carries all its work).

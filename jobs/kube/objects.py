@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from kubernetes import client as k8s
 
-from jobs.kube import names
+from jobs.kube import names, ssh_objects
 
 CONTAINER_NAME = "main"
 QUOTA_NAME = "gpuportal-gpus"
@@ -147,6 +147,8 @@ def make_container(spec: WorkloadSpec) -> dict:
         if ref.env
     ]
     env.append({"name": "GPUPORTAL_WORKLOAD", "value": spec.uid})
+    if spec.kind == "service":
+        env += ssh_objects.ssh_env()
     security: dict = {"allowPrivilegeEscalation": False, "privileged": False, "capabilities": {"drop": ["ALL"]}}
     if spec.read_only_root:
         security["readOnlyRootFilesystem"] = True
@@ -156,6 +158,8 @@ def make_container(spec: WorkloadSpec) -> dict:
     mounts += [_read_only({"name": v.name, "mountPath": v.mount_path}, v.read_only) for v in spec.volumes]
     if spec.secrets:
         mounts.append({"name": SECRETS_VOLUME, "mountPath": SECRETS_DIR, "readOnly": True})
+    if spec.kind == "service":
+        mounts.append(ssh_objects.keys_mount())
     container: dict = {"name": CONTAINER_NAME, "image": spec.image}
     if spec.command:
         container["command"] = list(spec.command)
@@ -190,6 +194,8 @@ def make_pod_template(spec: WorkloadSpec) -> dict:
     volumes += [make_volume(v) for v in spec.volumes]
     if spec.secrets:
         volumes.append(make_secrets_volume(spec.secrets))
+    if spec.kind == "service":  # SSH through the portal: jobs/kube/ssh_objects.py
+        volumes.append(ssh_objects.keys_volume(spec.uid))
     pod: dict = {
         "restartPolicy": "Never" if spec.kind == "batch" else "Always",
         "nodeSelector": {spec.gpu_type.node_label_key: spec.gpu_type.node_label_value},
