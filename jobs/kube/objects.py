@@ -43,6 +43,7 @@ USER_GID = 1000
 SHM_VOLUME = "dshm"
 TMP_VOLUME = "tmp"
 SECRETS_VOLUME = "portal-secrets"
+HOME_VOLUME = "ws-home"  # the owner's home workspace (jobs.services.storage.workspaces.volume_specs)
 SECRETS_DIR = "/var/run/secrets/gpuportal"
 SECRET_KEY = "value"  # noqa: S105  (the key inside each Secret, not a password)
 
@@ -148,7 +149,7 @@ def make_container(spec: WorkloadSpec) -> dict:
     ]
     env.append({"name": "GPUPORTAL_WORKLOAD", "value": spec.uid})
     if spec.kind == "service":
-        env += ssh_objects.ssh_env()
+        env += ssh_objects.ssh_env(next((v.mount_path for v in spec.volumes if v.name == HOME_VOLUME), ""))
     security: dict = {"allowPrivilegeEscalation": False, "privileged": False, "capabilities": {"drop": ["ALL"]}}
     if spec.read_only_root:
         security["readOnlyRootFilesystem"] = True

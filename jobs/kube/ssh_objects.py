@@ -71,8 +71,12 @@ def keys_mount() -> dict:
     return {"name": KEYS_VOLUME, "mountPath": KEYS_DIR, "readOnly": True}
 
 
-def ssh_env() -> list[dict]:
-    return [
+def ssh_env(home_workspace: str = "") -> list[dict]:
+    """Where an sshd in the pod finds its keys and port, and the home workspace it makes $HOME."""
+    env = [
         {"name": "GPUPORTAL_SSH_PORT", "value": str(SSH_PORT)},
         {"name": "GPUPORTAL_SSH_AUTHORIZED_KEYS", "value": f"{KEYS_DIR}/{KEYS_FILE}"},
     ]
+    if home_workspace:
+        env.append({"name": "GPUPORTAL_HOME_WORKSPACE", "value": home_workspace})
+    return env

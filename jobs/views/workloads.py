@@ -17,6 +17,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from identity.models import SshKey
 from jobs import policy
 from jobs.forms import WorkloadFilterForm
 from jobs.models import GpuType, Kind, State, Workload
@@ -104,6 +105,7 @@ def _detail_context(request: HttpRequest, workload: Workload) -> dict:
         "gpu_seconds": workload.gpu_seconds(timezone.now()),
         "env_shown": policy.visible_env(request.user, workload),
         "mounts": mounts_with_use([workload])[workload.id],
+        "ssh_key_count": SshKey.objects.filter(user=request.user).count() if workload.kind == Kind.SERVICE else 0,
         "service_address": (
             f"{workload.k8s_name}.{workload.namespace}.svc:{workload.port}"
             if workload.kind == Kind.SERVICE and workload.k8s_name and workload.namespace and workload.port
