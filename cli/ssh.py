@@ -141,8 +141,7 @@ def run_proxy(url: str, token: str, *, stdin: BinaryIO | None = None, stdout: Bi
     except BrokenPipeError:
         ws.close()
         return
-    received = ws.close_rcvd
-    if received is not None and received.code == CLOSE_REVOKED:
+    if ws.close_code == CLOSE_REVOKED:
         raise TunnelError("the portal ended this session: your token was revoked or your access to it ended")
 
 

@@ -173,9 +173,11 @@ class ServiceProxy:
         *,
         portal_upstream: str = "",
         endpoints: Callable[[str, str], tuple[str, int] | None] = access.ready_endpoint,
+        ssh_port: int = ssh_objects.SSH_PORT,
     ) -> None:
         self.portal_upstream = portal_upstream.rstrip("/")
         self._endpoints = endpoints  # (namespace, service) -> a ready pod's address; tests pin one
+        self._ssh_port = ssh_port  # where sshd listens on the pod's address (tests: a loopback stand-in)
         self._client: aiohttp.ClientSession | None = None  # WebSockets to pods
         self._pool = upstream.Pool()  # plain HTTP to pods (upstream.py says why not aiohttp)
         self._touched: dict[int | None, float] = {}
@@ -727,7 +729,7 @@ class ServiceProxy:
             if target is None:
                 raise ConnectionRefusedError("no ready pod")
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(target[0], ssh_objects.SSH_PORT), settings.PROXY_CONNECT_TIMEOUT
+                asyncio.open_connection(target[0], self._ssh_port), settings.PROXY_CONNECT_TIMEOUT
             )
         except (OSError, TimeoutError) as exc:
             log.info("SSH to %s: the pod's sshd is not reachable: %s", uid, exc)
