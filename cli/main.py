@@ -356,13 +356,18 @@ def cmd_ssh(client: PortalClient, args: argparse.Namespace) -> int:
 
 
 def cmd_ssh_proxy(client: PortalClient, args: argparse.Namespace) -> int:
+    code = EXIT_OK
     try:
         uid = ssh.uid_from_host(args.host)
         ssh.run_proxy(ssh.tunnel_url(client.base_url, uid), client.token)
     except ssh.TunnelError as exc:
         print(f"gpuportal ssh-proxy: {exc}", file=sys.stderr)
-        return exc.code
-    return EXIT_OK
+        code = exc.code
+    # The pod's side ended while the thread copying stdin may still wait in read(): leave now, without the
+    # interpreter's shutdown, which would wait for (and abort on) that blocked read.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def cmd_ssh_config(client: PortalClient, args: argparse.Namespace) -> int:

@@ -729,7 +729,8 @@ class ServiceProxy:
             if target is None:
                 raise ConnectionRefusedError("no ready pod")
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(target[0], self._ssh_port), settings.PROXY_CONNECT_TIMEOUT
+                asyncio.open_connection(target[0], self._ssh_port, limit=ssh_tunnel.READ_CHUNK),
+                settings.PROXY_CONNECT_TIMEOUT,
             )
         except (OSError, TimeoutError) as exc:
             log.info("SSH to %s: the pod's sshd is not reachable: %s", uid, exc)

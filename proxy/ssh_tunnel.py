@@ -20,7 +20,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK = 256 * 1024
+READ_CHUNK = 1024 * 1024
 CLOSE_REVOKED = 4403  # an application close code: the door shut while the tunnel was open
 CLOSE_UNREACHABLE = 1011
 
