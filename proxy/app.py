@@ -33,6 +33,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
+import asyncssh
 from django.conf import settings
 from django.db import connections
 from django.http.cookie import parse_cookie
@@ -40,7 +41,7 @@ from django.http.cookie import parse_cookie
 from jobs.kube import ssh_objects
 from jobs.services import opening
 from portal.security import is_trusted_proxy
-from proxy import access, headers, ssh_door, ssh_tunnel, upstream, zerocopy
+from proxy import access, headers, ssh_door, ssh_tunnel, terminal, upstream, zerocopy
 from proxy.access import Door, Outcome
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,9 @@ IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})  # 
 WORKERS = 8  # threads for Django work (sessions, policy, EndpointSlices, activity)
 # Close codes an endpoint may not send (RFC 6455 7.4.1): "no status", "abnormal", "TLS failure".
 UNSENDABLE_CLOSE = {1005, 1006, 1015}
+# The service page's Terminal tab (proxy/terminal.py): a WebSocket under the service's own prefix, so the same
+# cookie and origin rules as Open apply to it.
+TERMINAL_REST = "/.gpuportal-terminal"
 
 
 # When a pod cuts a body short, the proxy leaves the browser's answer incomplete on purpose (completing it
@@ -285,6 +289,9 @@ class ServiceProxy:
                 await self._respond(send, 308, "", extra=[("Location", target)])
             else:
                 await send({"type": "websocket.close", "code": 1008})
+            return
+        if kind == "websocket" and rest == TERMINAL_REST:
+            await self._terminal(scope, receive, send, uid)
             return
         if kind == "websocket":
             if not _origin_allowed(scope):
@@ -745,6 +752,37 @@ class ServiceProxy:
 
         await ssh_tunnel.pump(
             receive, send, reader, writer,
+            still_open=still_open, recheck_seconds=settings.SSH_RECHECK_SECONDS, touch=lambda: self._touch(door),
+        )  # fmt: skip
+
+    async def _terminal(self, scope: Scope, receive: Receive, send: Send, uid: str) -> None:
+        """`/w/<uid>/.gpuportal-terminal`: the page's terminal, signed in as for Open (the portal's session,
+        the page's origin checked); the proxy logs into the pod's sshd itself (proxy/terminal.py)."""
+        credential = _credential(scope)
+        door = await self._door(credential, uid, fresh=True) if _origin_allowed(scope) else Door(Outcome.NOT_FOUND)
+        if door.outcome != Outcome.OPEN:
+            await self._refuse_websocket(scope, send, 404 if door.outcome != Outcome.STARTING else 503)
+            return
+        if (await receive())["type"] != "websocket.connect":
+            return
+        target = await self._target(door)
+        try:
+            if target is None:
+                raise ConnectionRefusedError("no ready pod")
+            conn = await terminal.connect(target[0], self._ssh_port, uid, timeout=settings.PROXY_CONNECT_TIMEOUT * 3)
+        except (OSError, TimeoutError, asyncssh.Error) as exc:
+            log.info("terminal for %s: no shell from the pod's sshd: %s", uid, exc)
+            await self._refuse_websocket(scope, send, 502)
+            return
+        await send({"type": "websocket.accept"})
+        self._touch(door)
+
+        async def still_open() -> bool:
+            again = await self._door(credential, uid, fresh=True)
+            return again.outcome == Outcome.OPEN
+
+        await terminal.pump(
+            conn, receive, send,
             still_open=still_open, recheck_seconds=settings.SSH_RECHECK_SECONDS, touch=lambda: self._touch(door),
         )  # fmt: skip
 

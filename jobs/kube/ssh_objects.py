@@ -24,19 +24,23 @@ KEYS_VOLUME = "ssh-keys"
 KEYS_DIR = "/etc/gpuportal/ssh"
 KEYS_FILE = "authorized_keys"
 KEY_OPTIONS = "restrict,port-forwarding,pty"
+TERMINAL_KEY_OPTIONS = "restrict,pty"
 
 
 def keys_secret_name(uid: str) -> str:
     return f"ssh-{uid}"
 
 
-def authorized_keys(entries: Iterable[tuple[str, str, str]]) -> str:
+def authorized_keys(entries: Iterable[tuple[str, str, str]], *, terminal_key: str = "") -> str:
     """authorized_keys text from (username, key name, "type base64") triples, one line each, in order.
-    The comment says whose key it is (names reduced to safe characters: a comment ends at the line)."""
+    The comment says whose key it is (names reduced to safe characters: a comment ends at the line).
+    `terminal_key`: the portal proxy's own key for the browser's Terminal tab (a pty, no forwarding)."""
     lines = ["# Written by GPU Portal: the keys of the people who may open this service."]
     for username, key_name, key in entries:
         comment = "".join(c if c.isalnum() or c in "-_.@" else "_" for c in f"{username}:{key_name}")[:120]
         lines.append(f"{KEY_OPTIONS} {key} {comment}")
+    if terminal_key:
+        lines.append(f"{TERMINAL_KEY_OPTIONS} {terminal_key} gpuportal-terminal")
     return "\n".join(lines) + "\n"
 
 

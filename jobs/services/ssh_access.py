@@ -11,8 +11,12 @@ the file opens nothing.
 
 from __future__ import annotations
 
+import base64
 import logging
 
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
 from django.db.models import Q
 from kubernetes.client.exceptions import ApiException
@@ -26,6 +30,24 @@ from jobs.services import dispatch
 log = logging.getLogger(__name__)
 
 
+def _terminal_key(uid: str) -> Ed25519PrivateKey:
+    """The proxy's own key into one service, for the browser's Terminal tab (proxy/terminal.py says why)."""
+    seed = HKDF(algorithm=hashes.SHA256(), length=32, salt=b"gpuportal-terminal-v1", info=uid.encode())
+    return Ed25519PrivateKey.from_private_bytes(seed.derive(settings.SECRET_KEY.encode()))
+
+
+def terminal_private_key_pem(uid: str) -> bytes:
+    return _terminal_key(uid).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    )
+
+
+def terminal_public_key(uid: str) -> str:
+    raw = _terminal_key(uid).public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    blob = b"\x00\x00\x00\x0bssh-ed25519\x00\x00\x00\x20" + raw
+    return f"ssh-ed25519 {base64.b64encode(blob).decode()}"
+
+
 def keys_text(workload: Workload) -> str:
     """The authorized_keys file for this service: the owner's keys first, then (shared) the teammates'."""
     people = [workload.owner_id]
@@ -37,7 +59,9 @@ def keys_text(workload: Workload) -> str:
         SshKey.objects.filter(user_id__in=people).select_related("user"),
         key=lambda k: (rank[k.user_id], k.created_at, k.id),
     )
-    return ssh_objects.authorized_keys((k.user.get_username(), k.name, k.public_key) for k in keys)
+    return ssh_objects.authorized_keys(
+        ((k.user.get_username(), k.name, k.public_key) for k in keys), terminal_key=terminal_public_key(workload.uid)
+    )
 
 
 def keys_texts(workloads: list[Workload]) -> dict[int, str]:

@@ -76,3 +76,20 @@ def test_gpuportal_ssh_runs_openssh_through_the_proxy_command():
     assert "ProxyCommand=gpuportal ssh-proxy %h" in argv
     assert argv[argv.index("-L") + 1] == "8080:localhost:8080"
     assert argv[argv.index("-l") + 1] == "user"
+
+
+def test_the_terminal_key_is_one_per_service_and_its_public_half_matches(settings):
+    import asyncssh
+
+    from jobs.services.ssh_access import terminal_private_key_pem, terminal_public_key
+
+    private = asyncssh.import_private_key(terminal_private_key_pem("0123abcd"))
+    assert private.export_public_key("openssh").decode().split()[:2] == terminal_public_key("0123abcd").split()
+    assert terminal_public_key("0123abcd") != terminal_public_key("0123abce")
+    settings.SECRET_KEY = "another portal's key"
+    assert terminal_public_key("0123abcd").split() != private.export_public_key("openssh").decode().split()[:2]
+
+
+def test_the_terminal_key_gets_a_pty_and_no_forwarding():
+    text = ssh_objects.authorized_keys([], terminal_key="ssh-ed25519 TTTT")
+    assert text.splitlines()[-1] == "restrict,pty ssh-ed25519 TTTT gpuportal-terminal"
