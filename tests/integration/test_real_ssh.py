@@ -77,7 +77,8 @@ class Person:
         self.proxy = proxy
 
     def ssh_options(self) -> list[str]:
-        proxy_command = f"cd {shlex.quote(str(REPO))} && exec {shlex.quote(sys.executable)} -m cli.main ssh-proxy %h"
+        # ssh runs it as `exec <command>` in a shell: the client from this checkout (PYTHONPATH in env()).
+        proxy_command = f"{shlex.quote(sys.executable)} -m cli.main ssh-proxy %h"
         return [
             "-F", "/dev/null", "-i", str(self.key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
             "-o", f"ProxyCommand={proxy_command}", "-o", f"UserKnownHostsFile={self.dir / 'known_hosts'}",
@@ -85,7 +86,7 @@ class Person:
         ]  # fmt: skip
 
     def env(self) -> dict:
-        return {**os.environ, "GPUPORTAL_URL": self.proxy, "GPUPORTAL_TOKEN": self.issued.raw}
+        return {**os.environ, "GPUPORTAL_URL": self.proxy, "GPUPORTAL_TOKEN": self.issued.raw, "PYTHONPATH": str(REPO)}
 
     def ssh(self, uid: str, *command: str, timeout: float = 90) -> subprocess.CompletedProcess:
         return subprocess.run(
