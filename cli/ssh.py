@@ -152,4 +152,4 @@ def exec_ssh(argv: list[str]) -> int:
     except FileNotFoundError:
         print("gpuportal: no ssh client found; install OpenSSH (or use the Terminal tab)", file=sys.stderr)
         return 2
-    return 0
+    return 0  # not reached: exec replaced this process
