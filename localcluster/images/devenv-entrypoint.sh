@@ -44,13 +44,20 @@ conf="$run_dir/sshd_config"
   echo "PrintMotd no"
   echo "ClientAliveInterval 60"
   echo "Subsystem sftp internal-sftp"
+  # One SetEnv line: sshd takes the first of each keyword.
+  printf 'SetEnv'
   env | while IFS='=' read -r name value; do
     case "$name" in
       ''|*[!A-Za-z0-9_]*|PWD|OLDPWD|SHLVL|HOSTNAME|_|TERM) continue ;;
     esac
     case "$value" in *'"'*|*'\'*) continue ;; esac
-    printf 'SetEnv "%s=%s"\n' "$name" "$value"
+    printf ' "%s=%s"' "$name" "$value"
   done
+  printf '\n'
 } > "$conf"
-/usr/sbin/sshd -f "$conf" -E "$run_dir/sshd.log"
+# In the foreground of a background job, logging to stderr: its lines are in the container's log
+# (`gpuportal logs`), and it stays a child of the main command, which replaces this shell.
+umask 022
+/usr/sbin/sshd -t -f "$conf"
+/usr/sbin/sshd -D -e -f "$conf" &
 exec "$@"

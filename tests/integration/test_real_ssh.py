@@ -30,6 +30,7 @@ from rest_framework.test import APIClient
 from api.tokens import token_create, token_revoke
 from identity.sshkeys import key_add
 from jobs.models import CatalogImage, State, Workload
+from jobs.services.logs.container_logs import LogsUnavailable, workload_logs
 from jobs.services.opening import workload_share
 from localcluster import images
 from proxy import access
@@ -115,7 +116,7 @@ def _launch_devenv(engine, name: str) -> Workload:
     return workload
 
 
-def _until(what: str, check, timeout: float = 120):
+def _until(what: str, check, workload: Workload, timeout: float = 120):
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -123,7 +124,10 @@ def _until(what: str, check, timeout: float = 120):
         if last is not None and getattr(last, "returncode", 0) == 0:
             return last
         time.sleep(2)
-    pytest.fail(f"{what} within {timeout} s; last: {getattr(last, 'stderr', last)}")
+    logs = ""
+    with contextlib.suppress(LogsUnavailable):
+        logs = workload_logs(workload)[-3000:]  # sshd logs there (images/devenv-entrypoint.sh)
+    pytest.fail(f"{what} within {timeout} s; last: {getattr(last, 'stderr', last)}\ncontainer log:\n{logs}")
 
 
 def test_ssh_scp_and_port_forwarding_through_the_portal_on_a_real_node(real_engine, portal_proxy, tmp_path):
@@ -132,7 +136,7 @@ def test_ssh_scp_and_port_forwarding_through_the_portal_on_a_real_node(real_engi
     uid = workload.uid
 
     # sshd starts beside JupyterLab; the first tries may find it not listening yet.
-    shown = _until("ssh into the service", lambda: owner.ssh(uid, "env"))
+    shown = _until("ssh into the service", lambda: owner.ssh(uid, "env"), workload)
     env = dict(line.split("=", 1) for line in shown.stdout.splitlines() if "=" in line)
     assert env["NVIDIA_VISIBLE_DEVICES"] in real_engine.real_nodes.device_ids("real-p100-1"), shown.stdout
     assert env["HOME"] == f"/home/{real_engine.owner.username}"  # the home workspace
@@ -183,7 +187,7 @@ def test_teammates_outsiders_and_revoked_tokens(real_engine, portal_proxy, tmp_p
     stranger = Person(real_engine.outsider, tmp_path, portal_proxy)
     workload = _launch_devenv(real_engine, "devbox-shared")
     uid = workload.uid
-    _until("ssh into the service", lambda: owner.ssh(uid, "true"))
+    _until("ssh into the service", lambda: owner.ssh(uid, "true"), workload)
 
     refused = mate.ssh(uid, "true")
     assert refused.returncode != 0
@@ -195,7 +199,7 @@ def test_teammates_outsiders_and_revoked_tokens(real_engine, portal_proxy, tmp_p
     # Shared: the proxy lets the teammate through at once, and their key reaches the pod's authorized_keys
     # (the engine rewrites the Secret; the kubelet updates the mounted file).
     workload_share(workload=workload, by=real_engine.owner, shared=True)
-    who = _until("the teammate's key let in after sharing", lambda: mate.ssh(uid, "whoami"), timeout=180)
+    who = _until("the teammate's key let in after sharing", lambda: mate.ssh(uid, "whoami"), workload, timeout=180)
     assert who.stdout.strip() == "user"
 
     # A revoked token cuts an open session within a minute.
