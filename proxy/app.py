@@ -729,8 +729,6 @@ class ServiceProxy:
             # which ssh-proxy reports the same way ("not found or not yours").
             await self._refuse_websocket(scope, send, 404 if door.outcome != Outcome.STARTING else 503)
             return
-        if (await receive())["type"] != "websocket.connect":
-            return
         target = await self._target(door)
         try:
             if target is None:
@@ -742,6 +740,9 @@ class ServiceProxy:
         except (OSError, TimeoutError) as exc:
             log.info("SSH to %s: the pod's sshd is not reachable: %s", uid, exc)
             await self._refuse_websocket(scope, send, 502)
+            return
+        if (await receive())["type"] != "websocket.connect":
+            writer.close()
             return
         await send({"type": "websocket.accept"})
         self._touch(door)
@@ -763,8 +764,6 @@ class ServiceProxy:
         if door.outcome != Outcome.OPEN:
             await self._refuse_websocket(scope, send, 404 if door.outcome != Outcome.STARTING else 503)
             return
-        if (await receive())["type"] != "websocket.connect":
-            return
         target = await self._target(door)
         try:
             if target is None:
@@ -773,6 +772,9 @@ class ServiceProxy:
         except (OSError, TimeoutError, asyncssh.Error) as exc:
             log.info("terminal for %s: no shell from the pod's sshd: %s", uid, exc)
             await self._refuse_websocket(scope, send, 502)
+            return
+        if (await receive())["type"] != "websocket.connect":
+            conn.close()
             return
         await send({"type": "websocket.accept"})
         self._touch(door)

@@ -29,6 +29,7 @@ from rest_framework.test import APIClient
 
 from api.tokens import token_create, token_revoke
 from identity.sshkeys import key_add
+from jobs.kube import client as kube
 from jobs.models import CatalogImage, State, Workload
 from jobs.services.logs.container_logs import LogsUnavailable, workload_logs
 from jobs.services.opening import workload_share
@@ -36,6 +37,7 @@ from localcluster import images
 from proxy import access
 from proxy.app import ServiceProxy
 from tests.proxy.conftest import _free_port, serve
+from tests.ui.test_browser_open import proxy_api  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.celery, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -50,14 +52,16 @@ def devenv_on_real_nodes(real_nodes):
 
 
 @pytest.fixture
-def portal_proxy(real_engine, devenv_on_real_nodes, settings):
+def portal_proxy(real_engine, devenv_on_real_nodes, proxy_api, settings):  # noqa: F811
+    """The proxy as the chart runs it: its own service account reads the EndpointSlices."""
     settings.PROXY_ACCESS_CACHE_SECONDS = 0
     settings.PROXY_ENDPOINT_CACHE_SECONDS = 1
     settings.SSH_RECHECK_SECONDS = 5
     settings.WORKSPACE_STORAGE_CLASS = "gpuportal-local"
     access.reset_caches()
     port = _free_port()
-    server, thread = serve(ServiceProxy(), port)
+    app = ServiceProxy(endpoints=lambda namespace, service: kube.ready_endpoint(namespace, service, api=proxy_api))
+    server, thread = serve(app, port)
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(10)
