@@ -156,8 +156,14 @@ def test_ssh_scp_and_port_forwarding_through_the_portal_on_a_real_node(real_engi
     browser = Client()
     browser.force_login(real_engine.owner)
     cookies = {"sessionid": browser.cookies["sessionid"].value}
-    read = requests.get(f"{portal_proxy}/w/{uid}/api/contents/{real_engine.owner.username}/hello.txt",
-                        params={"content": "1"}, cookies=cookies, timeout=30)  # fmt: skip
+    # JupyterLab starts after sshd: until it listens, Open's path answers 502 (the "cannot be reached" page).
+    deadline = time.monotonic() + 120
+    while True:
+        read = requests.get(f"{portal_proxy}/w/{uid}/api/contents/{real_engine.owner.username}/hello.txt",
+                            params={"content": "1"}, cookies=cookies, timeout=30)  # fmt: skip
+        if read.status_code != 502 or time.monotonic() > deadline:
+            break
+        time.sleep(2)
     assert read.status_code == 200, read.text[:300]
     assert read.json()["content"] == "sent with scp through the portal\n"
 
