@@ -35,8 +35,9 @@ def lab(real_engine, devenv_on_real_nodes, settings):
 
 
 @pytest.mark.xfail(
-    reason="issue 39, unfinished: in the one run so far, pressing Open terminal left the status line empty "
-    "(terminal.js did not start the terminal in Chromium); not yet diagnosed",
+    reason="issue 39, unfinished: in its one run the pod's sshd refused the proxy's terminal key (sshd log: "
+    "'Connection closed by authenticating user user [preauth]'); suspected: the test's engine processes sign "
+    "with another SECRET_KEY than the test's proxy, so the derived keys differ; not yet checked",
     strict=False,
 )
 def test_the_terminal_tab_runs_a_command_and_shows_its_output(chromium, front, lab):  # noqa: F811
