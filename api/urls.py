@@ -12,6 +12,7 @@ from api import (
     views_notifications,
     views_queue,
     views_secrets,
+    views_ssh_keys,
 )
 
 router = DefaultRouter(trailing_slash=True)
@@ -35,6 +36,8 @@ urlpatterns = [
     path(
         "me/notifications/", views_notifications.NotificationPreferenceView.as_view(), name="notification-preferences"
     ),
+    path("me/ssh-keys/", views_ssh_keys.SshKeyListView.as_view(), name="ssh-keys"),
+    path("me/ssh-keys/<int:key_id>/", views_ssh_keys.SshKeyDetailView.as_view(), name="ssh-key"),
     path("secrets/", views_secrets.SecretListView.as_view(), name="secrets"),
     path("secrets/<str:name>/", views_secrets.SecretDetailView.as_view(), name="secret"),
     path("agent/reports", views_agent.AgentReportView.as_view(), name="agent_report"),

@@ -35,6 +35,7 @@ class PortalClient:
         self.base = f"{self.base_url}/api/v1"
         self.timeout = timeout
         self.retries = retries
+        self.token = token  # `gpuportal ssh` hands it on to the ProxyCommand it starts
         self.session = requests.Session()
         self.session.headers.update({"Authorization": f"Bearer {token}", "User-Agent": USER_AGENT})
 

@@ -10,6 +10,8 @@ import argparse
 import getpass
 import json
 import os
+import shlex
+import shutil
 import sys
 import time
 import webbrowser
@@ -17,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from cli import config
+from cli import config, ssh
 from cli.client import ApiError, PortalClient, Unreachable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_TIMEOUT = 0, 1, 2, 3, 4
@@ -185,6 +187,17 @@ def build_parser() -> argparse.ArgumentParser:
     opening = commands.add_parser("open", help="print the address a service opens at (in a signed-in browser)")
     opening.add_argument("uid")
     opening.add_argument("--browser", action="store_true", help="open it in your web browser too")
+    shell = commands.add_parser("ssh", help="open an SSH session into a running service (your key on your profile)")
+    shell.add_argument("uid")
+    shell.add_argument("-L", dest="forwards", action="append", default=[], metavar="PORT:HOST:PORT",
+                       help="forward a local port into the service, as ssh -L")  # fmt: skip
+    shell.add_argument("remote", nargs=argparse.REMAINDER, help="a command to run instead of a shell")
+    tunnel = commands.add_parser(
+        "ssh-proxy", help="ssh's ProxyCommand: ssh -o ProxyCommand='gpuportal ssh-proxy %%h' UID"
+    )
+    tunnel.add_argument("host", help="the service's uid (ssh's %%h), or gpuportal-<uid>")
+    ssh_config = commands.add_parser("ssh-config", help="print ssh_config Host blocks for ssh and VS Code Remote-SSH")
+    ssh_config.add_argument("uid", nargs="?", help="one service (default: all your running services)")
     return parser
 
 
@@ -370,6 +383,48 @@ def cmd_open(client: PortalClient, args: argparse.Namespace) -> int:
         print(f"gpuportal: {args.uid} is {_state(workload)}; the page opens it once it runs", file=sys.stderr)
     if args.browser and not webbrowser.open(url):
         print("gpuportal: no web browser could be started here; open the address above", file=sys.stderr)
+    return EXIT_OK
+
+
+def _proxy_command() -> str:
+    """How ssh should start this same client as its ProxyCommand (the installed script where there is one)."""
+    script = shutil.which("gpuportal")
+    return "gpuportal" if script else f"{shlex.quote(sys.executable)} -m cli.main"
+
+
+def cmd_ssh(client: PortalClient, args: argparse.Namespace) -> int:
+    uid = ssh.uid_from_host(args.uid)
+    workload = client.workload(uid)
+    if workload["state"] != "RUNNING":
+        print(f"gpuportal: {uid} is {_state(workload)}; SSH works once it runs", file=sys.stderr)
+        return EXIT_FAILED
+    remote = args.remote[1:] if args.remote[:1] == ["--"] else args.remote
+    # The child ssh (and the ProxyCommand it starts) find the portal and token as this process did.
+    os.environ["GPUPORTAL_URL"], os.environ["GPUPORTAL_TOKEN"] = client.base_url, client.token
+    return ssh.exec_ssh(ssh.ssh_command(uid, remote, proxy_command=_proxy_command(), forwards=args.forwards))
+
+
+def cmd_ssh_proxy(client: PortalClient, args: argparse.Namespace) -> int:
+    code = EXIT_OK
+    try:
+        uid = ssh.uid_from_host(args.host)
+        ssh.run_proxy(ssh.tunnel_url(client.base_url, uid), client.token)
+    except ssh.TunnelError as exc:
+        print(f"gpuportal ssh-proxy: {exc}", file=sys.stderr)
+        code = exc.code
+    # The pod's side ended while the thread copying stdin may still wait in read(): leave now, without the
+    # interpreter's shutdown, which would wait for (and abort on) that blocked read.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def cmd_ssh_config(client: PortalClient, args: argparse.Namespace) -> int:
+    if args.uid:
+        services = [client.workload(ssh.uid_from_host(args.uid))]
+    else:
+        services = list(client.workloads(limit=200, kind="service", state=["RUNNING"]))
+    print(ssh.config_text(services, command=_proxy_command()), end="")
     return EXIT_OK
 
 
@@ -608,6 +663,9 @@ COMMANDS = {
     "members-add": cmd_members_add,
     "members-role": cmd_members_role,
     "members-remove": cmd_members_remove,
+    "ssh": cmd_ssh,
+    "ssh-proxy": cmd_ssh_proxy,
+    "ssh-config": cmd_ssh_config,
 }
 
 

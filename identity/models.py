@@ -122,3 +122,25 @@ class MembershipChange(models.Model):
         if not self.changed_by_name and self.changed_by_id is not None:
             self.changed_by_name = self.changed_by.get_username()
         super().save(*args, **kwargs)
+
+
+class SshKey(models.Model):
+    """One of a person's SSH public keys: it reaches the authorized_keys of the services they may open
+    (jobs.services.ssh_access). Validated by identity.sshkeys before it is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="ssh_keys")
+    name = models.CharField(max_length=100, help_text="What the key is for, e.g. the laptop it lives on.")
+    public_key = models.TextField(help_text="The one line of the .pub file: type, key, and no options.")
+    key_type = models.CharField(max_length=40)
+    bits = models.PositiveIntegerField(default=0)
+    fingerprint = models.CharField(max_length=60, help_text="SHA256:… as ssh-keygen -l prints it.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "fingerprint"], name="ssh_key_once_per_person"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.key_type}, {self.fingerprint})"

@@ -22,7 +22,7 @@ from urllib3.exceptions import HTTPError
 
 from jobs.kube import names
 from jobs.models import Team, Workload, Workspace
-from jobs.services import dispatch, lifecycle, provisioning
+from jobs.services import dispatch, lifecycle, provisioning, ssh_access
 from jobs.services.cluster import inventory, object_creation
 from jobs.services.queue import admission, gangs, preemption, start_estimates
 from jobs.services.storage import secrets, workspaces
@@ -139,6 +139,12 @@ def write_secret(secret_id: int, version: int, sealed: str, k8s_name: str | None
     """A user's secret, sealed by the web to this engine's key: opened and written here, in the engine,
     because the web's identity may write nothing in the cluster. Returns the outcome, never the value."""
     return secrets.secret_write(secret_id=secret_id, version=version, sealed=sealed, k8s_name=k8s_name)
+
+
+@shared_task(name="jobs.tasks.ssh_keys_publish", acks_late=True, **RETRY)
+def ssh_keys_publish(*workload_ids: int) -> int:
+    """Rewrite the authorized_keys Secrets of these services (keys or sharing changed)."""
+    return ssh_access.publish_all(list(workload_ids))
 
 
 @shared_task(name="jobs.tasks.remove_secret", acks_late=True, **RETRY)

@@ -60,6 +60,7 @@ USER_HOME = "/home/user"
 SYSTEM_PACKAGES = ("buildah", "mmdebstrap", "gcc", "libc6-dev", "runc")  # runc: tests/cluster/test_images.py
 REGISTRY = "localhost/gpuportal"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+DEVENV_ENTRYPOINT = "/usr/local/bin/gpuportal-devenv"
 
 Progress = Callable[[str], None]
 
@@ -129,6 +130,27 @@ SPECS: dict[str, Spec] = {
                 port=6006,
             ),
         ),
+        # JupyterLab plus Debian's OpenSSH server, started as the pod's own non-root user by
+        # images/devenv-entrypoint.sh (SSH through the portal, issue 39); the catalog's command starts with it.
+        Spec(
+            "devenv",
+            "devenv",
+            parent="jupyterlab",
+            packages=("openssh-server", "openssh-sftp-server", "rsync", "git", "less", "procps"),
+            config=_user_config(
+                env={"PATH": f"/opt/jupyterlab/bin:{PATH}", "SHELL": "/bin/bash", "JUPYTER_PORT": "8888"},
+                entrypoint=[
+                    DEVENV_ENTRYPOINT,
+                    "jupyter",
+                    "lab",
+                    "--ip=0.0.0.0",
+                    "--no-browser",
+                    f"--ServerApp.root_dir={USER_HOME}",
+                ],
+                cmd=[],
+                port=8888,
+            ),
+        ),
         # Only for the portal's image below (its Dockerfile's assets stage runs `npm ci`): Debian's nodejs and npm.
         Spec("node", "node", parent="python", packages=("nodejs", "npm"), config={"user": "0:0", "cmd": ["node"]}),
         # The project's own Dockerfile, built by `buildah bud` with PYTHON_IMAGE and NODE_IMAGE pointed at the
@@ -146,6 +168,8 @@ def _key(name: str) -> str:
     # What goes into the image: its spec (packages, config), the code that builds it, its inputs, its parent.
     builder = {"sandbox": _build_sandbox, "base": _build_base, "portal": _build_portal}.get(name, _build_layer)
     recipe = [builder, _Buildah, _run, _wheels] if spec.pins else [builder, _Buildah, _run]
+    if name == "devenv":
+        recipe.append(_build_devenv)
     digest.update(repr(spec).encode())
     digest.update(repr((SUITE, MIRROR, USER_UID, USER_HOME, PATH)).encode())
     if spec.pins:
@@ -156,6 +180,8 @@ def _key(name: str) -> str:
         digest.update((INPUTS / "pause.c").read_bytes())
     if spec.pins:
         digest.update((INPUTS / spec.pins).read_bytes())
+    if name == "devenv":
+        digest.update((INPUTS / "devenv-entrypoint.sh").read_bytes())
     if spec.parent:
         digest.update(_key(spec.parent).encode())
     if name == "portal":
@@ -360,6 +386,23 @@ def _build_layer(spec: Spec, buildah: _Buildah, work: Path, log: Path, clock: _C
     return container
 
 
+def _build_devenv(spec: Spec, buildah: _Buildah, work: Path, log: Path, clock: _Clock) -> str:
+    """The packages as any layer, then the entrypoint; Debian's own sshd service bits are not used (no root,
+    no host keys in the image: each service makes its own, images/devenv-entrypoint.sh)."""
+    container = _build_layer(spec, buildah, work, log, clock)
+    buildah("buildah copy (entrypoint)", "copy", "--chmod", "0755", container,
+            str(INPUTS / "devenv-entrypoint.sh"), DEVENV_ENTRYPOINT)  # fmt: skip
+    script = (
+        "set -e; rm -f /etc/ssh/ssh_host_*; "
+        # A locked password ('!') would make a PAM-less sshd refuse even key logins; '*' matches no password.
+        "usermod -p '*' user; install -d -m 0755 /run/sshd"
+    )
+    buildah(
+        "prepare sshd in devenv", "run", "--isolation", "chroot", "--user", "0:0", container, "--", "sh", "-c", script
+    )
+    return container
+
+
 def _portal_context_digest() -> str:
     """What the portal's image is built from: the files git tracks that .dockerignore lets into the build
     context, as they are in the checkout (committed or not)."""
@@ -481,6 +524,8 @@ def _build_one(name: str, clock: _Clock) -> None:
         elif name == "base":
             clock.say("base: mmdebstrap of Debian bookworm (minbase) from " + MIRROR)
             container = _build_base(buildah, work, log)
+        elif name == "devenv":
+            container = _build_devenv(spec, buildah, work, log, clock)
         else:
             container = _build_layer(spec, buildah, work, log, clock)
         if container is not None:
@@ -550,6 +595,13 @@ def catalog_seed(quota_team: str | None = None) -> dict:
              # /home holds the image's own home and the portal's mount of the user's home workspace; the
              # command in full, as traitlets refuses a second root_dir after the image's entrypoint's.
              "default_command": ["jupyter", "lab", "--ip=0.0.0.0", "--no-browser", "--ServerApp.root_dir=/home"],
+             "default_port": 8888, "base_url_args": jupyter_args},
+            {"reference": IMAGES["devenv"], "title": "Dev environment: SSH + JupyterLab (local)", "suits": "service",
+             "description": "JupyterLab with an SSH server beside it: gpuportal ssh, scp, rsync and VS Code "
+                            "Remote-SSH reach it through the portal with the keys on your profile. $HOME is your "
+                            "home workspace.",
+             "default_command": [DEVENV_ENTRYPOINT, "jupyter", "lab", "--ip=0.0.0.0", "--no-browser",
+                                 "--ServerApp.root_dir=/home"],
              "default_port": 8888, "base_url_args": jupyter_args},
             {"reference": IMAGES["tensorboard"], "title": "TensorBoard (local)", "suits": "service",
              "description": "TensorBoard built on this machine, serving the logs under /logs.",

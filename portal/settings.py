@@ -538,6 +538,10 @@ if PROXY_ORIGIN:
 # Where no ingress routes /w/ (`make run`, docker compose on one box): where the proxy sends every request
 # outside /w/ (the web), so one origin serves the portal and its services. Empty behind an ingress.
 PROXY_PORTAL_UPSTREAM = env_str("PROXY_PORTAL_UPSTREAM", "")
+# SSH into services (issue 39): how often an open session's token and access are checked again (a revoked
+# token or an un-share cuts it within this), and how many public keys a person may keep.
+SSH_RECHECK_SECONDS = env_int("SSH_RECHECK_SECONDS", 20, minimum=1, maximum=60)
+SSH_MAX_KEYS_PER_USER = env_int("SSH_MAX_KEYS_PER_USER", 20, minimum=1)
 # The cookies the proxied app may never read or set, beside the session and CSRF cookies.
 PROXY_BLOCKED_COOKIES = env_list("PROXY_BLOCKED_COOKIES", ["messages"])
 

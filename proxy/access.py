@@ -139,7 +139,7 @@ def door(credential: str | None, uid: str, *, fresh: bool = False) -> Door:
     if isinstance(cached, Door):
         return cached
     close_old_connections()  # the proxy is long-lived; Django's request signals never run here
-    answer = _decide(_user_for(credential, uid), uid)
+    answer = decide(_user_for(credential, uid), uid)
     if answer.outcome != Outcome.SIGN_IN:
         _doors.put((credential, uid), answer, settings.PROXY_ACCESS_CACHE_SECONDS)
     return answer
@@ -161,13 +161,14 @@ def redeem(ticket: str) -> Handoff:
     except opening.TicketRefused as exc:
         return Handoff(Door(Outcome.NOT_FOUND), refused=str(exc))
     user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
-    decided = _decide(user, uid)
+    decided = decide(user, uid)
     if user is None or decided.outcome in (Outcome.SIGN_IN, Outcome.NOT_FOUND):
         return Handoff(decided)
     return Handoff(decided, cookie=app_cookie_value(user, decided.uid))
 
 
-def _decide(user, uid: str) -> Door:
+def decide(user, uid: str) -> Door:
+    """The door to workload `uid` for `user` (None: not signed in)."""
     if user is None:
         return Door(Outcome.SIGN_IN)
     workload = Workload.objects.filter(uid=uid[:16]).first()

@@ -33,13 +33,15 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
+import asyncssh
 from django.conf import settings
 from django.db import connections
 from django.http.cookie import parse_cookie
 
+from jobs.kube import ssh_objects
 from jobs.services import opening
 from portal.security import is_trusted_proxy
-from proxy import access, headers, upstream, zerocopy
+from proxy import access, headers, ssh_door, ssh_tunnel, terminal, upstream, zerocopy
 from proxy.access import Door, Outcome
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,9 @@ IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})  # 
 WORKERS = 8  # threads for Django work (sessions, policy, EndpointSlices, activity)
 # Close codes an endpoint may not send (RFC 6455 7.4.1): "no status", "abnormal", "TLS failure".
 UNSENDABLE_CLOSE = {1005, 1006, 1015}
+# The service page's Terminal tab (proxy/terminal.py): a WebSocket under the service's own prefix, so the same
+# cookie and origin rules as Open apply to it.
+TERMINAL_REST = "/.gpuportal-terminal"
 
 
 # When a pod cuts a body short, the proxy leaves the browser's answer incomplete on purpose (completing it
@@ -172,9 +177,11 @@ class ServiceProxy:
         *,
         portal_upstream: str = "",
         endpoints: Callable[[str, str], tuple[str, int] | None] = access.ready_endpoint,
+        ssh_port: int = ssh_objects.SSH_PORT,
     ) -> None:
         self.portal_upstream = portal_upstream.rstrip("/")
         self._endpoints = endpoints  # (namespace, service) -> a ready pod's address; tests pin one
+        self._ssh_port = ssh_port  # where sshd listens on the pod's address (tests: a loopback stand-in)
         self._client: aiohttp.ClientSession | None = None  # WebSockets to pods
         self._pool = upstream.Pool()  # plain HTTP to pods (upstream.py says why not aiohttp)
         self._touched: dict[int | None, float] = {}
@@ -258,6 +265,10 @@ class ServiceProxy:
             else:
                 await send({"type": "websocket.close", "code": 1008})
             return
+        ssh = ssh_door.SSH_PATH.match(scope["path"])
+        if ssh is not None:
+            await self._ssh(scope, receive, send, ssh["uid"])
+            return
         match = SERVICE_PATH.match(scope["path"])
         if match is None:
             if scope["path"].startswith(settings.PROXY_PREFIX) or not self.portal_upstream or _on_apps_origin(scope):
@@ -278,6 +289,9 @@ class ServiceProxy:
                 await self._respond(send, 308, "", extra=[("Location", target)])
             else:
                 await send({"type": "websocket.close", "code": 1008})
+            return
+        if kind == "websocket" and rest == TERMINAL_REST:
+            await self._terminal(scope, receive, send, uid)
             return
         if kind == "websocket":
             if not _origin_allowed(scope):
@@ -700,6 +714,90 @@ class ServiceProxy:
             if not backend.closed:
                 with contextlib.suppress(Exception):
                     await backend.close()
+
+    # --- SSH ----------------------------------------------------------------------------------------
+    async def _ssh(self, scope: Scope, receive: Receive, send: Send, uid: str) -> None:
+        """`/w/_ssh/<uid>`: a WebSocket carrying an SSH connection to the pod's sshd (proxy/ssh_tunnel.py).
+        Opened with an API token only; whatever is refused is a 404 before the handshake, as for Open."""
+        if scope["type"] != "websocket":
+            await self._page(send, "not_found", None)
+            return
+        token = ssh_door.bearer(scope.get("headers", []))
+        door = await self._sync(ssh_door.ssh_door, token, uid)
+        if door.outcome != Outcome.OPEN:
+            # websocket.http.response would say 404 outright; uvicorn turns a close before accept into 403,
+            # which ssh-proxy reports the same way ("not found or not yours").
+            await self._refuse_websocket(scope, send, 404 if door.outcome != Outcome.STARTING else 503)
+            return
+        target = await self._target(door)
+        try:
+            if target is None:
+                raise ConnectionRefusedError("no ready pod")
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(target[0], self._ssh_port, limit=ssh_tunnel.READ_CHUNK),
+                settings.PROXY_CONNECT_TIMEOUT,
+            )
+        except (OSError, TimeoutError) as exc:
+            log.info("SSH to %s: the pod's sshd is not reachable: %s", uid, exc)
+            await self._refuse_websocket(scope, send, 502)
+            return
+        if (await receive())["type"] != "websocket.connect":
+            writer.close()
+            return
+        await send({"type": "websocket.accept"})
+        self._touch(door)
+
+        async def still_open() -> bool:
+            again = await self._sync(ssh_door.ssh_door, token, uid)
+            return again.outcome == Outcome.OPEN
+
+        await ssh_tunnel.pump(
+            receive, send, reader, writer,
+            still_open=still_open, recheck_seconds=settings.SSH_RECHECK_SECONDS, touch=lambda: self._touch(door),
+        )  # fmt: skip
+
+    async def _terminal(self, scope: Scope, receive: Receive, send: Send, uid: str) -> None:
+        """`/w/<uid>/.gpuportal-terminal`: the page's terminal, signed in as for Open (the portal's session,
+        the page's origin checked); the proxy logs into the pod's sshd itself (proxy/terminal.py)."""
+        credential = _credential(scope)
+        door = await self._door(credential, uid, fresh=True) if _origin_allowed(scope) else Door(Outcome.NOT_FOUND)
+        if door.outcome != Outcome.OPEN:
+            await self._refuse_websocket(scope, send, 404 if door.outcome != Outcome.STARTING else 503)
+            return
+        target = await self._target(door)
+        try:
+            if target is None:
+                raise ConnectionRefusedError("no ready pod")
+            conn = await terminal.connect(target[0], self._ssh_port, uid, timeout=settings.PROXY_CONNECT_TIMEOUT * 3)
+        except (OSError, TimeoutError, asyncssh.Error) as exc:
+            log.info("terminal for %s: no shell from the pod's sshd: %s", uid, exc)
+            await self._refuse_websocket(scope, send, 502)
+            return
+        if (await receive())["type"] != "websocket.connect":
+            conn.close()
+            return
+        await send({"type": "websocket.accept"})
+        self._touch(door)
+
+        async def still_open() -> bool:
+            again = await self._door(credential, uid, fresh=True)
+            return again.outcome == Outcome.OPEN
+
+        await terminal.pump(
+            conn, receive, send,
+            still_open=still_open, recheck_seconds=settings.SSH_RECHECK_SECONDS, touch=lambda: self._touch(door),
+        )  # fmt: skip
+
+    async def _refuse_websocket(self, scope: Scope, send: Send, status: int) -> None:
+        """Refuse a WebSocket handshake with a plain HTTP status (ASGI's denial-response extension, which
+        uvicorn has), else with a close before accept, which the client sees as 403."""
+        if "websocket.http.response" not in scope.get("extensions", {}):
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        body = f"{status}\n".encode()
+        head = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "websocket.http.response.start", "status": status, "headers": head})
+        await send({"type": "websocket.http.response.body", "body": body})
 
     def _touch(self, door: Door) -> None:
         """Record activity (WebSocket messages count: a notebook's kernel channel carries all its work).

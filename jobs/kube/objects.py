@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from kubernetes import client as k8s
 
-from jobs.kube import names
+from jobs.kube import names, ssh_objects
 
 CONTAINER_NAME = "main"
 QUOTA_NAME = "gpuportal-gpus"
@@ -43,6 +43,7 @@ USER_GID = 1000
 SHM_VOLUME = "dshm"
 TMP_VOLUME = "tmp"
 SECRETS_VOLUME = "portal-secrets"
+HOME_VOLUME = "ws-home"  # the owner's home workspace (jobs.services.storage.workspaces.volume_specs)
 SECRETS_DIR = "/var/run/secrets/gpuportal"
 SECRET_KEY = "value"  # noqa: S105  (the key inside each Secret, not a password)
 # The workload's own checkpoint token (jobs/services/checkpoints/tokens.py), a file in its own directory.
@@ -168,6 +169,8 @@ def make_container(spec: WorkloadSpec) -> dict:
         if ref.env
     ]
     env.append({"name": "GPUPORTAL_WORKLOAD", "value": spec.uid})
+    if spec.kind == "service":
+        env += ssh_objects.ssh_env(next((v.mount_path for v in spec.volumes if v.name == HOME_VOLUME), ""))
     security: dict = {"allowPrivilegeEscalation": False, "privileged": False, "capabilities": {"drop": ["ALL"]}}
     if spec.read_only_root:
         security["readOnlyRootFilesystem"] = True
@@ -179,6 +182,8 @@ def make_container(spec: WorkloadSpec) -> dict:
         mounts.append({"name": SECRETS_VOLUME, "mountPath": SECRETS_DIR, "readOnly": True})
     if spec.token_secret:
         mounts.append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
+    if spec.kind == "service":
+        mounts.append(ssh_objects.keys_mount())
     container: dict = {"name": CONTAINER_NAME, "image": spec.image}
     if spec.command:
         container["command"] = list(spec.command)
@@ -233,6 +238,8 @@ def make_pod_template(spec: WorkloadSpec) -> dict:
         volumes.append(make_secrets_volume(spec.secrets))
     if spec.token_secret:
         volumes.append({"name": TOKEN_VOLUME, "secret": {"secretName": spec.token_secret, "defaultMode": 0o440}})
+    if spec.kind == "service":  # SSH through the portal: jobs/kube/ssh_objects.py
+        volumes.append(ssh_objects.keys_volume(spec.uid))
     pod: dict = {
         "restartPolicy": "Never" if spec.kind == "batch" else "Always",
         "nodeSelector": {spec.gpu_type.node_label_key: spec.gpu_type.node_label_value},

@@ -228,3 +228,8 @@ def request_workspace_volumes() -> None:
         _send("jobs.tasks.learn_workspace_volumes")
 
     transaction.on_commit(send)
+
+
+def publish_ssh_keys(workload_ids: list[int]) -> None:
+    """Ask the engine's worker to rewrite these services' authorized_keys Secrets (jobs.services.ssh_access)."""
+    transaction.on_commit(partial(_send, "jobs.tasks.ssh_keys_publish", *workload_ids))

@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from jobs import policy
 from jobs.models import Kind, RedeemedTicket, Workload, WorkloadEvent
+from jobs.services import dispatch
 from jobs.services.errors import WorkloadStateError
 from jobs.services.transitions import note
 
@@ -122,4 +123,5 @@ def workload_share(*, workload: Workload, by, shared: bool) -> bool:
             message="Teammates may now open this service." if shared else "Only its owner may open this service now.",
             source=WorkloadEvent.Source.PORTAL,
         )
+        dispatch.publish_ssh_keys([workload.id])  # teammates' SSH keys come or go with the sharing
     return bool(changed)

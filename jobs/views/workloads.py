@@ -17,6 +17,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from identity.models import SshKey
 from jobs import policy
 from jobs.forms import WorkloadFilterForm
 from jobs.models import GpuType, Kind, State, Workload
@@ -128,6 +129,7 @@ def _detail_context(request: HttpRequest, workload: Workload) -> dict:
         "ranks": gang_ranks(workload),
         "rank_numbers": range(workload.nodes) if workload.nodes > 1 else (),
         "gang_window_seconds": settings.GANG_START_WINDOW_SECONDS,
+        "ssh_key_count": SshKey.objects.filter(user=request.user).count() if workload.kind == Kind.SERVICE else 0,
         "service_address": (
             f"{workload.k8s_name}.{workload.namespace}.svc:{workload.port}"
             if workload.kind == Kind.SERVICE and workload.k8s_name and workload.namespace and workload.port

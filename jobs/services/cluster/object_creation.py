@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from jobs.kube import client as kube
 from jobs.kube import gang_objects, names, objects
 from jobs.models import AllowedRegistry, Kind, SecretState, State, Team, TeamSecret, Workload, WorkloadEvent
-from jobs.services import opening, provisioning
+from jobs.services import opening, provisioning, ssh_access
 from jobs.services.checkpoints import contract, tokens
 from jobs.services.cluster import node_health
 from jobs.services.storage import workspaces
@@ -482,9 +482,13 @@ def _create_all(
     the batch's heartbeat while it waits. Returns each workload's outcome: None (created or adopted), or
     what it raised."""
 
+    keys = ssh_access.keys_texts(ready)  # read here: the creates below touch no database
+
     def create(workload: Workload) -> BaseException | None:
         spec = specs[workload.id]
         try:
+            if workload.id in keys:  # a service's authorized_keys, before its pod mounts them
+                ssh_access.publish(workload, keys[workload.id])
             for obj in rendered[workload.id]:
                 _create_or_adopt(obj, spec, workload.team)
         except Exception as exc:

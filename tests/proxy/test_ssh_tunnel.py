@@ -1,0 +1,177 @@
+"""The SSH tunnel through the proxy (issue 39): `/w/_ssh/<uid>`, opened with an API token, carries bytes to
+the pod's sshd port and back. The pod's sshd is a loopback echo server here (the tunnel never reads SSH);
+tests/integration/test_real_ssh.py runs Debian's OpenSSH client against a real sshd on the real nodes.
+
+Who gets in is Open's rule: the owner; a teammate only while the owner shares; an outsider, a bad or a
+revoked token: 404. A revoked token cuts a tunnel that is already open; an open tunnel counts as activity.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from django.contrib.auth import get_user_model
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import connect
+
+from api.tokens import token_create, token_revoke
+from jobs.models import Workload
+from jobs.services.opening import workload_share
+from proxy import access
+from proxy.app import ServiceProxy
+from tests.proxy.conftest import _free_port, serve
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class EchoServer:
+    """A stand-in for the pod's sshd: echoes every byte, counts connections."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _echo(conn: socket.socket) -> None:
+        with conn:
+            while data := conn.recv(65536):
+                conn.sendall(data)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def tunnel(proxy_world, settings):
+    settings.SSH_RECHECK_SECONDS = 1
+    echo = EchoServer()
+    app = ServiceProxy(endpoints=lambda namespace, service: ("127.0.0.1", 1), ssh_port=echo.port)
+    port = _free_port()
+    server, thread = serve(app, port)
+    users = get_user_model().objects
+    tokens = {who: token_create(user=users.get(username=name), name="ssh").raw
+              for who, name in (("owner", "olivia"), ("teammate", "tom"), ("outsider", "oscar"))}  # fmt: skip
+    proxy_world.ssh_base = f"ws://127.0.0.1:{port}"
+    proxy_world.http_base = f"http://127.0.0.1:{port}"
+    proxy_world.tokens = tokens
+    proxy_world.echo = echo
+    yield proxy_world
+    server.should_exit = True
+    thread.join(10)
+    echo.close()
+    access.reset_caches()
+
+
+def _open(world, token: str):
+    return connect(
+        f"{world.ssh_base}/w/_ssh/{world.workload.uid}",
+        additional_headers={"Authorization": f"Bearer {token}"} if token else {},
+        open_timeout=20,
+        compression=None,
+    )
+
+
+def _refused_status(world, token: str) -> int:
+    with pytest.raises(InvalidStatus) as refused:
+        _open(world, token)
+    return refused.value.response.status_code
+
+
+def test_the_owner_s_bytes_reach_the_pod_s_sshd_and_come_back(tunnel):
+    with _open(tunnel, tunnel.tokens["owner"]) as ws:
+        ws.send(b"SSH-2.0-OpenSSH_9.2\r\n")
+        assert ws.recv(timeout=20) == b"SSH-2.0-OpenSSH_9.2\r\n"
+        big = os.urandom(3 * 1024 * 1024)
+        ws.send(big)
+        got = b""
+        while len(got) < len(big):
+            got += ws.recv(timeout=20)
+        assert got == big
+    assert tunnel.echo.connections == 1
+
+
+def test_a_teammate_is_refused_until_the_owner_shares(tunnel):
+    assert _refused_status(tunnel, tunnel.tokens["teammate"]) == 404
+    workload = Workload.objects.get(id=tunnel.workload.id)
+    workload_share(workload=workload, by=workload.owner, shared=True)
+    with _open(tunnel, tunnel.tokens["teammate"]) as ws:
+        ws.send(b"hello")
+        assert ws.recv(timeout=20) == b"hello"
+
+
+@pytest.mark.parametrize("who", ["outsider", "bad", "none"])
+def test_an_outsider_a_bad_token_and_no_token_get_404(tunnel, who):
+    token = {"outsider": tunnel.tokens["outsider"], "bad": "gpp_not-a-real-token", "none": ""}[who]
+    assert _refused_status(tunnel, token) == 404
+    assert tunnel.echo.connections == 0
+
+
+def test_a_revoked_token_cuts_the_open_session(tunnel):
+    from api.models import ApiToken
+
+    with _open(tunnel, tunnel.tokens["owner"]) as ws:
+        ws.send(b"before")
+        assert ws.recv(timeout=20) == b"before"
+        token = ApiToken.objects.get(user__username="olivia")
+        token_revoke(token=token, by=token.user)
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=60)  # nothing more comes: the proxy rechecks every SSH_RECHECK_SECONDS (1 s here)
+        assert closed.value.rcvd is not None
+        assert closed.value.rcvd.code == 4403
+
+
+def test_an_open_idle_session_counts_as_activity(tunnel):
+    Workload.objects.filter(id=tunnel.workload.id).update(last_activity_at=None)
+    with _open(tunnel, tunnel.tokens["owner"]):
+        deadline = time.monotonic() + 60
+        while Workload.objects.get(id=tunnel.workload.id).last_activity_at is None:
+            assert time.monotonic() < deadline, "an open SSH session never counted as activity"
+            time.sleep(0.5)
+
+
+def test_gpuportal_ssh_proxy_carries_stdin_to_the_pod_and_back(tunnel):
+    """The ProxyCommand itself, as ssh runs it: stdin in, stdout out; it ends when stdin ends."""
+    env = {**os.environ, "GPUPORTAL_URL": tunnel.http_base, "GPUPORTAL_TOKEN": tunnel.tokens["owner"]}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "ssh-proxy", f"gpuportal-{tunnel.workload.uid}"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    try:
+        child.stdin.write(b"through the portal\n")
+        child.stdin.flush()
+        assert child.stdout.read(len(b"through the portal\n")) == b"through the portal\n"
+        child.stdin.close()
+        assert child.wait(timeout=60) == 0, child.stderr.read().decode()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_gpuportal_ssh_proxy_says_404_for_someone_else_s_service(tunnel):
+    env = {**os.environ, "GPUPORTAL_URL": tunnel.http_base, "GPUPORTAL_TOKEN": tunnel.tokens["outsider"]}
+    done = subprocess.run(
+        [sys.executable, "-m", "cli.main", "ssh-proxy", tunnel.workload.uid],
+        input=b"", capture_output=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "404" in done.stderr.decode()
