@@ -23,7 +23,7 @@ def test_seed_demo_with_local_images_lists_them_in_the_catalog(monkeypatch, tmp_
     call_command("seed_demo", *run.local_images_seed({"GPUPORTAL_LOCAL_IMAGES": "1"}), stdout=io.StringIO())
 
     local = {c.reference: c for c in CatalogImage.objects.filter(reference__startswith="localhost/")}
-    assert set(local) == {IMAGES["python"], IMAGES["jupyterlab"], IMAGES["tensorboard"]}
+    assert set(local) == {IMAGES["python"], IMAGES["jupyterlab"], IMAGES["tensorboard"], IMAGES["devenv"]}
     jupyter = local[IMAGES["jupyterlab"]]
     assert (jupyter.suits, jupyter.default_port) == ("service", 8888)
     assert "--ServerApp.base_url={base_url}" in jupyter.base_url_args
