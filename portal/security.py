@@ -9,6 +9,7 @@ dodge a lockout). They are believed only from the addresses in TRUSTED_PROXIES a
 from __future__ import annotations
 
 import ipaddress
+import secrets
 from collections.abc import Callable
 from functools import lru_cache
 from urllib.parse import urlsplit
@@ -65,6 +66,21 @@ class TrustedProxyMiddleware:
         return self.get_response(request)
 
 
+class StyleNonce:
+    """A per-response nonce for <style> elements a page's own script must create (xterm.js writes its
+    theme and cell sizes into <style> elements it makes at run time; no static sheet can hold them). It is
+    added to style-src only if the page used it (`{{ request.csp_nonce }}`), so other pages keep the plain
+    policy; scripts get no nonce: script-src stays 'self'."""
+
+    def __init__(self) -> None:
+        self.value = secrets.token_urlsafe(18)
+        self.used = False
+
+    def __str__(self) -> str:
+        self.used = True
+        return self.value
+
+
 class ContentSecurityPolicyMiddleware:
     """Every page's scripts are static files of this site, so no inline or foreign script may run: an
     injected <script> or event handler is refused by the browser even if an escaping bug let it in."""
@@ -73,10 +89,21 @@ class ContentSecurityPolicyMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        nonce = request.csp_nonce = StyleNonce()
         response = self.get_response(request)
         if settings.CONTENT_SECURITY_POLICY and "Content-Security-Policy" not in response:
-            response["Content-Security-Policy"] = with_sign_in_provider(settings.CONTENT_SECURITY_POLICY)
+            policy = with_sign_in_provider(settings.CONTENT_SECURITY_POLICY)
+            response["Content-Security-Policy"] = with_style_nonce(policy, nonce.value) if nonce.used else policy
         return response
+
+
+def with_style_nonce(policy: str, nonce: str) -> str:
+    """style-src with this response's nonce beside its sources (a policy without style-src is left as is)."""
+    directives = [part.strip() for part in policy.split(";")]
+    for i, directive in enumerate(directives):
+        if directive.split(" ", 1)[0].lower() == "style-src":
+            directives[i] = f"{directive} 'nonce-{nonce}'"
+    return "; ".join(d for d in directives if d)
 
 
 def axes_username(request: HttpRequest, credentials: dict | None) -> str:

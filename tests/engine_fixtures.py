@@ -129,6 +129,8 @@ def engine_processes(
     django_db_blocker: Any,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[EngineProcesses]:
+    from django.conf import settings
+
     with django_db_blocker.unblock():
         url = database_url()
     env = {
@@ -139,7 +141,9 @@ def engine_processes(
         "REDIS_URL": engine_broker.url,
         "CELERY_BROKER_URL": engine_broker.url,
         "DEBUG": "0",
-        "SECRET_KEY": "engine-test-secret-key",
+        # One SECRET_KEY for every portal process, as the chart gives them all: the engine derives the
+        # terminal's key into each pod from it (jobs.services.ssh_access), the test's in-process proxy too.
+        "SECRET_KEY": settings.SECRET_KEY,
         "PYTHONUNBUFFERED": "1",
         "EMAIL_URL": notification_sinks.smtp.url() + "?from=gpus@example.org&timeout=3",
         "NOTIFY_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",

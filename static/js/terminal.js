@@ -8,13 +8,37 @@
   const button = document.getElementById("terminal-open");
   const screen = document.getElementById("terminal-screen");
   const status = document.getElementById("terminal-status");
+  // The policy allows no inline style; xterm writes its theme and cell sizes into <style> elements it makes
+  // as it runs, so those carry this page's style nonce (given on this script's tag; portal/security.py).
+  const styleNonce = document.currentScript && document.currentScript.nonce;
   let socket = null;
+
+  function nonceStyles() {
+    if (!styleNonce || document.createElement.nonced) return;
+    const create = document.createElement;
+    document.createElement = function (name, options) {
+      const element = create.call(this, name, options);
+      if (String(name).toLowerCase() === "style") element.setAttribute("nonce", styleNonce);
+      return element;
+    };
+    document.createElement.nonced = true;
+  }
 
   function say(text) {
     status.textContent = text;
   }
 
   function open() {
+    say("Connecting…");
+    try {
+      start();
+    } catch (error) {
+      say("The terminal could not start: " + error);
+      button.hidden = false;
+    }
+  }
+
+  function start() {
     const TerminalClass = window.Terminal && (window.Terminal.Terminal || window.Terminal);
     const FitClass = window.FitAddon && (window.FitAddon.FitAddon || window.FitAddon);
     if (!TerminalClass) {
@@ -23,6 +47,7 @@
     }
     button.hidden = true;
     screen.hidden = false;
+    nonceStyles();
     const term = new TerminalClass({ cursorBlink: true, convertEol: false, fontSize: 14, scrollback: 5000 });
     const fit = FitClass ? new FitClass() : null;
     if (fit) term.loadAddon(fit);
@@ -35,7 +60,6 @@
     const sendSize = () => {
       if (socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ resize: [term.cols, term.rows] }));
     };
-    say("Connecting…");
     socket.onopen = () => {
       say("Connected.");
       sendSize();

@@ -5,11 +5,16 @@ and its output shows in the page."""
 
 from __future__ import annotations
 
+import base64
+
 import pytest
+from kubernetes import client as k8s
 from playwright.sync_api import expect
 
+from jobs.kube.ssh_objects import KEYS_FILE, keys_secret_name
 from jobs.models import State
 from jobs.services.cancel import workload_cancel
+from jobs.services.ssh_access import terminal_public_key
 from localcluster import images
 from tests.ui.conftest import PASSWORD, screenshot, sign_in
 from tests.ui.test_browser_engine import _engine_before_live_server  # noqa: F401 (fixture)
@@ -34,14 +39,11 @@ def lab(real_engine, devenv_on_real_nodes, settings):
     return real_engine
 
 
-@pytest.mark.xfail(
-    reason="issue 39, unfinished: in its one run the pod's sshd refused the proxy's terminal key (sshd log: "
-    "'Connection closed by authenticating user user [preauth]'); suspected: the test's engine processes sign "
-    "with another SECRET_KEY than the test's proxy, so the derived keys differ; not yet checked",
-    strict=False,
-)
-def test_the_terminal_tab_runs_a_command_and_shows_its_output(chromium, front, lab):  # noqa: F811
+def test_the_terminal_tab_runs_a_command_and_shows_its_output(chromium, front, lab, kube_api):  # noqa: F811
     context, page = browser_tab(chromium, front)
+    problems: list[str] = []  # CSP refusals (xterm's run-time <style>s carry the page's nonce) and page errors
+    page.on("console", lambda m: problems.append(m.text) if "Content Security Policy" in m.text else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
     sign_in(page, lab.owner.username)
     page.goto("/launch/")
     page.get_by_label("Image", exact=True).select_option(label="Dev environment: SSH + JupyterLab (local)")
@@ -55,6 +57,11 @@ def test_the_terminal_tab_runs_a_command_and_shows_its_output(chromium, front, l
     expect(page.locator("#live")).to_have_attribute("data-state", "RUNNING", timeout=240_000)
     workload = lab.team.workloads.get(name="devbox-term")
     expect(page.locator("#ssh-line")).to_have_text(f"gpuportal ssh {workload.uid}")
+
+    # The key the engine put in the pod's authorized_keys is the one this proxy logs in with: both derive
+    # it from the SECRET_KEY every portal process shares.
+    keys = k8s.CoreV1Api(kube_api).read_namespaced_secret(keys_secret_name(workload.uid), workload.namespace).data
+    assert terminal_public_key(workload.uid) in base64.b64decode(keys[KEYS_FILE]).decode()
 
     page.reload()  # the Terminal card shows on a running service's page
     # sshd starts beside JupyterLab: until it listens, a try ends at once; the page says so.
@@ -73,6 +80,7 @@ def test_the_terminal_tab_runs_a_command_and_shows_its_output(chromium, front, l
     expect(rows).to_contain_text("answer=42", timeout=30_000)
     expect(rows).to_contain_text("gpus=GPU-")
     screenshot(page, "real_terminal_tab")
+    assert problems == []
     workload_cancel(workload=workload, by=lab.owner)
     lab.wait_for(workload, State.CANCELLED)
     context.close()

@@ -3,11 +3,14 @@ every page carries a Content-Security-Policy; forwarding headers are believed on
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
-from tests.ui.conftest import PASSWORD
+from jobs.models import State
+from tests.ui.conftest import PASSWORD, make_workload
 
 pytestmark = pytest.mark.django_db
 
@@ -82,6 +85,25 @@ def test_every_page_allows_only_this_sites_scripts(client, world, login, path):
     assert "frame-ancestors 'none'" in policy
     assert "unsafe-inline" not in policy.split("script-src", 1)[1].split(";")[0]
     assert "<script>" not in response.content.decode()  # no inline script anywhere
+
+
+def test_the_terminal_page_alone_gets_a_style_nonce_and_scripts_still_only_self(client, world, login):
+    """xterm.js makes <style> elements as it runs: the service page's style-src carries a fresh nonce its
+    terminal script hands them (portal/security.py StyleNonce); script-src stays 'self', other pages plain."""
+    login(world.owner)
+    service = make_workload(world, kind="service", state=State.RUNNING)
+    first, second = (client.get(f"/workloads/{service.uid}/") for _ in range(2))
+    nonces = []
+    for response in (first, second):
+        policy = response["Content-Security-Policy"]
+        style = policy.split("style-src", 1)[1].split(";")[0]
+        nonce = re.fullmatch(r" 'self' 'nonce-([A-Za-z0-9_-]{20,})'", style).group(1)
+        assert f'nonce="{nonce}"' in response.content.decode()
+        assert "script-src 'self';" in policy
+        assert "unsafe-inline" not in policy
+        nonces.append(nonce)
+    assert nonces[0] != nonces[1]
+    assert "nonce-" not in client.get("/")["Content-Security-Policy"]
 
 
 def test_x_forwarded_proto_is_believed_only_from_a_trusted_proxy(client, world, settings):
