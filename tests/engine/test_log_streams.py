@@ -110,3 +110,9 @@ def test_a_slot_left_by_a_dead_process_frees_itself_at_its_deadline(caps):
     LogFollowSlot.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
     assert list(HeldStream(iter(["b"]), user_id=9, seconds=60)) == ["b"]
     assert not LogFollowSlot.objects.exists()
+
+
+def test_a_container_that_printed_nothing_yet_shows_an_empty_log_not_an_error():
+    # The Kubernetes client answers an empty log body with None; the logs panel must show nothing, calmly.
+    assert shown_text(None) == ""
+    assert shown_text("") == ""

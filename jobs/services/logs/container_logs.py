@@ -87,8 +87,9 @@ def shown_line(raw: str, *, max_chars: int | None = None) -> str:
     return line
 
 
-def shown_text(text: str) -> str:
-    return "\n".join(shown_line(line) for line in text.split("\n"))
+def shown_text(text: str | None) -> str:
+    # The Kubernetes client hands an empty log (a container that has printed nothing yet) back as None.
+    return "\n".join(shown_line(line) for line in (text or "").split("\n"))
 
 
 def workload_logs(
