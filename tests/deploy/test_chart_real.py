@@ -271,17 +271,18 @@ def create_member(release: Installed) -> None:
     subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=REPO_ROOT, env=env, check=True, timeout=120)
 
 
-def test_sign_in_launch_and_open_a_notebook_through_the_charts_web_and_proxy(kube_api, installed) -> None:
-    from playwright.sync_api import expect, sync_playwright
+def test_sign_in_launch_and_open_a_notebook_through_the_charts_web_and_proxy(kube_api, installed, chromium) -> None:
+    from playwright.sync_api import expect
 
     pods = pods_of(kube_api, installed)
     web, proxy = (next(p.status.pod_ip for p in pods[c] if p.status.phase == "Running") for c in ("web", "proxy"))
     create_member(installed)
     rules = f"MAP {PORTAL_HOST} {web},MAP {APPS_HOST} {proxy}"
     args = [f"--host-resolver-rules={rules}", *[a for a in CHROMIUM_ARGS if not a.startswith("--host-resolver")]]
-    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=args)
+    # A second chromium (its own host rules) from the suite's one Playwright session (tests/browser.py):
+    # a second sync_playwright() cannot start while the session's runs its event loop in this thread.
+    browser = chromium.browser_type.launch(executable_path=CHROMIUM, args=args)
+    try:
         context = browser.new_context(
             base_url=f"http://{PORTAL_HOST}:{WEB_PORT}", viewport={"width": 1280, "height": 900}
         )
@@ -345,4 +346,5 @@ def test_sign_in_launch_and_open_a_notebook_through_the_charts_web_and_proxy(kub
             (REPO_ROOT / "test-output").mkdir(exist_ok=True)
             jupyter.screenshot(path=str(REPO_ROOT / "test-output" / "chart_real_jupyterlab.png"))
         context.close()
+    finally:
         browser.close()
