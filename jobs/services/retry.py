@@ -22,7 +22,7 @@ from django.conf import settings
 
 from jobs.models import Kind, RunSegment, State, Workload
 from jobs.services.checkpoints.cost import gpu_hours_words, lost_gpu_seconds
-from jobs.services.transitions import transition
+from jobs.services.transitions import requeued_attempt, transition
 from jobs.services.usage.accounting import counted_start
 from jobs.signals import workload_retried
 
@@ -156,21 +156,10 @@ def requeue(
         message=f"{because} {attempt_words}{then}",
         at=at,
         source=source,
-        attempt=workload.attempt + 1,
         retries=retries,
         retry_not_before=at + timedelta(seconds=wait) if wait else None,
         lost_gpu_seconds=workload.lost_gpu_seconds + lost,
-        requeued_at=at,
-        borrowed=False,
-        admitted_at=None,
-        submitted_at=None,
-        started_at=None,
-        finished_at=None,
-        counted_from=None,
-        k8s_name="",
-        node_name="",
-        pod_name="",
-        pod_uid="",
+        **requeued_attempt(workload, at),
     )
     if not moved:
         return False

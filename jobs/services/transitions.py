@@ -20,6 +20,26 @@ from jobs.signals import workload_transitioned
 log = logging.getLogger(__name__)
 
 
+def requeued_attempt(workload: Workload, at: datetime) -> dict[str, Any]:
+    """The fields of a workload sent back to the front of its queue as a fresh attempt (preempted, retried,
+    or a gang released after its start window): the next attempt's number, and nothing of the last run's
+    placement or times left behind."""
+    return {
+        "attempt": workload.attempt + 1,
+        "requeued_at": at,
+        "borrowed": False,
+        "admitted_at": None,
+        "submitted_at": None,
+        "started_at": None,
+        "finished_at": None,
+        "counted_from": None,
+        "k8s_name": "",
+        "node_name": "",
+        "pod_name": "",
+        "pod_uid": "",
+    }
+
+
 def can_move(from_state: str, to_state: str) -> bool:
     return to_state in TRANSITIONS.get(from_state, frozenset())
 

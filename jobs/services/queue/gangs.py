@@ -22,7 +22,7 @@ from jobs.kube import names
 from jobs.models import GangRank, GpuNode, GpuType, RunSegment, State, Workload
 from jobs.services.cluster.object_creation import workload_delete_objects
 from jobs.services.dispatch import request_admission
-from jobs.services.transitions import transition
+from jobs.services.transitions import requeued_attempt, transition
 
 log = logging.getLogger(__name__)
 
@@ -71,18 +71,7 @@ def gang_release(workload: Workload, *, at: datetime) -> bool:
             reason=RELEASE_REASON,
             message=message,
             at=at,
-            attempt=workload.attempt + 1,
-            requeued_at=at,
-            borrowed=False,
-            admitted_at=None,
-            submitted_at=None,
-            started_at=None,
-            finished_at=None,
-            counted_from=None,
-            k8s_name="",
-            node_name="",
-            pod_name="",
-            pod_uid="",
+            **requeued_attempt(workload, at),
         )
         if not moved:
             return False

@@ -23,7 +23,7 @@ from jobs.services.checkpoints.cost import gpu_hours_words, lost_gpu_seconds
 from jobs.services.cluster.object_creation import workload_delete_objects
 from jobs.services.dispatch import enqueue_preempt_delete
 from jobs.services.queue.share_explained import why_chosen_for
-from jobs.services.transitions import note, transition
+from jobs.services.transitions import note, requeued_attempt, transition
 from jobs.services.usage.accounting import counted_start
 from jobs.signals import workload_preempted
 
@@ -58,19 +58,8 @@ def preempt(victim_id: int, *, at: datetime, for_workload_id: int | None = None,
             reason="Preempted",
             message=f"Preempted: {because} {stop} Requeued at the front of the queue.",
             at=at,
-            attempt=workload.attempt + 1,
             lost_gpu_seconds=workload.lost_gpu_seconds + lost,
-            requeued_at=at,
-            borrowed=False,
-            admitted_at=None,
-            submitted_at=None,
-            started_at=None,
-            finished_at=None,
-            counted_from=None,
-            k8s_name="",
-            node_name="",
-            pod_name="",
-            pod_uid="",
+            **requeued_attempt(workload, at),
         )
     else:
         moved = transition(
