@@ -1,8 +1,11 @@
 """What the API reads and writes. Output serializers render engine objects; the one input serializer
-documents a submission, whose rules live in jobs.services.validation."""
+describes a submission, for the schema and for `parse_submission`'s type checks alike; the rules about
+its values live in jobs.services.validation."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -16,8 +19,8 @@ from jobs.models import CatalogImage, Kind, State, Team, Workload, WorkloadEvent
 from jobs.policy import visible_env
 from jobs.selectors import mounts_with_use
 from jobs.services import opening
-from jobs.services.spec_fields import FIELDS as SPEC_FIELDS
 from jobs.services.spec_fields import field_limits, item_limits, time_limit_limits
+from spec_rules import SWEEP_AT_MOST
 
 
 # --- errors ---------------------------------------------------------------------------------------
@@ -225,8 +228,9 @@ def _when(value: datetime | None) -> str | None:
 class WorkloadCreateSerializer(serializers.Serializer):
     """A submission. Unknown fields are refused; only `gpu_type` and an image are required.
 
-    Its limits are jobs.services.spec_fields' (the launch form reads the same); the rules beyond them
-    are jobs.services.validation's."""
+    The one description of the request: the schema shows it and `parse_submission` checks each field's
+    JSON type by it. Its limits are jobs.services.spec_fields' (the launch form reads the same); the rules
+    beyond them are jobs.services.validation's."""
 
     team = serializers.CharField(required=False, help_text="Team slug; may be left out if you are in one team.")
     name = serializers.CharField(
@@ -321,19 +325,15 @@ class WorkloadBatchCreateSerializer(serializers.Serializer):
     """Several submissions to one team, stored all or none (a sweep: the same image, other arguments)."""
 
     team = serializers.CharField(required=False, help_text="Team slug; may be left out if you are in one team.")
-    workloads = WorkloadSpecSerializer(many=True, help_text="1 to 500 submissions, each as for a single one.")
+    workloads = WorkloadSpecSerializer(
+        many=True, help_text=f"1 to {SWEEP_AT_MOST} submissions, each as for a single one."
+    )
 
 
 class WorkloadBatchSerializer(serializers.Serializer):
     """The workloads a batch stored, in the order they were given."""
 
     workloads = WorkloadSerializer(many=True)
-
-
-_STRING_FIELDS = {"team", "name", "kind", "image", "gpu_type", "checkpoint_workspace", "topology"}
-_INT_FIELDS = {"gpu_count", "priority", "nodes"}
-_NULLABLE_INT_FIELDS = {"catalog_image", "port", "time_limit_seconds", "cpu_millicores", "memory_mib", "retry_limit"}
-_LIST_FIELDS = {"command", "args", "datasets"}
 
 
 def parse_batch(payload: Any) -> tuple[str | None, list[dict[str, Any]]]:
@@ -365,44 +365,70 @@ def parse_batch(payload: Any) -> tuple[str | None, list[dict[str, Any]]]:
 
 
 def parse_submission(payload: Any) -> tuple[str | None, dict[str, Any]]:
-    """Check JSON types strictly (the engine judges the values); returns (team slug, spec)."""
+    """Check JSON types strictly (the engine judges the values); returns (team slug, spec). The types are
+    read off WorkloadCreateSerializer, the one description of the request (the schema shows the same)."""
     if not isinstance(payload, dict):
         raise Invalid({"non_field_errors": ["Send a JSON object."]}, "Send a JSON object.")
-    errors: dict[str, list[str]] = {}
-    for name, value in payload.items():
-        if name != "team" and name != "shared_with_team" and name not in SPEC_FIELDS:
-            errors[name] = ["Unknown field."]
-        elif name == "shared_with_team" and not isinstance(value, bool):
-            errors[name] = ["Must be true or false."]
-        elif name in _STRING_FIELDS and not isinstance(value, str):
-            errors[name] = ["Must be a string."]
-        elif name in _INT_FIELDS and (isinstance(value, bool) or not isinstance(value, int)):
-            errors[name] = ["Must be an integer."]
-        elif (
-            name in _NULLABLE_INT_FIELDS
-            and value is not None
-            and (isinstance(value, bool) or not isinstance(value, int))
-        ):
-            errors[name] = ["Must be an integer or null."]
-        elif name == "restartable" and not isinstance(value, bool):
-            errors[name] = ["Must be true or false."]
-        elif name in _LIST_FIELDS and not (isinstance(value, list) and all(isinstance(x, str) for x in value)):
-            errors[name] = ["Must be a list of strings."]
-        elif name == "env" and not (
-            isinstance(value, list)
-            and all(
-                isinstance(e, dict)
-                and set(e) == {"name", "value"}
-                and isinstance(e["name"], str)
-                and isinstance(e["value"], str)
-                for e in value
-            )
-        ):
-            errors[name] = ['Must be a list of {"name": ..., "value": ...} objects with string values.']
+    errors = {name: [problem] for name, value in payload.items() if (problem := _type_problem(name, value))}
     if errors:
         raise Invalid(errors)
     spec = dict(payload)
     return spec.pop("team", None), spec
+
+
+def _type_problem(name: str, value: Any) -> str | None:
+    if name not in _TYPE_CHECKS:
+        return "Unknown field."
+    check = _TYPE_CHECKS[name]
+    if check is None or check.accepts(value):
+        return None
+    return check.message
+
+
+@dataclass(frozen=True)
+class _TypeCheck:
+    accepts: Callable[[Any], bool]
+    message: str
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_env_list(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(e, dict)
+        and set(e) == {"name", "value"}
+        and isinstance(e["name"], str)
+        and isinstance(e["value"], str)
+        for e in value
+    )
+
+
+def _type_check(field: serializers.Field) -> _TypeCheck | None:
+    """The JSON type a submission's field must have, read off the serializer field that documents it; None
+    for a field whose whole value the engine judges (secrets, retryable exit codes)."""
+    if isinstance(field, serializers.BooleanField):
+        return _TypeCheck(lambda v: isinstance(v, bool), "Must be true or false.")
+    if isinstance(field, serializers.CharField | serializers.ChoiceField):
+        return _TypeCheck(lambda v: isinstance(v, str), "Must be a string.")
+    if isinstance(field, serializers.IntegerField) and field.allow_null:
+        return _TypeCheck(lambda v: v is None or _is_integer(v), "Must be an integer or null.")
+    if isinstance(field, serializers.IntegerField):
+        return _TypeCheck(_is_integer, "Must be an integer.")
+    if isinstance(field, serializers.ListField) and isinstance(field.child, serializers.CharField):
+        return _TypeCheck(
+            lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "Must be a list of strings."
+        )
+    if isinstance(field, serializers.ListSerializer) and isinstance(field.child, EnvVarSerializer):
+        return _TypeCheck(_is_env_list, 'Must be a list of {"name": ..., "value": ...} objects with string values.')
+    return None
+
+
+# Every field a submission may have, and how its JSON type is checked (a field not here is unknown).
+_TYPE_CHECKS: dict[str, _TypeCheck | None] = {
+    name: _type_check(field) for name, field in WorkloadCreateSerializer().fields.items()
+}
 
 
 class TimelineEntrySerializer(serializers.ModelSerializer):

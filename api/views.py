@@ -75,8 +75,7 @@ from jobs.services.logs.container_logs import MAX_TAIL, LogsUnavailable, follow_
 from jobs.services.logs.follow_slots import HeldStream, TooManyStreams
 from jobs.services.opening import workload_share
 from jobs.services.submission import intake_facts
-from jobs.services.submission.intake import workload_submit, workloads_submit_many
-from jobs.services.submission.queue_caps import queue_slot_take
+from jobs.services.submission.intake import queue_slots_later, workload_submit, workloads_submit_many
 from jobs.services.usage import reports
 
 log = logging.getLogger(__name__)
@@ -305,7 +304,7 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         team, snapshot = access.resolve_team_to_submit(request.user, team_slug)
         key = request.headers.get("Idempotency-Key")
 
-        stored: list[Workload] = []
+        stored, take_queue_slot = queue_slots_later(team=team, owner=request.user)
 
         def perform() -> tuple[int, dict]:
             # With a key, the response is rendered inside the record's transaction, before an admission
@@ -320,10 +319,6 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                 stored[:] = [workload]  # this attempt's (create_once may run it again after a rollback)
                 return status.HTTP_201_CREATED, self._render_stored(workload)
             return status.HTTP_201_CREATED, self._render(workload)
-
-        def take_queue_slot() -> None:
-            # Last before the commit: every submission of the team waits for the caps' locks.
-            queue_slot_take(team=team, owner=request.user, stored=stored[0])
 
         if key is None:
             code, body = perform()
@@ -362,20 +357,18 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
             raise Invalid(bad)
         team, snapshot = access.resolve_team_to_submit(request.user, team_slug)
         key = request.headers.get("Idempotency-Key")
-        stored: list[Workload] = []
+        # With a key, the queue slots are taken last before the commit, after the idempotency record.
+        stored, take_queue_slots = queue_slots_later(team=team, owner=request.user)
 
         def perform() -> tuple[int, dict]:
-            stored[:] = workloads_submit_many(team=team, owner=request.user, specs=specs, snapshot=snapshot)
+            stored[:] = workloads_submit_many(
+                team=team, owner=request.user, specs=specs, snapshot=snapshot, queue_slot_later=key is not None
+            )
             return status.HTTP_201_CREATED, {"workloads": self._render_stored_many(stored, snapshot)}
-
-        def take_queue_slots() -> None:
-            # Last before the commit, as for one submission: every submission of the team waits for these locks.
-            queue_slot_take(team=team, owner=request.user, stored=stored)
 
         if key is None:
             with transaction.atomic():
                 code, body = perform()
-                take_queue_slots()
             return Response(body, status=code)
         outcome = _once(request, key, {"team": team.id, "batch": specs}, perform, take_queue_slots)
         if isinstance(outcome, Response):

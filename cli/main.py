@@ -19,12 +19,12 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+import spec_rules
 from cli import config, ssh
 from cli.client import ApiError, PortalClient, Unreachable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_TIMEOUT = 0, 1, 2, 3, 4
 FINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "PREEMPTED"}
-ARRAY_AT_MOST = 500  # the portal takes at most this many workloads in one request
 NOT_STARTED = {"QUEUED", "SUBMITTING", "PENDING"}
 
 
@@ -260,12 +260,18 @@ def cmd_submit(client: PortalClient, args: argparse.Namespace) -> int:
             if not sep or not name:
                 print(f"gpuportal: --env wants NAME=VALUE, got {item!r}", file=sys.stderr)
                 return EXIT_USAGE
+            problem = spec_rules.env_name_problem(name)
+            if problem:  # the portal's own rule, checked before anything is sent
+                return _refused_here("env", problem)
             env.append({"name": name, "value": value})
         spec["env"] = env
     if args.dataset:
         spec["datasets"] = list(args.dataset)
     if args.secret:
         spec["secrets"] = [{"name": name, "env": var} for name, _, var in (item.partition("=") for item in args.secret)]
+        problem = next((spec_rules.env_name_problem(s["env"]) for s in spec["secrets"] if s["env"]), None)
+        if problem:
+            return _refused_here("secrets", problem)
     if args.array is not None:
         return _submit_array(client, args, spec)
     workload = client.submit(spec)
@@ -277,21 +283,16 @@ def cmd_submit(client: PortalClient, args: argparse.Namespace) -> int:
 
 def _submit_array(client: PortalClient, args: argparse.Namespace, spec: dict[str, Any]) -> int:
     """--array N: N copies in one request, told apart by $GPUPORTAL_ARRAY_INDEX (all stored, or none)."""
-    if not 1 <= args.array <= ARRAY_AT_MOST:
-        print(f"gpuportal: --array wants 1 to {ARRAY_AT_MOST}, got {args.array}", file=sys.stderr)
+    problem = spec_rules.sweep_count_problem(args.array)
+    if problem:
+        print(f"gpuportal: --array: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    problem = spec_rules.sweep_name_problem(spec["name"], args.array) if spec.get("name") else None
+    if problem:  # as the launch page refuses it (unnamed copies are named by the portal, each its own)
+        return _refused_here("name", problem)
     team = spec.pop("team", None)
-    items = []
-    for index in range(args.array):
-        item = dict(spec)
-        item["env"] = [
-            *spec.get("env", []),
-            {"name": "GPUPORTAL_ARRAY_INDEX", "value": str(index)},
-            {"name": "GPUPORTAL_ARRAY_SIZE", "value": str(args.array)},
-        ]
-        if "name" in spec:
-            item["name"] = f"{spec['name']}-{index}"
-        items.append(item)
+    base = spec.get("name") or None
+    items = [spec_rules.sweep_member(spec, index, args.array, base=base) for index in range(args.array)]
     workloads = client.submit_many(items, team=team)
     if args.json and not args.wait:
         print(json.dumps(workloads, indent=2))
@@ -303,6 +304,13 @@ def _submit_array(client: PortalClient, args: argparse.Namespace, spec: dict[str
     # Every one waited for in turn; exit 0 only if all succeeded.
     codes = [_wait(client, w["uid"], timeout=0, interval=2.0, quiet=args.json) for w in workloads]
     return next((code for code in codes if code != EXIT_OK), EXIT_OK)
+
+
+def _refused_here(field: str, message: str) -> int:
+    """A rule of the portal's (spec_rules) broken before anything was sent: said as the portal says it."""
+    print("gpuportal: the portal would refuse this submission", file=sys.stderr)
+    print(f"  {field}: {message}", file=sys.stderr)
+    return EXIT_FAILED
 
 
 def cmd_list(client: PortalClient, args: argparse.Namespace) -> int:

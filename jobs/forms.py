@@ -15,10 +15,11 @@ from django.utils import timezone
 
 from identity.models import Role
 from jobs.models import CatalogImage, GpuType, Kind, State, Workload
-from jobs.services.spec_fields import MAX_COMMAND_TOTAL, MAX_ENV_NAME, field_limits
-from jobs.services.submission.intake import MANY_AT_MOST
+from jobs.models.teams import MAX_HALF_LIFE_HOURS, MAX_PER_MEMBER
+from jobs.services.spec_fields import MAX_COMMAND_TOTAL, field_limits
 from jobs.services.usage import reports
-from jobs.services.validation import ENV_NAME_RE, MAX_NAME, default_name, env_reserved
+from jobs.services.validation import default_name
+from spec_rules import SWEEP_AT_MOST, env_name_problem, sweep_name_problem
 
 CUSTOM_IMAGE = ""
 TIME_UNITS = {"minutes": 60, "hours": 3600, "days": 86400}
@@ -136,7 +137,7 @@ class LaunchForm(forms.Form):
     copies = forms.IntegerField(
         required=False,
         min_value=1,
-        max_value=MANY_AT_MOST,
+        max_value=SWEEP_AT_MOST,
         initial=1,
         label="Copies",
         help_text="Batch jobs: run this many copies at once (a sweep), named NAME-0, NAME-1, … and told apart by "
@@ -223,12 +224,8 @@ class LaunchForm(forms.Form):
         copies = cleaned.get("copies") or 1
         if copies > 1 and cleaned.get("kind") == Kind.SERVICE:
             self.add_error("copies", "A service runs once: copies are for batch jobs. Set copies to 1.")
-        elif copies > 1 and cleaned.get("name"):
-            room = MAX_NAME - len(f"-{copies - 1}")
-            if len(cleaned["name"]) > room:
-                self.add_error(
-                    "name", f"With {copies} copies the name may have at most {room} characters (each gets -0, -1, …)."
-                )
+        elif cleaned.get("name") and (problem := sweep_name_problem(cleaned["name"], copies)):
+            self.add_error("name", problem)
         return cleaned
 
     def _clean_secret_env(self, chosen: set[str]) -> None:
@@ -240,10 +237,8 @@ class LaunchForm(forms.Form):
                 continue
             if name not in chosen:
                 error = f"Tick {name} to attach it as ${variable}, or clear its variable name."
-            elif not ENV_NAME_RE.match(variable) or len(variable) > MAX_ENV_NAME:
-                error = f"{variable[:40]!r} is not a variable name: letters, digits and _, not starting with a digit."
-            elif env_reserved(variable):
-                error = f"{variable} is set by the portal and cannot be overridden."
+            elif problem := env_name_problem(variable):
+                error = problem
             elif variable in seen:
                 error = f"{variable} is already the variable of {seen[variable]}."
             else:
@@ -442,14 +437,19 @@ class TeamSharingForm(forms.Form):
         label="Fair share",
         help_text="Order the queue by each member's recent GPU-hours (least first) instead of first come, first served.",
     )
+    # The bounds are the model's (jobs.models.teams), which Django admin enforces too.
     half_life_hours = forms.IntegerField(
         min_value=1,
-        max_value=24 * 90,
+        max_value=MAX_HALF_LIFE_HOURS,
         label="Fair-share half-life (hours)",
         help_text="Past usage counts half after this.",
     )
     user_max_queued = forms.IntegerField(
-        required=False, min_value=1, max_value=10000, label="Waiting workloads per member", help_text="Empty: no cap."
+        required=False,
+        min_value=1,
+        max_value=MAX_PER_MEMBER,
+        label="Waiting workloads per member",
+        help_text="Empty: no cap.",
     )
 
     def __init__(self, *args: Any, team, quotas: list, **kwargs: Any) -> None:
@@ -469,7 +469,7 @@ class TeamSharingForm(forms.Form):
             self.fields[f"user_max_gpus_{q.gpu_type.slug}"] = forms.IntegerField(
                 required=False,
                 min_value=1,
-                max_value=10000,
+                max_value=MAX_PER_MEMBER,
                 label=f"{q.gpu_type.display_name} GPUs per member at once",
                 help_text="Empty: no cap.",
             )

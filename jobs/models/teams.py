@@ -3,13 +3,20 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.conf import settings
-from django.core.validators import MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
 DNS_LABEL = RegexValidator(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
     "Lowercase letters, digits and '-', starting and ending with a letter or digit.",
 )
+
+# A manager's sharing rules (the team's sharing page) and an admin's (Django admin) are bounded alike:
+# the model's validators refuse in admin what the page's form, built from the same bounds, refuses.
+MAX_HALF_LIFE_HOURS = 24 * 90
+MAX_PER_MEMBER = 10_000  # waiting workloads, or GPUs of one type held at once
+HALF_LIFE_BOUNDS = (MinValueValidator(1), MaxValueValidator(MAX_HALF_LIFE_HOURS))
+PER_MEMBER_BOUNDS = (MinValueValidator(1), MaxValueValidator(MAX_PER_MEMBER))
 
 
 class Team(models.Model):
@@ -51,10 +58,13 @@ class Team(models.Model):
         "priorities still come first.",
     )
     fair_share_half_life_hours = models.PositiveIntegerField(
-        default=24, validators=[MinValueValidator(1)], help_text="Past usage counts half after this many hours."
+        default=24, validators=list(HALF_LIFE_BOUNDS), help_text="Past usage counts half after this many hours."
     )
     user_max_queued = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Most workloads one member may have waiting at once. Empty: no cap."
+        null=True,
+        blank=True,
+        validators=list(PER_MEMBER_BOUNDS),
+        help_text="Most workloads one member may have waiting at once. Empty: no cap.",
     )
     default_retry_limit = models.PositiveIntegerField(
         default=3,
@@ -89,7 +99,10 @@ class Quota(models.Model):
         help_text="Most of this quota the cohort may borrow while the team leaves it idle. Empty: all of it.",
     )
     user_max_gpus = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Most GPUs of this type one member may hold at once. Empty: no cap."
+        null=True,
+        blank=True,
+        validators=list(PER_MEMBER_BOUNDS),
+        help_text="Most GPUs of this type one member may hold at once. Empty: no cap.",
     )
     updated_at = models.DateTimeField(auto_now=True)
 

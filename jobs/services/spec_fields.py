@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from spec_rules import MAX_ENV_NAME, MAX_NAME
+
 FIELDS = ("name", "kind", "image", "catalog_image", "gpu_type", "gpu_count", "command", "args", "env",
           "port", "time_limit_seconds", "priority", "restartable", "secrets", "datasets", "cpu_millicores", "memory_mib",
           "retry_limit", "retryable_exit_codes", "checkpoint_workspace",
@@ -21,13 +23,11 @@ KIND_CHOICES = (("batch", "Batch job"), ("service", "Service"))
 MAX_NODES = 64
 TOPOLOGY_CHOICES = (("", "Anywhere"), ("preferred", "Same group if possible"), ("required", "Same group only"))
 
-MAX_NAME = 40
 MAX_IMAGE = 255
 MAX_LIST_ITEMS = 256  # command, args
 MAX_ITEM_CHARS = 4096
 MAX_COMMAND_TOTAL = 32 * 1024
 MAX_ENV_VARS = 100
-MAX_ENV_NAME = 128
 # A real workload's environment is a few settings and paths, well under a kilobyte; these caps leave
 # ample room and keep pod specs (stored in etcd, each object at most 1.5 MB) small.
 MAX_ENV_VALUE = 4 * 1024

@@ -29,7 +29,6 @@ from jobs.services.submission.intake import (
     workload_submit,
     workloads_submit_many,
 )
-from jobs.services.submission.queue_caps import queue_slot_take
 from jobs.services.usage.accounting import budget_use
 from jobs.services.validation import SubmissionInvalid, cuda_tuple
 from jobs.views.common import team_page
@@ -150,12 +149,11 @@ def _submit_copies(request: HttpRequest, form: LaunchForm) -> HttpResponse | Non
     none, the queue caps counted for all of them); admission follows in a worker. Returns the redirect
     to the list of one's workloads, or None with the errors on the form."""
     team, copies = request.acting.team, form.copy_count()
-    specs = copies_of(form.spec(), copies, base_name=form.copies_base_name())
     try:
+        specs = copies_of(form.spec(), copies, base_name=form.copies_base_name())
         with transaction.atomic():
             snapshot = intake_facts.snapshot(team=team, user=request.user)
             stored = workloads_submit_many(team=team, owner=request.user, specs=specs, snapshot=snapshot)
-            queue_slot_take(team=team, owner=request.user, stored=stored)
     except SubmissionInvalid as exc:
         form.add_copies_errors(exc.errors)
         return None

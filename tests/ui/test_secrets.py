@@ -182,7 +182,7 @@ def test_the_launch_form_attaches_a_secret_as_an_environment_variable_too(login,
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"secrets": ["olivia-key"], "secret_env_olivia-key": "1BAD-NAME"}, "'1BAD-NAME' is not a variable name"),
+        ({"secrets": ["olivia-key"], "secret_env_olivia-key": "1BAD-NAME"}, "'1BAD-NAME' is not a valid variable name"),
         ({"secrets": ["olivia-key"], "secret_env_olivia-key": "GPUPORTAL_X"}, "GPUPORTAL_X is set by the portal"),
         ({"secret_env_olivia-key": "TOKEN"}, "Tick olivia-key to attach it as $TOKEN"),
         (

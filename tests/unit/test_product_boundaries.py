@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCT = ["agent", "api", "cli", "identity", "jobs", "notifications", "portal", "proxy", "telemetry"]
+PRODUCT = ["agent", "api", "cli", "identity", "jobs", "notifications", "portal", "proxy", "spec_rules", "telemetry"]
 DEV_ONLY = ("devtools", "localcluster")
 
 

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 
+import spec_rules
 from identity.models import Membership
 from jobs import policy
 from jobs import sql as jobs_sql
 from jobs.models import GpuType, Team, Workload, WorkloadEvent
 from jobs.models import workloads as workloads_model
-from jobs.services import validation
 from jobs.services.dispatch import enqueue_admission, request_admission
 from jobs.services.storage.secrets import secrets_unusable
 from jobs.services.storage.workspaces import dataset_mounts, workspace_mounts
@@ -83,8 +83,7 @@ def workload_submit(
     `all_or_nothing`: the caller runs this inside its own transaction and rolls all of it back on any
     error (the REST create with an Idempotency-Key), so the store needs no savepoint of its own.
     `queue_slot_later` (with `all_or_nothing`): the caller takes the queue slot itself
-    (`limits.queue_slot_take(..., stored=workload)`) as its last statement before the commit, after its own
-    writes: the caps' locks, which every submission of the team waits for, are then held only for the
+    (the call `queue_slots_later` gives it) as its last statement before the commit, after its own writes: the caps' locks, which every submission of the team waits for, are then held only for the
     count and the commit.
     """
     if queue_slot_later and not all_or_nothing:
@@ -244,11 +243,13 @@ def _store_many(
     return workloads
 
 
-MANY_AT_MOST = 500  # workloads in one request: a sweep's worth; a bigger one is sent in parts
-
-
 def workloads_submit_many(
-    *, team: Team, owner, specs: Sequence[Mapping[str, Any]], snapshot: intake_facts.Snapshot
+    *,
+    team: Team,
+    owner,
+    specs: Sequence[Mapping[str, Any]],
+    snapshot: intake_facts.Snapshot,
+    queue_slot_later: bool = False,
 ) -> list[Workload]:
     """Validate and store several submissions of one person in one team, all or none, QUEUED, and ask
     for one admission pass per GPU type they use (a worker's, coalesced: the caller answers at once).
@@ -257,7 +258,8 @@ def workloads_submit_many(
     judged as `workload_submit` judges one, the queue caps checked for all of them together. Runs in the
     caller's transaction (the REST create, which rolls all of it back on any error). Raises
     SubmissionInvalid with each field named `workloads[i].field`, after judging them all, and stores
-    nothing when any of them breaks a rule.
+    nothing when any of them breaks a rule. The queue caps are counted for all of them last (their locks
+    held until the caller commits), unless `queue_slot_later`: as for `workload_submit`.
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("workloads_submit_many runs inside the caller's transaction")
@@ -265,9 +267,9 @@ def workloads_submit_many(
         raise SubmissionInvalid({"team": ["You are not a member of this team."]})
     if not specs:
         raise SubmissionInvalid({"workloads": ["Give at least one workload."]})
-    if len(specs) > MANY_AT_MOST:
+    if len(specs) > spec_rules.SWEEP_AT_MOST:
         raise SubmissionInvalid(
-            {"workloads": [f"At most {MANY_AT_MOST} workloads in one request; send the rest in another."]}
+            {"workloads": [f"At most {spec_rules.SWEEP_AT_MOST} workloads in one request; send the rest in another."]}
         )
     facts = facts_from(snapshot, team=team, user=owner)
     judged, errors = [], {}
@@ -281,30 +283,39 @@ def workloads_submit_many(
     stored = _store_many(team=team, owner=owner, judged=judged, snapshot=snapshot)
     for gpu_type_id in sorted({w.gpu_type_id for w in stored}):
         request_admission(team_id=team.id, gpu_type_id=gpu_type_id)  # sent on commit
+    if not queue_slot_later:
+        queue_slot_take(team=team, owner=owner, stored=stored)
     return stored
 
 
-ARRAY_INDEX_ENV, ARRAY_SIZE_ENV = "GPUPORTAL_ARRAY_INDEX", "GPUPORTAL_ARRAY_SIZE"
+def queue_slots_later(*, team: Team, owner) -> tuple[list[Workload], Callable[[], None]]:
+    """For a caller that stores with `queue_slot_later` and writes rows of its own after the workloads
+    (the REST create's idempotency record): the list to keep what it stored in, and the call that takes
+    their queue slots, to run as the last statement before its commit. The one way a slot is taken late."""
+    stored: list[Workload] = []
+
+    def take() -> None:
+        queue_slot_take(team=team, owner=owner, stored=stored)
+
+    return stored, take
 
 
 def copies_of(spec: Mapping[str, Any], copies: int, *, base_name: str) -> list[dict[str, Any]]:
     """Pure: `copies` submissions of one spec (a sweep from the launch page), told apart as the CLI's
-    --array tells them: $GPUPORTAL_ARRAY_INDEX from 0 to copies-1, $GPUPORTAL_ARRAY_SIZE the count, and
-    named BASE-0 .. BASE-(copies-1) (the base cut short so that every name keeps within the limit)."""
-    suffix_room = len(str(copies - 1)) + 1
-    base = base_name[: validation.MAX_NAME - suffix_room].rstrip("-") or "copy"
-    return [
-        {
-            **spec,
-            "name": f"{base}-{index}",
-            "env": [
-                *spec.get("env", []),
-                {"name": ARRAY_INDEX_ENV, "value": str(index)},
-                {"name": ARRAY_SIZE_ENV, "value": str(copies)},
-            ],
-        }
-        for index in range(copies)
-    ]
+    --array tells them (spec_rules.sweep_member): $GPUPORTAL_ARRAY_INDEX from 0 to copies-1,
+    $GPUPORTAL_ARRAY_SIZE the count, and named BASE-0 .. BASE-(copies-1).
+
+    A name the submitter gave (spec["name"]) that leaves no room for the suffixes is refused, as the CLI
+    and the launch form refuse it; a made-up `base_name` (the image's) is cut short instead."""
+    given = spec.get("name") or ""
+    if given:
+        problem = spec_rules.sweep_name_problem(given, copies)
+        if problem:
+            raise SubmissionInvalid({"name": [problem]})
+        base = given
+    else:
+        base = spec_rules.sweep_base(base_name, copies)
+    return [spec_rules.sweep_member(dict(spec), index, copies, base=base) for index in range(copies)]
 
 
 UID_ATTEMPTS = 5
