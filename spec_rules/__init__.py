@@ -17,6 +17,9 @@ MAX_NAME = 40
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 NAME_RULE = "Lowercase letters, digits and '-', starting with a letter and not ending with '-'."
 
+# --- priority: set by a team's managers on the launch form, the API and CLI, and by admins in Django admin --
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+
 # --- environment variable names -------------------------------------------------------------------
 MAX_ENV_NAME = 128
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -5,8 +5,11 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
+
+from spec_rules import MAX_PRIORITY, MIN_PRIORITY
 
 
 class Kind(models.TextChoices):
@@ -108,7 +111,9 @@ class Workload(models.Model):
     env = models.JSONField(default=list, blank=True, help_text='[{"name": ..., "value": ...}]')
     port = models.PositiveIntegerField(null=True, blank=True)
     time_limit_seconds = models.PositiveIntegerField()
-    priority = models.IntegerField(default=0)
+    priority = models.IntegerField(
+        default=0, validators=[MinValueValidator(MIN_PRIORITY), MaxValueValidator(MAX_PRIORITY)]
+    )
     cpu_millicores = models.PositiveIntegerField(
         null=True, blank=True, help_text="CPU asked for (the whole pod). Empty: the GPU type's default per GPU."
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spec_rules import MAX_ENV_NAME, MAX_NAME
+from spec_rules import MAX_ENV_NAME, MAX_NAME, MAX_PRIORITY, MIN_PRIORITY
 
 FIELDS = ("name", "kind", "image", "catalog_image", "gpu_type", "gpu_count", "command", "args", "env",
           "port", "time_limit_seconds", "priority", "restartable", "secrets", "datasets", "cpu_millicores", "memory_mib",
@@ -32,7 +32,6 @@ MAX_ENV_VARS = 100
 # ample room and keep pod specs (stored in etcd, each object at most 1.5 MB) small.
 MAX_ENV_VALUE = 4 * 1024
 MAX_ENV_TOTAL = 16 * 1024
-MIN_PRIORITY, MAX_PRIORITY = -100, 100
 MIN_PORT, MAX_PORT = 1, 65535
 MAX_SECRET_REFS = 32
 MAX_DATASETS = 16
