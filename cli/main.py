@@ -260,18 +260,15 @@ def cmd_submit(client: PortalClient, args: argparse.Namespace) -> int:
             if not sep or not name:
                 print(f"gpuportal: --env wants NAME=VALUE, got {item!r}", file=sys.stderr)
                 return EXIT_USAGE
-            problem = spec_rules.env_name_problem(name)
-            if problem:  # the portal's own rule, checked before anything is sent
-                return _refused_here("env", problem)
             env.append({"name": name, "value": value})
         spec["env"] = env
     if args.dataset:
         spec["datasets"] = list(args.dataset)
     if args.secret:
         spec["secrets"] = [{"name": name, "env": var} for name, _, var in (item.partition("=") for item in args.secret)]
-        problem = next((spec_rules.env_name_problem(s["env"]) for s in spec["secrets"] if s["env"]), None)
-        if problem:
-            return _refused_here("secrets", problem)
+    refusal = _portal_would_refuse(spec, copies=args.array)
+    if refusal:
+        return refusal
     if args.array is not None:
         return _submit_array(client, args, spec)
     workload = client.submit(spec)
@@ -283,13 +280,6 @@ def cmd_submit(client: PortalClient, args: argparse.Namespace) -> int:
 
 def _submit_array(client: PortalClient, args: argparse.Namespace, spec: dict[str, Any]) -> int:
     """--array N: N copies in one request, told apart by $GPUPORTAL_ARRAY_INDEX (all stored, or none)."""
-    problem = spec_rules.sweep_count_problem(args.array)
-    if problem:
-        print(f"gpuportal: --array: {problem}", file=sys.stderr)
-        return EXIT_USAGE
-    problem = spec_rules.sweep_name_problem(spec["name"], args.array) if spec.get("name") else None
-    if problem:  # as the launch page refuses it (unnamed copies are named by the portal, each its own)
-        return _refused_here("name", problem)
     team = spec.pop("team", None)
     base = spec.get("name") or None
     items = [spec_rules.sweep_member(spec, index, args.array, base=base) for index in range(args.array)]
@@ -306,10 +296,24 @@ def _submit_array(client: PortalClient, args: argparse.Namespace, spec: dict[str
     return next((code for code in codes if code != EXIT_OK), EXIT_OK)
 
 
-def _refused_here(field: str, message: str) -> int:
-    """A rule of the portal's (spec_rules) broken before anything was sent: said as the portal says it."""
+def _portal_would_refuse(spec: dict[str, Any], *, copies: int | None) -> int | None:
+    """The portal's own rules (spec_rules) checked before anything is sent, said in the portal's words:
+    the exit code when one is broken, else None. The rest the portal judges."""
+    problem = spec_rules.sweep_count_problem(copies) if copies is not None else None
+    if problem:
+        print(f"gpuportal: --array: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    variables = [("env", e["name"]) for e in spec.get("env", [])]
+    variables += [("secrets", s["env"]) for s in spec.get("secrets", []) if s["env"]]
+    problems = [(field, spec_rules.env_name_problem(name)) for field, name in variables]
+    if spec.get("name"):  # a sweep's given name leaves room for -0, -1, … (unnamed: the portal names them)
+        problems.append(("name", spec_rules.sweep_name_problem(spec["name"], copies or 1)))
+    problems = [(field, message) for field, message in problems if message]
+    if not problems:
+        return None
     print("gpuportal: the portal would refuse this submission", file=sys.stderr)
-    print(f"  {field}: {message}", file=sys.stderr)
+    for field, message in problems:
+        print(f"  {field}: {message}", file=sys.stderr)
     return EXIT_FAILED
 
 
