@@ -177,30 +177,35 @@ class LaunchForm(forms.Form):
         self.fields["gpu_type"].choices = [(t.slug, t.display_name) for t in gpu_types]
         if not may_set_priority:
             del self.fields["priority"]
-        self.fields["datasets"].choices = [(name, name) for name in datasets]
-        if not datasets:
-            del self.fields["datasets"]
-        self.fields["secrets"].choices = [(name, name) for name in secrets]
-        if not secrets:
-            del self.fields["secrets"]
-        # Each secret's optional variable name: secret_env_<name> (secret names are [a-z0-9-]).
-        if self.is_bound:
-            self.secret_env = {name: (self.data.get(f"secret_env_{name}") or "").strip() for name in secrets}
-        else:
-            self.secret_env = {name: (self.initial.get("secret_env") or {}).get(name, "") for name in secrets}
+        self._offer("datasets", datasets)
+        self._offer("secrets", secrets)
+        self.secret_env = self._secret_variables(secrets)
         self.secret_env_errors: dict[str, str] = {}
-        # Environment variables come as parallel env_name/env_value lists, one pair per row on the page.
-        source = self.data if self.is_bound else {}
-        if self.is_bound:
-            names = source.getlist("env_name") if hasattr(source, "getlist") else []
-            values = source.getlist("env_value") if hasattr(source, "getlist") else []
-            self.env_rows = [
-                {"name": n.strip(), "value": v}
-                for n, v in zip(names, values + [""] * (len(names) - len(values)), strict=False)
-            ]
-        else:
-            self.env_rows = list(self.initial.get("env") or [])
+        self.env_rows = self._env_rows()
         self.env_errors: list[str] = []
+
+    def _offer(self, field: str, names: list[str] | tuple[str, ...]) -> None:
+        """A multiple choice of `names`; left off the form when there is nothing to choose."""
+        if names:
+            self.fields[field].choices = [(name, name) for name in names]
+        else:
+            del self.fields[field]
+
+    def _secret_variables(self, secrets: list[str] | tuple[str, ...]) -> dict[str, str]:
+        """Each secret's optional variable name: secret_env_<name> (secret names are [a-z0-9-])."""
+        if self.is_bound:
+            return {name: (self.data.get(f"secret_env_{name}") or "").strip() for name in secrets}
+        return {name: (self.initial.get("secret_env") or {}).get(name, "") for name in secrets}
+
+    def _env_rows(self) -> list[dict[str, str]]:
+        """Environment variables come as parallel env_name/env_value lists, one pair per row on the page."""
+        if not self.is_bound:
+            return list(self.initial.get("env") or [])
+        if not hasattr(self.data, "getlist"):
+            return []
+        names, values = self.data.getlist("env_name"), self.data.getlist("env_value")
+        values = values + [""] * (len(names) - len(values))
+        return [{"name": n.strip(), "value": v} for n, v in zip(names, values, strict=False)]
 
     def clean_command(self) -> list[str]:
         return self._split("command")
@@ -264,9 +269,14 @@ class LaunchForm(forms.Form):
 
     def spec(self) -> dict[str, Any]:
         """The submission, in the shape workload_submit takes."""
+        batch = self.cleaned_data["kind"] == Kind.BATCH
+        return {**self._asked_for(), **self._optional(), **(self._batch_only() if batch else self._service_only())}
+
+    def _asked_for(self) -> dict[str, Any]:
+        """The fields every submission has (empty ones as the service reads "left empty")."""
         data = self.cleaned_data
         limit = data.get("time_limit")
-        spec: dict[str, Any] = {
+        return {
             "name": data.get("name") or "",
             "kind": data["kind"],
             "catalog_image": data.get("catalog_image") or None,
@@ -278,31 +288,39 @@ class LaunchForm(forms.Form):
             "command": data.get("command") or [],
             "args": data.get("args") or [],
             "env": [dict(row) for row in self.env_rows],
-            "port": data.get("port") if data["kind"] == Kind.SERVICE else None,
             "time_limit_seconds": limit * TIME_UNITS[data["time_limit_unit"]] if limit else None,
         }
+
+    def _optional(self) -> dict[str, Any]:
+        """Fields sent only when filled in (the service's defaults apply otherwise)."""
+        data = self.cleaned_data
+        spec = {size: data[size] for size in ("cpu_millicores", "memory_mib") if data.get(size)}
         if "priority" in self.fields and data.get("priority") is not None:
             spec["priority"] = data["priority"]
-        for size in ("cpu_millicores", "memory_mib"):
-            if data.get(size):
-                spec[size] = data[size]
         if data.get("datasets"):
             spec["datasets"] = list(data["datasets"])
         if data.get("secrets"):
             spec["secrets"] = [{"name": name, "env": self.secret_env.get(name, "")} for name in data["secrets"]]
-        if data.get("restartable") and data["kind"] == Kind.BATCH:
-            spec["restartable"] = True
-        if data["kind"] == Kind.BATCH:
-            if data.get("retry_limit") is not None:
-                spec["retry_limit"] = data["retry_limit"]
-            codes = [c for c in re.split(r"[\s,]+", data.get("retryable_exit_codes") or "") if c]
-            if codes:
-                spec["retryable_exit_codes"] = [int(c) if c.isdigit() else c for c in codes]
-            if data.get("checkpoint_workspace"):
-                spec["checkpoint_workspace"] = data["checkpoint_workspace"]
-        if data["kind"] == Kind.SERVICE:
-            spec["shared_with_team"] = bool(data.get("shared_with_team"))
         return spec
+
+    def _batch_only(self) -> dict[str, Any]:
+        """A batch job's restart and retry settings; a batch job has no port."""
+        data = self.cleaned_data
+        spec: dict[str, Any] = {"port": None}
+        if data.get("restartable"):
+            spec["restartable"] = True
+        if data.get("retry_limit") is not None:
+            spec["retry_limit"] = data["retry_limit"]
+        codes = [c for c in re.split(r"[\s,]+", data.get("retryable_exit_codes") or "") if c]
+        if codes:
+            spec["retryable_exit_codes"] = [int(c) if c.isdigit() else c for c in codes]
+        if data.get("checkpoint_workspace"):
+            spec["checkpoint_workspace"] = data["checkpoint_workspace"]
+        return spec
+
+    def _service_only(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        return {"port": data.get("port"), "shared_with_team": bool(data.get("shared_with_team"))}
 
     def copy_count(self) -> int:
         return self.cleaned_data.get("copies") or 1
