@@ -7,6 +7,4 @@ from api import profile_views
 urlpatterns = [
     path("tokens/", profile_views.tokens, name="api-tokens"),
     path("tokens/<int:token_id>/revoke/", profile_views.revoke, name="api-token-revoke"),
-    path("ssh-keys/", profile_views.ssh_keys, name="ssh-keys"),
-    path("ssh-keys/<int:key_id>/remove/", profile_views.ssh_key_remove, name="ssh-key-remove"),
 ]

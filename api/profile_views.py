@@ -1,5 +1,5 @@
-"""The profile pages where people create, list and revoke their API tokens and keep their SSH public keys
-(server-rendered)."""
+"""The profile page where people create, list and revoke their API tokens (server-rendered). The SSH key
+pages beside it are identity's (identity/profile_views.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from django.views.decorators.http import require_POST
 
 from api.models import ApiToken
 from api.tokens import TooManyTokens, token_create, token_revoke
-from identity.models import SshKey
-from identity.sshkeys import KeyRefused, key_add, key_delete
 
 
 @never_cache  # the page may show a new token in clear: no browser or proxy may keep a copy
@@ -54,34 +52,3 @@ def revoke(request: HttpRequest, token_id: int) -> HttpResponse:
     if token_revoke(token=token, by=request.user):
         messages.success(request, f"Token “{token.name}” revoked; it no longer works.")
     return redirect("api-tokens")
-
-
-@login_required
-def ssh_keys(request: HttpRequest) -> HttpResponse:
-    """Add and remove SSH public keys; a refused key names its field and stores nothing (400)."""
-    errors: dict[str, str] = {}
-    values = {"name": "", "public_key": ""}
-    if request.method == "POST":
-        values = {f: (request.POST.get(f) or "") for f in values}
-        try:
-            key = key_add(user=request.user, name=values["name"], public_key=values["public_key"])
-        except KeyRefused as exc:
-            errors[exc.field] = str(exc)
-        else:
-            messages.success(request, f"Key “{key.name}” added ({key.fingerprint}).")
-            return redirect("ssh-keys")
-    return render(
-        request,
-        "api/ssh_keys.html",
-        {"keys": SshKey.objects.filter(user=request.user), "errors": errors, "values": values},
-        status=400 if errors else 200,
-    )
-
-
-@login_required
-@require_POST
-def ssh_key_remove(request: HttpRequest, key_id: int) -> HttpResponse:
-    key = get_object_or_404(SshKey, id=key_id, user=request.user)
-    key_delete(key=key)
-    messages.success(request, f"Key “{key.name}” removed; services stop accepting it within a minute.")
-    return redirect("ssh-keys")

@@ -17,6 +17,7 @@ from identity.models import Role
 from jobs.models import CatalogImage, GpuType, Kind, State, Workload
 from jobs.models.teams import MAX_HALF_LIFE_HOURS, MAX_PER_MEMBER
 from jobs.services.spec_fields import MAX_COMMAND_TOTAL, field_limits
+from jobs.services.storage.secrets import MAX_SECRET_NAME
 from jobs.services.usage import reports
 from jobs.services.validation import default_name
 from spec_rules import SWEEP_AT_MOST, env_name_problem, sweep_name_problem
@@ -513,7 +514,7 @@ class SecretForm(forms.Form):
     """Store or replace a secret. The value is never rendered back (render_value=False)."""
 
     name = forms.CharField(
-        max_length=40,
+        max_length=MAX_SECRET_NAME,
         help_text="Lowercase letters, digits and '-'; how a launch refers to it. The same name replaces it.",
     )
     value = forms.CharField(
