@@ -5,11 +5,15 @@ rules is tests/unit/test_spec_rules.py). Every refusal names its field and store
 from __future__ import annotations
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 import spec_rules
+from api.serializers import _TYPE_CHECKS, WorkloadCreateSerializer
 from jobs.forms import LaunchForm
 from jobs.models import GpuType, Quota, Team, Workload
+from jobs.services.queue.settings_changes import team_sharing_update
+from jobs.services.spec_fields import FIELDS as SPEC_FIELDS
 from tests.api.conftest import batch_spec
 from tests.api.test_admin import _team_form
 
@@ -143,3 +147,18 @@ def test_sharing_bounds_at_their_limits_are_saved_by_admin(client, world):
     assert client.post(f"/admin/jobs/team/{world.team.id}/change/", form).status_code == 302
     world.team.refresh_from_db()
     assert (world.team.fair_share_half_life_hours, world.team.user_max_queued) == (2160, 10000)
+
+
+@pytest.mark.parametrize("settings", [{"half_life_hours": 0}, {"user_max_queued": 10_001}, {"user_max_gpus": {1: 0}}])
+def test_the_sharing_service_itself_refuses_what_the_model_bounds(world, settings):
+    asked = {"fair_share": True, "half_life_hours": 24, "user_max_queued": None, "user_max_gpus": {}, **settings}
+    with pytest.raises(ValidationError):
+        team_sharing_update(team=world.team, by=world.manager, **asked)
+    world.team.refresh_from_db()
+    assert not world.team.fair_share
+
+
+def test_the_api_reads_its_request_shape_off_one_serializer():
+    # parse_submission knows exactly the fields the schema documents: the spec's, the team and sharing.
+    assert set(_TYPE_CHECKS) == {*SPEC_FIELDS, "team", "shared_with_team"}
+    assert set(WorkloadCreateSerializer().fields) == set(_TYPE_CHECKS)

@@ -49,7 +49,12 @@ def team_sharing_update(
     user_max_queued: int | None,
     user_max_gpus: dict[int, int | None],
 ) -> None:
-    """A manager's rules inside the team; admission runs again at once (a raised cap may admit work)."""
+    """A manager's rules inside the team; admission runs again at once (a raised cap may admit work).
+    Values outside the model's bounds (those Django admin and the manager's form apply) raise ValidationError."""
+    Team._meta.get_field("fair_share_half_life_hours").run_validators(half_life_hours)
+    Team._meta.get_field("user_max_queued").run_validators(user_max_queued)
+    for cap in user_max_gpus.values():
+        Quota._meta.get_field("user_max_gpus").run_validators(cap)
     with transaction.atomic():
         Team.objects.filter(id=team.id).update(
             fair_share=fair_share, fair_share_half_life_hours=half_life_hours, user_max_queued=user_max_queued
