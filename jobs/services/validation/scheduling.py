@@ -16,7 +16,7 @@ from jobs.services.spec_fields import (
     MIN_PRIORITY,
 )
 from jobs.services.validation.facts import CatalogFacts, Facts
-from jobs.services.validation.outcome import Checked, Problem, duration, is_int, refused
+from jobs.services.validation.outcome import Checked, duration, is_int, refused
 
 CHOOSE_KIND = "Choose 'batch' or 'service'."
 
@@ -90,38 +90,44 @@ RETRY_BATCH_ONLY = "Only restartable batch jobs are retried; leave it empty for 
 def check_retry(raw: Mapping[str, Any], *, kind: str) -> Checked[tuple[int | None, tuple[int, ...], str]]:
     """The retry limit (0..MAX_RETRY_LIMIT or empty for the team's default), the exit codes of its own that
     are retried (1..255, at most MAX_RETRYABLE_EXIT_CODES) and where its checkpoint directory lies."""
-    limit, codes, workspace = raw.get("retry_limit"), raw.get("retryable_exit_codes"), raw.get("checkpoint_workspace")
-    problems: list[Problem] = []
+    limit = _retry_limit(raw.get("retry_limit"))
+    codes = _retryable_exit_codes(raw.get("retryable_exit_codes"))
+    workspace = _checkpoint_workspace(raw.get("checkpoint_workspace"))
+    problems = [*limit.problems, *codes.problems, *workspace.problems]
+    if kind == "service":
+        given = (("retry_limit", limit.value), ("retryable_exit_codes", codes.value))
+        problems += [(f, RETRY_BATCH_ONLY) for f, v in given if v]
+    return Checked((limit.value, codes.value, workspace.value), tuple(problems))
+
+
+def _retry_limit(limit: Any) -> Checked[int | None]:
     if limit in (None, ""):
-        limit = None
-    elif not is_int(limit) or not 0 <= int(limit) <= MAX_RETRY_LIMIT:
-        problems.append(
-            ("retry_limit", f"a whole number from 0 to {MAX_RETRY_LIMIT}, or empty for the team's default.")
-        )
-        limit = None
-    else:
-        limit = int(limit)
+        return Checked(None)
+    if not is_int(limit) or not 0 <= int(limit) <= MAX_RETRY_LIMIT:
+        message = f"a whole number from 0 to {MAX_RETRY_LIMIT}, or empty for the team's default."
+        return refused(None, "retry_limit", message)
+    return Checked(int(limit))
+
+
+def _retryable_exit_codes(codes: Any) -> Checked[tuple[int, ...]]:
     if codes in (None, "", []):
-        codes = ()
-    elif (
+        return Checked(())
+    if (
         not isinstance(codes, list | tuple)
         or len(codes) > MAX_RETRYABLE_EXIT_CODES
         or not all(is_int(c) and 1 <= int(c) <= 255 for c in codes)
     ):
-        problems.append(
-            ("retryable_exit_codes", f"a list of at most {MAX_RETRYABLE_EXIT_CODES} exit codes from 1 to 255.")
-        )
-        codes = ()
-    else:
-        codes = tuple(sorted({int(c) for c in codes}))
+        message = f"a list of at most {MAX_RETRYABLE_EXIT_CODES} exit codes from 1 to 255."
+        return refused((), "retryable_exit_codes", message)
+    return Checked(tuple(sorted({int(c) for c in codes})))
+
+
+def _checkpoint_workspace(workspace: Any) -> Checked[str]:
     if workspace in (None, ""):
-        workspace = "home"
-    elif workspace not in dict(CHECKPOINT_WORKSPACES):
-        problems.append(("checkpoint_workspace", '"home" (your home, the default) or "team" (the shared space).'))
-        workspace = "home"
-    if kind == "service":
-        problems += [(f, RETRY_BATCH_ONLY) for f, v in (("retry_limit", limit), ("retryable_exit_codes", codes)) if v]
-    return Checked((limit, codes, workspace), tuple(problems))
+        return Checked("home")
+    if workspace not in dict(CHECKPOINT_WORKSPACES):
+        return refused("home", "checkpoint_workspace", '"home" (your home, the default) or "team" (the shared space).')
+    return Checked(workspace)
 
 
 def check_budget(facts: Facts) -> Checked[None]:
