@@ -371,13 +371,7 @@ class LaunchForm(forms.Form):
 def initial_from_workload(workload: Workload, *, show_env_values: bool = True) -> dict[str, Any]:
     """The launch form filled in as `workload` was asked for (Clone); a teammate's clone gets the
     environment's names with empty values (only the owner sees them)."""
-    limit, unit = workload.time_limit_seconds, "minutes"
-    for name in ("days", "hours", "minutes"):
-        if limit % TIME_UNITS[name] == 0:
-            limit, unit = limit // TIME_UNITS[name], name
-            break
-    else:
-        limit = max(1, round(limit / 60))
+    limit, unit = _in_units(workload.time_limit_seconds)
     return {
         "name": workload.name,
         "kind": workload.kind,
@@ -404,6 +398,14 @@ def initial_from_workload(workload: Workload, *, show_env_values: bool = True) -
         "secrets": [ref["name"] for ref in workload.secrets or []],
         "secret_env": {ref["name"]: ref.get("env") or "" for ref in workload.secrets or []},
     }
+
+
+def _in_units(seconds: int) -> tuple[int, str]:
+    """A time limit in the largest unit the form offers that divides it (else whole minutes, at least one)."""
+    for name in ("days", "hours", "minutes"):
+        if seconds % TIME_UNITS[name] == 0:
+            return seconds // TIME_UNITS[name], name
+    return max(1, round(seconds / 60)), "minutes"
 
 
 STATE_FILTERS = [("", "Any state"), ("active", "Active (not finished)"), ("finished", "Finished")] + [
