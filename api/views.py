@@ -357,18 +357,20 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
             raise Invalid(bad)
         team, snapshot = access.resolve_team_to_submit(request.user, team_slug)
         key = request.headers.get("Idempotency-Key")
-        # With a key, the queue slots are taken last before the commit, after the idempotency record.
+        # The queue slots are taken last before the commit (after the rendering, and the idempotency record
+        # with a key): every submission of the team waits for their locks.
         stored, take_queue_slots = queue_slots_later(team=team, owner=request.user)
 
         def perform() -> tuple[int, dict]:
             stored[:] = workloads_submit_many(
-                team=team, owner=request.user, specs=specs, snapshot=snapshot, queue_slot_later=key is not None
+                team=team, owner=request.user, specs=specs, snapshot=snapshot, queue_slot_later=True
             )
             return status.HTTP_201_CREATED, {"workloads": self._render_stored_many(stored, snapshot)}
 
         if key is None:
             with transaction.atomic():
                 code, body = perform()
+                take_queue_slots()
             return Response(body, status=code)
         outcome = _once(request, key, {"team": team.id, "batch": specs}, perform, take_queue_slots)
         if isinstance(outcome, Response):

@@ -162,3 +162,33 @@ def test_the_api_reads_its_request_shape_off_one_serializer():
     # parse_submission knows exactly the fields the schema documents: the spec's, the team and sharing.
     assert set(_TYPE_CHECKS) == {*SPEC_FIELDS, "team", "shared_with_team"}
     assert set(WorkloadCreateSerializer().fields) == set(_TYPE_CHECKS)
+
+
+# --- the queue caps -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("idempotency_key", [None, "sweep-1"])
+def test_the_queue_cap_counts_a_whole_sweep_through_the_api(world, settings, idempotency_key):
+    settings.PORTAL_MAX_QUEUED_PER_USER = 2
+    headers = {"HTTP_IDEMPOTENCY_KEY": idempotency_key} if idempotency_key else {}
+    items = [batch_spec(name=f"s-{i}", gpu_count=4) for i in range(3)]
+    response = world.client("owner").post("/api/v1/workloads/batch/", {"workloads": items}, format="json", **headers)
+    assert list(_api_fields(response)) == ["queue"]
+    assert not Workload.objects.exists()
+
+
+def test_the_queue_cap_counts_a_whole_sweep_on_the_launch_page(client, world, settings):
+    settings.PORTAL_MAX_QUEUED_PER_USER = 2
+    client.force_login(world.owner)
+    page = _launch(client, name="sweep", copies="3", gpu_count="4")
+    assert page.status_code == 400
+    assert "copies" in page.context["form"].errors  # the sweep's count is what the cap refuses
+    assert not Workload.objects.exists()
+
+
+@pytest.mark.parametrize("idempotency_key", [None, "one-1"])
+def test_the_queue_cap_refuses_one_more_through_the_api(world, settings, submit, idempotency_key):
+    settings.PORTAL_MAX_QUEUED_PER_USER = 1
+    submit(gpu_count=4)
+    headers = {"HTTP_IDEMPOTENCY_KEY": idempotency_key} if idempotency_key else {}
+    response = world.client("owner").post("/api/v1/workloads/", batch_spec(gpu_count=4), format="json", **headers)
+    assert list(_api_fields(response)) == ["queue"]
+    assert Workload.objects.count() == 1
