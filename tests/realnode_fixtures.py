@@ -132,3 +132,38 @@ def sliced_engine(engine: Any, sliced_nodes: Any) -> Any:
     engine.gpu_types = {t.slug: t for t in GpuType.objects.all()}
     engine.real_nodes = sliced_nodes
     return engine
+
+
+@pytest.fixture
+def pods_reach_portal(real_engine: Any, live_server: Any, settings: Any) -> Iterator[str]:
+    """The portal's API where the real nodes' pods reach it, as `make run` gives it (devtools/run.py): this
+    process's live server (the test's database) relayed from the nodes' bridge gateway (localcluster/hostrelay.py),
+    the gateway an allowed Host, and the engine's processes started again with PORTAL_POD_API_URL naming it,
+    so every batch pod gets GPUPORTAL_API_URL; afterwards they start again without it."""
+    from urllib.parse import urlsplit
+
+    from localcluster.hostrelay import HostRelays
+
+    gateway = real_engine.real_nodes.network.gateway
+    target = urlsplit(live_server.url)
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, gateway]
+    with HostRelays(gateway) as relays:
+        url = f"http://{gateway}:{relays.tcp((str(target.hostname), int(target.port or 80)))}"
+        _restart_engine(real_engine.processes, {"PORTAL_POD_API_URL": url})
+        try:
+            yield url
+        finally:
+            _restart_engine(real_engine.processes, {"PORTAL_POD_API_URL": None})
+
+
+def _restart_engine(processes: Any, env: dict[str, str | None]) -> None:
+    """Stop the engine's processes that read the setting, change their environment, start them again."""
+    for name, value in env.items():
+        if value is None:
+            processes.env.pop(name, None)
+        else:
+            processes.env[name] = value
+    for name in ("tracker", "beat", "worker"):
+        processes.stop(name)
+    for name in ("worker", "beat", "tracker"):
+        processes.start(name)
