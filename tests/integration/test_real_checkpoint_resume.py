@@ -138,7 +138,10 @@ def test_a_preempted_job_resumes_from_the_checkpoint_it_wrote_and_loses_only_the
     resumed = re.search(r"attempt 1: resumed from step (\d+)", log)
     assert resumed, log
     k = int(resumed.group(1))
-    before = Checkpoint.objects.filter(workload=job, attempt=0, at__lte=preempted.at).order_by("-at").first()
+    # The first attempt's run, as usage keeps it: from its start to the preemption (`finished_at` is the moment
+    # the portal preempted it, the one its lost work was measured at).
+    segment = RunSegment.objects.get(workload=job, attempt=0, reason="Preempted")
+    before = Checkpoint.objects.filter(workload=job, attempt=0, at__lte=segment.finished_at).order_by("-at").first()
     assert before is not None
     assert before.step
     # k > 0: the file it reported last before the preemption, or one written just after it, never less.
@@ -148,9 +151,7 @@ def test_a_preempted_job_resumes_from_the_checkpoint_it_wrote_and_loses_only_the
     assert Checkpoint.objects.filter(workload=job, attempt=1, step__gt=k).exists()
 
     # Lost: its 2 GPUs x the time from its last checkpoint to the preemption (seconds, not the whole run).
-    segment = RunSegment.objects.get(workload=job, attempt=0)
-    expected = 2 * (preempted.at - before.at).total_seconds()
-    assert segment.reason == "Preempted"
+    expected = 2 * (segment.finished_at - before.at).total_seconds()
     assert segment.lost_gpu_seconds == pytest.approx(expected, abs=0.01), (segment.lost_gpu_seconds, expected)
     ran = 2 * (segment.finished_at - segment.started_at).total_seconds()
     assert 0 < segment.lost_gpu_seconds <= 2 * (EVERY + 2) < ran, (segment.lost_gpu_seconds, ran)
