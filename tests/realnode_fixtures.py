@@ -28,7 +28,8 @@ def real_nodes(
     kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Any]:
     """`REAL_NODE_COUNT` in the test module asks for more nodes: a third is a second real-p100 (a gang job
-    needs two nodes of one type)."""
+    needs two nodes of one type). `REAL_NODE_IMAGES` names fewer images (sandbox and python suffice for
+    batch jobs) where the module needs no service image: fewer to build after a change, fewer to import."""
     from localcluster import images
 
     if getattr(kube_cluster, "real", None) is not None:  # GPUPORTAL_REAL_NODES: the session cluster has them
@@ -38,7 +39,8 @@ def real_nodes(
         yield kube_cluster.real
         return
     count = getattr(request.module, "REAL_NODE_COUNT", 2)
-    yield from _module_real_nodes(kube_cluster, tmp_path_factory, REAL_IMAGES, specs=None, count=count)
+    names = tuple(getattr(request.module, "REAL_NODE_IMAGES", REAL_IMAGES))
+    yield from _module_real_nodes(kube_cluster, tmp_path_factory, names, specs=None, count=count)
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from tests.engine.factories import MembershipFactory, TeamFactory, UserFactory
 
 pytestmark = [pytest.mark.cluster, pytest.mark.celery, pytest.mark.slow]
 
+REAL_NODE_IMAGES = ("sandbox", "python")  # batch jobs only (tests/realnode_fixtures.py)
 EVERY = 3  # steps (seconds) between checkpoints
 
 TRAIN = f"""
