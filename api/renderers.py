@@ -30,7 +30,10 @@ class UsageCsvRenderer(BaseRenderer):
             return JSONRenderer().render(data)
         out = io.StringIO()
         writer = SafeCsvWriter(out)
-        header = [data["group_by"], "gpu_hours", "weighted_gpu_hours", "borrowed_gpu_hours", "gpu_equivalent_hours"]
+        header = [
+            data["group_by"], "gpu_hours", "weighted_gpu_hours", "borrowed_gpu_hours", "gpu_equivalent_hours",
+            "lost_gpu_hours",
+        ]  # fmt: skip
         writer.writerow(header)
         for row in data["rows"]:
             writer.writerow(
@@ -40,6 +43,7 @@ class UsageCsvRenderer(BaseRenderer):
                     f"{row['weighted_gpu_hours']:.6f}",
                     f"{row.get('borrowed_gpu_hours', 0.0):.6f}",
                     f"{row.get('gpu_equivalent_hours', row['gpu_hours']):.6f}",
+                    f"{row.get('lost_gpu_hours', 0.0):.6f}",
                 ]
             )
         return out.getvalue().encode(self.charset)

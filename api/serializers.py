@@ -109,6 +109,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
     retry_limit = serializers.SerializerMethodField(
         help_text="Automatic retries allowed after ends that are not its fault (its launch's, else its team's)."
     )
+    retry_limit_from_launch = serializers.SerializerMethodField(
+        help_text="Whether its launch chose retry_limit (false: its team's default, which follows the team's setting)."
+    )
     gpu_count = serializers.SerializerMethodField(help_text="GPUs per node (all of its GPUs unless it is a gang job).")
     gpus_total = serializers.SerializerMethodField(help_text="GPUs it holds in all: nodes × gpu_count.")
     open_url = serializers.SerializerMethodField(
@@ -125,7 +128,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "nodes", "gpus_total", "topology", "command", "args", "env", "secrets", "port", "mounts", "cpu_millicores", "memory_mib", "time_limit_seconds", "priority", "restartable",
             "borrowed", "attempt", "estimated_start_at", "wait_reason", "state", "reason", "message", "exit_code",
             "queue_position", "gpu_hours", "last_checkpoint", "lost_gpu_hours", "retries", "retry_limit",
-            "retryable_exit_codes", "checkpoint_workspace",
+            "retry_limit_from_launch", "retryable_exit_codes", "checkpoint_workspace",
             "namespace", "k8s_name", "node_name", "pod_name", "open_url", "shared_with_team", "last_activity_at",
             "created_at", "admitted_at", "submitted_at", "started_at", "finished_at", "state_changed_at",
         ]  # fmt: skip
@@ -170,6 +173,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
         return round(workload.lost_gpu_seconds / 3600, 6)
 
     @extend_schema_field(serializers.IntegerField(min_value=0))
+    def get_retry_limit_from_launch(self, workload: Workload) -> bool:
+        return workload.retry_limit is not None
+
     def get_retry_limit(self, workload: Workload) -> int:
         if workload.retry_limit is not None:
             return workload.retry_limit
@@ -200,6 +206,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "queue_position": self.get_queue_position(w), "gpu_hours": self.get_gpu_hours(w),
             "last_checkpoint": self.get_last_checkpoint(w), "lost_gpu_hours": self.get_lost_gpu_hours(w),
             "retries": w.retries, "retry_limit": self.get_retry_limit(w),
+            "retry_limit_from_launch": self.get_retry_limit_from_launch(w),
             "retryable_exit_codes": list(w.retryable_exit_codes or []), "checkpoint_workspace": w.checkpoint_workspace,
             "namespace": w.namespace, "k8s_name": w.k8s_name, "node_name": w.node_name, "pod_name": w.pod_name,
             "open_url": opening.open_url(w), "shared_with_team": w.shared_with_team,

@@ -490,6 +490,8 @@ def cmd_clone(client: PortalClient, args: argparse.Namespace) -> int:
     if spec.get("catalog_image"):
         spec.pop("image", None)
     spec["team"] = source["team"]
+    if source.get("retry_limit_from_launch") and source.get("retry_limit") is not None:
+        spec["retry_limit"] = source["retry_limit"]  # else the clone follows its team's default, as the source did
     if any(var.get("value") is None for var in source.get("env") or []):
         print(f"gpuportal: {args.uid}'s environment is its owner's; clone your own workloads", file=sys.stderr)
         return EXIT_FAILED

@@ -20,7 +20,8 @@ Secrets are sealed to a key pair made once in var/seal-private.key (kept, so wha
 still opens): the public half goes to every process, the private half to the worker only.
 With the real nodes (two by default where the machine can run them: root, cgroup v1, containerd; else
 simulated nodes only, said in one line; GPUPORTAL_REAL_NODES=0 turns them off) the catalog offers the images
-built here (GPUPORTAL_LOCAL_IMAGES=1): Open on the local JupyterLab shows a real JupyterLab.
+built here (GPUPORTAL_LOCAL_IMAGES=1): Open on the local JupyterLab shows a real JupyterLab. Their pods reach
+the portal's API through a relay on the nodes' bridge gateway (PORTAL_POD_API_URL, for `gpuportal checkpoint`).
 Environment: PORT (default 8000), LOCALCLUSTER_STATE_DIR (default var/cluster), GPUPORTAL_REAL_NODES.
 """
 
@@ -185,6 +186,46 @@ def choose_real_nodes(env: dict[str, str]) -> int:
     return count
 
 
+def real_nodes_gateway(state_dir: Path) -> str:
+    """The real nodes' bridge gateway (an address of this machine their pods reach), from the network the
+    nodes keep in <state dir>/real/network.json; "" without real nodes."""
+    import ipaddress
+
+    from localcluster.realnode import Network
+
+    try:
+        saved = json.loads((state_dir / "real" / "network.json").read_text())
+        return Network(ipaddress.ip_network(saved["subnet"]), str(saved["bridge"]), 1).gateway
+    except (OSError, ValueError, KeyError):
+        return ""
+
+
+def relay_for_pods(env: dict[str, str], stack: contextlib.ExitStack) -> None:
+    """Pods on the real nodes reach the portal's API (GPUPORTAL_API_URL: `gpuportal checkpoint` inside a batch
+    job) through a relay on the nodes' bridge gateway to the portal's port on loopback (localcluster/hostrelay.py:
+    pods cannot reach 127.0.0.1, where the portal listens). Without real nodes, or with PORTAL_POD_API_URL set,
+    nothing is done (pods are then not told where the portal is)."""
+    from localcluster.hostrelay import HostRelays
+
+    if env.get("PORTAL_POD_API_URL"):
+        return
+    gateway = real_nodes_gateway(Path(env.get("LOCALCLUSTER_STATE_DIR") or VAR / "cluster"))
+    if not gateway:
+        return
+    relays = HostRelays(gateway)
+    try:
+        port = relays.tcp(("127.0.0.1", PORT))
+    except OSError as exc:  # the bridge is not up (real nodes off in this run)
+        relays.close()
+        say(f"pods are not told where the portal is: no relay on {gateway} ({exc.strerror or exc})")
+        return
+    stack.callback(relays.close)
+    env["PORTAL_POD_API_URL"] = f"http://{gateway}:{port}"
+    # The pods' requests name that address as their Host.
+    env["ALLOWED_HOSTS"] = ",".join([env.get("ALLOWED_HOSTS") or "127.0.0.1,localhost,[::1]", gateway])
+    say(f"pods reach the portal's API at {env['PORTAL_POD_API_URL']} (a relay to 127.0.0.1:{PORT})")
+
+
 def seal_keys(env: dict[str, str]) -> dict[str, str]:
     """Give `env` (every process) the public key and return what only the worker gets: the private key."""
     worker = {name: env.pop(name) for name in ENGINE_ONLY if env.get(name)}
@@ -302,6 +343,7 @@ def main() -> int:
             env.setdefault("SITE_URL", f"http://127.0.0.1:{PORT}")
             if not env.get("KUBECONFIG"):
                 env["KUBECONFIG"] = start_cluster(env, stack)
+                relay_for_pods(env, stack)  # before the identities' environments are copied from env
                 # The local cluster's node simulator provisions this class from directories in var/.
                 env.setdefault("WORKSPACE_STORAGE_CLASS", "gpuportal-local")
                 identity = install_portal_identities(env)

@@ -11,7 +11,9 @@ How an image is made:
   with buildah (`buildah from scratch`, `buildah add` of the tarball, `buildah config`, `buildah commit`).
 - `python`, `jupyterlab`, `tensorboard`: each a layer on its parent made by `buildah run` in the parent's
   root filesystem (apt-get without recommends, then the apt lists removed; pip with `--no-index` from a wheel
-  directory downloaded beforehand from the pins in localcluster/images/*.txt, no pip cache kept).
+  directory downloaded beforehand from the pins in localcluster/images/*.txt, no pip cache kept). `python`
+  also carries /usr/local/bin/gpuportal (cli/incontainer.py, standard library only): `gpuportal checkpoint`
+  inside a batch job, and in the images built on it.
 Every image ends as an OCI archive (`buildah push ... oci-archive:`) that `ctr -n k8s.io images import`
 accepts, under ~/.cache/gpuportal/images/ (GPUPORTAL_CACHE moves it, as for the Kubernetes binaries), named by
 a key: a hash of everything that goes into the image (this file, the pins, pause.c, the parent's key). A
@@ -61,6 +63,9 @@ SYSTEM_PACKAGES = ("buildah", "mmdebstrap", "gcc", "libc6-dev", "runc")  # runc:
 REGISTRY = "localhost/gpuportal"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEVENV_ENTRYPOINT = "/usr/local/bin/gpuportal-devenv"
+# `gpuportal checkpoint` inside a batch job (issue 37): the client's standard-library-only helper, one file.
+INCONTAINER_HELPER = REPO_ROOT / "cli" / "incontainer.py"
+INCONTAINER_COMMAND = "/usr/local/bin/gpuportal"
 
 Progress = Callable[[str], None]
 
@@ -166,10 +171,14 @@ def _key(name: str) -> str:
     spec = SPECS[name]
     digest = hashlib.sha256()
     # What goes into the image: its spec (packages, config), the code that builds it, its inputs, its parent.
-    builder = {"sandbox": _build_sandbox, "base": _build_base, "portal": _build_portal}.get(name, _build_layer)
+    builder = {"sandbox": _build_sandbox, "base": _build_base, "portal": _build_portal, "python": _build_python}.get(
+        name, _build_layer
+    )
     recipe = [builder, _Buildah, _run, _wheels] if spec.pins else [builder, _Buildah, _run]
     if name == "devenv":
         recipe.append(_build_devenv)
+    if name == "python":
+        recipe.append(_build_layer)
     digest.update(repr(spec).encode())
     digest.update(repr((SUITE, MIRROR, USER_UID, USER_HOME, PATH)).encode())
     if spec.pins:
@@ -182,6 +191,8 @@ def _key(name: str) -> str:
         digest.update((INPUTS / spec.pins).read_bytes())
     if name == "devenv":
         digest.update((INPUTS / "devenv-entrypoint.sh").read_bytes())
+    if name == "python":
+        digest.update(INCONTAINER_HELPER.read_bytes())
     if spec.parent:
         digest.update(_key(spec.parent).encode())
     if name == "portal":
@@ -403,6 +414,15 @@ def _build_devenv(spec: Spec, buildah: _Buildah, work: Path, log: Path, clock: _
     return container
 
 
+def _build_python(spec: Spec, buildah: _Buildah, work: Path, log: Path, clock: _Clock) -> str:
+    """The packages as any layer, then `gpuportal` (checkpoint reports from inside a batch job, cli/incontainer.py:
+    standard library only, so the image needs no pip packages for it)."""
+    container = _build_layer(spec, buildah, work, log, clock)
+    buildah("buildah copy (gpuportal helper)", "copy", "--chmod", "0755", container,
+            str(INCONTAINER_HELPER), INCONTAINER_COMMAND)  # fmt: skip
+    return container
+
+
 def _portal_context_digest() -> str:
     """What the portal's image is built from: the files git tracks that .dockerignore lets into the build
     context, as they are in the checkout (committed or not)."""
@@ -526,6 +546,8 @@ def _build_one(name: str, clock: _Clock) -> None:
             container = _build_base(buildah, work, log)
         elif name == "devenv":
             container = _build_devenv(spec, buildah, work, log, clock)
+        elif name == "python":
+            container = _build_python(spec, buildah, work, log, clock)
         else:
             container = _build_layer(spec, buildah, work, log, clock)
         if container is not None:

@@ -28,7 +28,8 @@ def real_nodes(
     kube_cluster: Any, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Any]:
     """`REAL_NODE_COUNT` in the test module asks for more nodes: a third is a second real-p100 (a gang job
-    needs two nodes of one type)."""
+    needs two nodes of one type). `REAL_NODE_IMAGES` names fewer images (sandbox and python suffice for
+    batch jobs) where the module needs no service image: fewer to build after a change, fewer to import."""
     from localcluster import images
 
     if getattr(kube_cluster, "real", None) is not None:  # GPUPORTAL_REAL_NODES: the session cluster has them
@@ -38,7 +39,8 @@ def real_nodes(
         yield kube_cluster.real
         return
     count = getattr(request.module, "REAL_NODE_COUNT", 2)
-    yield from _module_real_nodes(kube_cluster, tmp_path_factory, REAL_IMAGES, specs=None, count=count)
+    names = tuple(getattr(request.module, "REAL_NODE_IMAGES", REAL_IMAGES))
+    yield from _module_real_nodes(kube_cluster, tmp_path_factory, names, specs=None, count=count)
 
 
 @pytest.fixture(scope="module")
@@ -132,3 +134,38 @@ def sliced_engine(engine: Any, sliced_nodes: Any) -> Any:
     engine.gpu_types = {t.slug: t for t in GpuType.objects.all()}
     engine.real_nodes = sliced_nodes
     return engine
+
+
+@pytest.fixture
+def pods_reach_portal(real_engine: Any, live_server: Any, settings: Any) -> Iterator[str]:
+    """The portal's API where the real nodes' pods reach it, as `make run` gives it (devtools/run.py): this
+    process's live server (the test's database) relayed from the nodes' bridge gateway (localcluster/hostrelay.py),
+    the gateway an allowed Host, and the engine's processes started again with PORTAL_POD_API_URL naming it,
+    so every batch pod gets GPUPORTAL_API_URL; afterwards they start again without it."""
+    from urllib.parse import urlsplit
+
+    from localcluster.hostrelay import HostRelays
+
+    gateway = real_engine.real_nodes.network.gateway
+    target = urlsplit(live_server.url)
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, gateway]
+    with HostRelays(gateway) as relays:
+        url = f"http://{gateway}:{relays.tcp((str(target.hostname), int(target.port or 80)))}"
+        _restart_engine(real_engine.processes, {"PORTAL_POD_API_URL": url})
+        try:
+            yield url
+        finally:
+            _restart_engine(real_engine.processes, {"PORTAL_POD_API_URL": None})
+
+
+def _restart_engine(processes: Any, env: dict[str, str | None]) -> None:
+    """Stop the engine's processes that read the setting, change their environment, start them again."""
+    for name, value in env.items():
+        if value is None:
+            processes.env.pop(name, None)
+        else:
+            processes.env[name] = value
+    for name in ("tracker", "beat", "worker"):
+        processes.stop(name)
+    for name in ("worker", "beat", "tracker"):
+        processes.start(name)

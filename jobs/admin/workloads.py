@@ -152,6 +152,7 @@ def build_report(*, days: reports.DayRange, teams, **_ignored) -> dict:
             "weighted_gpu_hours": round(sums.weighted_gpu_hours, 3),
             "borrowed_gpu_hours": round(sums.borrowed_gpu_hours, 3),
             "gpu_equivalent_hours": round(sums.gpu_equivalent_hours, 3),
+            "lost_gpu_hours": round(sums.lost_gpu_hours, 3),
         }
         for (team_id, type_id), sums in report.group("team", "gpu_type").items()
     ]
@@ -162,6 +163,7 @@ def build_report(*, days: reports.DayRange, teams, **_ignored) -> dict:
         "total_weighted_gpu_hours": round(sum(line["weighted_gpu_hours"] for line in lines), 3),
         "total_borrowed_gpu_hours": round(sum(line["borrowed_gpu_hours"] for line in lines), 3),
         "total_gpu_equivalent_hours": round(sum(line["gpu_equivalent_hours"] for line in lines), 3),
+        "total_lost_gpu_hours": round(sum(line["lost_gpu_hours"] for line in lines), 3),
     }
 
 
@@ -178,6 +180,7 @@ def report_csv(report: dict, params: dict) -> HttpResponse:
             "weighted_gpu_hours",
             "borrowed_gpu_hours",
             "gpu_equivalent_hours",
+            "lost_gpu_hours",
         ]
     )
     for line in report["lines"]:
@@ -190,6 +193,7 @@ def report_csv(report: dict, params: dict) -> HttpResponse:
                 line["weighted_gpu_hours"],
                 line["borrowed_gpu_hours"],
                 line["gpu_equivalent_hours"],
+                line["lost_gpu_hours"],
             ]
         )
     return response

@@ -84,8 +84,11 @@ def _csv(report: reports.UsageReport, team_slug: str) -> HttpResponse:
             "weighted_gpu_hours",
             "borrowed_gpu_hours",
             "gpu_equivalent_hours",
+            "lost_gpu_hours",
         ]
     )
+    # lost_gpu_hours: of gpu_hours, the work preemptions and other stops threw away (since each run's last
+    # checkpoint, jobs/services/usage/lost_work.py).
     for (day, user_id, type_id), sums in report.group("day", "user", "gpu_type").items():
         writer.writerow(
             [
@@ -97,6 +100,7 @@ def _csv(report: reports.UsageReport, team_slug: str) -> HttpResponse:
                 f"{sums.weighted_gpu_hours:.4f}",
                 f"{sums.borrowed_gpu_hours:.4f}",
                 f"{sums.gpu_equivalent_hours:.4f}",
+                f"{sums.lost_gpu_hours:.4f}",
             ]
         )
     return response

@@ -173,7 +173,7 @@ def test_usage_report_page_and_csv(admin_client, world):
     Workload.objects.create(
         team=world.team, owner=world.owner, name="ran", kind="batch", image="docker.io/x:1", gpu_type=world.k80,
         gpu_count=2, time_limit_seconds=86400, state=State.SUCCEEDED, created_at=start, started_at=start,
-        finished_at=start + timedelta(hours=5),
+        finished_at=start + timedelta(hours=5), lost_gpu_seconds=2 * 45 * 60,  # preempted 45 min after a checkpoint
     )  # fmt: skip
     first = (timezone.localdate() - timedelta(days=3)).isoformat()
     last = timezone.localdate().isoformat()
@@ -183,6 +183,8 @@ def test_usage_report_page_and_csv(admin_client, world):
     assert "Vision" in html
     assert "10.0" in html  # GPU-hours
     assert "5.0" in html  # weighted at 0.5
+    assert "Of them lost to stops" in html
+    assert "<td>1.5</td>" in html
     export = admin_client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}&export=csv")
     assert export["Content-Type"].startswith("text/csv")
     rows = list(csv.reader(io.StringIO(export.content.decode())))
@@ -195,8 +197,9 @@ def test_usage_report_page_and_csv(admin_client, world):
             "weighted_gpu_hours",
             "borrowed_gpu_hours",
             "gpu_equivalent_hours",
+            "lost_gpu_hours",
         ],
-        ["Vision", "Tesla K80", "0.500", "10.0", "5.0", "0.0", "10.0"],
+        ["Vision", "Tesla K80", "0.500", "10.0", "5.0", "0.0", "10.0", "1.5"],
     ]
     bad = admin_client.get(f"/admin/jobs/workload/usage-report/?start={last}&end={first}")
     assert "The end comes before the start." in bad.content.decode()

@@ -97,12 +97,12 @@ def test_image_catalog_says_which_images_need_root_and_whether_allowed(world):
     }
 
 
-def _ran(world, owner, gpu_type, gpus: int, hours: float, day_offset: int = 1) -> None:
+def _ran(world, owner, gpu_type, gpus: int, hours: float, day_offset: int = 1, lost_hours: float = 0.0) -> None:
     start = timezone.now().replace(hour=8, minute=0, second=0, microsecond=0) - timedelta(days=day_offset)
     Workload.objects.create(
         team=world.team, owner=owner, name="ran", kind="batch", image="docker.io/x:1", gpu_type=gpu_type,
         gpu_count=gpus, time_limit_seconds=86400, state=State.SUCCEEDED, created_at=start, started_at=start,
-        finished_at=start + timedelta(hours=hours),
+        finished_at=start + timedelta(hours=hours), lost_gpu_seconds=lost_hours * 3600,
     )  # fmt: skip
 
 
@@ -141,7 +141,7 @@ def test_usage(world, who):
 
 
 def test_usage_as_csv(world):
-    _ran(world, world.owner, world.p100, 2, 3)
+    _ran(world, world.owner, world.p100, 2, 3, lost_hours=1.5)  # of its 6 GPU-hours, 1.5 thrown away by stops
     start = (timezone.localdate() - timedelta(days=5)).isoformat()
     client = world.client("manager")
     for response in (
@@ -153,8 +153,15 @@ def test_usage_as_csv(world):
         assert "attachment" in response["Content-Disposition"]
         rows = list(csv.reader(io.StringIO(response.content.decode())))
         assert rows == [
-            ["gpu_type", "gpu_hours", "weighted_gpu_hours", "borrowed_gpu_hours", "gpu_equivalent_hours"],
-            ["p100", "6.000000", "6.000000", "0.000000", "6.000000"],
+            [
+                "gpu_type",
+                "gpu_hours",
+                "weighted_gpu_hours",
+                "borrowed_gpu_hours",
+                "gpu_equivalent_hours",
+                "lost_gpu_hours",
+            ],
+            ["p100", "6.000000", "6.000000", "0.000000", "6.000000", "1.500000"],
         ]
     bad = client.get("/api/v1/usage/?start=nope&format=csv")
     assert bad.status_code == 400

@@ -35,6 +35,16 @@ def test_clone_submits_the_same_workload_under_a_new_name(run_cli, world):
     assert copy["command"] == ["python", "train.py"]
     assert copy["env"] == [{"name": "EPOCHS", "value": "3"}]
     assert copy["time_limit_seconds"] == 5400
+    assert (copy["retry_limit"], copy["retry_limit_from_launch"]) == (world.team.default_retry_limit, False)
+
+
+def test_clone_keeps_the_retry_limit_its_launch_chose(run_cli, world):
+    source = _workload(world, restartable=True, retry_limit=7, retryable_exit_codes=[75])
+    cloned = run_cli("--output", "json", "clone", source.uid, "--name", "again")
+    assert cloned.returncode == 0, cloned.stderr
+    copy = json.loads(cloned.stdout)
+    assert (copy["retry_limit"], copy["retry_limit_from_launch"], copy["retryable_exit_codes"]) == (7, True, [75])
+    assert Workload.objects.get(uid=copy["uid"]).retry_limit == 7
 
 
 def test_clone_of_another_teams_workload_is_not_found(run_cli, world):

@@ -73,6 +73,21 @@ def test_csv_download(login, world, usage):
     assert {r["user"] for r in member_rows} == {"olivia"}
 
 
+def test_the_csv_counts_the_work_lost_to_stops_apart(login, world, usage):
+    start = timezone.now() - timedelta(hours=3)
+    # A preempted run of olivia's: 2 GPUs for an hour, its last 30 minutes since a checkpoint thrown away.
+    make_workload(
+        world, state=State.FAILED, reason="Preempted", gpu_count=2, started_at=start,
+        finished_at=start + timedelta(hours=1), lost_gpu_seconds=2 * 30 * 60,
+    )  # fmt: skip
+    rows = list(
+        csv.DictReader(io.StringIO(login(world.manager).get(reverse("usage"), {"format": "csv"}).content.decode()))
+    )
+    assert sum(float(r["lost_gpu_hours"]) for r in rows if r["user"] == "olivia") == pytest.approx(1.0)
+    assert sum(float(r["lost_gpu_hours"]) for r in rows if r["user"] == "tom") == 0
+    assert sum(float(r["gpu_hours"]) for r in rows) == pytest.approx(6.0)  # lost hours are part of the used ones
+
+
 def test_a_bad_range_names_the_field(login, world):
     response = login(world.owner).get(reverse("usage"), {"start": "2026-05-10", "end": "2026-05-01"})
     assert response.status_code == 400

@@ -186,7 +186,10 @@ def observe(*, kind: str, job: dict[str, Any] | None, pods: list[dict[str, Any]]
     if live:
         # The newest pod speaks for the workload (a Deployment replaces a lost pod with a new one).
         pod = max(live, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
-        return observe_pod(pod, kind=kind)
+        seen = observe_pod(pod, kind=kind)
+        if seen.state == State.FAILED and kind == Kind.BATCH:  # killed by Kubernetes, not its own exit
+            return _disrupted([pod], kind=kind, seen=seen) or seen
+        return seen
     if kind == Kind.BATCH and job is not None:
         # No pod left to ask (or only ones being deleted): the Job's own verdict, if it has one yet.
         complete = _condition(job, "Complete")
@@ -195,6 +198,9 @@ def observe(*, kind: str, job: dict[str, Any] | None, pods: list[dict[str, Any]]
             return Observation(State.SUCCEEDED, "Completed", "Completed.", None, finished, 0)
         failed = _condition(job, "Failed")
         if failed is not None:
+            disrupted = _disrupted(pods, kind=kind)
+            if disrupted is not None:
+                return disrupted
             return Observation(
                 State.FAILED,
                 failed.get("reason") or "Failed",
@@ -202,6 +208,28 @@ def observe(*, kind: str, job: dict[str, Any] | None, pods: list[dict[str, Any]]
                 None,
                 _ts(failed.get("lastTransitionTime")),
             )
+    return None
+
+
+def _disrupted(pods: list[dict[str, Any]], *, kind: str, seen: Observation | None = None) -> Observation | None:
+    """A Job that failed because Kubernetes took its pod away (its node lost and the taint manager deleting
+    the pod, a drain's eviction, the kubelet shutting down): the pod, being deleted, carries a DisruptionTarget
+    condition, and the Job controller counts it as the one failure its backoffLimit 0 allows, so the Job says
+    only BackoffLimitExceeded. The pod's condition is the truer end: not the job's fault (jobs/services/retry.py
+    retries a restartable job after it, with the GPU-hours lost since its last checkpoint on its timeline)."""
+    for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "", reverse=True):
+        condition = _condition(pod, "DisruptionTarget")
+        if condition is None or not condition.get("reason"):
+            continue
+        seen = seen or observe_pod(pod, kind=kind)
+        words = condition.get("message") or "Kubernetes took its pod away."
+        return replace(
+            seen,
+            state=State.FAILED,
+            reason=str(condition["reason"])[:64],
+            message=f"Its pod was stopped by Kubernetes ({condition['reason']}): {words}",
+            finished_at=_ts(condition.get("lastTransitionTime")) or seen.finished_at or timezone.now(),
+        )
     return None
 
 
