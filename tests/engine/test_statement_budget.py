@@ -10,6 +10,8 @@ once per workload by that one primary. The path a team's script takes, stage by 
     create     the worker's create (jobs.tasks.submit_batch: load, render, the Job, the move to PENDING)
     running    the tracker sees its pod run
     succeeded  the tracker sees it end: the end is recorded, and so its GPU time is accounted
+    notified   the worker fans the "succeeded" event out (notifications.tasks.fan_out; its owner has no
+               email and the team no webhook, as most: nobody to deliver to)
 
 Each stage's count is exact: a change that adds a statement fails here and must change the number on
 purpose (and say why in its commit). The statements are those Django sends (savepoints included; the
@@ -34,6 +36,9 @@ from jobs.models import AllowedRegistry, GpuNode, State, Workload
 from jobs.services import provisioning
 from jobs.services.cluster import watch_loop
 from jobs.services.usage.accounting import counted_interval
+from notifications import tasks as notifications_tasks
+from notifications.events import SUCCEEDED
+from notifications.models import Event
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, QuotaFactory, TeamFactory, UserFactory
 
 # Statements per stage of one workload's path (see the module's docstring).
@@ -43,6 +48,7 @@ PATH = {
     "create": 10,
     "running": 3,
     "succeeded": 4,
+    "notified": 6,
 }
 
 
@@ -124,6 +130,11 @@ def path(monkeypatch, fake_kube):
                 view = _view(workload, succeeded=succeeded)
                 with stages.stage(name):
                     assert watch_loop.sync_workloads(view, {workload.uid}, full=False) == 1
+            event = Event.objects.get(workload=workload, kind=SUCCEEDED)
+            with stages.stage("notified"):
+                assert notifications_tasks.fan_out(event.id) == 1  # an email to its owner
+            event.refresh_from_db()
+            assert event.fanned_out_at is not None
         workload.refresh_from_db()
         return workload
 
