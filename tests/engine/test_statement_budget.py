@@ -32,7 +32,7 @@ from rest_framework.test import APIClient
 
 from api.tokens import token_create
 from jobs import tasks
-from jobs.models import AllowedRegistry, GpuNode, State, Workload
+from jobs.models import AllowedRegistry, GpuNode, State, Workload, WorkloadEvent
 from jobs.services import provisioning
 from jobs.services.cluster import watch_loop
 from jobs.services.usage.accounting import counted_interval
@@ -45,7 +45,7 @@ from tests.engine.factories import GpuTypeFactory, MembershipFactory, QuotaFacto
 PATH = {
     "submit": 8,
     "admit": 9,
-    "create": 10,
+    "create": 8,
     "running": 3,
     "succeeded": 4,
     "notified": 6,
@@ -152,4 +152,8 @@ def test_one_workload_costs_a_fixed_number_of_statements_at_each_stage(path):
     workload = one()
     assert workload.state == State.SUCCEEDED
     assert counted_interval(workload) is not None  # its GPU time is accounted: start and end recorded
+    timeline = list(
+        WorkloadEvent.objects.filter(workload=workload).order_by("at", "id").values_list("to_state", flat=True)
+    )
+    assert timeline == [State.QUEUED, State.SUBMITTING, State.PENDING, State.RUNNING, State.SUCCEEDED]
     assert stages.counts() == PATH, stages.explain()
