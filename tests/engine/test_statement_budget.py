@@ -46,8 +46,8 @@ PATH = {
     "submit": 8,
     "admit": 9,
     "create": 8,
-    "running": 3,
-    "succeeded": 4,
+    "running": 2,
+    "succeeded": 3,
     "notified": 6,
 }
 
