@@ -77,7 +77,8 @@ format: venv ## apply ruff's fixes and formatting
 bench: venv $(AUDIT_STAMP) ## benchmarks, printed as `name: value` lines (BENCH="engine ui" runs some; see benchmarks/README.md)
 	@bash devtools/system-deps.sh redis-server postgresql chromium $(NODE_DEPS)
 	@bash localcluster/build.sh >/dev/null
-	@GPUPORTAL_PG_DURABLE=1 $(PY) -m devtools.testenv -- $(PY) -m benchmarks $(BENCH)
+	@GPUPORTAL_PG_DURABLE=1 GPUPORTAL_PG_OPTIONS="$${GPUPORTAL_PG_OPTIONS:--c shared_preload_libraries=pg_stat_statements}" \
+		$(PY) -m devtools.testenv -- $(PY) -m benchmarks $(BENCH)
 
 audit: venv $(AUDIT_STAMP) ## Lighthouse over every portal page (scores per page; lighthouse_*_min); `make bench` runs it too
 	@bash devtools/system-deps.sh redis-server postgresql chromium

@@ -5,11 +5,13 @@ PostgreSQL loads the extension, e.g.
     GPUPORTAL_PG_OPTIONS="-c shared_preload_libraries=pg_stat_statements" BENCH_PG_STATEMENTS=1 \\
         GPUPORTAL_PG_DURABLE=1 python -m devtools.testenv -- python -m benchmarks engine
 
-Only a diagnosis: no figure comes from here.
+The engine's submit rounds use it only as a diagnosis (BENCH_PG_STATEMENTS=1); bench_budgets counts
+statements per workload from it (`window`), and `make bench` starts PostgreSQL with the extension loaded.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 from django.db import connection
@@ -21,9 +23,18 @@ def enabled() -> bool:
     return os.environ.get("BENCH_PG_STATEMENTS") == "1"
 
 
-def reset() -> None:
+@functools.cache
+def loaded() -> bool:
+    """Whether the run's PostgreSQL has the extension loaded (shared_preload_libraries; asked once, so that
+    the question is not itself counted in a window)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW shared_preload_libraries")
+        return "pg_stat_statements" in cursor.fetchone()[0]
+
+
+def reset(*, force: bool = False) -> None:
     """Start a window: forget what was counted so far (creates the extension's views the first time)."""
-    if not enabled():
+    if not (force or enabled()) or (force and not loaded()):
         return
     with connection.cursor() as cursor:
         cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
@@ -34,6 +45,14 @@ def report(label: str, per: int) -> list[str]:
     """The window's top statements by total execution time, as `#` lines, with calls and ms per `per`."""
     if not enabled():
         return []
+    return window(label, per)[1]
+
+
+def window(label: str, per: int) -> tuple[int | None, list[str]]:
+    """Statements PostgreSQL ran since `reset` (None without the extension), and `#` lines of the top ones by
+    total execution time with their calls and ms per `per` object."""
+    if not loaded():
+        return None, []
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT calls, total_exec_time, rows, regexp_replace(query, '\\s+', ' ', 'g') FROM pg_stat_statements "
@@ -46,4 +65,4 @@ def report(label: str, per: int) -> list[str]:
     for count, ms, returned, query in rows[:TOP]:
         shares = f"{count / per:6.2f}/obj {ms / per:7.3f} ms/obj {ms / count:7.3f} ms/call {returned / count:6.1f} rows"
         lines.append(f"#   {shares}  {query[:160]}")
-    return lines
+    return calls, lines

@@ -28,6 +28,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from jobs import sql as jobs_sql
 from notifications.events import KINDS, enqueue
 from notifications.models import Delivery, Event, Preference, TeamWebhook
 from notifications.webhooks import WebhookUrlError, webhook_body, webhook_post, webhook_target
@@ -63,13 +64,14 @@ def event_fan_out(event_id: int) -> int:
         if hook is not None and topic in hook.topics:
             rows.append(Delivery(event=event, channel=Delivery.Channel.WEBHOOK, recipient=f"team:{event.team_id}"))
     with transaction.atomic():
-        before = Delivery.objects.filter(event=event).count()
-        Delivery.objects.bulk_create(rows, ignore_conflicts=True)
+        # One statement stores the new ones (a delivery an earlier attempt stored is left alone and not
+        # counted); none when nobody is to hear of it.
+        jobs_sql.insert_many(rows, unless_taken=("event", "channel", "recipient"))
+        created = sum(1 for row in rows if row.pk is not None)
         Event.objects.filter(id=event.id, fanned_out_at=None).update(fanned_out_at=timezone.now())
         pending = list(
             Delivery.objects.filter(event=event, status=Delivery.Status.PENDING).values_list("id", flat=True)
         )
-        created = Delivery.objects.filter(event=event).count() - before
     for delivery_id in pending:
         transaction.on_commit(lambda delivery_id=delivery_id: enqueue("notifications.tasks.send", delivery_id))
     return created

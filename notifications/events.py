@@ -67,8 +67,17 @@ def notify(*, kind: str, workload: Workload, summary: str, key: str = "", **deta
     # reached twice, as a service whose pod was made again) stores nothing.
     if not jobs_sql.insert(event, unless_taken=("key",)):
         return None
-    transaction.on_commit(lambda: enqueue("notifications.tasks.fan_out", event.id))
+    transaction.on_commit(lambda: _fan_out_soon(event.id))
     return event
+
+
+def _fan_out_soon(event_id: int) -> None:
+    """Hand the committed event to a worker: with the others of a burst where the caller gathers its sends
+    (the tracker, jobs.services.dispatch.sends_gathered), else alone."""
+    from jobs.services import dispatch
+
+    if not dispatch.gather("notifications.tasks.fan_out_many", event_id):
+        enqueue("notifications.tasks.fan_out", event_id)
 
 
 def enqueue(task_name: str, object_id: int) -> None:

@@ -12,6 +12,12 @@ def fan_out(event_id: int) -> int:
     return delivery.event_fan_out(event_id)
 
 
+@shared_task(name="notifications.tasks.fan_out_many", acks_late=True)
+def fan_out_many(event_ids: list[int]) -> int:
+    """A burst's events (the tracker's, gathered): each fanned out as `fan_out` does it."""
+    return sum(delivery.event_fan_out(event_id) for event_id in event_ids)
+
+
 # No Celery-level retry: a failed attempt is rescheduled in the database (bounded, with backoff) and the
 # sweep hands it over when due, so a retry survives a worker restart and is never sent twice.
 @shared_task(name="notifications.tasks.send", acks_late=True)

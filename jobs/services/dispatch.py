@@ -7,7 +7,10 @@ already stored in a state that the periodic sweep recognises, and the sweep hand
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 
 from django.db import transaction
@@ -27,6 +30,47 @@ def _send(task_name: str, *args: int | str, countdown: float = 0.0) -> None:
         app.send_task(task_name, args=list(args), countdown=countdown or None)
     except Exception as exc:  # kombu raises several types; any of them means "not now"
         log.warning("could not enqueue %s%s (%s); the periodic sweep will pick it up", task_name, args, exc)
+
+
+# --- gathered sends: a burst's hand-overs as one message --------------------------------------------------
+_gathering = threading.local()
+
+
+@contextmanager
+def sends_gathered() -> Iterator[None]:
+    """Inside the block, `gather` keeps this thread's hand-overs of one kind (committed work named by id)
+    and sends them after it as one message per kind, with every id: the tracker recording a burst of ends
+    publishes one fan-out of their notifications, not one per workload. Work whose message is lost (the
+    process dies before the block ends, the broker is down) is found by its sweep, as any lost hand-over."""
+    if getattr(_gathering, "ids", None) is not None:  # nested: the outer block sends
+        yield
+        return
+    _gathering.ids = {}
+    try:
+        yield
+    finally:
+        gathered, _gathering.ids = _gathering.ids, None
+        for task_name, ids in gathered.items():
+            _send_ids(task_name, ids)
+
+
+def gather(task_name: str, object_id: int) -> bool:
+    """Keep `object_id` for one `task_name([ids])` message at the end of this thread's `sends_gathered`
+    block; False outside one (the caller sends its own message)."""
+    ids = getattr(_gathering, "ids", None)
+    if ids is None:
+        return False
+    ids.setdefault(task_name, []).append(object_id)
+    return True
+
+
+def _send_ids(task_name: str, ids: list[int]) -> None:
+    from portal.celery import app
+
+    try:
+        app.send_task(task_name, args=[ids])
+    except Exception as exc:  # kombu raises several types; any of them means "not now": the sweep retries
+        log.warning("could not enqueue %s for %d object(s) (%s); the sweep will pick them up", task_name, len(ids), exc)
 
 
 def _task(task_name: str):

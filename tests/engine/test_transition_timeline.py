@@ -1,4 +1,4 @@
-"""A transition is two statements (the guarded UPDATE, the timeline INSERT), and its timeline entry never
+"""A transition is one statement on PostgreSQL (the guarded UPDATE feeding the timeline INSERT), and its timeline entry never
 sorts before the one it follows, even when Kubernetes' whole-second timestamp says it happened earlier."""
 
 from __future__ import annotations
@@ -27,12 +27,24 @@ def workload():
     )  # fmt: skip
 
 
-def test_a_transition_costs_two_statements(workload):
+def test_a_transition_costs_one_statement(workload):
     with CaptureQueriesContext(connection) as captured:
         assert transition(workload, State.PENDING, reason="Created", message="Job created.")
-    statements = [q["sql"].split()[0] for q in captured.captured_queries]
-    assert sorted(s for s in statements if s in ("UPDATE", "INSERT", "SELECT")) == ["INSERT", "UPDATE"]
+    statements = [
+        q["sql"] for q in captured.captured_queries if q["sql"].split()[0] in ("WITH", "UPDATE", "INSERT", "SELECT")
+    ]
+    assert len(statements) == 1
+    assert statements[0].split()[:4] == ["WITH", "moved", "AS", "(UPDATE"]
+    assert "INSERT INTO" in statements[0]
     assert Workload.objects.get(id=workload.id).state == State.PENDING
+    assert list(workload.events.values_list("to_state", "message")) == [(State.PENDING, "Job created.")]
+
+
+def test_a_transition_that_lost_the_race_writes_no_entry(workload):
+    Workload.objects.filter(id=workload.id).update(state=State.CANCELLED)  # another process moved it first
+    assert not transition(workload, State.PENDING, reason="Created")
+    assert workload.state == State.CANCELLED  # re-read
+    assert not workload.events.exists()
 
 
 def test_an_earlier_kubernetes_timestamp_is_moved_up_to_the_entry_it_follows(workload):

@@ -555,13 +555,24 @@ def _prepare_namespaces(batch: list[Workload], specs: dict[int, objects.Workload
             claims_done.add(claims)
 
 
+# The move and its timeline rows in one statement: the UPDATE's RETURNING feeds the INSERT (a data-modifying
+# CTE). Each row is stamped `now`, or its workload's latest entry's time if that is later (GREATEST skips
+# the NULL of a workload without one), as `transition`'s timeline_append stamps one.
 _MARK_CREATED_SQL = f"""
-    UPDATE {Workload._meta.db_table} AS w
-    SET state = %s, reason = %s, submitted_at = %s, state_changed_at = %s, updated_at = %s,
-        message = v.message, namespace = v.namespace, k8s_name = v.k8s_name
-    FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[]) AS v(id, message, namespace, k8s_name)
-    WHERE w.id = v.id AND w.state = %s
-    RETURNING w.id
+    WITH moved AS (
+        UPDATE {Workload._meta.db_table} AS w
+        SET state = %s, reason = %s, submitted_at = %s, state_changed_at = %s, updated_at = %s,
+            message = v.message, namespace = v.namespace, k8s_name = v.k8s_name
+        FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[]) AS v(id, message, namespace, k8s_name)
+        WHERE w.id = v.id AND w.state = %s
+        RETURNING w.id, w.message
+    ), timeline AS (
+        INSERT INTO {WorkloadEvent._meta.db_table} (workload_id, at, source, from_state, to_state, reason, message)
+        SELECT m.id, GREATEST(%s, (SELECT max(e.at) FROM {WorkloadEvent._meta.db_table} e WHERE e.workload_id = m.id)),
+               %s, %s, %s, %s, m.message
+        FROM moved m
+    )
+    SELECT id FROM moved
 """  # noqa: S608 - the table name is our model's; every value is a parameter
 
 
@@ -583,7 +594,11 @@ def _mark_created(created: list[Workload], specs: dict[int, objects.WorkloadSpec
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 columns = [list(column) for column in zip(*values, strict=True)]  # ids, messages, namespaces, names
-                cursor.execute(_MARK_CREATED_SQL, [State.PENDING, "Created", now, now, now, *columns, State.SUBMITTING])
+                cursor.execute(
+                    _MARK_CREATED_SQL,
+                    [State.PENDING, "Created", now, now, now, *columns, State.SUBMITTING,
+                     now, WorkloadEvent.Source.PORTAL, State.SUBMITTING, State.PENDING, "Created"],
+                )  # fmt: skip
                 moved = {row[0] for row in cursor.fetchall()}
         else:  # SQLite (`make run` without DATABASE_URL): no arrays; one guarded UPDATE per workload
             shared = {"state": State.PENDING, "reason": "Created", "submitted_at": now, "state_changed_at": now}
@@ -604,23 +619,24 @@ def _mark_created(created: list[Workload], specs: dict[int, objects.WorkloadSpec
             workload.namespace = spec.namespace
             workload.k8s_name = spec.object_name
             workload.state_changed_at = workload.updated_at = now
-        last = dict(
-            WorkloadEvent.objects.filter(workload_id__in=moved)
-            .values("workload_id")
-            .annotate(last=Max("at"))
-            .values_list("workload_id", "last")
-        )
-        WorkloadEvent.objects.bulk_create(
-            WorkloadEvent(
-                workload_id=w.id,
-                at=max(now, last[w.id]) if w.id in last else now,
-                from_state=State.SUBMITTING,
-                to_state=State.PENDING,
-                reason="Created",
-                message=w.message,
+        if connection.vendor != "postgresql":  # PostgreSQL wrote the timeline rows with the move
+            last = dict(
+                WorkloadEvent.objects.filter(workload_id__in=moved)
+                .values("workload_id")
+                .annotate(last=Max("at"))
+                .values_list("workload_id", "last")
             )
-            for w in rows
-        )
+            WorkloadEvent.objects.bulk_create(
+                WorkloadEvent(
+                    workload_id=w.id,
+                    at=max(now, last[w.id]) if w.id in last else now,
+                    from_state=State.SUBMITTING,
+                    to_state=State.PENDING,
+                    reason="Created",
+                    message=w.message,
+                )
+                for w in rows
+            )
     for workload in created:
         if workload.id not in moved:
             workload.refresh_from_db()

@@ -29,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from jobs.kube import client as kube
 from jobs.kube import names
 from jobs.models import Kind, State, Workload
+from jobs.services import dispatch
 from jobs.services.cluster.gang_tracking import attempt_object_name, sync_gang
 from jobs.services.cluster.status_mapping import Observation, apply_observation, observe
 
@@ -247,6 +248,13 @@ def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> i
         uids = {uid for uid in uids if view.may_say_something(uid)}
         if not uids and not full:
             return 0
+    # The burst's notifications go to the worker as one message after it (each still committed with its
+    # transition): one publish per burst instead of one per finished workload.
+    with dispatch.sends_gathered():
+        return _sync_each(view, uids, full=full, grace=grace)
+
+
+def _sync_each(view: ClusterView, uids: set[str] | None, *, full: bool, grace) -> int:
     changed = 0
     # The GPU type too: a finished workload's notification names it.
     for workload in _to_sync(view, uids, full=full, grace=grace).select_related("team", "gpu_type"):

@@ -1,0 +1,156 @@
+"""CPU budgets of what does not scale out (issue 41): PostgreSQL (one primary) and the tracker (one watcher),
+per workload, from the processes' own counters, beside the API server's CPU per raw create in the same run.
+
+Each round has three sides, a fresh team namespace each, the order turning per round:
+raw     the raw client creates N Jobs (the portal's manifests and credentials, the worker's own create call):
+        the API server's CPU per create, the cost the portal cannot avoid (`apiserver_cpu_per_raw_create_ms`)
+rest    N workloads, one `POST /api/v1/workloads/` each (gunicorn, as the chart runs it), taken to their end:
+        intake, admission, creation, the tracker's transitions (Running, Succeeded) and accounting
+sweep   the same N as sweeps of 50 (`POST /api/v1/workloads/batch/`)
+A side's window opens before the first request and closes once every workload is SUCCEEDED and the run's
+processes are at rest (the tracker and the worker have recorded everything). PostgreSQL's CPU is its
+processes' (backends, WAL writer, checkpointer, autovacuum); statements come from pg_stat_statements (the
+run's PostgreSQL loads it: `make bench` sets GPUPORTAL_PG_OPTIONS), less those this benchmark sent itself.
+The periodic tasks (admission sweep, limits, resync) run at their deployed intervals inside each window.
+Sizes: BENCH_BUDGET_N (default 150), BENCH_BUDGET_ROUNDS (default 3). benchmarks/README.md says more.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Iterator
+
+from benchmarks import cpu, pgstat
+from benchmarks.context import BenchContext
+
+GOALS = {
+    "pg_cpu_per_rest_submission_ms": 1.0,
+    "pg_cpu_per_sweep_workload_ms": 0.3,
+    "tracker_cpu_per_workload_ms": 0.3,
+}
+FIGURES = (
+    "budget_rounds",
+    "budget_workloads_per_side",
+    "apiserver_cpu_per_raw_create_ms",
+    "pg_cpu_per_rest_submission_ms",
+    "pg_statements_per_rest_submission",
+    "tracker_cpu_per_workload_ms",
+    "web_cpu_per_rest_submission_ms",
+    "worker_cpu_per_workload_ms",
+    "pg_cpu_per_sweep_workload_ms",
+    "pg_statements_per_sweep_workload",
+    "tracker_cpu_per_sweep_workload_ms",
+    "pg_cpu_per_rest_submission_vs_apiserver",
+    "tracker_cpu_per_workload_vs_apiserver",
+)
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name) or default)
+
+
+class OwnStatements:
+    """Counts the statements this process sends on its connection, so the window's count is the engine's."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, execute, sql, params, many, context):
+        self.count += 1
+        return execute(sql, params, many, context)
+
+
+def _all_succeeded(team, n: int) -> bool:
+    from jobs.models import State, Workload
+
+    return Workload.objects.filter(team=team, state=State.SUCCEEDED).count() >= n
+
+
+def _raw_side(engine, n: int) -> dict[str, float]:
+    from benchmarks.engine_flow import _raw_round
+
+    before = cpu.snapshot()
+    _raw_round(engine, n)  # waits until our watch has seen every Job, then removes the namespace
+    return cpu.spent(before, cpu.snapshot())
+
+
+def _portal_side(engine, api, n: int, *, sweeps: bool) -> tuple[dict[str, float], float, list[str]]:
+    """CPU seconds per part and statements sent by the engine while n workloads went from the POST to the end."""
+    from django.db import connection
+
+    from benchmarks.engine import quiet, wait_until
+    from benchmarks.engine_flow import _fresh_namespace, _rest_submit, _rest_submit_arrays, _token
+
+    team, user, namespace = _fresh_namespace(engine)
+    token = _token(user)
+    own = OwnStatements()
+    quiet()
+    pgstat.reset(force=True)
+    before = cpu.snapshot()
+    with connection.execute_wrapper(own):
+        (_rest_submit_arrays if sweeps else _rest_submit)(api, token, team.slug, n, {"SIM_RUN_SECONDS": "1"})
+        wait_until(lambda: _all_succeeded(team, n), 600, f"{n} workloads did not all succeed", interval=0.5)
+        quiet()
+    spent = cpu.spent(before, cpu.snapshot())
+    calls, top = pgstat.window(f"budget {'sweep' if sweeps else 'rest'} side", n)
+    engine.delete_namespace(namespace)
+    engine.settle(namespace, team=team)
+    return spent, (calls - own.count) / n if calls is not None else float("nan"), top
+
+
+def run(ctx: BenchContext) -> Iterator[tuple[str, float]]:
+    from benchmarks import web
+    from benchmarks.engine import Engine
+    from benchmarks.engine_flow import CLIENTS, _web_ready
+
+    ctx.django()
+    rounds, n = _env_int("BENCH_BUDGET_ROUNDS", 3), _env_int("BENCH_BUDGET_N", 150)
+    if not pgstat.loaded():
+        print("# pg_stat_statements is not loaded: statements per workload are not counted", flush=True)
+    engine = Engine(ctx)
+    figures: dict[str, list[float]] = {}
+
+    def add(name: str, value: float) -> None:
+        figures.setdefault(name, []).append(value)
+
+    try:
+        with web.gunicorn(engine.ctx, env=engine.identity.env_as("web")) as base_url:
+            api = web.Api(base_url, CLIENTS)
+            _web_ready(engine, api)
+            order = ["raw", "rest", "sweep"]
+            for i in range(rounds):
+                for side in order[i % 3 :] + order[: i % 3]:
+                    if side == "raw":
+                        spent = _raw_side(engine, n)
+                        add("apiserver_cpu_per_raw_create_ms", 1000 * spent.get("kube-apiserver", 0.0) / n)
+                        print(f"# budget round {i + 1} raw side cpu {cpu.per_object(spent, n)}", flush=True)
+                        continue
+                    spent, statements, top = _portal_side(engine, api, n, sweeps=side == "sweep")
+                    per = {part: 1000 * seconds / n for part, seconds in spent.items()}
+                    print(f"# budget round {i + 1} {side} side cpu {cpu.per_object(spent, n, 'workload')}", flush=True)
+                    for line in top:
+                        print(line, flush=True)
+                    if side == "rest":
+                        add("pg_cpu_per_rest_submission_ms", per.get("postgres", 0.0))
+                        add("pg_statements_per_rest_submission", statements)
+                        add("tracker_cpu_per_workload_ms", per.get("tracker", 0.0))
+                        add("web_cpu_per_rest_submission_ms", per.get("web", 0.0))
+                        add("worker_cpu_per_workload_ms", per.get("worker", 0.0))
+                    else:
+                        add("pg_cpu_per_sweep_workload_ms", per.get("postgres", 0.0))
+                        add("pg_statements_per_sweep_workload", statements)
+                        add("tracker_cpu_per_sweep_workload_ms", per.get("tracker", 0.0))
+    finally:
+        engine.close()
+    medians = {name: statistics.median(values) for name, values in figures.items()}
+    apiserver = medians["apiserver_cpu_per_raw_create_ms"]
+    yield "budget_rounds", rounds
+    yield "budget_workloads_per_side", n
+    for name in FIGURES[2:-2]:
+        yield name, round(medians[name], 3)
+    yield "pg_cpu_per_rest_submission_vs_apiserver", round(medians["pg_cpu_per_rest_submission_ms"] / apiserver, 3)
+    yield "tracker_cpu_per_workload_vs_apiserver", round(medians["tracker_cpu_per_workload_ms"] / apiserver, 3)
+    for name, goal in GOALS.items():
+        verdict = "met" if medians[name] <= goal else "not met"
+        print(f"# goal {name} <= {goal}: {verdict} (median {medians[name]:.3f}, rounds {figures[name]})", flush=True)

@@ -1,0 +1,78 @@
+"""A burst of ends recorded by the tracker hands its notifications to the worker as one message, and the
+worker fans every one of them out; outside a burst an event still goes alone (issue 41: the tracker is the
+one watcher, and a publish per finished workload was a fifth of its CPU)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from benchmarks.profile_tracker import _objects
+from jobs.kube import names
+from jobs.models import Kind, State, Workload
+from jobs.services import dispatch
+from jobs.services.cluster import watch_loop
+from notifications import tasks as notifications_tasks
+from notifications.models import Delivery, Event
+from tests.engine.factories import GpuTypeFactory, MembershipFactory, TeamFactory, UserFactory
+
+
+@pytest.fixture
+def sent(monkeypatch) -> list[tuple[str, list[int]]]:
+    """Every gathered message, as it goes to the broker (the real send still runs)."""
+    messages: list[tuple[str, list[int]]] = []
+    send = dispatch._send_ids
+
+    def recorded(task_name: str, ids: list[int]) -> None:
+        messages.append((task_name, list(ids)))
+        send(task_name, ids)
+
+    monkeypatch.setattr(dispatch, "_send_ids", recorded)
+    yield messages
+    from portal.celery import app
+
+    app.control.purge()  # no worker runs here
+
+
+def _running(count: int) -> list[Workload]:
+    team = TeamFactory(slug="vision")
+    owner = MembershipFactory(team=team, user=UserFactory(username="olivia")).user
+    gpu = GpuTypeFactory(slug="p100")
+    started = timezone.now() - timedelta(minutes=5)
+    burst = []
+    for i in range(count):
+        workload = Workload.objects.create(
+            team=team, owner=owner, name=f"train-{i}", kind=Kind.BATCH, image="docker.io/x:1", gpu_type=gpu,
+            gpu_count=1, time_limit_seconds=3600, state=State.RUNNING, namespace=team.namespace,
+            submitted_at=started, started_at=started,
+        )  # fmt: skip
+        workload.k8s_name = names.attempt_name(workload.name, workload.uid, 0)
+        workload.save(update_fields=["k8s_name"])
+        burst.append(workload)
+    return burst
+
+
+@pytest.mark.django_db(transaction=True)  # each transition commits, and hands its event over on commit
+def test_a_burst_of_ends_sends_one_fan_out_and_the_worker_fans_out_every_event(sent):
+    burst = _running(3)
+    view = watch_loop.ClusterView()
+    for workload in burst:
+        job, pod = _objects(workload, succeeded=True, started=workload.started_at)
+        view.put("Job", job)
+        view.put("Pod", pod)
+    assert watch_loop.sync_workloads(view, {w.uid for w in burst}, full=False) == 3
+    events = list(Event.objects.filter(workload__in=burst).order_by("id").values_list("id", flat=True))
+    assert len(events) == 3
+    assert sent == [("notifications.tasks.fan_out_many", events)]
+    assert notifications_tasks.fan_out_many(events) == 3  # an email to the owner for each
+    assert Event.objects.filter(id__in=events, fanned_out_at=None).count() == 0
+    assert Delivery.objects.filter(event_id__in=events).count() == 3
+
+
+def test_outside_a_burst_nothing_is_gathered():
+    assert not dispatch.gather("notifications.tasks.fan_out_many", 1)
+    with dispatch.sends_gathered():
+        assert dispatch.gather("notifications.tasks.fan_out_many", 1)
+    assert not dispatch.gather("notifications.tasks.fan_out_many", 1)
