@@ -355,26 +355,68 @@ def workloads_create_objects(workload_ids: list[int]) -> int:
     return moved
 
 
+def _to_create(workload_ids: list[int]) -> list[Workload]:
+    """The batch's workloads still to be created, in the given order: submitting, or moved on without
+    objects' names recorded."""
+    # The related rows in queries of their own (prefetch), not joined: PostgreSQL spent 5-8 ms planning
+    # the four-way join each time (its estimates probe the ends of the workload table's foreign-key
+    # indexes, where a burst of new and just-updated rows of the same team and person lies).
+    by_id = {
+        w.id: w
+        for w in Workload.objects.prefetch_related("team", "gpu_type", "owner", "catalog_image")
+        .filter(id__in=workload_ids)
+        .order_by()  # the batch's own order is kept below
+    }
+    return [by_id[i] for i in dict.fromkeys(workload_ids) if i in by_id and _still_to_create(by_id[i])]
+
+
+def _still_to_create(workload: Workload) -> bool:
+    return workload.state == State.SUBMITTING or (
+        workload.state in (State.PENDING, State.RUNNING) and not workload.k8s_name
+    )
+
+
+def _create_in_order(
+    batch: list[Workload],
+    specs: dict[int, objects.WorkloadSpec],
+    rendered: dict[int, list[dict]],
+    heartbeat: _Heartbeat,
+    created: list[Workload],
+) -> None:
+    """Create the objects of the batch's ready workloads, adding each created one to `created`; one refused
+    fails at once; the first transient failure is raised once the rest have been tried."""
+    ready, stopped = _ready_to_create(batch, specs, heartbeat)
+    outcomes = _create_all(ready, specs, rendered, heartbeat)
+    for workload in ready:
+        outcome = outcomes[workload.id]
+        if outcome is None:
+            created.append(workload)
+        elif isinstance(outcome, SubmitRejected):
+            transition(workload, State.FAILED, reason=outcome.reason, message=str(outcome), finished_at=None)
+            workload_delete_objects(workload)
+        elif stopped is None:
+            stopped = outcome  # a transient failure: the task retries what is still SUBMITTING
+    if stopped is not None:
+        raise stopped
+
+
+def _cluster_wait_message(exc: ApiException) -> str:
+    if exc.status in (403, 404):  # the namespace's set-up (RBAC, the namespace itself) is not done yet
+        return f"{kube.PREPARING_TEAM_SPACE}; it starts as soon as that is ready."
+    return f"Waiting for the cluster ({kube.user_words(exc).lower()}); retrying."
+
+
+def _say_waiting(batch: list[Workload], created: list[Workload], message: str) -> None:
+    """Tell the batch's workloads not created (still submitting) why they wait for the retry."""
+    done = {w.id for w in created}
+    Workload.objects.filter(id__in=[w.id for w in batch if w.id not in done], state=State.SUBMITTING).update(
+        message=message[:2000]
+    )
+
+
 def _create_batch(workload_ids: list[int], profile: BatchProfile) -> tuple[int, int]:
     with profile.phase("load"):
-        # The related rows in queries of their own (prefetch), not joined: PostgreSQL spent 5-8 ms planning
-        # the four-way join each time (its estimates probe the ends of the workload table's foreign-key
-        # indexes, where a burst of new and just-updated rows of the same team and person lies).
-        by_id = {
-            w.id: w
-            for w in Workload.objects.prefetch_related("team", "gpu_type", "owner", "catalog_image")
-            .filter(id__in=workload_ids)
-            .order_by()  # the batch's own order is kept below
-        }
-        batch = [
-            by_id[i]
-            for i in dict.fromkeys(workload_ids)
-            if i in by_id
-            and (
-                by_id[i].state == State.SUBMITTING
-                or (by_id[i].state in (State.PENDING, State.RUNNING) and not by_id[i].k8s_name)
-            )
-        ]
+        batch = _to_create(workload_ids)
         if not batch:
             return 0, 0
         # Being created now: the sweep leaves workloads touched within PORTAL_STUCK_SUBMIT_SECONDS alone.
@@ -389,36 +431,14 @@ def _create_batch(workload_ids: list[int], profile: BatchProfile) -> tuple[int, 
         with profile.phase("prepare"):
             _prepare_namespaces(batch, specs)
         with profile.phase("create"):
-            ready, stopped = _ready_to_create(batch, specs, heartbeat)
-            outcomes = _create_all(ready, specs, rendered, heartbeat)
-            for workload in ready:
-                outcome = outcomes[workload.id]
-                if outcome is None:
-                    created.append(workload)
-                elif isinstance(outcome, SubmitRejected):
-                    transition(workload, State.FAILED, reason=outcome.reason, message=str(outcome), finished_at=None)
-                    workload_delete_objects(workload)
-                elif stopped is None:
-                    stopped = outcome  # a transient failure: the task retries what is still SUBMITTING
-            if stopped is not None:
-                raise stopped
+            _create_in_order(batch, specs, rendered, heartbeat, created)
     except ApiException as exc:
         failure = exc
         log.warning("submit batch: Kubernetes answered %s: %s; retrying", exc.status, kube.classify(exc).message)
-        if exc.status in (403, 404):  # the namespace's set-up (RBAC, the namespace itself) is not done yet
-            message = f"{kube.PREPARING_TEAM_SPACE}; it starts as soon as that is ready."
-        else:
-            message = f"Waiting for the cluster ({kube.user_words(exc).lower()}); retrying."
-        done = {w.id for w in created}
-        Workload.objects.filter(id__in=[w.id for w in batch if w.id not in done], state=State.SUBMITTING).update(
-            message=message[:2000]
-        )
+        _say_waiting(batch, created, _cluster_wait_message(exc))
     except SecretPending as exc:  # a secret not written yet: the task retries the rest
         failure = exc
-        done = {w.id for w in created}
-        Workload.objects.filter(id__in=[w.id for w in batch if w.id not in done], state=State.SUBMITTING).update(
-            message=str(exc)[:2000]
-        )
+        _say_waiting(batch, created, str(exc))
     except Exception as exc:  # unreachable API server and the like: record what was made, then retry
         failure = exc
     with profile.phase("record"):
