@@ -72,25 +72,34 @@ def observe_gang(nodes: int, ranks: dict[int, Observation | None]) -> Observatio
         return None
     failed = sorted((rank, obs) for rank, obs in seen.items() if obs.state == State.FAILED)
     if failed:
-        rank, obs = failed[0]
-        what = obs.message.rstrip(".")
-        message = f"Rank {rank} of {nodes} failed: {what}. The other ranks were stopped."
-        started, finished = gang_interval(nodes, list(seen.values()), fallback_end=obs.finished_at)
-        return Observation(
-            State.FAILED,
-            obs.reason,
-            message,
-            started,
-            finished,
-            obs.exit_code,
-            obs.node_name,
-            obs.pod_name,
-            obs.pod_uid,
-        )
+        return _gang_failed(nodes, seen, *failed[0])
     done = [obs for obs in seen.values() if obs.state == State.SUCCEEDED]
     if len(done) == nodes:
         started, finished = gang_interval(nodes, done)
         return Observation(State.SUCCEEDED, "Completed", f"All {nodes} ranks exited with code 0.", started, finished, 0)
+    return _gang_not_done(nodes, seen)
+
+
+def _gang_failed(nodes: int, seen: dict[int, Observation], rank: int, obs: Observation) -> Observation:
+    """The gang failed with rank `rank` (the lowest that failed; `obs` its observation)."""
+    what = obs.message.rstrip(".")
+    message = f"Rank {rank} of {nodes} failed: {what}. The other ranks were stopped."
+    started, finished = gang_interval(nodes, list(seen.values()), fallback_end=obs.finished_at)
+    return Observation(
+        State.FAILED,
+        obs.reason,
+        message,
+        started,
+        finished,
+        obs.exit_code,
+        obs.node_name,
+        obs.pod_name,
+        obs.pod_uid,
+    )
+
+
+def _gang_not_done(nodes: int, seen: dict[int, Observation]) -> Observation:
+    """Running when every rank runs (or has succeeded), else pending: how many run, why the first waits."""
     running = [obs for obs in seen.values() if obs.state in (State.RUNNING, State.SUCCEEDED)]
     rank0 = seen.get(0)
     where = {"node_name": rank0.node_name, "pod_name": rank0.pod_name, "pod_uid": rank0.pod_uid} if rank0 else {}
