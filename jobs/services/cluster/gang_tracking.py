@@ -108,11 +108,17 @@ def _gang_not_done(nodes: int, seen: dict[int, Observation]) -> Observation:
         nodes_used = sorted({obs.node_name for obs in running if obs.node_name})
         return Observation(State.RUNNING, "Running", f"All {nodes} ranks running on {', '.join(nodes_used)}.",
                            started, **where)  # fmt: skip
+    reason, why = _first_waiting(nodes, seen)
+    return Observation(State.PENDING, reason, f"{len(running)} of {nodes} ranks running.{why}", **where)
+
+
+def _first_waiting(nodes: int, seen: dict[int, Observation]) -> tuple[str, str]:
+    """(reason, " Rank n: why") of the first rank still waiting, as a pending gang says it."""
     waiting = sorted(rank for rank in range(nodes) if rank not in seen or seen[rank].state == State.PENDING)
     first = seen.get(waiting[0]) if waiting else None
-    why = f" Rank {waiting[0]}: {first.message}" if first is not None else ""
-    reason = first.reason if first is not None else "Scheduling"
-    return Observation(State.PENDING, reason, f"{len(running)} of {nodes} ranks running.{why}", **where)
+    if first is None:
+        return "Scheduling", ""
+    return first.reason, f" Rank {waiting[0]}: {first.message}"
 
 
 def gang_interval(
@@ -198,18 +204,21 @@ def hand_over_master_addr(by_rank: dict[int, tuple[dict[str, Any] | None, list[d
         if rank == 0:
             continue
         for pod in pods:
-            meta = pod.get("metadata") or {}
-            if (
-                meta.get("deletionTimestamp")
-                or (meta.get("annotations") or {}).get(names.ANNOTATION_MASTER_ADDR) == address
-            ):
-                continue
-            body = {"metadata": {"annotations": {names.ANNOTATION_MASTER_ADDR: address}}}
-            try:
-                kube.core().patch_namespaced_pod(meta["name"], meta["namespace"], body, _request_timeout=kube.timeout())
-                patched += 1
-            except ApiException as exc:
-                if exc.status != 404:
-                    log.warning("gang %s: could not hand rank 0's address to %s: %s", meta.get("name"), rank,
-                                kube.classify(exc).message)  # fmt: skip
+            patched += _hand_over(pod, rank, address)
     return patched
+
+
+def _hand_over(pod: dict[str, Any], rank: int, address: str) -> bool:
+    """Annotate one live rank pod with rank 0's `address` unless it has it; whether it was patched."""
+    meta = pod.get("metadata") or {}
+    if meta.get("deletionTimestamp") or (meta.get("annotations") or {}).get(names.ANNOTATION_MASTER_ADDR) == address:
+        return False
+    body = {"metadata": {"annotations": {names.ANNOTATION_MASTER_ADDR: address}}}
+    try:
+        kube.core().patch_namespaced_pod(meta["name"], meta["namespace"], body, _request_timeout=kube.timeout())
+    except ApiException as exc:
+        if exc.status != 404:
+            log.warning("gang %s: could not hand rank 0's address to %s: %s", meta.get("name"), rank,
+                        kube.classify(exc).message)  # fmt: skip
+        return False
+    return True
