@@ -245,13 +245,15 @@ def _is_portal(host: str, port: int) -> bool:
     site_port = site.port or (443 if site.scheme == "https" else 80)
     if site.hostname and host == site.hostname.lower() and port == site_port:
         return True
-    for allowed in settings.ALLOWED_HOSTS:
-        name = allowed.lower().strip("[]")
-        if not name or name == "*" or name == "localhost" or _is_ip(name):
-            continue
-        if host == name.lstrip(".") or (name.startswith(".") and host.endswith(name)):
-            return True
-    return False
+    return any(_served_name(host, allowed.lower().strip("[]")) for allowed in settings.ALLOWED_HOSTS)
+
+
+def _served_name(host: str, name: str) -> bool:
+    """Is `host` the name (or under the domain, `.example.org`) an ALLOWED_HOSTS entry names? Not for the
+    wildcard, localhost or an IP literal."""
+    if not name or name == "*" or name == "localhost" or _is_ip(name):
+        return False
+    return host == name.lstrip(".") or (name.startswith(".") and host.endswith(name))
 
 
 def _is_ip(name: str) -> bool:
