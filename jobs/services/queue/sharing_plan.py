@@ -446,6 +446,14 @@ class _Usage:
         preempt[h.id] = h.team_id
 
 
+def _victim_order(teams: Mapping[int, TeamQuota], held: Sequence[Held], borrowed: set[int]) -> list[Held]:
+    """The borrowed workloads that may be preempted, lowest priority and newest first."""
+    return sorted(
+        (h for h in held if h.id in borrowed and h.team_id in teams),
+        key=lambda h: (h.priority, -h.order, -h.id),
+    )
+
+
 def _choose_victims(candidates: list[Held], usage: _Usage, preempt: dict[int, int]) -> None:
     """First each team above its ceiling gives back its own borrowed work, then the pool is made to fit."""
     for h in candidates:
@@ -481,10 +489,6 @@ def settle(teams: Mapping[int, TeamQuota], held: Sequence[Held]) -> Settled:
         now_own={h.id for h in held if h.id not in now_borrowed and h.borrowed and h.team_id in teams},
     )
     usage = _Usage.of(teams, held)
-    candidates = sorted(
-        (h for h in held if h.id in now_borrowed and h.team_id in teams),
-        key=lambda h: (h.priority, -h.order, -h.id),
-    )
-    _choose_victims(candidates, usage, result.preempt)
+    _choose_victims(_victim_order(teams, held, now_borrowed), usage, result.preempt)
     _spare_unneeded(result.preempt, held, usage)
     return result
