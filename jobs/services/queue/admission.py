@@ -122,12 +122,7 @@ def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requ
         if not queue:
             return []
         now = timezone.now()
-        book = ReservationBook.load(members, types, now=now)  # bounded waits, where a GPU type reserves
-        decided = _Decided()
-        for key in groups:
-            if queue.get(key):
-                _plan_group(book, key, teams_of[key], held.get(key, []), queue[key], left_out, decided, now=now)
-        book.save()
+        decided = _plan_groups(groups, queue, left_out, teams_of, held, members=members, types=types, now=now)
         if decided.admitted:
             uids = _mark_admitted(decided.admitted, borrowed=decided.borrowed, reclaimed=decided.reclaimed,
                                   quota_of=decided.quota_of, now=now)  # fmt: skip
@@ -185,13 +180,34 @@ class _Decided:
     quota_of: dict[int, int] = field(default_factory=dict)
 
 
+def _plan_groups(
+    groups: Mapping[GroupKey, list[Quota]],
+    queue: QueueHeads,
+    left_out: Mapping[GroupKey, int],
+    teams_of: Mapping[GroupKey, Mapping[int, sharing_plan.TeamQuota]],
+    held: Mapping[GroupKey, list[Held]],
+    *,
+    members: set[int],
+    types: list[int],
+    now: datetime,
+) -> _Decided:
+    """Plan every group with work waiting, reservations kept (bounded waits, where a GPU type reserves)."""
+    book = ReservationBook.load(members, types, now=now)
+    decided = _Decided()
+    for key in groups:
+        if queue.get(key):
+            _plan_group(book, key, teams_of[key], held.get(key, []), queue[key], left_out, decided, now=now)
+    book.save()
+    return decided
+
+
 def _plan_group(
     book: ReservationBook,
     key: GroupKey,
     teams: Mapping[int, sharing_plan.TeamQuota],
     held: list[Held],
     heads: list[tuple[int, QueueEntry]],
-    left_out: Mapping[GroupKey, object],
+    left_out: Mapping[GroupKey, int],
     decided: _Decided,
     *,
     now: datetime,
