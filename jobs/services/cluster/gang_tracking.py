@@ -73,11 +73,16 @@ def observe_gang(nodes: int, ranks: dict[int, Observation | None]) -> Observatio
     failed = sorted((rank, obs) for rank, obs in seen.items() if obs.state == State.FAILED)
     if failed:
         return _gang_failed(nodes, seen, *failed[0])
+    return _gang_succeeded(nodes, seen) or _gang_not_done(nodes, seen)
+
+
+def _gang_succeeded(nodes: int, seen: dict[int, Observation]) -> Observation | None:
+    """Succeeded when every rank did; None until then."""
     done = [obs for obs in seen.values() if obs.state == State.SUCCEEDED]
-    if len(done) == nodes:
-        started, finished = gang_interval(nodes, done)
-        return Observation(State.SUCCEEDED, "Completed", f"All {nodes} ranks exited with code 0.", started, finished, 0)
-    return _gang_not_done(nodes, seen)
+    if len(done) != nodes:
+        return None
+    started, finished = gang_interval(nodes, done)
+    return Observation(State.SUCCEEDED, "Completed", f"All {nodes} ranks exited with code 0.", started, finished, 0)
 
 
 def _gang_failed(nodes: int, seen: dict[int, Observation], rank: int, obs: Observation) -> Observation:
@@ -156,6 +161,21 @@ def sync_gang(workload: Workload, jobs: list[dict[str, Any]], pods: list[dict[st
     return moved
 
 
+def _rank_facts(obs: Observation, pod: dict[str, Any] | None) -> dict[str, Any]:
+    """A rank's GangRank fields from its observation and its newest pod."""
+    return {
+        "phase": obs.state,
+        "reason": obs.reason[:64],
+        "pod_name": obs.pod_name,
+        "pod_uid": obs.pod_uid,
+        "pod_ip": ((pod or {}).get("status") or {}).get("podIP") or "",
+        "node_name": obs.node_name,
+        "exit_code": obs.exit_code,
+        "started_at": obs.started_at,
+        "finished_at": obs.finished_at,
+    }
+
+
 def record_ranks(
     workload: Workload,
     ranks: dict[int, Observation | None],
@@ -166,18 +186,7 @@ def record_ranks(
     for rank, obs in ranks.items():
         if obs is None:
             continue
-        pod = _newest(by_rank[rank][1])
-        facts = {
-            "phase": obs.state,
-            "reason": obs.reason[:64],
-            "pod_name": obs.pod_name,
-            "pod_uid": obs.pod_uid,
-            "pod_ip": ((pod or {}).get("status") or {}).get("podIP") or "",
-            "node_name": obs.node_name,
-            "exit_code": obs.exit_code,
-            "started_at": obs.started_at,
-            "finished_at": obs.finished_at,
-        }
+        facts = _rank_facts(obs, _newest(by_rank[rank][1]))
         row = known.get(rank)
         if row is None:
             GangRank.objects.create(workload=workload, attempt=workload.attempt, rank=rank, **facts)
