@@ -157,6 +157,84 @@ def _host_is_another_service(scope: Scope, uid: str) -> bool:
     return host.split(".", 1)[0] != uid
 
 
+def _landing(wanted: str, prefix: str) -> str:
+    """Where a handoff lands: the page asked for, only ever inside this service (the ticket names it)."""
+    if not wanted.startswith(prefix) or "\\" in wanted or any(ord(c) < 0x20 for c in wanted):
+        return prefix
+    return wanted
+
+
+async def _wait_for_answer(
+    answer: asyncio.Future, uploading: asyncio.Future, progress: list[float], limit: float | None
+) -> None:
+    """Wait until the answer comes, the upload ends or `limit` seconds pass without progress: raises
+    BrowserGone when the upload found the browser gone, TimeoutError past the limit."""
+    waiting = {answer} if uploading.done() else {answer, uploading}
+    wait = None if limit is None else max(0.05, progress[0] + limit - time.monotonic())
+    await asyncio.wait(waiting, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+    if uploading.done() and isinstance(uploading.exception(), upstream.BrowserGone):
+        raise upstream.BrowserGone
+    # Any other upload failure: the pod stopped reading, and may be answering already.
+    if not answer.done() and limit is not None and time.monotonic() - progress[0] >= limit:
+        raise TimeoutError
+
+
+async def _copy_body(
+    conn: upstream.Connection, response: upstream.Response, send: Send, sink: zerocopy.Sink | None
+) -> bool:
+    """Copy the answer's body to the browser (inside the kernel through `sink` when given); whether it
+    went out whole."""
+    try:
+        if sink is not None:
+            await sink.relay(conn.sock.fileno(), response.rest, response.length)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return True
+        async for piece in upstream.body(conn, response):
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+    except (upstream.Unreachable, zerocopy.PodClosed, OSError) as exc:
+        # Not completed on purpose: uvicorn then closes the browser's connection, so a truncated
+        # body never looks whole.
+        log.info("backend stream broke off: %s", exc)
+        return False
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    return True
+
+
+async def _browser_gone(receive: Receive, uploading: asyncio.Future | None) -> None:
+    """Returns once the browser has gone away."""
+    if uploading is not None:  # until the upload ends, it is the one reading receive()
+        await asyncio.wait({uploading})
+        if uploading.cancelled() or isinstance(uploading.exception(), upstream.BrowserGone):
+            return
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _ended_cleanly(copying: asyncio.Future, uploading: asyncio.Future | None, response: upstream.Response) -> bool:
+    """After the copy: whether the connection to the pod can carry another request (body and upload both
+    whole). A copy that broke off marks the request cut on purpose."""
+    copied = copying.result() if copying.done() and not copying.cancelled() else None
+    if copied is False:
+        _cut_on_purpose.set(True)  # in this request's task: uvicorn reads it when the app returns
+    return bool(copied and _finished_well(uploading) and response.keep_alive)
+
+
+def _finished_well(uploading: asyncio.Future | None) -> bool:
+    """No upload, or one that ended without an error."""
+    return uploading is None or (uploading.done() and not uploading.cancelled() and uploading.exception() is None)
+
+
+def _splices(sink: zerocopy.Sink | None, response: upstream.Response) -> bool:
+    """Does the answer's body go through the kernel (`sink`: proxy/zerocopy.py)? A large one of known
+    length, when the sink is ready for it."""
+    return (
+        sink is not None
+        and response.length is not None
+        and response.length - len(response.rest) >= zerocopy.SPLICE_AT_LEAST
+        and sink.ready(response.length)
+    )
+
+
 def _outgoing_headers(
     request_headers: list[headers.Header], target: tuple[str, int], method: str, framing: str | None
 ) -> list[headers.Header]:
@@ -409,9 +487,7 @@ class ServiceProxy:
             await self._page(send, "not_found", handoff.door)
             return
         prefix = f"{settings.PROXY_PREFIX}{handoff.door.uid}/"
-        landing = (query.get("next") or [""])[0]
-        if not landing.startswith(prefix) or "\\" in landing or any(ord(c) < 0x20 for c in landing):
-            landing = prefix  # only ever into this service: the ticket names it
+        landing = _landing((query.get("next") or [""])[0], prefix)
         secure = "; Secure" if scope.get("scheme") == "https" or settings.SESSION_COOKIE_SECURE else ""
         cookie = (
             f"{settings.PROXY_APP_COOKIE_NAME}={handoff.cookie}; Path={prefix}; Max-Age="
@@ -591,14 +667,7 @@ class ServiceProxy:
         answer = asyncio.ensure_future(upstream.read_head(conn, method))
         try:
             while not answer.done():
-                waiting = {answer} if uploading.done() else {answer, uploading}
-                wait = None if limit is None else max(0.05, progress[0] + limit - time.monotonic())
-                await asyncio.wait(waiting, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-                if uploading.done() and isinstance(uploading.exception(), upstream.BrowserGone):
-                    raise upstream.BrowserGone
-                # Any other upload failure: the pod stopped reading, and may be answering already.
-                if not answer.done() and limit is not None and time.monotonic() - progress[0] >= limit:
-                    raise TimeoutError
+                await _wait_for_answer(answer, uploading, progress, limit)
             return answer.result(), uploading
         except BaseException:
             for task in (answer, uploading):
@@ -625,39 +694,9 @@ class ServiceProxy:
             await send({"type": "http.response.body", "body": response.rest, "more_body": False})
             return response.keep_alive
 
-        spliced = (
-            sink is not None
-            and uploading is None
-            and response.length is not None
-            and response.length - len(response.rest) >= zerocopy.SPLICE_AT_LEAST
-            and sink.ready(response.length)
-        )
-
-        async def copy() -> bool:
-            try:
-                if spliced:
-                    await sink.relay(conn.sock.fileno(), response.rest, response.length)
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-                    return True
-                async for piece in upstream.body(conn, response):
-                    await send({"type": "http.response.body", "body": piece, "more_body": True})
-            except (upstream.Unreachable, zerocopy.PodClosed, OSError) as exc:
-                # Not completed on purpose: uvicorn then closes the browser's connection, so a truncated
-                # body never looks whole.
-                log.info("backend stream broke off: %s", exc)
-                return False
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-            return True
-
-        async def gone() -> None:
-            if uploading is not None:  # until the upload ends, it is the one reading receive()
-                await asyncio.wait({uploading})
-                if uploading.cancelled() or isinstance(uploading.exception(), upstream.BrowserGone):
-                    return
-            while (await receive())["type"] != "http.disconnect":
-                pass
-
-        copying, watching = asyncio.ensure_future(copy()), asyncio.ensure_future(gone())
+        spliced = sink if uploading is None and _splices(sink, response) else None
+        copying = asyncio.ensure_future(_copy_body(conn, response, send, spliced))
+        watching = asyncio.ensure_future(_browser_gone(receive, uploading))
         try:
             await asyncio.wait({copying, watching}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -666,13 +705,7 @@ class ServiceProxy:
             for task in (copying, watching):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        complete = copying.done() and not copying.cancelled() and copying.result()
-        if copying.done() and not copying.cancelled() and not complete:
-            _cut_on_purpose.set(True)  # in this request's task: uvicorn reads it when the app returns
-        uploaded = uploading is None or (
-            uploading.done() and not uploading.cancelled() and uploading.exception() is None
-        )
-        return bool(complete and uploaded and response.keep_alive)
+        return _ended_cleanly(copying, uploading, response)
 
     # --- WebSocket -----------------------------------------------------------------------------------
     async def _websocket(self, scope: Scope, receive: Receive, send: Send, door: Door) -> None:
