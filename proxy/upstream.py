@@ -224,6 +224,18 @@ def _framing(head: list[tuple[bytes, bytes]], close: bool) -> tuple[int | None, 
     return length, chunked, close
 
 
+def _body_framing(head: list[tuple[bytes, bytes]], close: bool, *, no_body: bool) -> tuple[int | None, bool, bool]:
+    """(length, chunked, close) of the answer's body: none for a HEAD request or a status without one;
+    Transfer-Encoding wins over Content-Length (RFC 9112 6.3); with neither, the body ends when the pod
+    closes."""
+    length, chunked, close = _framing(head, close)
+    if no_body:
+        return 0, False, close
+    if chunked:
+        return None, True, close
+    return length, False, close or length is None
+
+
 async def read_head(conn: Connection, method: str) -> Response:
     """The final response head (1xx interim answers are skipped); raises Unreachable when the pod closes
     or sends something that is not HTTP."""
@@ -243,13 +255,8 @@ async def read_head(conn: Connection, method: str) -> Response:
         if status == 101 or not state.head_done:
             raise Unreachable(f"unexpected answer {status}")
         break
-    length, chunked, close = _framing(state.headers, parser.get_http_version() != "1.1")
-    if method == "HEAD" or status in NO_BODY_STATUS:
-        length, chunked = 0, False
-    elif chunked:
-        length = None  # Transfer-Encoding wins over Content-Length (RFC 9112 6.3)
-    if length is None and not chunked:
-        close = True  # the body ends when the pod closes
+    no_body = method == "HEAD" or status in NO_BODY_STATUS
+    length, chunked, close = _body_framing(state.headers, parser.get_http_version() != "1.1", no_body=no_body)
     return Response(status, state.headers, not close, length, chunked, buffer, parser, state)
 
 
