@@ -20,7 +20,6 @@ def _show_errors(form, exc: ValidationError) -> None:
             form.add_error(field if field in form.fields else None, error)
 
 
-@login_required
 def _save_team_webhook(request: HttpRequest, team) -> tuple[TeamWebhookForm, HttpResponse | None]:
     """The team's webhook form as posted, and a redirect once it is saved."""
     team_form = TeamWebhookForm(request.POST, prefix="team")
@@ -58,6 +57,7 @@ def _team_form(hook: TeamWebhook | None) -> TeamWebhookForm:
     )
 
 
+@login_required
 def notification_settings(request: HttpRequest) -> HttpResponse:
     acting = acting_for(request)
     request.acting = acting
