@@ -64,16 +64,20 @@ def guard_from_path(path: str) -> Guard | None:
     return Guard(user=f"system:serviceaccount:{namespace}:{account}", prefix=prefix, roles=frozenset(roles))
 
 
+def _namespace_of(request: dict[str, Any], resource: str, body: dict[str, Any]) -> str:
+    """The namespace the request acts in (a namespace's own name for one)."""
+    if resource == "namespaces":
+        return request.get("name") or (body.get("metadata") or {}).get("name") or ""
+    return request.get("namespace") or ""
+
+
 def refusal(request: dict[str, Any], guard: Guard) -> str | None:
     """Why the guard refuses this request, or None to allow it."""
     if (request.get("userInfo") or {}).get("username") != guard.user:
         return None
     resource = (request.get("resource") or {}).get("resource", "")
     body = request.get("object") or {}
-    if resource == "namespaces":
-        where = request.get("name") or (body.get("metadata") or {}).get("name") or ""
-    else:
-        where = request.get("namespace") or ""
+    where = _namespace_of(request, resource, body)
     if not where.startswith(guard.prefix):
         return f"the portal's provisioner may act only in namespaces named {guard.prefix}<team>"
     if resource == "rolebindings":

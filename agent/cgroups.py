@@ -67,6 +67,14 @@ def parse_cgroup(text: str) -> PodRef | None:
     return found
 
 
+def _container_of(after_pod: list[str]) -> tuple[str | None, str | None]:
+    """(container id, runtime) named by the segment after the pod's, if there is one."""
+    container = _CONTAINER_SEGMENT.match(after_pod[0]) if after_pod else None
+    if container is None:
+        return None, None
+    return container.group("id"), _RUNTIMES.get(container.group("prefix") or "")
+
+
 def parse_cgroup_path(path: str) -> PodRef | None:
     segments = [s for s in path.split("/") if s]
     for position, segment in enumerate(segments):
@@ -78,12 +86,7 @@ def parse_cgroup_path(path: str) -> PodRef | None:
             # A "pod..." directory outside the kubelet's tree is not a Kubernetes pod.
             continue
         uid = pod.group("uid").replace("_", "-")
-        container_id = runtime = None
-        if position + 1 < len(segments):
-            container = _CONTAINER_SEGMENT.match(segments[position + 1])
-            if container is not None:
-                container_id = container.group("id")
-                runtime = _RUNTIMES.get(container.group("prefix") or "")
+        container_id, runtime = _container_of(segments[position + 1 : position + 2])
         return PodRef(
             pod_uid=uid,
             container_id=container_id,

@@ -21,6 +21,31 @@ class ConfigError(Exception):
     """A variable in the environment is missing or malformed; the message names it."""
 
 
+def _host_proc(env: Mapping[str, str]) -> Path:
+    host_proc = Path(_str(env, "HOST_PROC") or "/proc")
+    if not host_proc.is_dir():
+        raise ConfigError(f"HOST_PROC={host_proc} is not a directory")
+    return host_proc
+
+
+def _check_portal(portal_url: str, token: str | None, token_file: Path | None) -> None:
+    """The portal's address is http(s), and exactly one of the token and a readable token file is given."""
+    parts = urlsplit(portal_url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"PORTAL_URL={portal_url!r} is not an http(s) URL")
+    if token and token_file:
+        raise ConfigError("set AGENT_TOKEN or AGENT_TOKEN_FILE, not both")
+    if not token and not token_file:
+        raise ConfigError("AGENT_TOKEN or AGENT_TOKEN_FILE must be set when PORTAL_URL is")
+    if token_file is not None:
+        try:
+            read_token(token_file)
+        except OSError as exc:
+            raise ConfigError(f"AGENT_TOKEN_FILE={token_file} cannot be read: {exc.strerror}") from exc
+        except ValueError as exc:
+            raise ConfigError(f"AGENT_TOKEN_FILE={token_file} {exc}") from exc
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     node_name: str
@@ -69,23 +94,8 @@ class AgentConfig:
         token_file_raw = _str(env, "AGENT_TOKEN_FILE")
         token_file = Path(token_file_raw) if token_file_raw else None
         if portal_url is not None:
-            parts = urlsplit(portal_url)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ConfigError(f"PORTAL_URL={portal_url!r} is not an http(s) URL")
-            if token and token_file:
-                raise ConfigError("set AGENT_TOKEN or AGENT_TOKEN_FILE, not both")
-            if not token and not token_file:
-                raise ConfigError("AGENT_TOKEN or AGENT_TOKEN_FILE must be set when PORTAL_URL is")
-            if token_file is not None:
-                try:
-                    read_token(token_file)
-                except OSError as exc:
-                    raise ConfigError(f"AGENT_TOKEN_FILE={token_file} cannot be read: {exc.strerror}") from exc
-                except ValueError as exc:
-                    raise ConfigError(f"AGENT_TOKEN_FILE={token_file} {exc}") from exc
-        host_proc = Path(_str(env, "HOST_PROC") or "/proc")
-        if not host_proc.is_dir():
-            raise ConfigError(f"HOST_PROC={host_proc} is not a directory")
+            _check_portal(portal_url, token, token_file)
+        host_proc = _host_proc(env)
         return cls(
             node_name=node_name,
             portal_url=portal_url,

@@ -73,6 +73,39 @@ class LatestReport:
             return self.report
 
 
+def _gauges(label_sets: list[tuple[GpuReading, list[str]]]) -> Iterator[GaugeMetricFamily]:
+    """One family per reading of `_GPU_GAUGES`, a sample per GPU that has it."""
+    for name, help_text, attribute, factor in _GPU_GAUGES:
+        family = GaugeMetricFamily(name, help_text, labels=_GPU_LABELS)
+        for gpu, labels in label_sets:
+            value = getattr(gpu, attribute)
+            if value is not None:
+                family.add_metric(labels, float(value) * factor)
+        yield family
+
+
+def _xid_errors(label_sets: list[tuple[GpuReading, list[str]]]) -> CounterMetricFamily:
+    xid = CounterMetricFamily(
+        "gpuportal_gpu_xid_errors",
+        "XID critical errors since the agent started",
+        labels=[*_GPU_LABELS, "last_xid"],
+    )
+    for gpu, labels in label_sets:
+        if gpu.xid_errors is not None:
+            xid.add_metric([*labels, "" if gpu.last_xid is None else str(gpu.last_xid)], gpu.xid_errors)
+    return xid
+
+
+def _memory_by_container(gpu: GpuReading) -> dict[tuple[str, str], int]:
+    """GPU memory the processes of each (pod, container) hold on `gpu`."""
+    by_container: dict[tuple[str, str], int] = {}
+    for process in gpu.processes:
+        if process.pod_uid and process.used_memory_bytes is not None:
+            key = (process.pod_uid, process.container_id or "")
+            by_container[key] = by_container.get(key, 0) + process.used_memory_bytes
+    return by_container
+
+
 class AgentCollector(Collector):
     def __init__(self, node: str, latest: LatestReport, stats: AgentStats, *, simulated: bool) -> None:
         self._node = node
@@ -163,22 +196,8 @@ class AgentCollector(Collector):
         for gpu, labels in label_sets:
             up.add_metric(labels, 1.0 if gpu.state == "ok" else 0.0)
         yield up
-        for name, help_text, attribute, factor in _GPU_GAUGES:
-            family = GaugeMetricFamily(name, help_text, labels=_GPU_LABELS)
-            for gpu, labels in label_sets:
-                value = getattr(gpu, attribute)
-                if value is not None:
-                    family.add_metric(labels, float(value) * factor)
-            yield family
-        xid = CounterMetricFamily(
-            "gpuportal_gpu_xid_errors",
-            "XID critical errors since the agent started",
-            labels=[*_GPU_LABELS, "last_xid"],
-        )
-        for gpu, labels in label_sets:
-            if gpu.xid_errors is not None:
-                xid.add_metric([*labels, "" if gpu.last_xid is None else str(gpu.last_xid)], gpu.xid_errors)
-        yield xid
+        yield from _gauges(label_sets)
+        yield _xid_errors(label_sets)
         # Per pod: what each pod's processes hold on each GPU (a pod can span GPUs and, rarely, share one).
         pod_memory = GaugeMetricFamily(
             "gpuportal_gpu_pod_memory_used_bytes",
@@ -186,12 +205,7 @@ class AgentCollector(Collector):
             labels=["node", "gpu", "uuid", "model", "pod_uid", "container_id"],
         )
         for gpu in report.gpus:
-            by_container: dict[tuple[str, str], int] = {}
-            for process in gpu.processes:
-                if process.pod_uid and process.used_memory_bytes is not None:
-                    key = (process.pod_uid, process.container_id or "")
-                    by_container[key] = by_container.get(key, 0) + process.used_memory_bytes
-            for (pod_uid, container_id), used in sorted(by_container.items()):
+            for (pod_uid, container_id), used in sorted(_memory_by_container(gpu).items()):
                 labels = [report.node, str(gpu.index), gpu.uuid or "", gpu.name or "", pod_uid, container_id]
                 pod_memory.add_metric(labels, float(used))
         yield pod_memory

@@ -158,33 +158,34 @@ class NvmlSampler:
         if current != nvml.NVML_DEVICE_MIG_ENABLE:
             return False, ()
         most = self._read(errors, "MIG device count", nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0
-        devices = []
-        for index in range(most):
-            try:
-                mig = self._call(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, index)
-            except nvml.NVMLError as exc:
-                if _code(exc) not in (nvml.NVML_ERROR_NOT_FOUND, nvml.NVML_ERROR_INVALID_ARGUMENT):
-                    errors.append(f"MIG device {index}: {exc}")
-                continue  # a slot with no MIG device made in it
-
-            def read(what: str, fn: Callable[..., T], mig: Any = mig, index: int = index) -> T | None:
-                return self._read(errors, f"MIG device {index} {what}", fn, mig)
-
-            memory = read("memory", nvml.nvmlDeviceGetMemoryInfo)
-            utilization = read("utilization", nvml.nvmlDeviceGetUtilizationRates)
-            devices.append(
-                RawMigDevice(
-                    index=index,
-                    uuid=read("uuid", nvml.nvmlDeviceGetUUID),
-                    gpu_instance_id=read("GPU instance", nvml.nvmlDeviceGetGpuInstanceId),
-                    compute_instance_id=read("compute instance", nvml.nvmlDeviceGetComputeInstanceId),
-                    memory_used_bytes=memory.used if memory is not None else None,
-                    memory_total_bytes=memory.total if memory is not None else None,
-                    utilization_gpu_percent=utilization.gpu if utilization is not None else None,
-                    processes=_raw_processes(read("processes", self._processes) or []),
-                )
-            )
+        devices = [device for index in range(most) if (device := self._mig_device(errors, handle, index)) is not None]
         return True, tuple(devices)
+
+    def _mig_device(self, errors: list[str], handle: Any, index: int) -> RawMigDevice | None:
+        """The MIG device in slot `index` (None: no MIG device made in that slot)."""
+        nvml = self._nvml
+        try:
+            mig = self._call(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, index)
+        except nvml.NVMLError as exc:
+            if _code(exc) not in (nvml.NVML_ERROR_NOT_FOUND, nvml.NVML_ERROR_INVALID_ARGUMENT):
+                errors.append(f"MIG device {index}: {exc}")
+            return None  # a slot with no MIG device made in it
+
+        def read(what: str, fn: Callable[..., T]) -> T | None:
+            return self._read(errors, f"MIG device {index} {what}", fn, mig)
+
+        memory = read("memory", nvml.nvmlDeviceGetMemoryInfo)
+        utilization = read("utilization", nvml.nvmlDeviceGetUtilizationRates)
+        return RawMigDevice(
+            index=index,
+            uuid=read("uuid", nvml.nvmlDeviceGetUUID),
+            gpu_instance_id=read("GPU instance", nvml.nvmlDeviceGetGpuInstanceId),
+            compute_instance_id=read("compute instance", nvml.nvmlDeviceGetComputeInstanceId),
+            memory_used_bytes=memory.used if memory is not None else None,
+            memory_total_bytes=memory.total if memory is not None else None,
+            utilization_gpu_percent=utilization.gpu if utilization is not None else None,
+            processes=_raw_processes(read("processes", self._processes) or []),
+        )
 
     def _processes(self, handle: Any) -> list[Any]:
         nvml = self._nvml

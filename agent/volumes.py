@@ -125,6 +125,46 @@ def filesystem_usage(path: Path) -> Usage:
     return Usage(used_bytes=min(used, capacity), capacity_bytes=capacity)
 
 
+def _open_top(path: Path) -> tuple[int, os.stat_result, list[os.DirEntry[str]]]:
+    """(descriptor, stat, entries) of the volume's top directory; nothing is left open on failure."""
+    top_fd = os.open(path, _DIRECTORY_FLAGS)  # fails on a symlink: a volume is never a link
+    try:
+        return top_fd, os.fstat(top_fd), list(os.scandir(top_fd))
+    except BaseException:
+        os.close(top_fd)
+        raise
+
+
+def _counted(entry: os.DirEntry[str], device: int, seen_links: set[int]) -> os.stat_result | None:
+    """The entry's stat when its blocks count: not vanished, on the volume's own filesystem, and a file
+    with several links counted once (its inode is noted in `seen_links`)."""
+    try:
+        info = entry.stat(follow_symlinks=False)
+    except OSError:
+        return None  # vanished meanwhile: measure what is there
+    if info.st_dev != device:
+        return None  # another filesystem mounted inside: not this volume's
+    if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):
+        if info.st_ino in seen_links:
+            return None
+        seen_links.add(info.st_ino)
+    return info
+
+
+def _open_directory(name: str, parent_fd: int) -> tuple[int, list[os.DirEntry[str]]] | None:
+    """(descriptor, entries) of directory `name` under `parent_fd`, opened without following a link; None
+    when it is not a directory any more or cannot be read (nothing is left open then)."""
+    try:
+        child = os.open(name, _DIRECTORY_FLAGS, dir_fd=parent_fd)
+    except OSError:
+        return None  # replaced by a symlink or a file meanwhile, or unreadable: not walked
+    try:
+        return child, list(os.scandir(child))
+    except OSError:
+        os.close(child)
+        return None
+
+
 def directory_usage(path: Path, *, max_entries: int = DEFAULT_MAX_ENTRIES, max_depth: int = MAX_DEPTH) -> Usage:
     """Bytes the files under `path` occupy on disk (du's figure); raises TooLarge past `max_entries`
     entries or `max_depth` levels.
@@ -132,16 +172,9 @@ def directory_usage(path: Path, *, max_entries: int = DEFAULT_MAX_ENTRIES, max_d
     Each directory is opened relative to its parent's descriptor with O_NOFOLLOW, so a symbolic link
     swapped in while the walk runs (by a user's pod writing to the volume) still leads nowhere; one
     descriptor is open per level, never more than `max_depth`."""
-    top_fd = os.open(path, _DIRECTORY_FLAGS)  # fails on a symlink: a volume is never a link
-    stack: list[tuple[int, Iterator[os.DirEntry[str]]]] = []
-    try:
-        top = os.fstat(top_fd)
-        device, used = top.st_dev, top.st_blocks * 512
-        entries = list(os.scandir(top_fd))
-    except BaseException:
-        os.close(top_fd)
-        raise
-    stack.append((top_fd, iter(entries)))
+    top_fd, top, entries = _open_top(path)
+    device, used = top.st_dev, top.st_blocks * 512
+    stack: list[tuple[int, Iterator[os.DirEntry[str]]]] = [(top_fd, iter(entries))]
     visited = len(entries)
     seen_links: set[int] = set()
     try:
@@ -154,30 +187,18 @@ def directory_usage(path: Path, *, max_entries: int = DEFAULT_MAX_ENTRIES, max_d
                 stack.pop()
                 os.close(fd)
                 continue
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue  # vanished meanwhile: measure what is there
-            if info.st_dev != device:
-                continue  # another filesystem mounted inside: not this volume's
-            if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):
-                if info.st_ino in seen_links:
-                    continue
-                seen_links.add(info.st_ino)
+            info = _counted(entry, device, seen_links)
+            if info is None:
+                continue
             used += info.st_blocks * 512
             if not stat.S_ISDIR(info.st_mode):
                 continue
             if len(stack) >= max_depth:
                 raise TooLarge(f"directories nested deeper than {max_depth}")
-            try:
-                child = os.open(entry.name, _DIRECTORY_FLAGS, dir_fd=fd)
-            except OSError:
-                continue  # replaced by a symlink or a file meanwhile, or unreadable: not walked
-            try:
-                listed = list(os.scandir(child))
-            except OSError:
-                os.close(child)
+            opened = _open_directory(entry.name, fd)
+            if opened is None:
                 continue
+            child, listed = opened
             stack.append((child, iter(listed)))
             visited += len(listed)
             if visited > max_entries:

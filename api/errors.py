@@ -67,21 +67,24 @@ def _translate(exc: Exception) -> Exception:
 
 def _flatten(detail, prefix: str = "") -> dict[str, list[str]]:
     """DRF's nested details as {"field" or "field.sub": [messages]}."""
-    fields: dict[str, list[str]] = {}
     if isinstance(detail, dict):
-        for key, value in detail.items():
-            name = f"{prefix}.{key}" if prefix else str(key)
-            for sub, messages in _flatten(value, name).items():
-                fields.setdefault(sub, []).extend(messages)
-    elif isinstance(detail, list):
-        for index, item in enumerate(detail):
-            if isinstance(item, dict | list):
-                for sub, messages in _flatten(item, f"{prefix}.{index}" if prefix else str(index)).items():
-                    fields.setdefault(sub, []).extend(messages)
-            else:
-                fields.setdefault(prefix or "non_field_errors", []).append(str(item))
-    else:
-        fields.setdefault(prefix or "non_field_errors", []).append(str(detail))
+        return _merged((f"{prefix}.{key}" if prefix else str(key), value) for key, value in detail.items())
+    if isinstance(detail, list):
+        items = [(f"{prefix}.{index}" if prefix else str(index), item) for index, item in enumerate(detail)]
+        return _merged(items, plain_under=prefix)
+    return {prefix or "non_field_errors": [str(detail)]}
+
+
+def _merged(named, *, plain_under: str | None = None) -> dict[str, list[str]]:
+    """The flattened details of each (name, detail), merged; with `plain_under` (a list's items), a plain
+    message is listed under that name instead of its own."""
+    fields: dict[str, list[str]] = {}
+    for name, value in named:
+        if plain_under is not None and not isinstance(value, dict | list):
+            fields.setdefault(plain_under or "non_field_errors", []).append(str(value))
+            continue
+        for sub, messages in _flatten(value, name).items():
+            fields.setdefault(sub, []).extend(messages)
     return fields
 
 

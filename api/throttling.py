@@ -99,9 +99,8 @@ class UserRateThrottle(TokenRateThrottle):
         return self.cache_format % {"scope": self.scope, "ident": f"u{request.user.pk}"}
 
 
-def count_together(throttles: Sequence[BaseThrottle], request, view) -> None:
-    """Check and count the request in every window throttle of `throttles` in one Redis round trip; each
-    keeps its answer for `allow_request` and `wait`. Throttles without a rate or a key allow (answer None)."""
+def _windows(throttles: Sequence[BaseThrottle], request, view) -> list[tuple[TokenRateThrottle, str]]:
+    """The window throttles that apply to the request, each with its cache key."""
     windows: list[tuple[TokenRateThrottle, str]] = []
     for throttle in throttles:
         if not isinstance(throttle, TokenRateThrottle) or throttle.rate is None:
@@ -109,6 +108,13 @@ def count_together(throttles: Sequence[BaseThrottle], request, view) -> None:
         key = throttle.get_cache_key(request, view)
         if key is not None:
             windows.append((throttle, throttle.cache.make_and_validate_key(key)))
+    return windows
+
+
+def count_together(throttles: Sequence[BaseThrottle], request, view) -> None:
+    """Check and count the request in every window throttle of `throttles` in one Redis round trip; each
+    keeps its answer for `allow_request` and `wait`. Throttles without a rate or a key allow (answer None)."""
+    windows = _windows(throttles, request, view)
     if not windows:
         return
     global _script

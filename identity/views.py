@@ -46,6 +46,17 @@ def sso_login(request: HttpRequest) -> HttpResponse:
         )
 
 
+def _claims(token: dict) -> dict:
+    """The ID token's claims, with the userinfo answer's added where the provider has one (groups and other
+    claims are often only there)."""
+    claims = dict(token.get("userinfo") or {})
+    if settings.OIDC_USERINFO and provider().load_server_metadata().get("userinfo_endpoint"):
+        extra = provider().userinfo(token=token)
+        if extra.get("sub") == claims.get("sub"):
+            claims = {**extra, **claims}
+    return claims
+
+
 def sso_callback(request: HttpRequest) -> HttpResponse:
     if not sso_enabled():
         raise Http404("Sign-in with an identity provider is not configured.")
@@ -53,12 +64,7 @@ def sso_callback(request: HttpRequest) -> HttpResponse:
         return _problem(request, f"{settings.OIDC_PROVIDER_NAME} did not sign you in ({request.GET['error'][:100]}).")
     try:
         token = provider().authorize_access_token(request)
-        claims = dict(token.get("userinfo") or {})
-        if settings.OIDC_USERINFO and provider().load_server_metadata().get("userinfo_endpoint"):
-            # Groups and other claims are often only in the userinfo answer, not in the ID token.
-            extra = provider().userinfo(token=token)
-            if extra.get("sub") == claims.get("sub"):
-                claims = {**extra, **claims}
+        claims = _claims(token)
     except MismatchingStateError:
         return _problem(request, "This sign-in link has expired or was opened in another browser. Please start again.")
     except (requests.RequestException, OSError) as exc:

@@ -343,6 +343,28 @@ def launch_outlook(team: Team, gpu_type: GpuType, gpu_count: int, copies: int = 
 WORKSPACE_KINDS = ("home", "team")
 
 
+def _workspace_use(wanted: set[tuple[str, str]]) -> dict[tuple[str, str], tuple[int | None, Any]]:
+    """(used bytes, when measured) of each (namespace, claim) of `wanted` that has a workspace row."""
+    if not wanted:
+        return {}
+    match = Q()
+    for namespace in {namespace for namespace, _ in wanted}:
+        match |= Q(namespace=namespace, claim_name__in=[c for n, c in wanted if n == namespace])
+    rows = Workspace.objects.filter(match).values_list("namespace", "claim_name", "used_bytes", "used_measured_at")
+    return {(namespace, claim): (used, measured) for namespace, claim, used, measured in rows}
+
+
+def _with_use(w: Workload, use: dict[tuple[str, str], tuple[int | None, Any]]) -> list[dict[str, Any]]:
+    mounts = []
+    for mount in w.mounts or []:
+        mount = dict(mount)
+        if mount.get("kind") in WORKSPACE_KINDS:
+            used, measured = use.get((w.namespace or w.team.namespace, mount.get("claim", "")), (None, None))
+            mount["used_bytes"], mount["used_measured_at"] = used, measured
+        mounts.append(mount)
+    return mounts
+
+
 def mounts_with_use(workloads: Iterable[Workload]) -> dict[int, list[dict[str, Any]]]:
     """Each workload's stored mounts, its workspaces with the latest measured use added (`used_bytes`,
     `used_measured_at`: null until a node agent measured it). One query for any number of workloads."""
@@ -353,23 +375,5 @@ def mounts_with_use(workloads: Iterable[Workload]) -> dict[int, list[dict[str, A
         for m in w.mounts or []
         if m.get("kind") in WORKSPACE_KINDS and m.get("claim")
     }
-    use: dict[tuple[str, str], tuple[int | None, Any]] = {}
-    if wanted:
-        match = Q()
-        for namespace in {namespace for namespace, _ in wanted}:
-            match |= Q(namespace=namespace, claim_name__in=[c for n, c in wanted if n == namespace])
-        for namespace, claim, used, measured in Workspace.objects.filter(match).values_list(
-            "namespace", "claim_name", "used_bytes", "used_measured_at"
-        ):
-            use[(namespace, claim)] = (used, measured)
-    shown: dict[int, list[dict[str, Any]]] = {}
-    for w in workloads:
-        mounts = []
-        for mount in w.mounts or []:
-            mount = dict(mount)
-            if mount.get("kind") in WORKSPACE_KINDS:
-                used, measured = use.get((w.namespace or w.team.namespace, mount.get("claim", "")), (None, None))
-                mount["used_bytes"], mount["used_measured_at"] = used, measured
-            mounts.append(mount)
-        shown[w.id] = mounts
-    return shown
+    use = _workspace_use(wanted)
+    return {w.id: _with_use(w, use) for w in workloads}

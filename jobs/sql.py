@@ -107,6 +107,17 @@ def insert(instance: models.Model, *, unless_taken: tuple[str, ...] = ()) -> boo
     return True
 
 
+def _stored(instances: Sequence[models.Model], returned: list[tuple], keys: list) -> list[tuple[models.Model, Any]]:
+    """(instance, primary key) of each row the insert returned: matched by the constraint's values when it
+    left some out (`keys`), else in order."""
+    if not keys:
+        return [(obj, found[0]) for obj, found in zip(instances, returned, strict=True)]
+    waiting: dict[tuple, list[models.Model]] = {}
+    for obj in instances:
+        waiting.setdefault(tuple(getattr(obj, f.attname) for f in keys), []).append(obj)
+    return [(waiting[tuple(found[1:])].pop(0), found[0]) for found in returned]
+
+
 def insert_many(instances: Sequence[models.Model], *, unless_taken: tuple[str, ...] = ()) -> None:
     """Store new instances of one model in one statement, each as `insert` stores one, and set the primary
     key of each stored. `unless_taken`: field names of a unique constraint; an instance whose values a row
@@ -127,14 +138,7 @@ def insert_many(instances: Sequence[models.Model], *, unless_taken: tuple[str, .
     with connection.cursor() as cursor:
         cursor.execute(sql, values)
         returned = cursor.fetchall()
-    if keys:
-        waiting: dict[tuple, list[models.Model]] = {}
-        for obj in instances:
-            waiting.setdefault(tuple(getattr(obj, f.attname) for f in keys), []).append(obj)
-        stored = [(waiting[tuple(found[1:])].pop(0), found[0]) for found in returned]
-    else:
-        stored = [(obj, found[0]) for obj, found in zip(instances, returned, strict=True)]
-    for obj, pk in stored:
+    for obj, pk in _stored(instances, returned, keys):
         obj.pk = pk
         obj._state.adding = False
         obj._state.db = connection.alias

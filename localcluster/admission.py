@@ -33,9 +33,7 @@ def guard_cert(pki: Pki) -> tuple[Path, Path]:
     cert, key = pki.directory / "admission-guard.crt", pki.directory / "admission-guard.key"
     if _issued_by_ca(pki, cert, key):
         return cert, key
-    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
-    ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
-    pki._leaf(ca_key, ca_cert, cert, key, "gpuportal-admission-guard", None, ["localhost"], ["127.0.0.1"], server=True)
+    pki.issue(cert, key, "gpuportal-admission-guard", None, ["localhost"], ["127.0.0.1"], server=True)
     return cert, key
 
 

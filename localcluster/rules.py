@@ -102,65 +102,66 @@ def image_fails(image: str, patterns: tuple[str, ...] | list[str]) -> bool:
     return any(fnmatch.fnmatchcase(image, p) for p in patterns)
 
 
-def resolve_plan(pod: dict[str, Any], config: SimulatorConfig) -> PodPlan:
-    """The plan for a pod. Malformed rule values fall back to the defaults rather than wedging the pod."""
-    spec = pod.get("spec") or {}
-    restart_policy = spec.get("restartPolicy") or "Always"
-
-    start = config.default_start_seconds
-    raw = _lookup(pod, START_SECONDS)
+def _seconds(pod: dict[str, Any], key: str, default: float, *, allow_forever: bool) -> float:
+    """A duration rule of the pod, or `default` when it is absent or malformed."""
+    raw = _lookup(pod, key)
     if raw is not None:
         with contextlib.suppress(ValueError):
-            start = parse_seconds(raw, allow_forever=False)
+            return parse_seconds(raw, allow_forever=allow_forever)
+    return default
 
-    run = FOREVER if restart_policy == "Always" else config.default_batch_run_seconds
-    raw = _lookup(pod, RUN_SECONDS)
-    if raw is not None:
-        with contextlib.suppress(ValueError):
-            run = parse_seconds(raw, allow_forever=True)
 
+def _exit_code(pod: dict[str, Any]) -> int:
+    """The exit-code rule, 0 to 255 (0 when absent or malformed)."""
     exit_code = 0
     exit_raw = _lookup(pod, EXIT_CODE)
     if exit_raw is not None:
         with contextlib.suppress(ValueError):
             exit_code = int(exit_raw.strip())
-    exit_code = max(0, min(255, exit_code))
+    return max(0, min(255, exit_code))
 
-    outcome = (_lookup(pod, OUTCOME) or "").strip()
-    pull_failure: str | None = None
+
+def _pull_failure(spec: dict[str, Any], outcome: str, config: SimulatorConfig) -> str | None:
+    """The image whose pull fails: the first of a failing pattern, else the first's when the rule says so."""
     for container in spec.get("containers") or []:
         image = container.get("image") or ""
         if image_fails(image, config.failing_images):
-            pull_failure = image
-            break
-    if outcome.lower() == "errimagepull" and pull_failure is None:
+            return image
+    if outcome.lower() == "errimagepull":
         containers = spec.get("containers") or [{}]
-        pull_failure = containers[0].get("image") or "<none>"
+        return containers[0].get("image") or "<none>"
+    return None
 
+
+def _ending(outcome: str, exit_code: int, run: float) -> tuple[int, str, float]:
+    """(exit code, reason, run seconds) as the outcome rule makes them."""
     if outcome.lower() == "oomkilled":
-        exit_code, reason = 137, "OOMKilled"
-        if math.isinf(run):
-            # An OOM kill has to happen at some point; without a run time it happens at once.
-            run = 1.0
-    elif outcome.lower() == "error" and exit_code == 0:
-        exit_code, reason = 1, "Error"
-    else:
-        reason = "Completed" if exit_code == 0 else "Error"
+        # An OOM kill has to happen at some point; without a run time it happens at once.
+        return 137, "OOMKilled", 1.0 if math.isinf(run) else run
+    if outcome.lower() == "error" and exit_code == 0:
+        return 1, "Error", run
+    return exit_code, "Completed" if exit_code == 0 else "Error", run
+
+
+def resolve_plan(pod: dict[str, Any], config: SimulatorConfig) -> PodPlan:
+    """The plan for a pod. Malformed rule values fall back to the defaults rather than wedging the pod."""
+    spec = pod.get("spec") or {}
+    restart_policy = spec.get("restartPolicy") or "Always"
+    start = _seconds(pod, START_SECONDS, config.default_start_seconds, allow_forever=False)
+    run = FOREVER if restart_policy == "Always" else config.default_batch_run_seconds
+    run = _seconds(pod, RUN_SECONDS, run, allow_forever=True)
+    outcome = (_lookup(pod, OUTCOME) or "").strip()
+    exit_code, reason, run = _ending(outcome, _exit_code(pod), run)
     if exit_code != 0 and math.isinf(run) and _lookup(pod, RUN_SECONDS) is None:
         # An explicit exit code on a service means "crash": give it a short run before it exits.
         run = config.default_batch_run_seconds
-    term = 0.0
-    raw = _lookup(pod, TERM_SECONDS)
-    if raw is not None:
-        with contextlib.suppress(ValueError):
-            term = parse_seconds(raw, allow_forever=True)
     return PodPlan(
-        term_seconds=term,
+        term_seconds=_seconds(pod, TERM_SECONDS, 0.0, allow_forever=True),
         start_seconds=start,
         run_seconds=run,
         exit_code=exit_code,
         reason=reason,
-        pull_failure_image=pull_failure,
+        pull_failure_image=_pull_failure(spec, outcome, config),
         restart_policy=restart_policy,
     )
 

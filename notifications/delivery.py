@@ -44,21 +44,29 @@ class TransientFailure(Exception):
     """The receiver said "not now" (HTTP 408, 429, 5xx): try again later."""
 
 
+def _personal_deliveries(event: Event, topic: str | None) -> list[Delivery]:
+    """The recipient's own deliveries of the event: by e-mail and to their webhook, as their settings ask."""
+    person = event.recipient
+    if person is None or not person.is_active:
+        return []
+    preference = Preference.objects.filter(user=person).first() or Preference(user=person)
+    if topic not in preference.topics:
+        return []
+    rows: list[Delivery] = []
+    if preference.email and person.email:
+        rows.append(Delivery(event=event, channel=Delivery.Channel.EMAIL, recipient=f"user:{person.id}"))
+    if preference.webhook_url:
+        rows.append(Delivery(event=event, channel=Delivery.Channel.WEBHOOK, recipient=f"user:{person.id}"))
+    return rows
+
+
 def event_fan_out(event_id: int) -> int:
     """Create the event's deliveries (idempotent); returns how many are new."""
     event = Event.objects.select_related("recipient").filter(id=event_id).first()
     if event is None:
         return 0
     topic = KINDS.get(event.kind)
-    rows: list[Delivery] = []
-    person = event.recipient
-    if person is not None and person.is_active:
-        preference = Preference.objects.filter(user=person).first() or Preference(user=person)
-        if topic in preference.topics:
-            if preference.email and person.email:
-                rows.append(Delivery(event=event, channel=Delivery.Channel.EMAIL, recipient=f"user:{person.id}"))
-            if preference.webhook_url:
-                rows.append(Delivery(event=event, channel=Delivery.Channel.WEBHOOK, recipient=f"user:{person.id}"))
+    rows = _personal_deliveries(event, topic)
     if event.team_id is not None:
         hook = TeamWebhook.objects.filter(team_id=event.team_id, enabled=True).first()
         if hook is not None and topic in hook.topics:

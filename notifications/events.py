@@ -114,21 +114,29 @@ def workload_transitioned(workload: Workload, *, from_state: str, actor: Any = N
     if state == State.SUCCEEDED:
         notify(kind=SUCCEEDED, workload=workload, summary=f"{name} succeeded ({_gpu_hours(workload)}).")
     elif state == State.FAILED:
-        why = workload.message or workload.reason or "no reason given"
-        notify(kind=FAILED, workload=workload, summary=f"{name} failed: {why}")
+        notify(kind=FAILED, workload=workload, summary=f"{name} failed: {_why(workload)}")
     elif state == State.CANCELLED:
         if actor is not None and getattr(actor, "pk", None) == workload.owner_id:
             return  # people know what they cancelled themselves
         notify(kind=CANCELLED, workload=workload, summary=f"{name} was stopped: {workload.message or workload.reason}")
     elif state == State.RUNNING and from_state != State.RUNNING:
-        waited = _waited(workload)
-        if waited >= timedelta(seconds=settings.NOTIFY_QUEUED_MIN_SECONDS):
-            notify(
-                kind=STARTED,
-                workload=workload,
-                summary=f"{name} started after waiting {_duration(waited)} in the queue.",
-                waited_seconds=int(waited.total_seconds()),
-            )
+        _started_after_a_wait(workload)
+
+
+def _why(workload: Workload) -> str:
+    return workload.message or workload.reason or "no reason given"
+
+
+def _started_after_a_wait(workload: Workload) -> None:
+    """A workload that waited in the queue long enough to be news has started."""
+    waited = _waited(workload)
+    if waited >= timedelta(seconds=settings.NOTIFY_QUEUED_MIN_SECONDS):
+        notify(
+            kind=STARTED,
+            workload=workload,
+            summary=f"{workload.name} started after waiting {_duration(waited)} in the queue.",
+            waited_seconds=int(waited.total_seconds()),
+        )
 
 
 def _waited(workload: Workload) -> timedelta:

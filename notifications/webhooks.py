@@ -72,10 +72,7 @@ class WebhookTarget:
 def _parse(url: str) -> tuple[str, str, int, str]:
     """(scheme, host, port, path) of a webhook URL, or WebhookUrlError. Strict on purpose: printable ASCII
     only (no spaces, controls or backslashes), no user info, a host name, IPv4 or bracketed IPv6 literal."""
-    if not isinstance(url, str) or any(not (0x21 <= ord(c) <= 0x7E) for c in url):
-        raise WebhookUrlError("The webhook address may contain no spaces, control or non-ASCII characters.")
-    if "\\" in url:
-        raise WebhookUrlError("The webhook address may not contain a backslash.")
+    _check_characters(url)
     match = _URL.fullmatch(url)
     if match is None:
         raise WebhookUrlError("Enter a full http:// or https:// address.")
@@ -85,33 +82,50 @@ def _parse(url: str) -> tuple[str, str, int, str]:
     authority = match["authority"]
     if "@" in authority:
         raise WebhookUrlError("The webhook address may not contain a user name or password (user@host).")
-    if authority.startswith("["):
-        host, _, after = authority[1:].partition("]")
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError as exc:
-            raise WebhookUrlError("The webhook address names no valid host.") from exc
-        if after and not after.startswith(":"):
-            raise WebhookUrlError("The webhook address names no valid host.")
-        port_text = after[1:] if after else ""
-    else:
-        host, colon, port_text = authority.partition(":")
-        if colon and not port_text:
-            raise WebhookUrlError("The webhook address has an invalid port.")
-        if not host:
-            raise WebhookUrlError("The webhook address names no host.")
-        if len(host) > 253 or not _HOST_NAME.fullmatch(host):
-            raise WebhookUrlError("The webhook address names no valid host.")
-    if port_text:
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise WebhookUrlError("The webhook address has an invalid port.")
-        port = int(port_text)
-    else:
-        port = 443 if scheme == "https" else 80
+    host, port_text = _bracketed_host(authority) if authority.startswith("[") else _named_host(authority)
     path = match["rest"] or "/"
     if not path.startswith("/"):
         path = "/" + path  # only a query: `http://host?x` asks for `/?x`
-    return scheme, host.lower().rstrip("."), port, path
+    return scheme, host.lower().rstrip("."), _port(port_text, scheme), path
+
+
+def _check_characters(url: str) -> None:
+    if not isinstance(url, str) or any(not (0x21 <= ord(c) <= 0x7E) for c in url):
+        raise WebhookUrlError("The webhook address may contain no spaces, control or non-ASCII characters.")
+    if "\\" in url:
+        raise WebhookUrlError("The webhook address may not contain a backslash.")
+
+
+def _bracketed_host(authority: str) -> tuple[str, str]:
+    """(IPv6 address, port as written) of `[address]:port`."""
+    host, _, after = authority[1:].partition("]")
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError as exc:
+        raise WebhookUrlError("The webhook address names no valid host.") from exc
+    if after and not after.startswith(":"):
+        raise WebhookUrlError("The webhook address names no valid host.")
+    return host, after[1:] if after else ""
+
+
+def _named_host(authority: str) -> tuple[str, str]:
+    """(host name or IPv4 address, port as written) of `host:port`."""
+    host, colon, port_text = authority.partition(":")
+    if colon and not port_text:
+        raise WebhookUrlError("The webhook address has an invalid port.")
+    if not host:
+        raise WebhookUrlError("The webhook address names no host.")
+    if len(host) > 253 or not _HOST_NAME.fullmatch(host):
+        raise WebhookUrlError("The webhook address names no valid host.")
+    return host, port_text
+
+
+def _port(port_text: str, scheme: str) -> int:
+    if not port_text:
+        return 443 if scheme == "https" else 80
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise WebhookUrlError("The webhook address has an invalid port.")
+    return int(port_text)
 
 
 def webhook_target(url: str) -> WebhookTarget:
@@ -231,13 +245,15 @@ def _is_portal(host: str, port: int) -> bool:
     site_port = site.port or (443 if site.scheme == "https" else 80)
     if site.hostname and host == site.hostname.lower() and port == site_port:
         return True
-    for allowed in settings.ALLOWED_HOSTS:
-        name = allowed.lower().strip("[]")
-        if not name or name == "*" or name == "localhost" or _is_ip(name):
-            continue
-        if host == name.lstrip(".") or (name.startswith(".") and host.endswith(name)):
-            return True
-    return False
+    return any(_served_name(host, allowed.lower().strip("[]")) for allowed in settings.ALLOWED_HOSTS)
+
+
+def _served_name(host: str, name: str) -> bool:
+    """Is `host` the name (or under the domain, `.example.org`) an ALLOWED_HOSTS entry names? Not for the
+    wildcard, localhost or an IP literal."""
+    if not name or name == "*" or name == "localhost" or _is_ip(name):
+        return False
+    return host == name.lstrip(".") or (name.startswith(".") and host.endswith(name))
 
 
 def _is_ip(name: str) -> bool:

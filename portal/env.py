@@ -122,6 +122,21 @@ _EMAIL_SCHEMES: dict[str, tuple[str, bool, bool, int]] = {
 }
 
 
+def _email_timeout(name: str, query: dict[str, list[str]]) -> int:
+    """The e-mail URL's ?timeout= (10 s unless given); ConfigError for any option but timeout and from."""
+    unknown = set(query) - {"timeout", "from"}
+    if unknown:
+        raise ConfigError(f"{name}: unknown option(s) {', '.join(sorted(unknown))} (known: timeout, from)")
+    timeout_raw = query.get("timeout", ["10"])[-1]
+    try:
+        timeout = int(timeout_raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name}: timeout={timeout_raw!r} is not a whole number of seconds") from exc
+    if timeout < 1:
+        raise ConfigError(f"{name}: timeout must be at least 1 second")
+    return timeout
+
+
 def env_email(name: str, default: str) -> dict[str, Any]:
     """Django's EMAIL_* settings from one URL (or NAME_FILE, since it may carry a password).
 
@@ -141,16 +156,7 @@ def env_email(name: str, default: str) -> dict[str, Any]:
     except ValueError as exc:
         raise ConfigError(f"{name}: the port is not a number between 0 and 65535") from exc
     query = parse_qs(parts.query)
-    unknown = set(query) - {"timeout", "from"}
-    if unknown:
-        raise ConfigError(f"{name}: unknown option(s) {', '.join(sorted(unknown))} (known: timeout, from)")
-    timeout_raw = query.get("timeout", ["10"])[-1]
-    try:
-        timeout = int(timeout_raw)
-    except ValueError as exc:
-        raise ConfigError(f"{name}: timeout={timeout_raw!r} is not a whole number of seconds") from exc
-    if timeout < 1:
-        raise ConfigError(f"{name}: timeout must be at least 1 second")
+    timeout = _email_timeout(name, query)
     config: dict[str, Any] = {"EMAIL_BACKEND": backend, "EMAIL_TIMEOUT": timeout}
     if backend.endswith("smtp.EmailBackend"):
         if not parts.hostname:

@@ -157,6 +157,113 @@ def _host_is_another_service(scope: Scope, uid: str) -> bool:
     return host.split(".", 1)[0] != uid
 
 
+def _landing(wanted: str, prefix: str) -> str:
+    """Where a handoff lands: the page asked for, only ever inside this service (the ticket names it)."""
+    if not wanted.startswith(prefix) or "\\" in wanted or any(ord(c) < 0x20 for c in wanted):
+        return prefix
+    return wanted
+
+
+async def _wait_for_answer(
+    answer: asyncio.Future, uploading: asyncio.Future, progress: list[float], limit: float | None
+) -> None:
+    """Wait until the answer comes, the upload ends or `limit` seconds pass without progress: raises
+    BrowserGone when the upload found the browser gone, TimeoutError past the limit."""
+    waiting = {answer} if uploading.done() else {answer, uploading}
+    wait = None if limit is None else max(0.05, progress[0] + limit - time.monotonic())
+    await asyncio.wait(waiting, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+    if uploading.done() and isinstance(uploading.exception(), upstream.BrowserGone):
+        raise upstream.BrowserGone
+    # Any other upload failure: the pod stopped reading, and may be answering already.
+    if not answer.done() and limit is not None and time.monotonic() - progress[0] >= limit:
+        raise TimeoutError
+
+
+async def _copy_body(
+    conn: upstream.Connection, response: upstream.Response, send: Send, sink: zerocopy.Sink | None
+) -> bool:
+    """Copy the answer's body to the browser (inside the kernel through `sink` when given); whether it
+    went out whole."""
+    try:
+        if sink is not None:
+            await sink.relay(conn.sock.fileno(), response.rest, response.length)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return True
+        async for piece in upstream.body(conn, response):
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+    except (upstream.Unreachable, zerocopy.PodClosed, OSError) as exc:
+        # Not completed on purpose: uvicorn then closes the browser's connection, so a truncated
+        # body never looks whole.
+        log.info("backend stream broke off: %s", exc)
+        return False
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    return True
+
+
+async def _browser_gone(receive: Receive, uploading: asyncio.Future | None) -> None:
+    """Returns once the browser has gone away."""
+    if uploading is not None:  # until the upload ends, it is the one reading receive()
+        await asyncio.wait({uploading})
+        if uploading.cancelled() or isinstance(uploading.exception(), upstream.BrowserGone):
+            return
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _ended_cleanly(copying: asyncio.Future, uploading: asyncio.Future | None, response: upstream.Response) -> bool:
+    """After the copy: whether the connection to the pod can carry another request (body and upload both
+    whole). A copy that broke off marks the request cut on purpose."""
+    copied = copying.result() if copying.done() and not copying.cancelled() else None
+    if copied is False:
+        _cut_on_purpose.set(True)  # in this request's task: uvicorn reads it when the app returns
+    return bool(copied and _finished_well(uploading) and response.keep_alive)
+
+
+def _finished_well(uploading: asyncio.Future | None) -> bool:
+    """No upload, or one that ended without an error."""
+    return uploading is None or (uploading.done() and not uploading.cancelled() and uploading.exception() is None)
+
+
+def _splices(sink: zerocopy.Sink | None, response: upstream.Response) -> bool:
+    """Does the answer's body go through the kernel (`sink`: proxy/zerocopy.py)? A large one of known
+    length, when the sink is ready for it."""
+    return (
+        sink is not None
+        and response.length is not None
+        and response.length - len(response.rest) >= zerocopy.SPLICE_AT_LEAST
+        and sink.ready(response.length)
+    )
+
+
+def _outgoing_headers(
+    request_headers: list[headers.Header], target: tuple[str, int], method: str, framing: str | None
+) -> list[headers.Header]:
+    """The request's headers as they go to `target`: a Host if the browser sent none, and the framing of the
+    body as it is forwarded (chunked as it comes, or an explicit empty body where one is expected)."""
+    outgoing = [(k, v) for k, v in request_headers if k.lower() != "content-length" or framing != "chunked"]
+    names = {k.lower() for k, _ in outgoing}
+    if "host" not in names:
+        outgoing.insert(0, ("Host", headers.authority(*target)))
+    if framing == "chunked":
+        outgoing.append(("Transfer-Encoding", "chunked"))
+    elif framing is None and method in ("POST", "PUT", "PATCH") and "content-length" not in names:
+        outgoing.append(("Content-Length", "0"))
+    return outgoing
+
+
+def _response_headers(response: upstream.Response, target: tuple[str, int], *, strip: bool) -> list[headers.Header]:
+    """The answer's headers as they go to the browser: a pod's cleaned (`headers.response_headers`), the
+    portal's (development) only without hop-by-hop ones."""
+    raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers]
+    if strip:
+        raw = headers.response_headers(raw, blocked_cookies=_blocked_cookies(), backend_origin=headers.origin(*target))
+    else:
+        raw = [(k, v) for k, v in raw if k.lower() not in headers.HOP_BY_HOP | headers.connection_tokens(raw)]
+    if response.chunked:  # the length the pod announced beside a chunked body is not the body's (RFC 9112 6.3)
+        raw = [(k, v) for k, v in raw if k.lower() != "content-length"]
+    return raw
+
+
 def _request_framing(scope: Scope) -> str | None:
     """How the browser's request body is framed: "chunked", "length", or None (no body)."""
     framing = None
@@ -271,14 +378,22 @@ class ServiceProxy:
             return
         match = SERVICE_PATH.match(scope["path"])
         if match is None:
-            if scope["path"].startswith(settings.PROXY_PREFIX) or not self.portal_upstream or _on_apps_origin(scope):
-                await self._refuse(scope, receive, send, None)
-            elif kind == "http":
-                await self._pass_to_portal(scope, receive, send)
-            else:
-                await send({"type": "websocket.close", "code": 1008})
-            return
-        uid, rest = match["uid"], match["rest"]
+            await self._not_a_service(scope, receive, send)
+        else:
+            await self._service(scope, receive, send, match["uid"], match["rest"])
+
+    async def _not_a_service(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A path outside /w/<uid>: refused on the apps' origin, the portal's own pages in development."""
+        if scope["path"].startswith(settings.PROXY_PREFIX) or not self.portal_upstream or _on_apps_origin(scope):
+            await self._refuse(scope, receive, send, None)
+        elif scope["type"] == "http":
+            await self._pass_to_portal(scope, receive, send)
+        else:
+            await send({"type": "websocket.close", "code": 1008})
+
+    async def _service(self, scope: Scope, receive: Receive, send: Send, uid: str, rest: str | None) -> None:
+        """A request to service `uid` (`rest`: the path after /w/<uid>, None without its slash)."""
+        kind = scope["type"]
         if _host_is_another_service(scope, uid):
             await self._refuse(scope, receive, send, None)
             return
@@ -301,6 +416,10 @@ class ServiceProxy:
             door = await self._door(_credential(scope), uid)
             await self._websocket(scope, receive, send, door)
             return
+        await self._service_http(scope, receive, send, uid)
+
+    async def _service_http(self, scope: Scope, receive: Receive, send: Send, uid: str) -> None:
+        """An HTTP request to service `uid`; should anything fail before the answer started, a portal page."""
         started = False
         sink = zerocopy.sink_for(scope, send)  # before `send` is wrapped: it needs the server's own
 
@@ -368,9 +487,7 @@ class ServiceProxy:
             await self._page(send, "not_found", handoff.door)
             return
         prefix = f"{settings.PROXY_PREFIX}{handoff.door.uid}/"
-        landing = (query.get("next") or [""])[0]
-        if not landing.startswith(prefix) or "\\" in landing or any(ord(c) < 0x20 for c in landing):
-            landing = prefix  # only ever into this service: the ticket names it
+        landing = _landing((query.get("next") or [""])[0], prefix)
         secure = "; Secure" if scope.get("scheme") == "https" or settings.SESSION_COOKIE_SECURE else ""
         cookie = (
             f"{settings.PROXY_APP_COOKIE_NAME}={handoff.cookie}; Path={prefix}; Max-Age="
@@ -454,18 +571,36 @@ class ServiceProxy:
         sent: the caller shows a page)."""
         method = scope["method"]
         framing = _request_framing(scope)
-        outgoing = [(k, v) for k, v in request_headers if k.lower() != "content-length" or framing != "chunked"]
-        names = {k.lower() for k, _ in outgoing}
-        if "host" not in names:
-            outgoing.insert(0, ("Host", headers.authority(*target)))
-        if framing == "chunked":
-            outgoing.append(("Transfer-Encoding", "chunked"))
-        elif framing is None and method in ("POST", "PUT", "PATCH") and "content-length" not in names:
-            outgoing.append(("Content-Length", "0"))
-        head = upstream.request_head(method, base.rstrip("/") + _full_path(scope), outgoing)
+        head = upstream.request_head(
+            method, base.rstrip("/") + _full_path(scope), _outgoing_headers(request_headers, target, method, framing)
+        )
         # The backend gets PROXY_RESPONSE_TIMEOUT seconds of silence: counted from the last upload chunk,
         # so a slow 10 GB upload is fine and a backend that never answers is not.
         limit = settings.PROXY_RESPONSE_TIMEOUT if strip else None
+        outcome, answered = await self._exchange(receive, target, head, method, framing, limit)
+        if answered is None:
+            return outcome
+        conn, response, uploading = answered
+        reusable = False
+        try:
+            raw = _response_headers(response, target, strip=strip)
+            await send({"type": "http.response.start", "status": response.status, "headers": _bytes_headers(raw)})
+            reusable = await self._stream_back(conn, response, receive, send, uploading, sink)
+        finally:
+            await self._done_with(conn, uploading, reusable=reusable)
+        return None
+
+    async def _exchange(
+        self,
+        receive: Receive,
+        target: tuple[str, int],
+        head: bytes,
+        method: str,
+        framing: str | None,
+        limit: float | None,
+    ) -> tuple[str | None, tuple[upstream.Connection, upstream.Response, asyncio.Future | None] | None]:
+        """Connect to `target`, send the request and read the answer's head: (None, (connection, answer,
+        upload still running or None)), or (what went wrong as `_forward` returns it, None)."""
         progress = [time.monotonic()]
         retry = framing is None and method in IDEMPOTENT
         while True:
@@ -473,49 +608,38 @@ class ServiceProxy:
                 conn, reused = await self._pool.connect(*target, settings.PROXY_CONNECT_TIMEOUT)
             except upstream.Unreachable as exc:  # the pod went away or is not listening yet: no traceback
                 log.info("backend %s:%s unreachable: %s", *target, exc)
-                return "unreachable"
-            uploading: asyncio.Future | None = None
+                return "unreachable", None
             try:
                 response, uploading = await self._ask(conn, receive, head, method, framing, progress, limit)
-                break
+                return None, (conn, response, uploading)
             except upstream.Unreachable as exc:
                 conn.close()
                 if reused and retry:
                     retry = False  # the pod closed a kept-alive connection just as we used it: once more
                     continue
                 log.info("backend %s:%s gave no answer: %s", *target, exc)
-                return "unreachable"
+                return "unreachable", None
             except TimeoutError:
                 conn.close()
-                return "timeout"
+                return "timeout", None
             except upstream.BrowserGone:
                 conn.close()
-                return None  # nobody left to answer
+                return None, None  # nobody left to answer
             except BaseException:
                 conn.close()
                 raise
-        origin = headers.origin(*target)
-        raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers]
-        if strip:
-            raw = headers.response_headers(raw, blocked_cookies=_blocked_cookies(), backend_origin=origin)
+
+    async def _done_with(self, conn: upstream.Connection, uploading: asyncio.Future | None, *, reusable: bool) -> None:
+        """Stop an upload still running (the pod answered before it ended); keep the connection for the next
+        request when it ended cleanly, else close it."""
+        if uploading is not None and not uploading.done():
+            uploading.cancel()
+            with contextlib.suppress(BaseException):
+                await uploading
+        if reusable:
+            self._pool.release(conn)
         else:
-            raw = [(k, v) for k, v in raw if k.lower() not in headers.HOP_BY_HOP | headers.connection_tokens(raw)]
-        if response.chunked:  # the length the pod announced beside a chunked body is not the body's (RFC 9112 6.3)
-            raw = [(k, v) for k, v in raw if k.lower() != "content-length"]
-        reusable = False
-        try:
-            await send({"type": "http.response.start", "status": response.status, "headers": _bytes_headers(raw)})
-            reusable = await self._stream_back(conn, response, receive, send, uploading, sink)
-        finally:
-            if uploading is not None and not uploading.done():  # the pod answered before the upload ended
-                uploading.cancel()
-                with contextlib.suppress(BaseException):
-                    await uploading
-            if reusable:
-                self._pool.release(conn)
-            else:
-                conn.close()
-        return None
+            conn.close()
 
     async def _ask(
         self,
@@ -543,14 +667,7 @@ class ServiceProxy:
         answer = asyncio.ensure_future(upstream.read_head(conn, method))
         try:
             while not answer.done():
-                waiting = {answer} if uploading.done() else {answer, uploading}
-                wait = None if limit is None else max(0.05, progress[0] + limit - time.monotonic())
-                await asyncio.wait(waiting, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-                if uploading.done() and isinstance(uploading.exception(), upstream.BrowserGone):
-                    raise upstream.BrowserGone
-                # Any other upload failure: the pod stopped reading, and may be answering already.
-                if not answer.done() and limit is not None and time.monotonic() - progress[0] >= limit:
-                    raise TimeoutError
+                await _wait_for_answer(answer, uploading, progress, limit)
             return answer.result(), uploading
         except BaseException:
             for task in (answer, uploading):
@@ -577,39 +694,9 @@ class ServiceProxy:
             await send({"type": "http.response.body", "body": response.rest, "more_body": False})
             return response.keep_alive
 
-        spliced = (
-            sink is not None
-            and uploading is None
-            and response.length is not None
-            and response.length - len(response.rest) >= zerocopy.SPLICE_AT_LEAST
-            and sink.ready(response.length)
-        )
-
-        async def copy() -> bool:
-            try:
-                if spliced:
-                    await sink.relay(conn.sock.fileno(), response.rest, response.length)
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-                    return True
-                async for piece in upstream.body(conn, response):
-                    await send({"type": "http.response.body", "body": piece, "more_body": True})
-            except (upstream.Unreachable, zerocopy.PodClosed, OSError) as exc:
-                # Not completed on purpose: uvicorn then closes the browser's connection, so a truncated
-                # body never looks whole.
-                log.info("backend stream broke off: %s", exc)
-                return False
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-            return True
-
-        async def gone() -> None:
-            if uploading is not None:  # until the upload ends, it is the one reading receive()
-                await asyncio.wait({uploading})
-                if uploading.cancelled() or isinstance(uploading.exception(), upstream.BrowserGone):
-                    return
-            while (await receive())["type"] != "http.disconnect":
-                pass
-
-        copying, watching = asyncio.ensure_future(copy()), asyncio.ensure_future(gone())
+        spliced = sink if uploading is None and _splices(sink, response) else None
+        copying = asyncio.ensure_future(_copy_body(conn, response, send, spliced))
+        watching = asyncio.ensure_future(_browser_gone(receive, uploading))
         try:
             await asyncio.wait({copying, watching}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -618,13 +705,7 @@ class ServiceProxy:
             for task in (copying, watching):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        complete = copying.done() and not copying.cancelled() and copying.result()
-        if copying.done() and not copying.cancelled() and not complete:
-            _cut_on_purpose.set(True)  # in this request's task: uvicorn reads it when the app returns
-        uploaded = uploading is None or (
-            uploading.done() and not uploading.cancelled() and uploading.exception() is None
-        )
-        return bool(complete and uploaded and response.keep_alive)
+        return _ended_cleanly(copying, uploading, response)
 
     # --- WebSocket -----------------------------------------------------------------------------------
     async def _websocket(self, scope: Scope, receive: Receive, send: Send, door: Door) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 from http.cookies import CookieError, SimpleCookie
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 Header = tuple[str, str]
 
@@ -74,6 +74,20 @@ def sets_blocked_cookie(set_cookie: str, blocked: frozenset[str]) -> bool:
     return False
 
 
+def _forwarded_value(lower: str, value: str, *, blocked_cookies: frozenset[str], websocket: bool) -> str | None:
+    """A browser's header value as it goes to the backend; None leaves the header out (the proxy writes the
+    forwarding headers itself, a cookie can be all portal cookies)."""
+    if lower in FORWARDED:
+        return None
+    if websocket and lower.startswith("sec-websocket-"):
+        # The handshake's headers are the client library's to write; Sec-WebSocket-Protocol is passed to it
+        # as its protocol list.
+        return None
+    if lower == "cookie":
+        return strip_cookies(value, blocked_cookies) or None
+    return value
+
+
 def request_headers(
     headers: list[Header],
     *,
@@ -98,17 +112,9 @@ def request_headers(
             host = value
         if lower == "x-forwarded-for" and from_trusted_proxy:
             prior_for = value  # a trusted proxy in front: its chain goes on
-        if lower in FORWARDED:
-            continue
-        if lower == "cookie":
-            value = strip_cookies(value, blocked_cookies)
-            if not value:
-                continue
-        if websocket and lower.startswith("sec-websocket-") and lower != "sec-websocket-protocol":
-            continue
-        if websocket and lower == "sec-websocket-protocol":
-            continue  # passed to the client library as its protocol list
-        out.append((name, value))
+        kept = _forwarded_value(lower, value, blocked_cookies=blocked_cookies, websocket=websocket)
+        if kept is not None:
+            out.append((name, kept))
     out.append(("X-Forwarded-For", f"{prior_for}, {client_ip}" if prior_for else client_ip))
     out.append(("X-Forwarded-Proto", scheme))
     if host:
@@ -188,6 +194,16 @@ def subprotocols(headers: list[Header]) -> list[str]:
     return offered
 
 
+def _page_origin(origin: str, *, https_only: bool) -> SplitResult | None:
+    """The Origin's parts when it names a web page that may be trusted at all (None: refuse)."""
+    parts = urlsplit(origin.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc or origin.strip().lower() == "null":
+        return None
+    if https_only and parts.scheme != "https" and not _loopback(parts.hostname or ""):
+        return None  # an http page could be anyone's on the way; loopback pages are secure contexts
+    return parts
+
+
 def websocket_origin_allowed(origin: str | None, host: str, *, portal_origin: str, https_only: bool) -> bool:
     """Whether a WebSocket handshake's `Origin` may open a service with the person's cookie.
 
@@ -201,11 +217,9 @@ def websocket_origin_allowed(origin: str | None, host: str, *, portal_origin: st
     as secure (a development portal on http://localhost)."""
     if origin is None:
         return True
-    parts = urlsplit(origin.strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc or origin.strip().lower() == "null":
+    parts = _page_origin(origin, https_only=https_only)
+    if parts is None:
         return False
-    if https_only and parts.scheme != "https" and not _loopback(parts.hostname or ""):
-        return False  # an http page could be anyone's on the way; loopback pages are secure contexts
     given = f"{parts.scheme}://{parts.netloc}".lower()
     if portal_origin and given == portal_origin.lower().rstrip("/"):
         return True

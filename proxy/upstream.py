@@ -188,23 +188,60 @@ def request_head(method: str, target: str, headers: list[tuple[str, str]]) -> by
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
+async def _head_end(conn: Connection, buffer: bytes) -> tuple[bytes, int]:
+    """Read until `buffer` holds a whole head: (buffer, where its blank line starts)."""
+    start = 0
+    while (end := buffer.find(b"\r\n\r\n", start)) < 0:
+        if len(buffer) > HEAD_LIMIT:
+            raise Unreachable("response head too large")
+        start = max(0, len(buffer) - 3)
+        try:
+            data = await conn.recv(HEAD_READ)
+        except OSError as exc:
+            raise Unreachable(f"connection broke: {exc}") from exc
+        if not data:
+            raise Unreachable("closed before answering")
+        buffer += data
+    return buffer, end
+
+
+def _framing(head: list[tuple[bytes, bytes]], close: bool) -> tuple[int | None, bool, bool]:
+    """(Content-Length, chunked, close) as the head's headers say (`close`: so far, by HTTP version)."""
+    length, chunked = None, False
+    for name, value in head:
+        lower = name.lower()
+        if lower == b"content-length":
+            try:
+                length = int(value)
+            except ValueError as exc:
+                raise Unreachable("bad Content-Length") from exc
+        elif lower == b"transfer-encoding":
+            chunked = value.lower().rsplit(b",", 1)[-1].strip() == b"chunked"
+            if not chunked:
+                raise Unreachable("a transfer coding other than chunked")
+        elif lower == b"connection" and b"close" in [t.strip().lower() for t in value.split(b",")]:
+            close = True
+    return length, chunked, close
+
+
+def _body_framing(head: list[tuple[bytes, bytes]], close: bool, *, no_body: bool) -> tuple[int | None, bool, bool]:
+    """(length, chunked, close) of the answer's body: none for a HEAD request or a status without one;
+    Transfer-Encoding wins over Content-Length (RFC 9112 6.3); with neither, the body ends when the pod
+    closes."""
+    length, chunked, close = _framing(head, close)
+    if no_body:
+        return 0, False, close
+    if chunked:
+        return None, True, close
+    return length, False, close or length is None
+
+
 async def read_head(conn: Connection, method: str) -> Response:
     """The final response head (1xx interim answers are skipped); raises Unreachable when the pod closes
     or sends something that is not HTTP."""
     buffer = b""
     while True:
-        start = 0
-        while (end := buffer.find(b"\r\n\r\n", start)) < 0:
-            if len(buffer) > HEAD_LIMIT:
-                raise Unreachable("response head too large")
-            start = max(0, len(buffer) - 3)
-            try:
-                data = await conn.recv(HEAD_READ)
-            except OSError as exc:
-                raise Unreachable(f"connection broke: {exc}") from exc
-            if not data:
-                raise Unreachable("closed before answering")
-            buffer += data
+        buffer, end = await _head_end(conn, buffer)
         state = _HeadParser()
         parser = httptools.HttpResponseParser(state)
         try:
@@ -218,26 +255,8 @@ async def read_head(conn: Connection, method: str) -> Response:
         if status == 101 or not state.head_done:
             raise Unreachable(f"unexpected answer {status}")
         break
-    length, chunked, close = None, False, parser.get_http_version() != "1.1"
-    for name, value in state.headers:
-        lower = name.lower()
-        if lower == b"content-length":
-            try:
-                length = int(value)
-            except ValueError as exc:
-                raise Unreachable("bad Content-Length") from exc
-        elif lower == b"transfer-encoding":
-            chunked = value.lower().rsplit(b",", 1)[-1].strip() == b"chunked"
-            if not chunked:
-                raise Unreachable("a transfer coding other than chunked")
-        elif lower == b"connection" and b"close" in [t.strip().lower() for t in value.split(b",")]:
-            close = True
-    if method == "HEAD" or status in NO_BODY_STATUS:
-        length, chunked = 0, False
-    elif chunked:
-        length = None  # Transfer-Encoding wins over Content-Length (RFC 9112 6.3)
-    if length is None and not chunked:
-        close = True  # the body ends when the pod closes
+    no_body = method == "HEAD" or status in NO_BODY_STATUS
+    length, chunked, close = _body_framing(state.headers, parser.get_http_version() != "1.1", no_body=no_body)
     return Response(status, state.headers, not close, length, chunked, buffer, parser, state)
 
 

@@ -59,6 +59,18 @@ class Sink:
             and self._transport.get_write_buffer_size() == 0
         )
 
+    async def _write_all(self, loop: asyncio.AbstractEventLoop, browser: int, data: bytes) -> None:
+        """Write `data` to the browser's descriptor, waiting for room as needed."""
+        view = memoryview(data)
+        while view:
+            try:
+                sent = os.write(browser, view)
+            except BlockingIOError:
+                await _ready(loop, None, browser)
+                continue
+            self._cycle.expected_content_length -= sent
+            view = view[sent:]
+
     async def relay(self, pod_fd: int, first: bytes, length: int) -> None:
         """Send `first` (body bytes already read with the head), then splice the rest of `length` from
         `pod_fd`. Raises PodClosed when the pod stops early and OSError when the browser's side breaks;
@@ -70,35 +82,19 @@ class Sink:
             with contextlib.suppress(OSError):
                 fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
             room = fcntl.fcntl(write_end, fcntl.F_GETPIPE_SZ)
-            view = memoryview(first)
-            while view:
-                try:
-                    sent = os.write(browser, view)
-                except BlockingIOError:
-                    await _ready(loop, None, browser)
-                    continue
-                self._cycle.expected_content_length -= sent
-                view = view[sent:]
+            await self._write_all(loop, browser, first)
             to_read, in_pipe = length - len(first), 0
             while to_read or in_pipe:
                 moved = False
                 if to_read and in_pipe < room:
-                    try:
-                        got = os.splice(pod_fd, write_end, min(to_read, room - in_pipe), flags=_FLAGS)
-                    except BlockingIOError:
-                        pass
-                    else:
-                        if not got:
-                            raise PodClosed(f"closed with {to_read} bytes of the body still to come")
+                    got = _splice_in(pod_fd, write_end, min(to_read, room - in_pipe), to_read=to_read)
+                    if got is not None:
                         to_read -= got
                         in_pipe += got
                         moved = True
                 if in_pipe:
-                    try:
-                        sent = os.splice(read_end, browser, in_pipe, flags=_FLAGS)
-                    except BlockingIOError:
-                        pass
-                    else:
+                    sent = _splice(read_end, browser, in_pipe)
+                    if sent is not None:
                         in_pipe -= sent
                         self._cycle.expected_content_length -= sent
                         moved = True
@@ -107,6 +103,22 @@ class Sink:
         finally:
             for fd in (read_end, write_end, browser):
                 os.close(fd)
+
+
+def _splice(source: int, target: int, count: int) -> int | None:
+    """Bytes moved from `source` to `target` (at most `count`); None when either side would block."""
+    try:
+        return os.splice(source, target, count, flags=_FLAGS)
+    except BlockingIOError:
+        return None
+
+
+def _splice_in(pod_fd: int, write_end: int, count: int, *, to_read: int) -> int | None:
+    """`_splice` from the pod into the pipe; PodClosed when the pod closed with `to_read` bytes still due."""
+    got = _splice(pod_fd, write_end, count)
+    if got == 0:
+        raise PodClosed(f"closed with {to_read} bytes of the body still to come")
+    return got
 
 
 async def _ready(loop: asyncio.AbstractEventLoop, readable: int | None, writable: int | None) -> None:
@@ -130,6 +142,13 @@ async def _ready(loop: asyncio.AbstractEventLoop, readable: int | None, writable
             loop.remove_writer(writable)
 
 
+def _plain_tcp(transport: Any) -> bool:
+    """A transport without TLS (the kernel can only splice plain bytes)."""
+    return transport is not None and not (
+        transport.get_extra_info("sslcontext") or transport.get_extra_info("ssl_object")
+    )
+
+
 def sink_for(scope: dict[str, Any], send: Any) -> Sink | None:
     """The browser's connection behind `send`, when the short way is known to be safe; else None."""
     if not hasattr(os, "splice") or scope.get("type") != "http" or scope.get("method") == "HEAD":
@@ -138,7 +157,7 @@ def sink_for(scope: dict[str, Any], send: Any) -> Sink | None:
     if cycle is None or f"{type(cycle).__module__}.{type(cycle).__qualname__}" != _HTTPTOOLS_CYCLE:
         return None
     transport = getattr(cycle, "transport", None)
-    if transport is None or transport.get_extra_info("sslcontext") or transport.get_extra_info("ssl_object"):
+    if not _plain_tcp(transport):
         return None
     sock = transport.get_extra_info("socket")
     fd = sock.fileno() if sock is not None else -1

@@ -33,12 +33,17 @@ HEALTH_LABELS = {
 }
 
 
+def _has_errors(gpu: GpuState) -> bool:
+    """Uncorrected ECC errors, XID errors, or an error the agent reported."""
+    return (gpu.ecc_uncorrected_volatile or 0) > 0 or (gpu.xid_errors or 0) > 0 or bool(gpu.errors)
+
+
 def gpu_health(gpu: GpuState, *, stale: bool) -> str:
     if gpu.lost:
         return "lost"
     if stale:
         return "stale"
-    if (gpu.ecc_uncorrected_volatile or 0) > 0 or (gpu.xid_errors or 0) > 0 or gpu.errors:
+    if _has_errors(gpu):
         return "error"
     if gpu.temperature_celsius is not None and gpu.temperature_celsius >= HOT_CELSIUS:
         return "hot"
@@ -103,59 +108,76 @@ class NodeRow:
         return {"unreported": "No agent", "ok": "Healthy"}.get(self.health) or HEALTH_LABELS[self.health]
 
 
+def _who_runs(user, pod_uids: set[str]) -> tuple[dict[str, str], set[str]]:
+    """The pods of `pod_uids` that are workloads `user` may see (pod uid -> "name (uid)"), and those that are
+    other teams' workloads."""
+    visible: dict[str, str] = {}
+    others: set[str] = set()
+    if not pod_uids:
+        return visible, others
+    mine = set(workloads_visible_to(user).filter(pod_uid__in=pod_uids).values_list("id", flat=True))
+    for workload in Workload.objects.filter(pod_uid__in=pod_uids).only("id", "uid", "name", "pod_uid", "team_id"):
+        if workload.id in mine or user.is_staff:
+            visible[workload.pod_uid] = f"{workload.name} ({workload.uid})"
+        else:
+            others.add(workload.pod_uid)
+    return visible, others
+
+
+def _gpu_row(gpu: GpuState, *, stale: bool, visible: dict[str, str], others: set[str]) -> GpuRow:
+    def labels(uids: list[str]) -> list[str]:
+        return [
+            visible.get(uid) or ("another team's workload" if uid in others else "a pod outside the portal")
+            for uid in uids
+        ]
+
+    slices = [
+        SliceRow(
+            index=mig.get("index", 0),
+            gpu_instance_id=mig.get("gpu_instance_id"),
+            memory_used_bytes=mig.get("memory_used_bytes"),
+            memory_total_bytes=mig.get("memory_total_bytes"),
+            utilization_gpu_percent=mig.get("utilization_gpu_percent"),
+            workloads=labels(mig.get("pod_uids") or []),
+        )
+        for mig in gpu.mig_devices or []
+    ]
+    return GpuRow(state=gpu, health=gpu_health(gpu, stale=stale), workloads=labels(gpu.pod_uids), slices=slices)
+
+
 def nodes_overview(user, *, now: datetime | None = None) -> list[NodeRow]:
     """Every GPU node the inventory or an agent knows, with its GPUs' latest readings (4 queries)."""
     now = now or timezone.now()
     inventory = {n.name: n for n in GpuNode.objects.select_related("gpu_type")}
     reported = {n.name: n for n in TelemetryNode.objects.prefetch_related("gpus")}
     pod_uids = {uid for node in reported.values() for gpu in node.gpus.all() for uid in gpu.pod_uids}
-    visible: dict[str, str] = {}
-    others: set[str] = set()
-    if pod_uids:
-        mine = set(workloads_visible_to(user).filter(pod_uid__in=pod_uids).values_list("id", flat=True))
-        for workload in Workload.objects.filter(pod_uid__in=pod_uids).only("id", "uid", "name", "pod_uid", "team_id"):
-            if workload.id in mine or user.is_staff:
-                visible[workload.pod_uid] = f"{workload.name} ({workload.uid})"
-            else:
-                others.add(workload.pod_uid)
+    visible, others = _who_runs(user, pod_uids)
     rows = []
     for name in sorted(set(inventory) | set(reported)):
         telemetry = reported.get(name)
         row = NodeRow(name=name, inventory=inventory.get(name), telemetry=telemetry)
         if telemetry is not None:
             row.stale = telemetry.is_stale(now)
-            for gpu in telemetry.gpus.all():
-
-                def labels(uids: list[str]) -> list[str]:
-                    return [
-                        visible.get(uid) or ("another team's workload" if uid in others else "a pod outside the portal")
-                        for uid in uids
-                    ]
-
-                slices = [
-                    SliceRow(
-                        index=mig.get("index", 0),
-                        gpu_instance_id=mig.get("gpu_instance_id"),
-                        memory_used_bytes=mig.get("memory_used_bytes"),
-                        memory_total_bytes=mig.get("memory_total_bytes"),
-                        utilization_gpu_percent=mig.get("utilization_gpu_percent"),
-                        workloads=labels(mig.get("pod_uids") or []),
-                    )
-                    for mig in gpu.mig_devices or []
-                ]
-                row.gpus.append(
-                    GpuRow(
-                        state=gpu,
-                        health=gpu_health(gpu, stale=row.stale),
-                        workloads=labels(gpu.pod_uids),
-                        slices=slices,
-                    )
-                )
+            row.gpus = [_gpu_row(gpu, stale=row.stale, visible=visible, others=others) for gpu in telemetry.gpus.all()]
         rows.append(row)
     return rows
 
 
 # --- per workload --------------------------------------------------------------------------------
+
+
+def _series_point(chunk: list[tuple]) -> dict[str, Any]:
+    """One point of the series: the exact average (and maxima) of the minutes of `chunk`."""
+    readings = sum(m[1] for m in chunk)
+    memory = max(m[4] for m in chunk)
+    total = max(m[5] for m in chunk)
+    return {
+        "t": chunk[0][0].isoformat(),
+        "utilization": round(sum(m[2] for m in chunk) / readings, 1) if readings else None,
+        "utilization_max": max(m[3] for m in chunk),
+        "memory_used_bytes": memory,
+        "memory_percent": round(100 * memory / total, 1) if total else None,
+    }
 
 
 def workload_gpu_series(workload: Workload, *, since: datetime | None = None, max_points: int = 240) -> dict[str, Any]:
@@ -188,19 +210,7 @@ def workload_gpu_series(workload: Workload, *, since: datetime | None = None, ma
     points = []
     memory_total = max((m[5] for m in minutes), default=0)
     for start in range(0, len(minutes), step):
-        chunk = minutes[start : start + step]
-        readings = sum(m[1] for m in chunk)
-        memory = max(m[4] for m in chunk)
-        total = max(m[5] for m in chunk)
-        points.append(
-            {
-                "t": chunk[0][0].isoformat(),
-                "utilization": round(sum(m[2] for m in chunk) / readings, 1) if readings else None,
-                "utilization_max": max(m[3] for m in chunk),
-                "memory_used_bytes": memory,
-                "memory_percent": round(100 * memory / total, 1) if total else None,
-            }
-        )
+        points.append(_series_point(minutes[start : start + step]))
     return {
         "points": points,
         "simulated": any(m[6] for m in minutes),

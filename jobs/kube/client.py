@@ -124,11 +124,16 @@ def ready_endpoint(
     return None
 
 
+def _slice_port(item: dict, port_name: str) -> int | None:
+    """The EndpointSlice's port named `port_name`, else its first."""
+    ports = item.get("ports") or []
+    port = next((p.get("port") for p in ports if p.get("name") == port_name), None)
+    return port or (ports[0].get("port") if ports else None)
+
+
 def _first_ready(slices: list[dict], port_name: str) -> tuple[str, int] | None:
     for item in slices:
-        ports = item.get("ports") or []
-        port = next((p.get("port") for p in ports if p.get("name") == port_name), None)
-        port = port or (ports[0].get("port") if ports else None)
+        port = _slice_port(item, port_name)
         for endpoint in item.get("endpoints") or []:
             ready = (endpoint.get("conditions") or {}).get("ready")
             addresses = endpoint.get("addresses") or []

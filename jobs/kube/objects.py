@@ -155,12 +155,7 @@ def selector(spec: WorkloadSpec) -> dict[str, str]:
     return {names.LABEL_WORKLOAD: spec.uid}
 
 
-def make_container(spec: WorkloadSpec) -> dict:
-    gpus = str(spec.gpu_count)
-    cpu = f"{pod_cpu_millicores(spec)}m"
-    memory = f"{pod_memory_mib(spec)}Mi"
-    scratch = f"{spec.gpu_type.ephemeral_storage_request_mib}Mi"
-    scratch_limit = f"{max(spec.gpu_type.ephemeral_storage_limit_mib, spec.gpu_type.ephemeral_storage_request_mib)}Mi"
+def _container_env(spec: WorkloadSpec) -> list[dict]:
     env: list[dict] = [{"name": name, "value": value} for name, value in spec.env]
     # Secret values never enter the spec: the kubelet reads them from the Secret when the pod starts.
     env += [
@@ -171,9 +166,10 @@ def make_container(spec: WorkloadSpec) -> dict:
     env.append({"name": "GPUPORTAL_WORKLOAD", "value": spec.uid})
     if spec.kind == "service":
         env += ssh_objects.ssh_env(next((v.mount_path for v in spec.volumes if v.name == HOME_VOLUME), ""))
-    security: dict = {"allowPrivilegeEscalation": False, "privileged": False, "capabilities": {"drop": ["ALL"]}}
-    if spec.read_only_root:
-        security["readOnlyRootFilesystem"] = True
+    return env
+
+
+def _container_mounts(spec: WorkloadSpec) -> list[dict]:
     mounts = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]  # noqa: S108
     if spec.read_only_root:  # a read-only root still needs somewhere to write scratch files: /tmp is an emptyDir
         mounts.append({"name": TMP_VOLUME, "mountPath": "/tmp"})  # noqa: S108
@@ -184,22 +180,38 @@ def make_container(spec: WorkloadSpec) -> dict:
         mounts.append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
     if spec.kind == "service":
         mounts.append(ssh_objects.keys_mount())
+    return mounts
+
+
+def _container_resources(spec: WorkloadSpec) -> dict:
+    gpus = str(spec.gpu_count)
+    cpu = f"{pod_cpu_millicores(spec)}m"
+    memory = f"{pod_memory_mib(spec)}Mi"
+    scratch = f"{spec.gpu_type.ephemeral_storage_request_mib}Mi"
+    scratch_limit = f"{max(spec.gpu_type.ephemeral_storage_limit_mib, spec.gpu_type.ephemeral_storage_request_mib)}Mi"
+    return {
+        # Extended resources must have requests == limits; memory limit == request keeps the node honest.
+        "requests": {spec.gpu_type.resource_name: gpus, "cpu": cpu, "memory": memory, "ephemeral-storage": scratch},
+        "limits": {spec.gpu_type.resource_name: gpus, "memory": memory, "ephemeral-storage": scratch_limit},
+    }
+
+
+def make_container(spec: WorkloadSpec) -> dict:
+    security: dict = {"allowPrivilegeEscalation": False, "privileged": False, "capabilities": {"drop": ["ALL"]}}
+    if spec.read_only_root:
+        security["readOnlyRootFilesystem"] = True
     container: dict = {"name": CONTAINER_NAME, "image": spec.image}
     if spec.command:
         container["command"] = list(spec.command)
     if spec.args:
         container["args"] = list(spec.args)
-    container["env"] = env
+    container["env"] = _container_env(spec)
     if spec.port:
         container["ports"] = [{"containerPort": spec.port, "name": "http"}]
         container["readinessProbe"] = make_readiness_probe()
-    container["resources"] = {
-        # Extended resources must have requests == limits; memory limit == request keeps the node honest.
-        "requests": {spec.gpu_type.resource_name: gpus, "cpu": cpu, "memory": memory, "ephemeral-storage": scratch},
-        "limits": {spec.gpu_type.resource_name: gpus, "memory": memory, "ephemeral-storage": scratch_limit},
-    }
+    container["resources"] = _container_resources(spec)
     container["securityContext"] = security
-    container["volumeMounts"] = mounts
+    container["volumeMounts"] = _container_mounts(spec)
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     return container
 

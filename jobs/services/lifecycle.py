@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.utils import timezone
@@ -105,20 +105,15 @@ def enforce_limits() -> dict[str, int]:
     return {"stopped": stopped, "image_pull_failed": failed_pulls}
 
 
-def cleanup() -> dict[str, int]:
-    """Delete Kubernetes objects of finished workloads (after the retention period) and orphans.
-
-    Three list calls in all, whatever the number of workloads.
-    """
-    selector = f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY},{names.LABEL_INSTANCE}={names.label_value(settings.PORTAL_INSTANCE)}"
-    retention = timedelta(seconds=settings.PORTAL_RETENTION_SECONDS)
-    now = timezone.now()
+def _labelled_objects(selector: str) -> list[tuple[str, str, str, str, str]]:
+    """The portal's Jobs, Deployments and Services (three list calls): kind, namespace, name, workload uid,
+    created."""
     listings = {
         "Job": kube.batch().list_job_for_all_namespaces,
         "Deployment": kube.apps().list_deployment_for_all_namespaces,
         "Service": kube.core().list_service_for_all_namespaces,
     }
-    found: list[tuple[str, str, str, str, str]] = []  # kind, namespace, name, uid, created
+    found: list[tuple[str, str, str, str, str]] = []
     for kind, list_call in listings.items():
         body = json.loads(
             list_call(label_selector=selector, _preload_content=False, _request_timeout=kube.timeout() * 4).data
@@ -134,6 +129,33 @@ def cleanup() -> dict[str, int]:
                     meta.get("creationTimestamp", ""),
                 )
             )
+    return found
+
+
+def _due_for_deletion(
+    namespace: str, workload: Workload | None, created: str, *, retention: timedelta, now: datetime
+) -> bool:
+    """Is an object in `namespace` (of `workload`, None for an orphan) past its retention?"""
+    if not namespace.startswith(settings.KUBE_NAMESPACE_PREFIX):
+        return False  # not a team namespace: whatever wears our labels there is not ours to delete
+    if workload is None:
+        created_at = parse_datetime(created) if created else None
+        # an orphan, but give a half-finished submission time to be recorded
+        return created_at is not None and created_at + retention <= now
+    if namespace != (workload.namespace or workload.team.namespace):
+        return False  # a look-alike in another team's namespace is not this workload's object
+    return workload.state in State.final() and workload.state_changed_at + retention <= now
+
+
+def cleanup() -> dict[str, int]:
+    """Delete Kubernetes objects of finished workloads (after the retention period) and orphans.
+
+    Three list calls in all, whatever the number of workloads.
+    """
+    selector = f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY},{names.LABEL_INSTANCE}={names.label_value(settings.PORTAL_INSTANCE)}"
+    retention = timedelta(seconds=settings.PORTAL_RETENTION_SECONDS)
+    now = timezone.now()
+    found = _labelled_objects(selector)
     known = {
         w.uid: w
         for w in Workload.objects.filter(uid__in={uid for *_, uid, _ in found})
@@ -142,18 +164,8 @@ def cleanup() -> dict[str, int]:
     }
     deleted = 0
     for kind, namespace, name, uid, created in found:
-        if not namespace.startswith(settings.KUBE_NAMESPACE_PREFIX):
-            continue  # not a team namespace: whatever wears our labels there is not ours to delete
-        workload = known.get(uid)
-        if workload is not None:
-            if namespace != (workload.namespace or workload.team.namespace):
-                continue  # a look-alike in another team's namespace is not this workload's object
-            if workload.state not in State.final() or workload.state_changed_at + retention > now:
-                continue
-        else:
-            created_at = parse_datetime(created) if created else None
-            if created_at is None or created_at + retention > now:
-                continue  # an orphan, but give a half-finished submission time to be recorded
+        if not _due_for_deletion(namespace, known.get(uid), created, retention=retention, now=now):
+            continue
         try:
             _delete(kind, name, namespace)
             deleted += 1

@@ -47,92 +47,122 @@ def _share_fields(entry: dict, where: str) -> dict:
     return fields
 
 
+def _cpu_millicores(entry: dict[str, Any]) -> Any:
+    """CPU per GPU as given: in millicores, or in cores; None when neither is."""
+    cpu = entry.get("cpu_per_gpu_millicores")
+    if cpu is None and entry.get("cpu_per_gpu") is not None:
+        cpu = int(Decimal(str(entry["cpu_per_gpu"])) * 1000)
+    return cpu
+
+
+def _gpu_type_defaults(entry: dict[str, Any], slug: str, where: str) -> dict[str, Any]:
+    """A new GPU type's fields from its entry."""
+    cpu = _cpu_millicores(entry)
+    try:
+        weight = Decimal(str(entry.get("billing_weight", 1)))
+    except InvalidOperation as exc:
+        raise SeedError(f"{where}: 'billing_weight' must be a number") from exc
+    defaults = {
+        "display_name": entry.get("display_name") or slug.upper(),
+        "node_label_key": entry.get("node_label_key") or "gputype",
+        "node_label_value": entry.get("node_label_value") or slug,
+        "resource_name": entry.get("resource_name") or "nvidia.com/gpu",
+        "billing_weight": weight,
+        "enabled": bool(entry.get("enabled", True)),
+        "max_cuda_version": entry.get("max_cuda_version") or "",
+    }
+    if cpu is not None:
+        defaults["cpu_per_gpu_millicores"] = int(cpu)
+    if entry.get("memory_per_gpu_mib") is not None:
+        defaults["memory_per_gpu_mib"] = int(entry["memory_per_gpu_mib"])
+    return defaults | _share_fields(entry, where)
+
+
+def _seed_gpu_type(entry: dict[str, Any], where: str) -> bool:
+    slug = _require(entry, "slug", where)
+    defaults = _gpu_type_defaults(entry, slug, where)
+    if not GpuType.objects.filter(slug=slug).exists():
+        label = (defaults["node_label_key"], defaults["node_label_value"])
+        other = node_label_owner(*label)
+        if other is not None:
+            raise SeedError(
+                f"{where}: 'node_label_value' {label[0]}={label[1]} is already the node label of GPU "
+                f"type {other.slug!r}; each GPU type needs a label of its own"
+            )
+    _, created = GpuType.objects.get_or_create(slug=slug, defaults=defaults)
+    return created
+
+
+def _seed_team(entry: dict[str, Any], where: str) -> bool:
+    name = _require(entry, "name", where)
+    _, created = Team.objects.get_or_create(
+        slug=entry.get("slug") or slugify(name),
+        defaults={"name": name, "monthly_gpu_hour_budget": entry.get("monthly_gpu_hour_budget")},
+    )
+    return created
+
+
+def _seed_quota(entry: dict[str, Any], where: str) -> bool:
+    team_slug = _require(entry, "team", where)
+    type_slug = _require(entry, "gpu_type", where)
+    max_gpus = int(_require(entry, "max_gpus", where))
+    gpu_type = GpuType.objects.filter(slug=type_slug).first()
+    if gpu_type is None:
+        raise SeedError(f"{where}: unknown gpu_type {type_slug!r}")
+    team, _ = Team.objects.get_or_create(slug=team_slug, defaults={"name": team_slug})
+    _, created = Quota.objects.get_or_create(team=team, gpu_type=gpu_type, defaults={"max_gpus": max_gpus})
+    if created:
+        QuotaChange.objects.create(
+            team=team, gpu_type=gpu_type, old_max_gpus=None, new_max_gpus=max_gpus, note=SEED_NOTE
+        )
+    return created
+
+
+def _seed_image(entry: dict[str, Any], where: str) -> bool:
+    _, created = CatalogImage.objects.get_or_create(
+        reference=_require(entry, "reference", where),
+        defaults={
+            "title": _require(entry, "title", where),
+            "description": entry.get("description", ""),
+            "suits": entry.get("suits", CatalogImage.Suits.ANY),
+            "default_command": list(entry.get("default_command") or []),
+            "default_args": list(entry.get("default_args") or []),
+            "default_port": entry.get("default_port"),
+            "cuda_version": entry.get("cuda_version") or "",
+            "enabled": bool(entry.get("enabled", True)),
+            "needs_root": bool(entry.get("needs_root", False)),
+            "root_allowed": bool(entry.get("root_allowed", False)),
+            "read_only_root": bool(entry.get("read_only_root", False)),
+            "base_url_args": [str(a) for a in entry.get("base_url_args") or []],
+            "base_url_env": {str(k): str(v) for k, v in (entry.get("base_url_env") or {}).items()},
+        },
+    )
+    return created
+
+
+def _seed_registry(host: Any, where: str) -> bool:
+    _, created = AllowedRegistry.objects.get_or_create(host=str(host).strip().lower())
+    return created
+
+
 def apply_seed(document: dict[str, Any]) -> dict[str, int]:
     """Create what the document names and the database lacks; returns how many of each were created."""
     if not isinstance(document, dict):
         raise SeedError("the seed document must be a mapping")
-    counts = {"gpu_types": 0, "teams": 0, "quotas": 0, "images": 0, "allowed_registries": 0}
+    # (count, the document's list, as entries are named in errors, how one is created), in this order: a
+    # quota names a GPU type and a team the seed may create first.
+    sections = (
+        ("gpu_types", document.get("gpu_types"), "gpu_types", _seed_gpu_type),
+        ("teams", document.get("teams"), "teams", _seed_team),
+        ("quotas", document.get("default_quotas") or document.get("quotas"), "default_quotas", _seed_quota),
+        ("images", document.get("images"), "images", _seed_image),
+        ("allowed_registries", document.get("allowed_registries"), "allowed_registries", _seed_registry),
+    )
+    counts = {count: 0 for count, *_ in sections}
     with transaction.atomic():
-        for i, entry in enumerate(document.get("gpu_types") or []):
-            where = f"gpu_types[{i}]"
-            slug = _require(entry, "slug", where)
-            cpu = entry.get("cpu_per_gpu_millicores")
-            if cpu is None and entry.get("cpu_per_gpu") is not None:
-                cpu = int(Decimal(str(entry["cpu_per_gpu"])) * 1000)
-            try:
-                weight = Decimal(str(entry.get("billing_weight", 1)))
-            except InvalidOperation as exc:
-                raise SeedError(f"{where}: 'billing_weight' must be a number") from exc
-            defaults = {
-                "display_name": entry.get("display_name") or slug.upper(),
-                "node_label_key": entry.get("node_label_key") or "gputype",
-                "node_label_value": entry.get("node_label_value") or slug,
-                "resource_name": entry.get("resource_name") or "nvidia.com/gpu",
-                "billing_weight": weight,
-                "enabled": bool(entry.get("enabled", True)),
-                "max_cuda_version": entry.get("max_cuda_version") or "",
-            }
-            if cpu is not None:
-                defaults["cpu_per_gpu_millicores"] = int(cpu)
-            if entry.get("memory_per_gpu_mib") is not None:
-                defaults["memory_per_gpu_mib"] = int(entry["memory_per_gpu_mib"])
-            defaults |= _share_fields(entry, where)
-            if not GpuType.objects.filter(slug=slug).exists():
-                label = (defaults["node_label_key"], defaults["node_label_value"])
-                other = node_label_owner(*label)
-                if other is not None:
-                    raise SeedError(
-                        f"{where}: 'node_label_value' {label[0]}={label[1]} is already the node label of GPU "
-                        f"type {other.slug!r}; each GPU type needs a label of its own"
-                    )
-            _, created = GpuType.objects.get_or_create(slug=slug, defaults=defaults)
-            counts["gpu_types"] += created
-        for i, entry in enumerate(document.get("teams") or []):
-            name = _require(entry, "name", f"teams[{i}]")
-            _, created = Team.objects.get_or_create(
-                slug=entry.get("slug") or slugify(name),
-                defaults={"name": name, "monthly_gpu_hour_budget": entry.get("monthly_gpu_hour_budget")},
-            )
-            counts["teams"] += created
-        for i, entry in enumerate(document.get("default_quotas") or document.get("quotas") or []):
-            where = f"default_quotas[{i}]"
-            team_slug = _require(entry, "team", where)
-            type_slug = _require(entry, "gpu_type", where)
-            max_gpus = int(_require(entry, "max_gpus", where))
-            gpu_type = GpuType.objects.filter(slug=type_slug).first()
-            if gpu_type is None:
-                raise SeedError(f"{where}: unknown gpu_type {type_slug!r}")
-            team, _ = Team.objects.get_or_create(slug=team_slug, defaults={"name": team_slug})
-            _, created = Quota.objects.get_or_create(team=team, gpu_type=gpu_type, defaults={"max_gpus": max_gpus})
-            if created:
-                QuotaChange.objects.create(
-                    team=team, gpu_type=gpu_type, old_max_gpus=None, new_max_gpus=max_gpus, note=SEED_NOTE
-                )
-            counts["quotas"] += created
-        for i, entry in enumerate(document.get("images") or []):
-            where = f"images[{i}]"
-            _, created = CatalogImage.objects.get_or_create(
-                reference=_require(entry, "reference", where),
-                defaults={
-                    "title": _require(entry, "title", where),
-                    "description": entry.get("description", ""),
-                    "suits": entry.get("suits", CatalogImage.Suits.ANY),
-                    "default_command": list(entry.get("default_command") or []),
-                    "default_args": list(entry.get("default_args") or []),
-                    "default_port": entry.get("default_port"),
-                    "cuda_version": entry.get("cuda_version") or "",
-                    "enabled": bool(entry.get("enabled", True)),
-                    "needs_root": bool(entry.get("needs_root", False)),
-                    "root_allowed": bool(entry.get("root_allowed", False)),
-                    "read_only_root": bool(entry.get("read_only_root", False)),
-                    "base_url_args": [str(a) for a in entry.get("base_url_args") or []],
-                    "base_url_env": {str(k): str(v) for k, v in (entry.get("base_url_env") or {}).items()},
-                },
-            )
-            counts["images"] += created
-        for host in document.get("allowed_registries") or []:
-            _, created = AllowedRegistry.objects.get_or_create(host=str(host).strip().lower())
-            counts["allowed_registries"] += created
+        for count, entries, name, seed_one in sections:
+            for i, entry in enumerate(entries or []):
+                counts[count] += seed_one(entry, f"{name}[{i}]")
     return counts
 
 

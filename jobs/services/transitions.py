@@ -45,6 +45,24 @@ def can_move(from_state: str, to_state: str) -> bool:
     return to_state in TRANSITIONS.get(from_state, frozenset())
 
 
+def _needs_end(workload: Workload, to_state: str, changes: dict[str, Any]) -> bool:
+    """A move to a final state of a workload that ever started, with no end given."""
+    return (
+        to_state in State.final()
+        and changes.get("finished_at") is None
+        and bool(changes.get("started_at") or workload.started_at)
+    )
+
+
+def _gpus_released(workload: Workload) -> None:
+    """GPUs were released: the next queued workload of this team and type may fit now. Asked once while a
+    pass waits to start (a burst of ends is one pass, not one each; that pass starts after this commit, so
+    it sees these GPUs free)."""
+    from jobs.services.dispatch import request_admission
+
+    request_admission(team_id=workload.team_id, gpu_type_id=workload.gpu_type_id)
+
+
 def transition(
     workload: Workload,
     to_state: str,
@@ -70,11 +88,7 @@ def transition(
 
     counted_before = counted_interval(workload)
     changes = {"state": to_state, "reason": reason, "message": message, "state_changed_at": now, **fields}
-    if (
-        to_state in State.final()
-        and changes.get("finished_at") is None
-        and (changes.get("started_at") or workload.started_at)
-    ):
+    if _needs_end(workload, to_state, changes):
         # A workload that ever started stops counting GPU time when it ends, whoever ends it (the
         # database refuses a final, started workload without an end).
         changes["finished_at"] = now
@@ -93,12 +107,7 @@ def transition(
         for key, value in changes.items():
             setattr(workload, key, value)
         if from_state in State.holding() and to_state not in State.holding():
-            # GPUs were released: the next queued workload of this team and type may fit now. Asked once
-            # while a pass waits to start (a burst of ends is one pass, not one each; that pass starts after
-            # this commit, so it sees these GPUs free).
-            from jobs.services.dispatch import request_admission
-
-            request_admission(team_id=workload.team_id, gpu_type_id=workload.gpu_type_id)
+            _gpus_released(workload)
         if to_state in State.final() or changes.keys() & {"started_at", "finished_at", "counted_from"}:
             note_interval_changed(workload, before=counted_before)
         # The one place workload news is announced: in this transaction (notifications records it, sent on commit).

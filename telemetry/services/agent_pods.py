@@ -71,18 +71,17 @@ def agent_pod_identify(token: str) -> AgentPod | None:
     return pod
 
 
-def _review(token: str, namespace: str, account: str) -> AgentPod | None:
-    api = kube.api_client()
-    audience = settings.AGENT_TOKEN_AUDIENCE
-    review = k8s.AuthenticationV1Api(api).create_token_review(
-        k8s.V1TokenReview(spec=k8s.V1TokenReviewSpec(token=token, audiences=[audience])),
-        _request_timeout=kube.timeout(),
-    )
-    status = review.status
-    if not status or not status.authenticated or audience not in (status.audiences or []):
+def _authenticated(status, audience: str) -> bool:
+    return bool(status and status.authenticated and audience in (status.audiences or []))
+
+
+def _bound_pod(status, audience: str, username: str) -> tuple[str, str] | None:
+    """(name, uid) of the pod a reviewed token is bound to, if it authenticated for `audience` as the agent's
+    service account `username`."""
+    if not _authenticated(status, audience):
         return None
     user = status.user
-    if user.username != f"system:serviceaccount:{namespace}:{account}":
+    if user.username != username:
         log.warning("agent token refused: it belongs to %s, not the agent's account", user.username)
         return None
     extra = user.extra or {}
@@ -92,6 +91,20 @@ def _review(token: str, namespace: str, account: str) -> AgentPod | None:
         # A token of the account that no pod is bound to (a Secret's legacy token, a hand-made TokenRequest).
         log.warning("agent token refused: the account's token is not bound to a pod")
         return None
+    return pod_name, pod_uid
+
+
+def _review(token: str, namespace: str, account: str) -> AgentPod | None:
+    api = kube.api_client()
+    audience = settings.AGENT_TOKEN_AUDIENCE
+    review = k8s.AuthenticationV1Api(api).create_token_review(
+        k8s.V1TokenReview(spec=k8s.V1TokenReviewSpec(token=token, audiences=[audience])),
+        _request_timeout=kube.timeout(),
+    )
+    bound = _bound_pod(review.status, audience, f"system:serviceaccount:{namespace}:{account}")
+    if bound is None:
+        return None
+    pod_name, pod_uid = bound
     try:
         pod = k8s.CoreV1Api(api).read_namespaced_pod(pod_name, namespace, _request_timeout=kube.timeout())
     except ApiException as exc:

@@ -56,8 +56,8 @@ class _WorkloadShare:
     memory_total: int = 0
 
 
-def report_ingest(*, report: Report, received_at: datetime | None = None) -> IngestResult:
-    received_at = received_at or timezone.now()
+def _check_bounds(report: Report, received_at: datetime) -> None:
+    """ReportRejected, naming the field, for a report larger than the portal takes or from the future."""
     if len(report.gpus) > settings.TELEMETRY_MAX_GPUS_PER_REPORT:
         raise ReportRejected(f"gpus: a node reports at most {settings.TELEMETRY_MAX_GPUS_PER_REPORT} GPUs")
     for gpu in report.gpus:
@@ -71,6 +71,11 @@ def report_ingest(*, report: Report, received_at: datetime | None = None) -> Ing
             f"timestamp: {report.timestamp.isoformat()} is more than {skew.total_seconds():.0f} s ahead of the "
             "portal's clock; check the node's time"
         )
+
+
+def report_ingest(*, report: Report, received_at: datetime | None = None) -> IngestResult:
+    received_at = received_at or timezone.now()
+    _check_bounds(report, received_at)
     with transaction.atomic():
         node = _lock_node(report, received_at)
         if node.reports_total and report.timestamp <= node.last_report_at:
@@ -166,7 +171,8 @@ def _add_readings(
         share.memory_used += process.used_memory_bytes or 0
 
 
-def _store_workload_minutes(report: Report) -> list[str]:
+def _shares_by_pod(report: Report) -> dict[str, _WorkloadShare]:
+    """Each pod's readings of the report's healthy GPUs and MIG slices (pods without one left out)."""
     shares: dict[str, _WorkloadShare] = defaultdict(_WorkloadShare)
     for gpu in report.gpus:
         if gpu.state != "ok":
@@ -179,7 +185,32 @@ def _store_workload_minutes(report: Report) -> list[str]:
                 _add_readings(
                     shares, (gpu.index, mig.index), mig.utilization_gpu_percent, mig.memory_total_bytes, mig.processes
                 )
-    shares = {uid: share for uid, share in shares.items() if share.utilization}
+    return {uid: share for uid, share in shares.items() if share.utilization}
+
+
+def _minute_row(workload: Workload, share: _WorkloadShare, report: Report, minute, interval: float) -> tuple:
+    """One workload's row of `_upsert_minutes` for this report."""
+    utilization_sum = float(sum(share.utilization))
+    return (
+        workload.id,
+        workload.team_id,
+        minute,
+        report.node,
+        report.simulated,
+        1,
+        len(share.utilization),
+        utilization_sum,
+        max(share.utilization),
+        share.memory_used,
+        share.memory_used,
+        share.memory_total,
+        utilization_sum / 100 * interval,
+        len(share.utilization) * interval,
+    )
+
+
+def _store_workload_minutes(report: Report) -> list[str]:
+    shares = _shares_by_pod(report)
     if not shares:
         return []
     # A process counts for a workload only when the workload runs on the reporting node: a node's agent
@@ -194,28 +225,7 @@ def _store_workload_minutes(report: Report) -> list[str]:
     workloads = list(by_pod.values())
     interval = min(report.interval_seconds, MAX_INTERVAL_SECONDS)
     minute = report.timestamp.replace(second=0, microsecond=0)
-    rows = []
-    for pod_uid, workload in by_pod.items():
-        share = shares[pod_uid]
-        utilization_sum = float(sum(share.utilization))
-        rows.append(
-            (
-                workload.id,
-                workload.team_id,
-                minute,
-                report.node,
-                report.simulated,
-                1,
-                len(share.utilization),
-                utilization_sum,
-                max(share.utilization),
-                share.memory_used,
-                share.memory_used,
-                share.memory_total,
-                utilization_sum / 100 * interval,
-                len(share.utilization) * interval,
-            )
-        )
+    rows = [_minute_row(workload, shares[pod_uid], report, minute, interval) for pod_uid, workload in by_pod.items()]
     _upsert_minutes(rows)
     return sorted(w.uid for w in workloads)
 

@@ -45,6 +45,15 @@ def test_an_allowed_network_opens_loopback_but_not_the_metadata_address(settings
     check_webhook_url("https://93.184.215.14/hook")  # a public address needs no allowance
 
 
+def test_the_settings_page_asks_a_visitor_to_sign_in_first(client):
+    page = client.get(reverse("notification_settings"))
+    assert page.status_code == 302
+    assert page["Location"].startswith(reverse("login"))
+    posted = client.post(reverse("notification_settings"), {"form": "me", "me-topics": ["problems"]})
+    assert posted.status_code == 302
+    assert not Preference.objects.exists()
+
+
 def test_the_settings_page_saves_choices_and_refuses_a_bad_webhook_naming_the_field(client, django_user_model):
     alice = django_user_model.objects.create_user("alice", "alice@example.org", "pw")
     client.force_login(alice)

@@ -72,25 +72,39 @@ def observe_gang(nodes: int, ranks: dict[int, Observation | None]) -> Observatio
         return None
     failed = sorted((rank, obs) for rank, obs in seen.items() if obs.state == State.FAILED)
     if failed:
-        rank, obs = failed[0]
-        what = obs.message.rstrip(".")
-        message = f"Rank {rank} of {nodes} failed: {what}. The other ranks were stopped."
-        started, finished = gang_interval(nodes, list(seen.values()), fallback_end=obs.finished_at)
-        return Observation(
-            State.FAILED,
-            obs.reason,
-            message,
-            started,
-            finished,
-            obs.exit_code,
-            obs.node_name,
-            obs.pod_name,
-            obs.pod_uid,
-        )
+        return _gang_failed(nodes, seen, *failed[0])
+    return _gang_succeeded(nodes, seen) or _gang_not_done(nodes, seen)
+
+
+def _gang_succeeded(nodes: int, seen: dict[int, Observation]) -> Observation | None:
+    """Succeeded when every rank did; None until then."""
     done = [obs for obs in seen.values() if obs.state == State.SUCCEEDED]
-    if len(done) == nodes:
-        started, finished = gang_interval(nodes, done)
-        return Observation(State.SUCCEEDED, "Completed", f"All {nodes} ranks exited with code 0.", started, finished, 0)
+    if len(done) != nodes:
+        return None
+    started, finished = gang_interval(nodes, done)
+    return Observation(State.SUCCEEDED, "Completed", f"All {nodes} ranks exited with code 0.", started, finished, 0)
+
+
+def _gang_failed(nodes: int, seen: dict[int, Observation], rank: int, obs: Observation) -> Observation:
+    """The gang failed with rank `rank` (the lowest that failed; `obs` its observation)."""
+    what = obs.message.rstrip(".")
+    message = f"Rank {rank} of {nodes} failed: {what}. The other ranks were stopped."
+    started, finished = gang_interval(nodes, list(seen.values()), fallback_end=obs.finished_at)
+    return Observation(
+        State.FAILED,
+        obs.reason,
+        message,
+        started,
+        finished,
+        obs.exit_code,
+        obs.node_name,
+        obs.pod_name,
+        obs.pod_uid,
+    )
+
+
+def _gang_not_done(nodes: int, seen: dict[int, Observation]) -> Observation:
+    """Running when every rank runs (or has succeeded), else pending: how many run, why the first waits."""
     running = [obs for obs in seen.values() if obs.state in (State.RUNNING, State.SUCCEEDED)]
     rank0 = seen.get(0)
     where = {"node_name": rank0.node_name, "pod_name": rank0.pod_name, "pod_uid": rank0.pod_uid} if rank0 else {}
@@ -99,11 +113,17 @@ def observe_gang(nodes: int, ranks: dict[int, Observation | None]) -> Observatio
         nodes_used = sorted({obs.node_name for obs in running if obs.node_name})
         return Observation(State.RUNNING, "Running", f"All {nodes} ranks running on {', '.join(nodes_used)}.",
                            started, **where)  # fmt: skip
+    reason, why = _first_waiting(nodes, seen)
+    return Observation(State.PENDING, reason, f"{len(running)} of {nodes} ranks running.{why}", **where)
+
+
+def _first_waiting(nodes: int, seen: dict[int, Observation]) -> tuple[str, str]:
+    """(reason, " Rank n: why") of the first rank still waiting, as a pending gang says it."""
     waiting = sorted(rank for rank in range(nodes) if rank not in seen or seen[rank].state == State.PENDING)
     first = seen.get(waiting[0]) if waiting else None
-    why = f" Rank {waiting[0]}: {first.message}" if first is not None else ""
-    reason = first.reason if first is not None else "Scheduling"
-    return Observation(State.PENDING, reason, f"{len(running)} of {nodes} ranks running.{why}", **where)
+    if first is None:
+        return "Scheduling", ""
+    return first.reason, f" Rank {waiting[0]}: {first.message}"
 
 
 def gang_interval(
@@ -141,6 +161,21 @@ def sync_gang(workload: Workload, jobs: list[dict[str, Any]], pods: list[dict[st
     return moved
 
 
+def _rank_facts(obs: Observation, pod: dict[str, Any] | None) -> dict[str, Any]:
+    """A rank's GangRank fields from its observation and its newest pod."""
+    return {
+        "phase": obs.state,
+        "reason": obs.reason[:64],
+        "pod_name": obs.pod_name,
+        "pod_uid": obs.pod_uid,
+        "pod_ip": ((pod or {}).get("status") or {}).get("podIP") or "",
+        "node_name": obs.node_name,
+        "exit_code": obs.exit_code,
+        "started_at": obs.started_at,
+        "finished_at": obs.finished_at,
+    }
+
+
 def record_ranks(
     workload: Workload,
     ranks: dict[int, Observation | None],
@@ -151,18 +186,7 @@ def record_ranks(
     for rank, obs in ranks.items():
         if obs is None:
             continue
-        pod = _newest(by_rank[rank][1])
-        facts = {
-            "phase": obs.state,
-            "reason": obs.reason[:64],
-            "pod_name": obs.pod_name,
-            "pod_uid": obs.pod_uid,
-            "pod_ip": ((pod or {}).get("status") or {}).get("podIP") or "",
-            "node_name": obs.node_name,
-            "exit_code": obs.exit_code,
-            "started_at": obs.started_at,
-            "finished_at": obs.finished_at,
-        }
+        facts = _rank_facts(obs, _newest(by_rank[rank][1]))
         row = known.get(rank)
         if row is None:
             GangRank.objects.create(workload=workload, attempt=workload.attempt, rank=rank, **facts)
@@ -189,18 +213,21 @@ def hand_over_master_addr(by_rank: dict[int, tuple[dict[str, Any] | None, list[d
         if rank == 0:
             continue
         for pod in pods:
-            meta = pod.get("metadata") or {}
-            if (
-                meta.get("deletionTimestamp")
-                or (meta.get("annotations") or {}).get(names.ANNOTATION_MASTER_ADDR) == address
-            ):
-                continue
-            body = {"metadata": {"annotations": {names.ANNOTATION_MASTER_ADDR: address}}}
-            try:
-                kube.core().patch_namespaced_pod(meta["name"], meta["namespace"], body, _request_timeout=kube.timeout())
-                patched += 1
-            except ApiException as exc:
-                if exc.status != 404:
-                    log.warning("gang %s: could not hand rank 0's address to %s: %s", meta.get("name"), rank,
-                                kube.classify(exc).message)  # fmt: skip
+            patched += _hand_over(pod, rank, address)
     return patched
+
+
+def _hand_over(pod: dict[str, Any], rank: int, address: str) -> bool:
+    """Annotate one live rank pod with rank 0's `address` unless it has it; whether it was patched."""
+    meta = pod.get("metadata") or {}
+    if meta.get("deletionTimestamp") or (meta.get("annotations") or {}).get(names.ANNOTATION_MASTER_ADDR) == address:
+        return False
+    body = {"metadata": {"annotations": {names.ANNOTATION_MASTER_ADDR: address}}}
+    try:
+        kube.core().patch_namespaced_pod(meta["name"], meta["namespace"], body, _request_timeout=kube.timeout())
+    except ApiException as exc:
+        if exc.status != 404:
+            log.warning("gang %s: could not hand rank 0's address to %s: %s", meta.get("name"), rank,
+                        kube.classify(exc).message)  # fmt: skip
+        return False
+    return True

@@ -46,6 +46,15 @@ class Verdict:
         return not self.faults
 
 
+def _hot_since(gpu: GpuSeen, watch: Watch, *, at: datetime, hot_celsius: int) -> datetime | None:
+    """Since when the GPU has been hot (None: it is not); a GPU with no temperature keeps what was seen."""
+    if gpu.temperature_celsius is None:
+        return watch.hot_since
+    if gpu.temperature_celsius >= hot_celsius:
+        return watch.hot_since or at
+    return None
+
+
 def judge(gpu: GpuSeen, watch: Watch, *, at: datetime, hot_celsius: int, hot_seconds: int) -> Verdict:
     faults: list[tuple[str, str]] = []
     if gpu.lost:
@@ -57,16 +66,13 @@ def judge(gpu: GpuSeen, watch: Watch, *, at: datetime, hot_celsius: int, hot_sec
     seen = 0 if xid_count < watch.xid_errors_seen else watch.xid_errors_seen
     if xid_count > seen and gpu.last_xid in FATAL_XIDS:
         faults.append(("xid", f"Xid {gpu.last_xid} ({xid_count - seen} new critical error(s))."))
-    hot_since = watch.hot_since
-    if gpu.temperature_celsius is not None and gpu.temperature_celsius >= hot_celsius:
-        hot_since = hot_since or at
-        if at - hot_since >= timedelta(seconds=hot_seconds):
-            faults.append(
-                (
-                    "thermal",
-                    f"{gpu.temperature_celsius} °C, at or over {hot_celsius} °C for {int((at - hot_since).total_seconds())} s.",
-                )
+    hot_since = _hot_since(gpu, watch, at=at, hot_celsius=hot_celsius)
+    hot = gpu.temperature_celsius is not None and gpu.temperature_celsius >= hot_celsius
+    if hot and at - hot_since >= timedelta(seconds=hot_seconds):
+        faults.append(
+            (
+                "thermal",
+                f"{gpu.temperature_celsius} °C, at or over {hot_celsius} °C for {int((at - hot_since).total_seconds())} s.",
             )
-    elif gpu.temperature_celsius is not None:
-        hot_since = None
+        )
     return Verdict(tuple(faults), Watch(hot_since=hot_since, xid_errors_seen=xid_count))

@@ -24,10 +24,27 @@ def _quantity(value: str | int | None) -> int:
         return 0
 
 
-def inventory_sync() -> int:
-    """Refresh GpuNode rows from the cluster; returns the number of GPU nodes seen."""
-    types = list(GpuType.objects.all())
-    resources = {t.resource_name for t in types} or {"nvidia.com/gpu"}
+def _container_gpus(container: dict, resources: set[str]) -> int:
+    requested = (container.get("resources") or {}).get("requests") or {}
+    limits = (container.get("resources") or {}).get("limits") or {}
+    return sum(_quantity(requested.get(resource, limits.get(resource))) for resource in resources)
+
+
+def _gpus(status: dict, key: str, resources: set[str]) -> int:
+    """A node's GPUs by its status's `key` ("capacity", "allocatable"), over every GPU resource."""
+    return sum(_quantity((status.get(key) or {}).get(r)) for r in resources)
+
+
+def _ready(status: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def _gpu_type_of(labels: dict, types: list[GpuType]) -> GpuType | None:
+    return next((t for t in types if labels.get(t.node_label_key) == t.node_label_value), None)
+
+
+def _list_nodes_and_pods() -> tuple[dict, dict]:
+    """The cluster's nodes and its pods that have not ended, as raw JSON."""
     nodes = json.loads(kube.core().list_node(_preload_content=False, _request_timeout=kube.timeout() * 2).data)
     pods = json.loads(
         kube.core()
@@ -38,16 +55,48 @@ def inventory_sync() -> int:
         )
         .data
     )
+    return nodes, pods
+
+
+def _gpus_in_use(pods: dict, resources: set[str]) -> dict[str, int]:
+    """GPUs the pods ask for, per node they are placed on (requests, else limits, of each GPU resource)."""
     in_use: dict[str, int] = defaultdict(int)
     for pod in pods.get("items") or []:
         node = (pod.get("spec") or {}).get("nodeName")
         if not node:
             continue
         for container in (pod.get("spec") or {}).get("containers") or []:
-            requested = (container.get("resources") or {}).get("requests") or {}
-            limits = (container.get("resources") or {}).get("limits") or {}
-            for resource in resources:
-                in_use[node] += _quantity(requested.get(resource, limits.get(resource)))
+            in_use[node] += _container_gpus(container, resources)
+    return in_use
+
+
+def _gpu_node_fields(node: dict, resources: set[str], types: list[GpuType]) -> dict | None:
+    """A node's GpuNode fields (all but GPUs in use and when seen); None for a node without GPUs."""
+    meta, status, spec = node["metadata"], node.get("status") or {}, node.get("spec") or {}
+    labels = meta.get("labels") or {}
+    capacity = _gpus(status, "capacity", resources)
+    if capacity == 0:
+        return None
+    fields = {
+        "gpu_type": _gpu_type_of(labels, types),
+        "gpus_capacity": capacity,
+        "gpus_allocatable": _gpus(status, "allocatable", resources),
+        "ready": _ready(status),
+        "schedulable": not spec.get("unschedulable", False),
+        "labels": labels,
+    }
+    # GPU Feature Discovery's labels, when present; otherwise keep what the node agent reported.
+    if CUDA_MAJOR in labels:
+        fields["cuda_driver_version"] = f"{labels[CUDA_MAJOR]}.{labels.get(CUDA_MINOR, '0')}"
+    return fields
+
+
+def inventory_sync() -> int:
+    """Refresh GpuNode rows from the cluster; returns the number of GPU nodes seen."""
+    types = list(GpuType.objects.all())
+    resources = {t.resource_name for t in types} or {"nvidia.com/gpu"}
+    nodes, pods = _list_nodes_and_pods()
+    in_use = _gpus_in_use(pods, resources)
     now = timezone.now()
     seen: list[str] = []
     with transaction.atomic():
@@ -56,28 +105,12 @@ def inventory_sync() -> int:
         # until the next sync, and its nodes would look missing to the intake).
         types = list(GpuType.objects.all())
         for node in nodes.get("items") or []:
-            meta, status, spec = node["metadata"], node.get("status") or {}, node.get("spec") or {}
-            labels = meta.get("labels") or {}
-            capacity = sum(_quantity((status.get("capacity") or {}).get(r)) for r in resources)
-            if capacity == 0:
+            fields = _gpu_node_fields(node, resources, types)
+            if fields is None:
                 continue
-            allocatable = sum(_quantity((status.get("allocatable") or {}).get(r)) for r in resources)
-            gpu_type = next((t for t in types if labels.get(t.node_label_key) == t.node_label_value), None)
-            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-            defaults = {
-                "gpu_type": gpu_type,
-                "gpus_capacity": capacity,
-                "gpus_allocatable": allocatable,
-                "gpus_in_use": in_use.get(meta["name"], 0),
-                "ready": ready,
-                "schedulable": not spec.get("unschedulable", False),
-                "labels": labels,
-                "last_seen_at": now,
-            }
-            # GPU Feature Discovery's labels, when present; otherwise keep what the node agent reported.
-            if CUDA_MAJOR in labels:
-                defaults["cuda_driver_version"] = f"{labels[CUDA_MAJOR]}.{labels.get(CUDA_MINOR, '0')}"
-            GpuNode.objects.update_or_create(name=meta["name"], defaults=defaults)
-            seen.append(meta["name"])
+            name = node["metadata"]["name"]
+            fields |= {"gpus_in_use": in_use.get(name, 0), "last_seen_at": now}
+            GpuNode.objects.update_or_create(name=name, defaults=fields)
+            seen.append(name)
         GpuNode.objects.exclude(name__in=seen).delete()
     return len(seen)

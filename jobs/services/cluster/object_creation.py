@@ -66,6 +66,15 @@ class SecretPending(Exception):
 SECRET_WAIT_INLINE_SECONDS = 3.0
 
 
+def _own_env(workload: Workload) -> tuple[tuple[str, str], ...]:
+    """The environment the submitter set (never a name the portal's contract sets)."""
+    return tuple((e["name"], e["value"]) for e in workload.env or () if e["name"] not in contract.CONTRACT_NAMES)
+
+
+def _secret_refs(workload: Workload) -> tuple[objects.SecretRef, ...]:
+    return tuple(objects.SecretRef(s["name"], s["k8s_name"], s.get("env", "")) for s in workload.secrets or ())
+
+
 def spec_for(workload: Workload, *, pull_secrets: dict[str, str] | None = None) -> objects.WorkloadSpec:
     """The workload as the renderer takes it. `pull_secrets` (registry host -> pull Secret name): read
     once for a batch instead of once per workload."""
@@ -92,15 +101,13 @@ def spec_for(workload: Workload, *, pull_secrets: dict[str, str] | None = None) 
         time_limit_seconds=workload.time_limit_seconds,
         command=tuple(workload.command or ()),
         args=tuple(workload.args or ()) + base_url_args(workload),
-        env=tuple((e["name"], e["value"]) for e in workload.env or () if e["name"] not in contract.CONTRACT_NAMES)
-        + base_url_env(workload)
-        + checkpoint_env(workload),
+        env=_own_env(workload) + base_url_env(workload) + checkpoint_env(workload),
         port=workload.port,
         volumes=workspaces.volume_specs(workload.mounts or []),
         image_pull_secrets=image_pull_secrets(workload.image, pull_secrets),
         cpu_millicores=workload.cpu_millicores,
         memory_mib=workload.memory_mib,
-        secrets=tuple(objects.SecretRef(s["name"], s["k8s_name"], s.get("env", "")) for s in workload.secrets or ()),
+        secrets=_secret_refs(workload),
         instance=settings.PORTAL_INSTANCE,
         attempt=workload.attempt,
         termination_grace_seconds=settings.PORTAL_PREEMPT_GRACE_SECONDS,
@@ -224,6 +231,25 @@ def registry_pull_secrets() -> dict[str, str]:
     }
 
 
+def _still_pending(workload: Workload, ref: objects.SecretRef, row: TeamSecret | None) -> bool:
+    """Whether the secret `ref` is still being written; raises when the workload cannot have it."""
+    if row is None or row.state == SecretState.DELETING:
+        raise SecretUnavailable(f"The secret {ref.name} was deleted after this was submitted; store it again.")
+    if not row.shared and row.owner_id != workload.owner_id:
+        raise NotTheOwners(f"The secret {ref.name} belongs to someone else; store your own.")
+    if row.state == SecretState.FAILED:
+        raise SecretUnavailable(f"The secret {ref.name} could not be written: {row.message}")
+    if row.state != SecretState.PENDING:
+        return False
+    waited = (timezone.now() - row.updated_at).total_seconds()
+    if waited > settings.PORTAL_SECRET_WRITE_TIMEOUT:
+        raise SecretUnavailable(
+            f"The secret {ref.name} was not confirmed written within {settings.PORTAL_SECRET_WRITE_TIMEOUT} s; "
+            "store it again."
+        )
+    return True
+
+
 def secrets_written(workload: Workload, refs: tuple[objects.SecretRef, ...]) -> None:
     """Every secret the workload names holds its latest value in Kubernetes: wait briefly for ones the
     engine is still writing (raising SecretPending after that, so the task retries); SecretUnavailable
@@ -237,23 +263,7 @@ def secrets_written(workload: Workload, refs: tuple[objects.SecretRef, ...]) -> 
             row.k8s_name: row
             for row in TeamSecret.objects.filter(team_id=workload.team_id, k8s_name__in=[r.k8s_name for r in refs])
         }
-        pending = []
-        for ref in refs:
-            row = rows.get(ref.k8s_name)
-            if row is None or row.state == SecretState.DELETING:
-                raise SecretUnavailable(f"The secret {ref.name} was deleted after this was submitted; store it again.")
-            if not row.shared and row.owner_id != workload.owner_id:
-                raise NotTheOwners(f"The secret {ref.name} belongs to someone else; store your own.")
-            if row.state == SecretState.FAILED:
-                raise SecretUnavailable(f"The secret {ref.name} could not be written: {row.message}")
-            if row.state == SecretState.PENDING:
-                waited = (timezone.now() - row.updated_at).total_seconds()
-                if waited > settings.PORTAL_SECRET_WRITE_TIMEOUT:
-                    raise SecretUnavailable(
-                        f"The secret {ref.name} was not confirmed written within {settings.PORTAL_SECRET_WRITE_TIMEOUT} s; "
-                        "store it again."
-                    )
-                pending.append(ref.name)
+        pending = [ref.name for ref in refs if _still_pending(workload, ref, rows.get(ref.k8s_name))]
         if not pending:
             return
         if time.monotonic() >= deadline:
@@ -355,26 +365,68 @@ def workloads_create_objects(workload_ids: list[int]) -> int:
     return moved
 
 
+def _to_create(workload_ids: list[int]) -> list[Workload]:
+    """The batch's workloads still to be created, in the given order: submitting, or moved on without
+    objects' names recorded."""
+    # The related rows in queries of their own (prefetch), not joined: PostgreSQL spent 5-8 ms planning
+    # the four-way join each time (its estimates probe the ends of the workload table's foreign-key
+    # indexes, where a burst of new and just-updated rows of the same team and person lies).
+    by_id = {
+        w.id: w
+        for w in Workload.objects.prefetch_related("team", "gpu_type", "owner", "catalog_image")
+        .filter(id__in=workload_ids)
+        .order_by()  # the batch's own order is kept below
+    }
+    return [by_id[i] for i in dict.fromkeys(workload_ids) if i in by_id and _still_to_create(by_id[i])]
+
+
+def _still_to_create(workload: Workload) -> bool:
+    return workload.state == State.SUBMITTING or (
+        workload.state in (State.PENDING, State.RUNNING) and not workload.k8s_name
+    )
+
+
+def _create_in_order(
+    batch: list[Workload],
+    specs: dict[int, objects.WorkloadSpec],
+    rendered: dict[int, list[dict]],
+    heartbeat: _Heartbeat,
+    created: list[Workload],
+) -> None:
+    """Create the objects of the batch's ready workloads, adding each created one to `created`; one refused
+    fails at once; the first transient failure is raised once the rest have been tried."""
+    ready, stopped = _ready_to_create(batch, specs, heartbeat)
+    outcomes = _create_all(ready, specs, rendered, heartbeat)
+    for workload in ready:
+        outcome = outcomes[workload.id]
+        if outcome is None:
+            created.append(workload)
+        elif isinstance(outcome, SubmitRejected):
+            transition(workload, State.FAILED, reason=outcome.reason, message=str(outcome), finished_at=None)
+            workload_delete_objects(workload)
+        elif stopped is None:
+            stopped = outcome  # a transient failure: the task retries what is still SUBMITTING
+    if stopped is not None:
+        raise stopped
+
+
+def _cluster_wait_message(exc: ApiException) -> str:
+    if exc.status in (403, 404):  # the namespace's set-up (RBAC, the namespace itself) is not done yet
+        return f"{kube.PREPARING_TEAM_SPACE}; it starts as soon as that is ready."
+    return f"Waiting for the cluster ({kube.user_words(exc).lower()}); retrying."
+
+
+def _say_waiting(batch: list[Workload], created: list[Workload], message: str) -> None:
+    """Tell the batch's workloads not created (still submitting) why they wait for the retry."""
+    done = {w.id for w in created}
+    Workload.objects.filter(id__in=[w.id for w in batch if w.id not in done], state=State.SUBMITTING).update(
+        message=message[:2000]
+    )
+
+
 def _create_batch(workload_ids: list[int], profile: BatchProfile) -> tuple[int, int]:
     with profile.phase("load"):
-        # The related rows in queries of their own (prefetch), not joined: PostgreSQL spent 5-8 ms planning
-        # the four-way join each time (its estimates probe the ends of the workload table's foreign-key
-        # indexes, where a burst of new and just-updated rows of the same team and person lies).
-        by_id = {
-            w.id: w
-            for w in Workload.objects.prefetch_related("team", "gpu_type", "owner", "catalog_image")
-            .filter(id__in=workload_ids)
-            .order_by()  # the batch's own order is kept below
-        }
-        batch = [
-            by_id[i]
-            for i in dict.fromkeys(workload_ids)
-            if i in by_id
-            and (
-                by_id[i].state == State.SUBMITTING
-                or (by_id[i].state in (State.PENDING, State.RUNNING) and not by_id[i].k8s_name)
-            )
-        ]
+        batch = _to_create(workload_ids)
         if not batch:
             return 0, 0
         # Being created now: the sweep leaves workloads touched within PORTAL_STUCK_SUBMIT_SECONDS alone.
@@ -389,36 +441,14 @@ def _create_batch(workload_ids: list[int], profile: BatchProfile) -> tuple[int, 
         with profile.phase("prepare"):
             _prepare_namespaces(batch, specs)
         with profile.phase("create"):
-            ready, stopped = _ready_to_create(batch, specs, heartbeat)
-            outcomes = _create_all(ready, specs, rendered, heartbeat)
-            for workload in ready:
-                outcome = outcomes[workload.id]
-                if outcome is None:
-                    created.append(workload)
-                elif isinstance(outcome, SubmitRejected):
-                    transition(workload, State.FAILED, reason=outcome.reason, message=str(outcome), finished_at=None)
-                    workload_delete_objects(workload)
-                elif stopped is None:
-                    stopped = outcome  # a transient failure: the task retries what is still SUBMITTING
-            if stopped is not None:
-                raise stopped
+            _create_in_order(batch, specs, rendered, heartbeat, created)
     except ApiException as exc:
         failure = exc
         log.warning("submit batch: Kubernetes answered %s: %s; retrying", exc.status, kube.classify(exc).message)
-        if exc.status in (403, 404):  # the namespace's set-up (RBAC, the namespace itself) is not done yet
-            message = f"{kube.PREPARING_TEAM_SPACE}; it starts as soon as that is ready."
-        else:
-            message = f"Waiting for the cluster ({kube.user_words(exc).lower()}); retrying."
-        done = {w.id for w in created}
-        Workload.objects.filter(id__in=[w.id for w in batch if w.id not in done], state=State.SUBMITTING).update(
-            message=message[:2000]
-        )
+        _say_waiting(batch, created, _cluster_wait_message(exc))
     except SecretPending as exc:  # a secret not written yet: the task retries the rest
         failure = exc
-        done = {w.id for w in created}
-        Workload.objects.filter(id__in=[w.id for w in batch if w.id not in done], state=State.SUBMITTING).update(
-            message=str(exc)[:2000]
-        )
+        _say_waiting(batch, created, str(exc))
     except Exception as exc:  # unreachable API server and the like: record what was made, then retry
         failure = exc
     with profile.phase("record"):
@@ -576,6 +606,60 @@ _MARK_CREATED_SQL = f"""
 """  # noqa: S608 - the table name is our model's; every value is a parameter
 
 
+def _move_to_pending(values: list[tuple[int, str, str, str]], now: datetime) -> set[int]:
+    """Move (id, message, namespace, object name) rows still SUBMITTING to PENDING; the ids moved."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            columns = [list(column) for column in zip(*values, strict=True)]  # ids, messages, namespaces, names
+            cursor.execute(
+                _MARK_CREATED_SQL,
+                [State.PENDING, "Created", now, now, now, *columns, State.SUBMITTING,
+                 now, WorkloadEvent.Source.PORTAL, State.SUBMITTING, State.PENDING, "Created"],
+            )  # fmt: skip
+            return {row[0] for row in cursor.fetchall()}
+    else:  # SQLite (`make run` without DATABASE_URL): no arrays; one guarded UPDATE per workload
+        shared = {"state": State.PENDING, "reason": "Created", "submitted_at": now, "state_changed_at": now}
+        return {
+            workload_id
+            for workload_id, message, namespace, name in values
+            if Workload.objects.filter(id=workload_id, state=State.SUBMITTING).update(
+                **shared, updated_at=now, message=message, namespace=namespace, k8s_name=name
+            )
+        }
+
+
+def _set_pending(workload: Workload, spec: objects.WorkloadSpec, now: datetime) -> None:
+    """The in-memory workload as `_move_to_pending` wrote its row."""
+    workload.state = State.PENDING
+    workload.reason = "Created"
+    workload.message = _created_message(spec)
+    workload.submitted_at = now
+    workload.namespace = spec.namespace
+    workload.k8s_name = spec.object_name
+    workload.state_changed_at = workload.updated_at = now
+
+
+def _timeline_created(rows: list[Workload], moved: set[int], now: datetime) -> None:
+    """The timeline rows of the move, where the database could not write them with it (SQLite)."""
+    last = dict(
+        WorkloadEvent.objects.filter(workload_id__in=moved)
+        .values("workload_id")
+        .annotate(last=Max("at"))
+        .values_list("workload_id", "last")
+    )
+    WorkloadEvent.objects.bulk_create(
+        WorkloadEvent(
+            workload_id=w.id,
+            at=max(now, last[w.id]) if w.id in last else now,
+            from_state=State.SUBMITTING,
+            to_state=State.PENDING,
+            reason="Created",
+            message=w.message,
+        )
+        for w in rows
+    )
+
+
 def _mark_created(created: list[Workload], specs: dict[int, objects.WorkloadSpec]) -> int:
     """SUBMITTING -> PENDING for the batch's successes, as `transition` would move each (guarded by the
     state, timestamped, a timeline row each; the move tells nobody and releases nothing), in one
@@ -591,52 +675,12 @@ def _mark_created(created: list[Workload], specs: dict[int, objects.WorkloadSpec
         values = [
             (w.id, _created_message(specs[w.id]), specs[w.id].namespace, specs[w.id].object_name) for w in created
         ]
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                columns = [list(column) for column in zip(*values, strict=True)]  # ids, messages, namespaces, names
-                cursor.execute(
-                    _MARK_CREATED_SQL,
-                    [State.PENDING, "Created", now, now, now, *columns, State.SUBMITTING,
-                     now, WorkloadEvent.Source.PORTAL, State.SUBMITTING, State.PENDING, "Created"],
-                )  # fmt: skip
-                moved = {row[0] for row in cursor.fetchall()}
-        else:  # SQLite (`make run` without DATABASE_URL): no arrays; one guarded UPDATE per workload
-            shared = {"state": State.PENDING, "reason": "Created", "submitted_at": now, "state_changed_at": now}
-            moved = {
-                workload_id
-                for workload_id, message, namespace, name in values
-                if Workload.objects.filter(id=workload_id, state=State.SUBMITTING).update(
-                    **shared, updated_at=now, message=message, namespace=namespace, k8s_name=name
-                )
-            }
+        moved = _move_to_pending(values, now)
         rows = [w for w in created if w.id in moved]
         for workload in rows:
-            spec = specs[workload.id]
-            workload.state = State.PENDING
-            workload.reason = "Created"
-            workload.message = _created_message(spec)
-            workload.submitted_at = now
-            workload.namespace = spec.namespace
-            workload.k8s_name = spec.object_name
-            workload.state_changed_at = workload.updated_at = now
+            _set_pending(workload, specs[workload.id], now)
         if connection.vendor != "postgresql":  # PostgreSQL wrote the timeline rows with the move
-            last = dict(
-                WorkloadEvent.objects.filter(workload_id__in=moved)
-                .values("workload_id")
-                .annotate(last=Max("at"))
-                .values_list("workload_id", "last")
-            )
-            WorkloadEvent.objects.bulk_create(
-                WorkloadEvent(
-                    workload_id=w.id,
-                    at=max(now, last[w.id]) if w.id in last else now,
-                    from_state=State.SUBMITTING,
-                    to_state=State.PENDING,
-                    reason="Created",
-                    message=w.message,
-                )
-                for w in rows
-            )
+            _timeline_created(rows, moved, now)
     for workload in created:
         if workload.id not in moved:
             workload.refresh_from_db()
@@ -703,23 +747,33 @@ def stop_grace_seconds(workload: Workload) -> int:
     return DELETE_GRACE_SECONDS
 
 
-def workload_delete_objects(workload: Workload, *, name: str = "", grace_seconds: int = DELETE_GRACE_SECONDS) -> None:
-    """Delete a workload's Job, or Deployment and Service (and, through them, its pods): those of `name`
-    (an attempt that preemption ended), else of its current attempt. Kubernetes sends SIGTERM at once and
-    kills what still runs after `grace_seconds`. 404s are fine: a retried delete finds nothing left."""
-    object_name = name or workload.k8s_name or names.attempt_name(workload.name, workload.uid, workload.attempt)
-    namespace = workload.namespace or workload.team.namespace
+def _objects_named(workload: Workload, object_name: str, grace_seconds: int) -> list[tuple[str, str, dict | None]]:
+    """(kind, name, delete options) of an attempt's objects: a Job (a gang's per rank), or a Deployment and
+    its Service."""
     body = {"propagationPolicy": "Background", "gracePeriodSeconds": grace_seconds}
-    kinds = [("Job", body)] if workload.kind == Kind.BATCH else [("Deployment", body), ("Service", None)]
-    named = [(kind, object_name, options) for kind, options in kinds]
     if workload.nodes > 1:
-        named = gang_objects_named(workload, object_name, body)
+        return gang_objects_named(workload, object_name, body)
+    kinds = [("Job", body)] if workload.kind == Kind.BATCH else [("Deployment", body), ("Service", None)]
+    return [(kind, object_name, options) for kind, options in kinds]
+
+
+def _delete_named(namespace: str, named: list[tuple[str, str, dict | None]]) -> None:
+    """Delete each (kind, name, options) in `namespace`; one already gone is fine."""
     for kind, each_name, options in named:
         try:
             kube.delete(kind, namespace, each_name, options)
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+
+def workload_delete_objects(workload: Workload, *, name: str = "", grace_seconds: int = DELETE_GRACE_SECONDS) -> None:
+    """Delete a workload's Job, or Deployment and Service (and, through them, its pods): those of `name`
+    (an attempt that preemption ended), else of its current attempt. Kubernetes sends SIGTERM at once and
+    kills what still runs after `grace_seconds`. 404s are fine: a retried delete finds nothing left."""
+    object_name = name or workload.k8s_name or names.attempt_name(workload.name, workload.uid, workload.attempt)
+    namespace = workload.namespace or workload.team.namespace
+    _delete_named(namespace, _objects_named(workload, object_name, grace_seconds))
     if workload.kind == Kind.BATCH and workload.state in State.final():
         # Its checkpoint token dies with it (the API refuses it already; the Secret goes too).
         with contextlib.suppress(ApiException):

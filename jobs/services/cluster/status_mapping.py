@@ -94,52 +94,69 @@ def _spec_image(pod: dict[str, Any]) -> str:
     return main.get("image") or ""
 
 
-def observe_pod(pod: dict[str, Any], *, kind: str) -> Observation:
-    status = pod.get("status") or {}
-    phase = status.get("phase") or "Pending"
-    container = _main_container(pod)
-    state = container.get("state") or {}
-    facts = _pod_facts(pod)
-    running, terminated, waiting = state.get("running"), state.get("terminated"), state.get("waiting")
-    if terminated is None:
-        terminated = (container.get("lastState") or {}).get("terminated") if phase in ("Succeeded", "Failed") else None
+def _terminated(container: dict[str, Any], phase: str) -> dict[str, Any] | None:
+    """The main container's end: its current state's, or, once the pod is over, its last state's."""
+    terminated = (container.get("state") or {}).get("terminated")
+    if terminated is None and phase in ("Succeeded", "Failed"):
+        terminated = (container.get("lastState") or {}).get("terminated")
+    return terminated
 
-    if phase == "Succeeded" or (phase == "Failed" and terminated) or (terminated and kind == Kind.BATCH):
-        code = int(terminated.get("exitCode", 0)) if terminated else 0
-        started = _ts((terminated or {}).get("startedAt"))
-        finished = _ts((terminated or {}).get("finishedAt"))
-        if code == 0 and phase != "Failed":
-            return Observation(State.SUCCEEDED, "Completed", "Exited with code 0.", started, finished, 0, **facts)
-        reason = (terminated or {}).get("reason") or "Error"
-        if reason == "OOMKilled":
-            message = "Killed by the kernel: the container ran out of memory (OOMKilled)."
-        else:
-            reason = "ExitCode"
-            message = f"Exited with code {code}."
-        return Observation(State.FAILED, reason, message, started, finished, code, **facts)
-    if phase == "Failed":
-        reason = status.get("reason") or "PodFailed"
-        message = status.get("message") or "The pod failed."
-        if reason == "Evicted":
-            message = f"Evicted by the node: {message}"
-        finished = _ts(status.get("startTime"))  # replaced below by the condition time when present
-        ready = _condition(pod, "Ready")
-        finished = _ts((ready or {}).get("lastTransitionTime")) or timezone.now()
-        return Observation(State.FAILED, reason, message, None, finished, None, **facts)
-    if running:
-        started = _ts(running.get("startedAt"))
-        if kind == Kind.SERVICE and _condition(pod, "Ready") is None:
-            # Its container runs (billed from here), but its program does not answer on its port yet.
-            return Observation(State.RUNNING, STARTING, starting_message(facts["node_name"]), started, **facts)
-        return Observation(State.RUNNING, "Running", f"Running on {facts['node_name']}.", started, **facts)
-    if waiting:
-        reason = waiting.get("reason") or "Waiting"
-        message = waiting.get("message") or reason
-        if reason in IMAGE_PULL_REASONS:
-            message = image_pull_message(reason, message, container.get("image") or _spec_image(pod))
-        elif reason == "ContainerCreating":
-            message = f"Starting the container on {facts['node_name']}."
-        return Observation(State.PENDING, reason, message, **facts)
+
+def _has_ended(phase: str, terminated: dict[str, Any] | None, kind: str) -> bool:
+    """Does the main container's end decide the workload? (A service's container may end and restart.)"""
+    return phase == "Succeeded" or bool(terminated and (phase == "Failed" or kind == Kind.BATCH))
+
+
+def _exited(terminated: dict[str, Any] | None, phase: str, facts: dict[str, Any]) -> Observation:
+    """The main container ended: succeeded on code 0 (unless the pod failed), else failed and why."""
+    terminated = terminated or {}
+    code = int(terminated.get("exitCode", 0))
+    started = _ts(terminated.get("startedAt"))
+    finished = _ts(terminated.get("finishedAt"))
+    if code == 0 and phase != "Failed":
+        return Observation(State.SUCCEEDED, "Completed", "Exited with code 0.", started, finished, 0, **facts)
+    reason = terminated.get("reason") or "Error"
+    if reason == "OOMKilled":
+        message = "Killed by the kernel: the container ran out of memory (OOMKilled)."
+    else:
+        reason = "ExitCode"
+        message = f"Exited with code {code}."
+    return Observation(State.FAILED, reason, message, started, finished, code, **facts)
+
+
+def _pod_failed(pod: dict[str, Any], status: dict[str, Any], facts: dict[str, Any]) -> Observation:
+    """The pod failed without its container ending (evicted, a node lost): the pod's own reason."""
+    reason = status.get("reason") or "PodFailed"
+    message = status.get("message") or "The pod failed."
+    if reason == "Evicted":
+        message = f"Evicted by the node: {message}"
+    ready = _condition(pod, "Ready")
+    finished = _ts((ready or {}).get("lastTransitionTime")) or timezone.now()
+    return Observation(State.FAILED, reason, message, None, finished, None, **facts)
+
+
+def _running(pod: dict[str, Any], running: dict[str, Any], kind: str, facts: dict[str, Any]) -> Observation:
+    started = _ts(running.get("startedAt"))
+    if kind == Kind.SERVICE and _condition(pod, "Ready") is None:
+        # Its container runs (billed from here), but its program does not answer on its port yet.
+        return Observation(State.RUNNING, STARTING, starting_message(facts["node_name"]), started, **facts)
+    return Observation(State.RUNNING, "Running", f"Running on {facts['node_name']}.", started, **facts)
+
+
+def _waiting(
+    pod: dict[str, Any], container: dict[str, Any], waiting: dict[str, Any], facts: dict[str, Any]
+) -> Observation:
+    reason = waiting.get("reason") or "Waiting"
+    message = waiting.get("message") or reason
+    if reason in IMAGE_PULL_REASONS:
+        message = image_pull_message(reason, message, container.get("image") or _spec_image(pod))
+    elif reason == "ContainerCreating":
+        message = f"Starting the container on {facts['node_name']}."
+    return Observation(State.PENDING, reason, message, **facts)
+
+
+def _not_started(status: dict[str, Any], facts: dict[str, Any]) -> Observation:
+    """No container state yet: unschedulable, being placed, or its container being created."""
     for condition in status.get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
             return Observation(
@@ -155,6 +172,24 @@ def observe_pod(pod: dict[str, Any], *, kind: str) -> Observation:
     return Observation(State.PENDING, "Scheduling", "Waiting for the scheduler.", **facts)
 
 
+def observe_pod(pod: dict[str, Any], *, kind: str) -> Observation:
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    container = _main_container(pod)
+    state = container.get("state") or {}
+    facts = _pod_facts(pod)
+    terminated = _terminated(container, phase)
+    if _has_ended(phase, terminated, kind):
+        return _exited(terminated, phase, facts)
+    if phase == "Failed":
+        return _pod_failed(pod, status, facts)
+    if state.get("running"):
+        return _running(pod, state["running"], kind, facts)
+    if state.get("waiting"):
+        return _waiting(pod, container, state["waiting"], facts)
+    return _not_started(status, facts)
+
+
 def _deadline_passed(job: dict[str, Any], failed: dict[str, Any]) -> bool:
     """Did the Job fail at or after its activeDeadlineSeconds? (The Job controller may name the pod it
     killed at the deadline, BackoffLimitExceeded, rather than the deadline itself.)"""
@@ -166,49 +201,67 @@ def _deadline_passed(job: dict[str, Any], failed: dict[str, Any]) -> bool:
     return bool(limit and began and ended and (ended - began).total_seconds() >= limit - 1)
 
 
+def _past_deadline(job: dict[str, Any], pods: list[dict[str, Any]], kind: str) -> Observation | None:
+    """A batch job stopped at its activeDeadlineSeconds, said so (None when it was not)."""
+    failed = _condition(job, "Failed")
+    if failed is None or not _deadline_passed(job, failed):
+        return None
+    limit = ((job.get("spec") or {}).get("activeDeadlineSeconds")) or 0
+    started = next((o.started_at for o in (observe_pod(p, kind=kind) for p in pods) if o.started_at), None)
+    return Observation(
+        State.FAILED,
+        "DeadlineExceeded",
+        f"Stopped at its time limit ({_hms(limit)}).",
+        started,
+        _ts(failed.get("lastTransitionTime")) or timezone.now(),
+    )
+
+
+def _job_verdict(job: dict[str, Any]) -> Observation | None:
+    """The Job's own verdict (complete or failed), if it has one yet."""
+    complete = _condition(job, "Complete")
+    if complete is not None:
+        finished = _ts((job.get("status") or {}).get("completionTime"))
+        return Observation(State.SUCCEEDED, "Completed", "Completed.", None, finished, 0)
+    failed = _condition(job, "Failed")
+    if failed is not None:
+        return Observation(
+            State.FAILED,
+            failed.get("reason") or "Failed",
+            failed.get("message") or "The job failed.",
+            None,
+            _ts(failed.get("lastTransitionTime")),
+        )
+    return None
+
+
+def _speaking_pod(pods: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
+    """The newest pod not being deleted speaks for the workload (a Deployment replaces a lost pod with a new
+    one); a service's only pod being replaced still says where it stands."""
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    if kind == Kind.SERVICE and not live:
+        live = pods
+    return max(live, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "", default=None)
+
+
 def observe(*, kind: str, job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> Observation | None:
     """The state a workload is in, judged from its objects; None when they say nothing yet."""
-    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
-    if kind == Kind.BATCH and job is not None:
-        failed = _condition(job, "Failed")
-        if failed is not None and _deadline_passed(job, failed):
-            limit = ((job.get("spec") or {}).get("activeDeadlineSeconds")) or 0
-            started = next((o.started_at for o in (observe_pod(p, kind=kind) for p in pods) if o.started_at), None)
-            return Observation(
-                State.FAILED,
-                "DeadlineExceeded",
-                f"Stopped at its time limit ({_hms(limit)}).",
-                started,
-                _ts(failed.get("lastTransitionTime")) or timezone.now(),
-            )
-    if kind == Kind.SERVICE and not live:
-        live = pods  # a service's only pod being replaced still says where it stands
-    if live:
-        # The newest pod speaks for the workload (a Deployment replaces a lost pod with a new one).
-        pod = max(live, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
+    batch_job = job if kind == Kind.BATCH else None
+    if batch_job is not None and (deadline := _past_deadline(batch_job, pods, kind)) is not None:
+        return deadline
+    pod = _speaking_pod(pods, kind)
+    if pod is not None:
         seen = observe_pod(pod, kind=kind)
         if seen.state == State.FAILED and kind == Kind.BATCH:  # killed by Kubernetes, not its own exit
             return _disrupted([pod], kind=kind, seen=seen) or seen
         return seen
-    if kind == Kind.BATCH and job is not None:
-        # No pod left to ask (or only ones being deleted): the Job's own verdict, if it has one yet.
-        complete = _condition(job, "Complete")
-        if complete is not None:
-            finished = _ts((job.get("status") or {}).get("completionTime"))
-            return Observation(State.SUCCEEDED, "Completed", "Completed.", None, finished, 0)
-        failed = _condition(job, "Failed")
-        if failed is not None:
-            disrupted = _disrupted(pods, kind=kind)
-            if disrupted is not None:
-                return disrupted
-            return Observation(
-                State.FAILED,
-                failed.get("reason") or "Failed",
-                failed.get("message") or "The job failed.",
-                None,
-                _ts(failed.get("lastTransitionTime")),
-            )
-    return None
+    if batch_job is None:
+        return None
+    # No pod left to ask (or only ones being deleted): the Job's own verdict, if it has one yet.
+    verdict = _job_verdict(batch_job)
+    if verdict is not None and verdict.state == State.FAILED:
+        return _disrupted(pods, kind=kind) or verdict
+    return verdict
 
 
 def _disrupted(pods: list[dict[str, Any]], *, kind: str, seen: Observation | None = None) -> Observation | None:
@@ -253,10 +306,8 @@ def _retried(workload: Workload, obs: Observation) -> tuple[bool, Observation]:
     return retried, replace(obs, message=obs.message + why_not) if why_not else obs
 
 
-def apply_observation(workload: Workload, obs: Observation) -> bool:
-    """Write what was observed; returns whether anything changed."""
-    if workload.is_final:
-        return False
+def _changed_fields(workload: Workload, obs: Observation) -> dict[str, Any]:
+    """The row's fields the observation changes, besides state, reason and message."""
     fields: dict[str, Any] = {}
     for name in ("node_name", "pod_name", "pod_uid"):
         value = getattr(obs, name)
@@ -266,33 +317,38 @@ def apply_observation(workload: Workload, obs: Observation) -> bool:
         fields["started_at"] = obs.started_at
     if obs.state in State.final():
         fields["finished_at"] = obs.finished_at or timezone.now()
-        if fields.get("started_at") is None and workload.started_at is None and obs.started_at:
-            fields["started_at"] = obs.started_at
         fields["exit_code"] = obs.exit_code
+    return fields
 
-    if obs.state != workload.state:
-        if not can_move(workload.state, obs.state):
-            return False
-        if obs.state == State.FAILED:
-            retried, obs = _retried(workload, obs)
-            if retried:
-                return True
-        at = obs.started_at if obs.state == State.RUNNING else obs.finished_at if obs.state in State.final() else None
-        moved = transition(
-            workload,
-            obs.state,
-            reason=obs.reason,
-            message=obs.message,
-            at=at,
-            source=WorkloadEvent.Source.KUBERNETES,
-            **fields,
-        )
-        # Its objects go once it has ended (the delete task acts only on a workload that has ended).
-        if moved and obs.state == State.FAILED and obs.reason in IMAGE_PULL_REASONS | {"DeadlineExceeded"}:
-            from jobs.services.dispatch import enqueue_delete
 
-            enqueue_delete(workload)
-        return moved
+def _move(workload: Workload, obs: Observation, fields: dict[str, Any]) -> bool:
+    """A new state: through the guarded transition (or a retry instead of a failure)."""
+    if not can_move(workload.state, obs.state):
+        return False
+    if obs.state == State.FAILED:
+        retried, obs = _retried(workload, obs)
+        if retried:
+            return True
+    at = obs.started_at if obs.state == State.RUNNING else obs.finished_at if obs.state in State.final() else None
+    moved = transition(
+        workload,
+        obs.state,
+        reason=obs.reason,
+        message=obs.message,
+        at=at,
+        source=WorkloadEvent.Source.KUBERNETES,
+        **fields,
+    )
+    # Its objects go once it has ended (the delete task acts only on a workload that has ended).
+    if moved and obs.state == State.FAILED and obs.reason in IMAGE_PULL_REASONS | {"DeadlineExceeded"}:
+        from jobs.services.dispatch import enqueue_delete
+
+        enqueue_delete(workload)
+    return moved
+
+
+def _update_in_place(workload: Workload, obs: Observation, fields: dict[str, Any]) -> bool:
+    """The same state with new facts or a new reason or message."""
     new_reason = obs.reason != workload.reason
     if new_reason or obs.message != workload.message:
         fields.update(reason=obs.reason, message=obs.message)
@@ -310,3 +366,13 @@ def apply_observation(workload: Workload, obs: Observation) -> bool:
     for key, value in fields.items():
         setattr(workload, key, value)
     return True
+
+
+def apply_observation(workload: Workload, obs: Observation) -> bool:
+    """Write what was observed; returns whether anything changed."""
+    if workload.is_final:
+        return False
+    fields = _changed_fields(workload, obs)
+    if obs.state != workload.state:
+        return _move(workload, obs, fields)
+    return _update_in_place(workload, obs, fields)

@@ -18,7 +18,7 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -108,11 +108,16 @@ class ClusterView:
             objects[where] = obj
         return uid
 
-    def objects_for(self, workload: Workload) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        """The workload's Job and pods, counting only those in its own namespace."""
+    def in_own_namespace(self, workload: Workload) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The workload's Jobs and pods of every attempt, in its own namespace only."""
         namespace = workload_namespace(workload)
         jobs = [j for j in self.jobs.get(workload.uid, {}).values() if in_namespace("Job", j, namespace)]
         pods = [p for p in self.pods.get(workload.uid, {}).values() if in_namespace("Pod", p, namespace)]
+        return jobs, pods
+
+    def objects_for(self, workload: Workload) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """The workload's Job and pods, counting only those in its own namespace."""
+        jobs, pods = self.in_own_namespace(workload)
         if workload.attempt:
             # Requeued after preemption: only this attempt's Job and pods say anything about it (the
             # previous attempt's may still be terminating).
@@ -133,6 +138,12 @@ class ClusterView:
     def holds_own_job(self, uid: str, namespace: str) -> bool:
         """Whether the view holds the workload's Job in its own namespace (first attempt)."""
         return any((job.get("metadata") or {}).get("namespace") == namespace for job in self.jobs.get(uid, {}).values())
+
+
+def _placed_before(state: str, submitted_at: datetime | None, since: datetime) -> bool:
+    """A workload placed on the cluster (pending or running) since before `since`: its objects, should
+    none be left, are missing rather than not made yet."""
+    return state in (State.PENDING, State.RUNNING) and submitted_at is not None and submitted_at < since
 
 
 def _finished(job: dict[str, Any]) -> bool:
@@ -245,7 +256,7 @@ def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> i
     """Apply the view to active workloads (all of them on a full sync); returns how many changed."""
     grace = timezone.now() - timedelta(seconds=max(10, settings.PORTAL_RESYNC_SECONDS))
     if uids is not None:
-        uids = {uid for uid in uids if view.may_say_something(uid)}
+        uids = set(filter(view.may_say_something, uids))
         if not uids and not full:
             return 0
     # The burst's notifications go to the worker as one message after it (each still committed with its
@@ -261,21 +272,9 @@ def _sync_each(view: ClusterView, uids: set[str] | None, *, full: bool, grace) -
         if workload.nodes > 1:
             changed += _sync_gang(view, workload, missing_since=grace if full else None)
             continue
-        job, pods = view.objects_for(workload)
-        obs = observe(kind=workload.kind, job=job, pods=pods)
+        obs = _observe_one(view, workload, full=full, grace=grace)
         if obs is None:
-            if (
-                full
-                and workload.state in (State.PENDING, State.RUNNING)
-                and job is None
-                and not pods
-                and workload.submitted_at
-                and workload.submitted_at < grace
-                and objects_missing(workload)
-            ):
-                obs = missing_objects_observation(workload)
-            else:
-                continue
+            continue
         try:
             changed += apply_observation(workload, obs)
         except Exception:
@@ -283,20 +282,27 @@ def _sync_each(view: ClusterView, uids: set[str] | None, *, full: bool, grace) -
     return changed
 
 
+def _observe_one(view: ClusterView, workload: Workload, *, full: bool, grace: datetime) -> Observation | None:
+    """What the view says of one workload; on a full sync, a workload placed a while ago whose objects are
+    gone says so."""
+    job, pods = view.objects_for(workload)
+    obs = observe(kind=workload.kind, job=job, pods=pods)
+    if obs is not None or not full or job is not None or pods:
+        return obs
+    if _placed_before(workload.state, workload.submitted_at, grace) and objects_missing(workload):
+        return missing_objects_observation(workload)
+    return None
+
+
 def _sync_gang(view: ClusterView, workload: Workload, *, missing_since=None) -> bool:
     """A gang job: all its ranks' Jobs and pods (its own namespace only) make one state. On a full sync
     (`missing_since`), one made before then with nothing left in the cluster ends FAILED, as a job does."""
-    namespace = workload_namespace(workload)
-    jobs = [j for j in view.jobs.get(workload.uid, {}).values() if in_namespace("Job", j, namespace)]
-    pods = [p for p in view.pods.get(workload.uid, {}).values() if in_namespace("Pod", p, namespace)]
+    jobs, pods = view.in_own_namespace(workload)
     try:
         if (
             missing_since is not None
-            and not jobs
-            and not pods
-            and workload.state in (State.PENDING, State.RUNNING)
-            and workload.submitted_at
-            and workload.submitted_at < missing_since
+            and not (jobs or pods)
+            and _placed_before(workload.state, workload.submitted_at, missing_since)
         ):
             return apply_observation(workload, missing_objects_observation(workload))
         return sync_gang(workload, jobs, pods)
@@ -321,9 +327,7 @@ def _to_sync(view: ClusterView, uids: set[str] | None, *, full: bool, grace):
         )
         if view.may_say_something(uid)
         or (
-            state in (State.PENDING, State.RUNNING)
-            and submitted_at is not None
-            and submitted_at < grace
+            _placed_before(state, submitted_at, grace)
             and not (namespace and not attempt and view.holds_own_job(uid, namespace))
         )
     ]

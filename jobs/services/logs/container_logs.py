@@ -195,21 +195,36 @@ class KubeEvent:
     count: int
 
 
-def workload_events(workload: Workload, *, rank: int | None = None) -> list[KubeEvent]:
-    """Kubernetes events about the workload's Job/Deployment, its ReplicaSet and pods (one list call);
-    a gang job's one `rank` when given."""
-    if not workload.namespace or not workload.k8s_name:
-        return []
+def _namespace_events(namespace: str) -> list[dict]:
+    """The namespace's events as raw JSON (none when the namespace is gone)."""
     try:
-        items = json.loads(
-            kube.core()
-            .list_namespaced_event(workload.namespace, _preload_content=False, _request_timeout=kube.timeout())
-            .data
+        return json.loads(
+            kube.core().list_namespaced_event(namespace, _preload_content=False, _request_timeout=kube.timeout()).data
         ).get("items", [])
     except ApiException as exc:
         if exc.status == 404:
             return []
         raise
+
+
+def _kube_event(item: dict, involved: dict, name: str) -> KubeEvent:
+    stamp = item.get("lastTimestamp") or item.get("eventTime") or (item.get("metadata") or {}).get("creationTimestamp")
+    return KubeEvent(
+        at=parse_datetime(stamp) if stamp else None,
+        type=item.get("type") or "Normal",
+        reason=item.get("reason") or "",
+        message=item.get("message") or "",
+        object=f"{involved.get('kind', '')}/{name}",
+        count=item.get("count") or 1,
+    )
+
+
+def workload_events(workload: Workload, *, rank: int | None = None) -> list[KubeEvent]:
+    """Kubernetes events about the workload's Job/Deployment, its ReplicaSet and pods (one list call);
+    a gang job's one `rank` when given."""
+    if not workload.namespace or not workload.k8s_name:
+        return []
+    items = _namespace_events(workload.namespace)
     prefix = workload.k8s_name
     if rank is not None and workload.nodes > 1:
         prefix = names.rank_name(workload.name, workload.uid, workload.attempt, rank)
@@ -217,19 +232,6 @@ def workload_events(workload: Workload, *, rank: int | None = None) -> list[Kube
     for item in items:
         involved = item.get("involvedObject") or {}
         name = involved.get("name") or ""
-        if not name.startswith(prefix):
-            continue
-        stamp = (
-            item.get("lastTimestamp") or item.get("eventTime") or (item.get("metadata") or {}).get("creationTimestamp")
-        )
-        events.append(
-            KubeEvent(
-                at=parse_datetime(stamp) if stamp else None,
-                type=item.get("type") or "Normal",
-                reason=item.get("reason") or "",
-                message=item.get("message") or "",
-                object=f"{involved.get('kind', '')}/{name}",
-                count=item.get("count") or 1,
-            )
-        )
+        if name.startswith(prefix):
+            events.append(_kube_event(item, involved, name))
     return sorted(events, key=lambda e: e.at or datetime.min.replace(tzinfo=UTC))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.db import connection, transaction
@@ -117,49 +117,113 @@ def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requ
         teams_of = {key: team_quotas(group_quotas) for key, group_quotas in groups.items()}
         held = _held_by_group(members, types, cohort_of)
         # Borrowed marks that no longer hold, and borrowed work beyond lowered limits (settle_running, below).
-        for key, teams in teams_of.items():
-            if held.get(key):
-                held[key] = settle_running(teams, held[key], gpu_type_id=key[1], at=timezone.now())
-        # Only the head of each team's queue can matter to the plan (sharing_plan.queue_head): read that.
-        waiting_teams = members - _budgets_spent(q.team for q in quotas)
-        fair = fair_share_usage_of({q.team_id: q.team for q in quotas if q.team_id in waiting_teams}.values())
-        rooms: dict[tuple[int, int], sharing_plan.Room] = {}
-        for key, teams in teams_of.items():
-            room = sharing_plan.admission_room(teams, held.get(key, []))
-            for team_id in waiting_teams.intersection(key[0]):
-                rooms[(team_id, key[1])] = room.get(team_id, sharing_plan.NO_ROOM)
-        queue, left_out = _queue_heads(rooms, cohort_of, fair)
+        _settle_held(teams_of, held)
+        queue, left_out = _read_queue(quotas, members, teams_of, held, cohort_of)
         if not queue:
             return []
         now = timezone.now()
-        book = ReservationBook.load(members, types, now=now)  # bounded waits, where a GPU type reserves
-        admitted: list[int] = []
-        borrowed: set[int] = set()
-        reclaimed: dict[int, list[int]] = {}
-        quota_of: dict[int, int] = {}
-        for key in groups:
-            heads = queue.get(key)
-            if not heads:
-                continue
-            teams = teams_of[key]
-            entries = [e for _, e in heads]
-            result = book.plan(teams, held.get(key, []), sharing_plan.order_ranked(heads), gpu_type_id=key[1])
-            if result.waiting or left_out.get(key):
-                enqueue_estimate(team_id=entries[0].team_id, gpu_type_id=key[1])  # when will the queue move?
-            for victim_id, for_id in sorted(result.preempt.items()):
-                preempt(victim_id, for_workload_id=for_id, at=now)
-                reclaimed.setdefault(for_id, []).append(victim_id)
-            admitted.extend(result.admit)
-            borrowed.update(result.borrowed)
-            quota_of.update({w.id: teams[w.team_id].quota for w in entries if w.team_id in teams})
-        book.save()
-        if admitted:
-            uids = _mark_admitted(admitted, borrowed=borrowed, reclaimed=reclaimed, quota_of=quota_of, now=now)
+        decided = _plan_groups(groups, queue, left_out, teams_of, held, members=members, types=types, now=now)
+        if decided.admitted:
+            uids = _mark_admitted(decided.admitted, borrowed=decided.borrowed, reclaimed=decided.reclaimed,
+                                  quota_of=decided.quota_of, now=now)  # fmt: skip
             enqueue_submits(uids)
-    if admitted:
-        log.info("admission pass: %d admitted (%d borrowed, %d preempted) over %d group(s)", len(admitted),
-                 len(borrowed), sum(map(len, reclaimed.values())), len(groups))  # fmt: skip
-    return admitted
+    if decided.admitted:
+        log.info("admission pass: %d admitted (%d borrowed, %d preempted) over %d group(s)", len(decided.admitted),
+                 len(decided.borrowed), sum(map(len, decided.reclaimed.values())), len(groups))  # fmt: skip
+    return decided.admitted
+
+
+def _settle_held(
+    teams_of: Mapping[GroupKey, Mapping[int, sharing_plan.TeamQuota]], held: dict[GroupKey, list[Held]]
+) -> None:
+    for key, teams in teams_of.items():
+        if held.get(key):
+            held[key] = settle_running(teams, held[key], gpu_type_id=key[1], at=timezone.now())
+
+
+def _read_queue(
+    quotas: list[Quota],
+    members: set[int],
+    teams_of: Mapping[GroupKey, Mapping[int, sharing_plan.TeamQuota]],
+    held: Mapping[GroupKey, list[Held]],
+    cohort_of: dict[int, tuple[int, ...]],
+) -> tuple[QueueHeads, dict[GroupKey, int]]:
+    """The head of each waiting team's queue (`_queue_heads`): only it can matter to the plan
+    (sharing_plan.queue_head). A team whose budget is spent does not wait here."""
+    waiting_teams = members - _budgets_spent(q.team for q in quotas)
+    fair = fair_share_usage_of({q.team_id: q.team for q in quotas if q.team_id in waiting_teams}.values())
+    return _queue_heads(_rooms(teams_of, held, waiting_teams), cohort_of, fair)
+
+
+def _rooms(
+    teams_of: Mapping[GroupKey, Mapping[int, sharing_plan.TeamQuota]],
+    held: Mapping[GroupKey, list[Held]],
+    waiting_teams: set[int],
+) -> dict[tuple[int, int], sharing_plan.Room]:
+    """The room each team with work waiting has in its cohort, per (team, GPU type)."""
+    rooms: dict[tuple[int, int], sharing_plan.Room] = {}
+    for key, teams in teams_of.items():
+        room = sharing_plan.admission_room(teams, held.get(key, []))
+        for team_id in waiting_teams.intersection(key[0]):
+            rooms[(team_id, key[1])] = room.get(team_id, sharing_plan.NO_ROOM)
+    return rooms
+
+
+@dataclass
+class _Decided:
+    """What a pass decided over its groups: admitted ids in queue order, those borrowing, the workloads
+    preempted for each admitted one, and each admitted one's team quota."""
+
+    admitted: list[int] = field(default_factory=list)
+    borrowed: set[int] = field(default_factory=set)
+    reclaimed: dict[int, list[int]] = field(default_factory=dict)
+    quota_of: dict[int, int] = field(default_factory=dict)
+
+
+def _plan_groups(
+    groups: Mapping[GroupKey, list[Quota]],
+    queue: QueueHeads,
+    left_out: Mapping[GroupKey, int],
+    teams_of: Mapping[GroupKey, Mapping[int, sharing_plan.TeamQuota]],
+    held: Mapping[GroupKey, list[Held]],
+    *,
+    members: set[int],
+    types: list[int],
+    now: datetime,
+) -> _Decided:
+    """Plan every group with work waiting, reservations kept (bounded waits, where a GPU type reserves)."""
+    book = ReservationBook.load(members, types, now=now)
+    decided = _Decided()
+    for key in groups:
+        if queue.get(key):
+            _plan_group(book, key, teams_of[key], held.get(key, []), queue[key], left_out, decided, now=now)
+    book.save()
+    return decided
+
+
+def _plan_group(
+    book: ReservationBook,
+    key: GroupKey,
+    teams: Mapping[int, sharing_plan.TeamQuota],
+    held: list[Held],
+    heads: list[tuple[int, QueueEntry]],
+    left_out: Mapping[GroupKey, int],
+    decided: _Decided,
+    *,
+    now: datetime,
+) -> None:
+    """Plan one group (a cohort or lone team, one GPU type): preempt what the plan reclaims, note what it
+    admits in `decided`, and have the queue's estimates made again where work still waits."""
+    entries = [e for _, e in heads]
+    result = book.plan(teams, held, sharing_plan.order_ranked(heads), gpu_type_id=key[1])
+    if result.waiting or left_out.get(key):
+        enqueue_estimate(team_id=entries[0].team_id, gpu_type_id=key[1])  # when will the queue move?
+    for victim_id, for_id in sorted(result.preempt.items()):
+        preempt(victim_id, for_workload_id=for_id, at=now)
+        decided.reclaimed.setdefault(for_id, []).append(victim_id)
+    decided.admitted.extend(result.admit)
+    decided.borrowed.update(result.borrowed)
+    decided.quota_of.update({w.id: teams[w.team_id].quota for w in entries if w.team_id in teams})
 
 
 GroupKey = tuple[tuple[int, ...], int]  # (the cohort's team ids, or the lone team's; GPU type id)

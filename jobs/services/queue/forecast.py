@@ -236,6 +236,104 @@ def _requeue(queue: list[Waiting], w: Waiting) -> None:
     queue.insert(at, w)
 
 
+def _arrive(
+    queues: dict[int, list[Waiting]], arrivals: Sequence[Arrival], next_arrival: int, *, now: float, latest: float
+) -> int:
+    """Queue the expected arrivals due by `now`, as created after every real one; the index of the next."""
+    while next_arrival < len(arrivals) and arrivals[next_arrival].at <= now:
+        a = arrivals[next_arrival]
+        next_arrival += 1
+        queues.setdefault(a.waiting.team_id, []).append(replace(a.waiting, created=latest + a.at))
+    return next_arrival
+
+
+def _requeue_preempted(
+    result: Plan,
+    active: dict[int, tuple[Held, float]],
+    queues: dict[int, list[Waiting]],
+    runs: dict[int, float],
+    *,
+    now: float,
+) -> None:
+    """Stop the plan's victims; a restartable one waits again at the front of its team's queue for the rest
+    of its run."""
+    for victim in result.preempt:
+        h, end = active.pop(victim, (None, 0.0))
+        if h is not None and h.restartable:
+            runs.setdefault(h.id, end - now)
+            again = Waiting(h.id, h.team_id, h.gpus, h.user_id, h.priority, h.order, requeued=True)
+            _requeue(queues.setdefault(h.team_id, []), again)
+
+
+def _start_admitted(
+    result: Plan,
+    queues: dict[int, list[Waiting]],
+    active: dict[int, tuple[Held, float]],
+    *,
+    runs: Mapping[int, float],
+    waiting: set[int],
+    starts: dict[int, float],
+    now: float,
+    newest: float,
+) -> None:
+    """Move the plan's admitted work from the queues to `active`, noting when the really waiting ones start."""
+    admitted = set(result.admit)
+    for team_queue in queues.values():
+        for w in team_queue:
+            if w.id not in admitted:
+                continue
+            if w.id in waiting:
+                starts[w.id] = now
+            held = Held(w.id, w.team_id, w.gpus, w.user_id, w.priority, w.id in result.borrowed, newest + now)
+            active[w.id] = (held, now + max(1.0, runs.get(w.id, 3600.0)))
+        team_queue[:] = [w for w in team_queue if w.id not in admitted]
+
+
+def _next_event(
+    active: Mapping[int, tuple[Held, float]], arrivals: Sequence[Arrival], next_arrival: int
+) -> float | None:
+    """When something next ends or arrives; None when nothing will."""
+    events = [end for _, end in active.values()]
+    if next_arrival < len(arrivals):
+        events.append(arrivals[next_arrival].at)
+    return min(events, default=None)
+
+
+def _simulate(
+    teams: Mapping[int, TeamQuota],
+    active: dict[int, tuple[Held, float]],
+    queues: dict[int, list[Waiting]],
+    runs: dict[int, float],
+    arrivals: Sequence[Arrival],
+    *,
+    waiting: set[int],
+    capacity: int | None,
+    horizon: float,
+    latest: float,
+    newest: float,
+) -> tuple[dict[int, float], Plan | None]:
+    """Play the plan forward from event to event (a run ends, work arrives) until every waiting workload has
+    started, nothing more happens or the horizon is passed: when each waiting one starts, and the first plan."""
+    next_arrival = 0
+    starts: dict[int, float] = {}
+    first: Plan | None = None
+    now: float | None = 0.0
+    for _ in range(10 * (len(waiting) + len(active) + len(arrivals)) + 10):
+        next_arrival = _arrive(queues, arrivals, next_arrival, now=now, latest=latest)
+        result = plan(teams, [h for h, _ in active.values()], _in_order(queues), capacity=capacity)
+        if first is None:
+            first = result
+        _requeue_preempted(result, active, queues, runs, now=now)
+        _start_admitted(result, queues, active, runs=runs, waiting=waiting, starts=starts, now=now, newest=newest)
+        if waiting <= starts.keys():
+            break
+        now = _next_event(active, arrivals, next_arrival)
+        if now is None or now > horizon:
+            break  # nothing ends and nothing comes (the rest never fits), or beyond the horizon
+        active = {i: (h, end) for i, (h, end) in active.items() if end > now}
+    return starts, first
+
+
 def forecast(
     teams: Mapping[int, TeamQuota],
     running: Iterable[tuple[Held, float]],
@@ -251,55 +349,22 @@ def forecast(
     `arrivals`: work expected to be submitted meanwhile (`expected_arrivals`), which can come first: a
     lender's own work takes back what a borrower waits for."""
     running = list(running)
-    active: dict[int, tuple[Held, float]] = {h.id: (h, end) for h, end in running}
-    waiting = {w.id for w in queued[:MAX_QUEUED]}
     queues: dict[int, list[Waiting]] = {}
     for w in queued[:MAX_QUEUED]:
         queues.setdefault(w.team_id, []).append(w)
-    runs = dict(durations)
-    for a in arrivals:
-        runs[a.waiting.id] = a.run_seconds
-    latest = max((w.created for w in queued), default=0.0)
-    newest = max((h.order for h, _ in running), default=0.0) + 1.0  # admitted in the forecast: newer than all
-    arrivals = sorted(arrivals, key=lambda a: a.at)
-    next_arrival = 0
-    starts: dict[int, float] = {}
-    first: Plan | None = None
-    now = 0.0
-    for _ in range(10 * (len(waiting) + len(active) + len(arrivals)) + 10):
-        while next_arrival < len(arrivals) and arrivals[next_arrival].at <= now:
-            a = arrivals[next_arrival]
-            next_arrival += 1
-            queues.setdefault(a.waiting.team_id, []).append(replace(a.waiting, created=latest + a.at))
-        result = plan(teams, [h for h, _ in active.values()], _in_order(queues), capacity=capacity)
-        if first is None:
-            first = result
-        for victim in result.preempt:
-            h, end = active.pop(victim, (None, 0.0))
-            if h is not None and h.restartable:
-                runs.setdefault(h.id, end - now)
-                again = Waiting(h.id, h.team_id, h.gpus, h.user_id, h.priority, h.order, requeued=True)
-                _requeue(queues.setdefault(h.team_id, []), again)
-        admitted = set(result.admit)
-        for team_queue in queues.values():
-            for w in team_queue:
-                if w.id in admitted:
-                    if w.id in waiting:
-                        starts[w.id] = now
-                    held = Held(w.id, w.team_id, w.gpus, w.user_id, w.priority, w.id in result.borrowed, newest + now)
-                    active[w.id] = (held, now + max(1.0, runs.get(w.id, 3600.0)))
-            team_queue[:] = [w for w in team_queue if w.id not in admitted]
-        if waiting <= starts.keys():
-            break
-        events = [end for _, end in active.values()]
-        if next_arrival < len(arrivals):
-            events.append(arrivals[next_arrival].at)
-        if not events:
-            break  # nothing ends and nothing comes: the rest never fits
-        now = min(events)
-        if now > horizon:
-            break
-        active = {i: (h, end) for i, (h, end) in active.items() if end > now}
+    starts, first = _simulate(
+        teams,
+        {h.id: (h, end) for h, end in running},
+        queues,
+        dict(durations) | {a.waiting.id: a.run_seconds for a in arrivals},
+        sorted(arrivals, key=lambda a: a.at),
+        waiting={w.id for w in queued[:MAX_QUEUED]},
+        capacity=capacity,
+        horizon=horizon,
+        latest=max((w.created for w in queued), default=0.0),
+        # admitted in the forecast: newer than all
+        newest=max((h.order for h, _ in running), default=0.0) + 1.0,
+    )
     reasons = first.waiting if first is not None else {}
     return {w.id: Estimate(starts.get(w.id), reasons.get(w.id, "")) for w in queued}
 

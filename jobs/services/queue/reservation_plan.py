@@ -101,43 +101,111 @@ def backfill(
         return Backfilled(plan=result)
     admitted = set(result.admit)
     held_back: set[int] = set()
-    made: dict[int, list[Reservation]] = {}
-    by_team: dict[int, list[Waiting]] = {}
-    for w in queue:
-        by_team.setdefault(w.team_id, []).append(w)
-    for team_id in by_team.keys() | (standing or {}).keys():
+    reservations: dict[int, list[Reservation]] = {}
+    standing = standing or {}
+    by_team = _by_team(queue)
+    for team_id in by_team.keys() | standing.keys():
         team = teams.get(team_id)
         if team is None:
             continue
-        timeline = Timeline(team.quota, [Block(r.gpus, now, r.ends_by) for r in running.get(team_id, ())])
-        reserved = made.setdefault(team_id, [])
-        sticky = {w.id for w, _ in (standing or {}).get(team_id, ())}
-        # Promises made before come first, each kept where it stood (the timeline only shrank since: work
-        # ended, or started only where it fitted around them); one the plan admits starts now if it fits
-        # around the others, else keeps its place.
-        promises = sorted((standing or {}).get(team_id, ()), key=lambda p: p[1])
-        for w, due in promises:
-            if w.id not in admitted:
-                _reserve(timeline, reserved, w, _length(w, time_limits), now, at=due)
-        for w, due in promises:
-            if w.id in admitted and not timeline.take(w.gpus, now, _admitted_now(w, time_limits, now).ends_by):
-                held_back.add(w.id)
-                _reserve(timeline, reserved, w, _length(w, time_limits), now, at=due)
-        for w in by_team.get(team_id, ()):
-            if w.id in sticky:
-                continue
-            if w.id in admitted:
-                if not timeline.take(w.gpus, now, _admitted_now(w, time_limits, now).ends_by):
-                    held_back.add(w.id)
-            elif (
-                len(reserved) < RESERVE_DEPTH
-                and result.waiting.get(w.id) in RESERVABLE
-                and now - w.created >= reserve_after
-            ):
-                _reserve(timeline, reserved, w, _length(w, time_limits), now)
-    reservations = {team_id: r for team_id, r in made.items() if r}
+        reserved = _backfill_team(
+            team,
+            by_team.get(team_id, ()),
+            standing.get(team_id, ()),
+            result,
+            admitted,
+            held_back,
+            running=running.get(team_id, ()),
+            time_limits=time_limits,
+            now=now,
+            reserve_after=reserve_after,
+        )
+        if reserved:
+            reservations[team_id] = reserved
     if not held_back:
         return Backfilled(plan=result, reservations=reservations)
+    return _held_back(result, held_back, reservations)
+
+
+def _by_team(queue: Sequence[Waiting]) -> dict[int, list[Waiting]]:
+    by_team: dict[int, list[Waiting]] = {}
+    for w in queue:
+        by_team.setdefault(w.team_id, []).append(w)
+    return by_team
+
+
+def _backfill_team(
+    team: TeamQuota,
+    queued: Sequence[Waiting],
+    promises: Sequence[tuple[Waiting, float]],
+    result: Plan,
+    admitted: set[int],
+    held_back: set[int],
+    *,
+    running: Sequence[Running],
+    time_limits: Mapping[int, float],
+    now: float,
+    reserve_after: float,
+) -> list[Reservation]:
+    """One team's reservations (its promises kept first, then its queue in order); the admissions that
+    would delay one are added to `held_back`."""
+    timeline = Timeline(team.quota, [Block(r.gpus, now, r.ends_by) for r in running])
+    reserved: list[Reservation] = []
+    _keep_promises(timeline, reserved, held_back, promises, admitted, time_limits=time_limits, now=now)
+    sticky = {w.id for w, _ in promises}
+    for w in queued:
+        if w.id not in sticky:
+            _backfill_one(timeline, reserved, held_back, w, result, admitted, time_limits=time_limits, now=now,
+                          reserve_after=reserve_after)  # fmt: skip
+    return reserved
+
+
+def _keep_promises(
+    timeline: Timeline,
+    reserved: list[Reservation],
+    held_back: set[int],
+    standing: Sequence[tuple[Waiting, float]],
+    admitted: set[int],
+    *,
+    time_limits: Mapping[int, float],
+    now: float,
+) -> None:
+    """Promises made before come first, each kept where it stood (the timeline only shrank since: work
+    ended, or started only where it fitted around them); one the plan admits starts now if it fits around
+    the others, else keeps its place."""
+    promises = sorted(standing, key=lambda p: p[1])
+    for w, due in promises:
+        if w.id not in admitted:
+            _reserve(timeline, reserved, w, _length(w, time_limits), now, at=due)
+    for w, due in promises:
+        if w.id in admitted and not timeline.take(w.gpus, now, _admitted_now(w, time_limits, now).ends_by):
+            held_back.add(w.id)
+            _reserve(timeline, reserved, w, _length(w, time_limits), now, at=due)
+
+
+def _backfill_one(
+    timeline: Timeline,
+    reserved: list[Reservation],
+    held_back: set[int],
+    w: Waiting,
+    result: Plan,
+    admitted: set[int],
+    *,
+    time_limits: Mapping[int, float],
+    now: float,
+    reserve_after: float,
+) -> None:
+    """One queued workload without a promise: admitted only if it delays no reservation, else held back;
+    not admitted, reserved for when it has waited long enough (and the team holds fewer than RESERVE_DEPTH)."""
+    if w.id in admitted:
+        if not timeline.take(w.gpus, now, _admitted_now(w, time_limits, now).ends_by):
+            held_back.add(w.id)
+    elif len(reserved) < RESERVE_DEPTH and result.waiting.get(w.id) in RESERVABLE and now - w.created >= reserve_after:
+        _reserve(timeline, reserved, w, _length(w, time_limits), now)
+
+
+def _held_back(result: Plan, held_back: set[int], reservations: dict[int, list[Reservation]]) -> Backfilled:
+    """The plan without the admissions held back (they wait, RESERVED), nor what they would have preempted."""
     plan = replace(
         result,
         admit=[i for i in result.admit if i not in held_back],

@@ -419,6 +419,65 @@ def marks(teams: Mapping[int, TeamQuota], held: Sequence[Held]) -> set[int]:
     return borrowed
 
 
+@dataclass
+class _Usage:
+    """GPUs each team of a cohort holds, against its ceiling and the pool's lending caps."""
+
+    teams: Mapping[int, TeamQuota]
+    held: dict[int, int]
+    pool_cap: int
+
+    @classmethod
+    def of(cls, teams: Mapping[int, TeamQuota], held: Sequence[Held]) -> _Usage:
+        usage: dict[int, int] = dict.fromkeys(teams, 0)
+        for h in held:
+            if h.team_id in usage:
+                usage[h.team_id] += h.gpus
+        return cls(teams, usage, sum(t.lendable for t in teams.values()))
+
+    def team_over(self, team_id: int) -> bool:
+        return self.held[team_id] > self.teams[team_id].ceiling
+
+    def pool_over(self) -> bool:
+        return sum(max(0, self.held[t] - self.teams[t].guaranteed) for t in self.teams) > self.pool_cap
+
+    def give_back(self, h: Held, preempt: dict[int, int]) -> None:
+        self.held[h.team_id] -= h.gpus
+        preempt[h.id] = h.team_id
+
+
+def _victim_order(teams: Mapping[int, TeamQuota], held: Sequence[Held], borrowed: set[int]) -> list[Held]:
+    """The borrowed workloads that may be preempted, lowest priority and newest first."""
+    return sorted(
+        (h for h in held if h.id in borrowed and h.team_id in teams),
+        key=lambda h: (h.priority, -h.order, -h.id),
+    )
+
+
+def _choose_victims(candidates: list[Held], usage: _Usage, preempt: dict[int, int]) -> None:
+    """First each team above its ceiling gives back its own borrowed work, then the pool is made to fit."""
+    for h in candidates:
+        if usage.team_over(h.team_id):
+            usage.give_back(h, preempt)
+    for h in candidates:
+        if not usage.pool_over():
+            break
+        if h.id not in preempt:
+            usage.give_back(h, preempt)
+
+
+def _spare_unneeded(preempt: dict[int, int], held: Sequence[Held], usage: _Usage) -> None:
+    """The fewest: give back any victim (latest chosen first) that is not needed after all."""
+    by_id = {h.id: h for h in held}
+    for victim_id in reversed(list(preempt)):
+        h = by_id[victim_id]
+        usage.held[h.team_id] += h.gpus
+        if usage.team_over(h.team_id) or usage.pool_over():
+            usage.held[h.team_id] -= h.gpus
+        else:
+            del preempt[victim_id]
+
+
 def settle(teams: Mapping[int, TeamQuota], held: Sequence[Held]) -> Settled:
     """Re-mark what runs (`marks`) and pick the fewest borrowed workloads to preempt (lowest priority,
     newest first) so that no team holds more than its quota + borrowing limit and the cohort lends no
@@ -429,40 +488,7 @@ def settle(teams: Mapping[int, TeamQuota], held: Sequence[Held]) -> Settled:
         now_borrowed={h.id for h in held if h.id in now_borrowed and not h.borrowed},
         now_own={h.id for h in held if h.id not in now_borrowed and h.borrowed and h.team_id in teams},
     )
-    usage: dict[int, int] = dict.fromkeys(teams, 0)
-    for h in held:
-        if h.team_id in usage:
-            usage[h.team_id] += h.gpus
-    pool_cap = sum(t.lendable for t in teams.values())
-
-    def team_over(team_id: int) -> bool:
-        return usage[team_id] > teams[team_id].ceiling
-
-    def pool_over() -> bool:
-        return sum(max(0, usage[t] - teams[t].guaranteed) for t in teams) > pool_cap
-
-    candidates = sorted(
-        (h for h in held if h.id in now_borrowed and h.team_id in teams),
-        key=lambda h: (h.priority, -h.order, -h.id),
-    )
-    # First each team above its ceiling gives back its own borrowed work, then the pool is made to fit.
-    for h in candidates:
-        if team_over(h.team_id):
-            usage[h.team_id] -= h.gpus
-            result.preempt[h.id] = h.team_id
-    for h in candidates:
-        if not pool_over():
-            break
-        if h.id not in result.preempt:
-            usage[h.team_id] -= h.gpus
-            result.preempt[h.id] = h.team_id
-    # The fewest: give back any victim (latest chosen first) that is not needed after all.
-    by_id = {h.id: h for h in held}
-    for victim_id in reversed(list(result.preempt)):
-        h = by_id[victim_id]
-        usage[h.team_id] += h.gpus
-        if team_over(h.team_id) or pool_over():
-            usage[h.team_id] -= h.gpus
-        else:
-            del result.preempt[victim_id]
+    usage = _Usage.of(teams, held)
+    _choose_victims(_victim_order(teams, held, now_borrowed), usage, result.preempt)
+    _spare_unneeded(result.preempt, held, usage)
     return result

@@ -65,33 +65,54 @@ def secrets_listed(*, team: Team, user):
     )
 
 
-def _check(*, team: Team, user, name, value, shared) -> dict[str, list[str]]:
-    errors: dict[str, list[str]] = {}
+def _name_problem(name) -> str | None:
     if not isinstance(name, str) or not name:
-        errors["name"] = ["Give the secret a name."]
-    elif len(name) > MAX_SECRET_NAME or not NAME_RE.match(name):
-        errors["name"] = [
+        return "Give the secret a name."
+    if len(name) > MAX_SECRET_NAME or not NAME_RE.match(name):
+        return (
             f"At most {MAX_SECRET_NAME} lowercase letters, digits and '-', starting with a letter, not ending with '-'."
-        ]
+        )
+    return None
+
+
+def _value_problem(value) -> str | None:
     if not isinstance(value, str) or not value:
-        errors["value"] = ["Give the secret's value."]
-    elif len(value.encode()) > MAX_SECRET_BYTES or "\x00" in value:
-        errors["value"] = [f"At most {MAX_SECRET_BYTES // 1024} KiB of text without NUL characters."]
+        return "Give the secret's value."
+    if len(value.encode()) > MAX_SECRET_BYTES or "\x00" in value:
+        return f"At most {MAX_SECRET_BYTES // 1024} KiB of text without NUL characters."
+    return None
+
+
+def _shared_problem(*, team: Team, user, shared) -> str | None:
     if not isinstance(shared, bool):
-        errors["shared"] = ["true or false."]
-    elif shared and not (
+        return "true or false."
+    if shared and not (
         user.is_superuser or Membership.objects.filter(user=user, team=team, role=Role.MANAGER).exists()
     ):
-        errors["shared"] = ["Only team managers can store secrets shared with the team."]
-    if "name" not in errors:
-        # A personal secret and a shared one of the same name would make `name` in a submission ambiguous.
-        other = _visible(team).filter(name=name)
-        other = other.exclude(shared=True) if shared else other.filter(shared=True)
-        if shared:
-            if other.exists():
-                errors["name"] = [f"A member already has a personal secret named {name}; choose another name."]
-        elif other.exists():
-            errors["name"] = [f"The team already shares a secret named {name}; choose another name."]
+        return "Only team managers can store secrets shared with the team."
+    return None
+
+
+def _name_clash(*, team: Team, name: str, shared: bool) -> str | None:
+    """A personal secret and a shared one of the same name would make `name` in a submission ambiguous."""
+    other = _visible(team).filter(name=name)
+    if shared:
+        if other.exclude(shared=True).exists():
+            return f"A member already has a personal secret named {name}; choose another name."
+    elif other.filter(shared=True).exists():
+        return f"The team already shares a secret named {name}; choose another name."
+    return None
+
+
+def _check(*, team: Team, user, name, value, shared) -> dict[str, list[str]]:
+    problems = {
+        "name": _name_problem(name),
+        "value": _value_problem(value),
+        "shared": _shared_problem(team=team, user=user, shared=shared),
+    }
+    errors = {field: [problem] for field, problem in problems.items() if problem is not None}
+    if "name" not in errors and (clash := _name_clash(team=team, name=name, shared=shared)) is not None:
+        errors["name"] = [clash]
     return errors
 
 
@@ -202,6 +223,11 @@ def secrets_unusable(*, team: Team, k8s_names) -> dict[str, str]:
 # --- the engine's side (Celery tasks in the worker; the only place a value is opened) -------------------
 
 
+def _still_to_write(secret: TeamSecret | None, version: int) -> bool:
+    """Is `version` still the secret's version waiting to be written?"""
+    return secret is not None and secret.version == version and secret.state == SecretState.PENDING
+
+
 def secret_write(*, secret_id: int, version: int, sealed: str, k8s_name: str | None = None) -> str:
     """Open a sealed value and write its Kubernetes Secret, if `version` is still the one to write.
 
@@ -211,7 +237,7 @@ def secret_write(*, secret_id: int, version: int, sealed: str, k8s_name: str | N
     if secret is not None and k8s_name is not None and secret.k8s_name != k8s_name:
         log.warning("secret row %s is not %s: a write meant for another portal, ignored", secret_id, k8s_name)
         return "superseded"
-    if secret is None or secret.version != version or secret.state != SecretState.PENDING:
+    if not _still_to_write(secret, version):
         return "superseded"
     try:
         value = sealing.unseal(sealed)
@@ -226,7 +252,7 @@ def secret_write(*, secret_id: int, version: int, sealed: str, k8s_name: str | N
         # Under the row's lock: a newer store waits for this write to finish, then its own write follows,
         # so Kubernetes never ends up holding an older value than the row's latest version.
         locked = TeamSecret.objects.select_for_update().filter(id=secret_id).first()
-        if locked is None or locked.version != version or locked.state != SecretState.PENDING:
+        if not _still_to_write(locked, version):
             return "superseded"
         try:
             _create_or_replace(body)

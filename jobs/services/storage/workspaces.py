@@ -46,17 +46,14 @@ def home_claim(*, team: Team, owner) -> str:
     return recorded or names.home_claim_name(owner.get_username(), owner.pk)
 
 
-def homes_not_owned(workloads) -> dict[int, str]:
-    """Of these workloads, those whose home claim is recorded for another person: workload id -> claim.
-    One query for the lot."""
-    wanted = {
-        (w.namespace or w.team.namespace, m["claim"]): w
-        for w in workloads
-        for m in (w.mounts or [])
-        if m.get("kind") == "home"
-    }
-    if not wanted:
-        return {}
+def _home_claims(w) -> list[tuple[tuple[str, str], str]]:
+    """A workload's home mounts: ((namespace, claim), claim)."""
+    namespace = w.namespace or w.team.namespace
+    return [((namespace, m["claim"]), m["claim"]) for m in w.mounts or [] if m.get("kind") == "home"]
+
+
+def _claim_owners(wanted: set[tuple[str, str]]) -> dict[tuple[str, str], int | None]:
+    """The owner recorded for each (namespace, claim) of `wanted` that has a workspace row."""
     found: dict[tuple[str, str], int | None] = {}
     for namespace in {ns for ns, _ in wanted}:
         claims = [c for ns, c in wanted if ns == namespace]
@@ -64,12 +61,21 @@ def homes_not_owned(workloads) -> dict[int, str]:
             "claim_name", "owner_id"
         )
         found.update({(namespace, claim): owner_id for claim, owner_id in rows})
+    return found
+
+
+def homes_not_owned(workloads) -> dict[int, str]:
+    """Of these workloads, those whose home claim is recorded for another person: workload id -> claim.
+    One query for the lot."""
+    wanted = {key for w in workloads for key, _ in _home_claims(w)}
+    if not wanted:
+        return {}
+    found = _claim_owners(wanted)
     refused: dict[int, str] = {}
     for w in workloads:
-        for m in w.mounts or []:
-            key = (w.namespace or w.team.namespace, m.get("claim", ""))
-            if m.get("kind") == "home" and key in found and found[key] != w.owner_id:
-                refused[w.id] = m["claim"]
+        for key, claim in _home_claims(w):
+            if key in found and found[key] != w.owner_id:
+                refused[w.id] = claim
     return refused
 
 
