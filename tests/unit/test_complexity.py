@@ -13,16 +13,24 @@ from radon.complexity import cc_visit
 from radon.visitors import Class
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("admission", "agent", "api", "cli", "identity", "jobs", "notifications", "portal", "proxy", "telemetry")
+PRODUCT = (
+    "admission",
+    "agent",
+    "api",
+    "cli",
+    "identity",
+    "jobs",
+    "notifications",
+    "portal",
+    "proxy",
+    "spec_rules",
+    "telemetry",
+)
 LIMIT = 20
 
-# Above the limit when the rule came in, in files another piece of issue 34 rewrites (the rules that intake
-# checks): each may not grow, and leaves this list once it is under the limit.
-KNOWN = {
-    "jobs/forms.py:LaunchForm.spec": 31,
-    "jobs/forms.py:LaunchForm.__init__": 21,
-    "api/serializers.py:parse_submission": 31,
-}
+# Functions allowed above the limit, each pinned at what it measured so it may not grow: none left. A name
+# added here needs a reason in its comment.
+KNOWN: dict[str, int] = {}
 
 
 def product_files() -> list[Path]:
