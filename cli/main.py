@@ -484,17 +484,14 @@ def cmd_checkpoints(client: PortalClient, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_clone(client: PortalClient, args: argparse.Namespace) -> int:
-    source = client.workload(args.uid)
+def _cloned_spec(source: dict) -> dict:
+    """What a clone submits: the source's launch as its API page gives it back."""
     spec = {key: source[key] for key in CLONED if source.get(key) not in (None, [], "")}
     if spec.get("catalog_image"):
         spec.pop("image", None)
     spec["team"] = source["team"]
     if source.get("retry_limit_from_launch") and source.get("retry_limit") is not None:
         spec["retry_limit"] = source["retry_limit"]  # else the clone follows its team's default, as the source did
-    if any(var.get("value") is None for var in source.get("env") or []):
-        print(f"gpuportal: {args.uid}'s environment is its owner's; clone your own workloads", file=sys.stderr)
-        return EXIT_FAILED
     if source.get("env"):
         spec["env"] = [{"name": var["name"], "value": var["value"]} for var in source["env"]]
     if source.get("secrets"):
@@ -502,6 +499,15 @@ def cmd_clone(client: PortalClient, args: argparse.Namespace) -> int:
     datasets = [m["name"] for m in source.get("mounts") or [] if m.get("kind") == "dataset" and m.get("name")]
     if datasets:
         spec["datasets"] = datasets
+    return spec
+
+
+def cmd_clone(client: PortalClient, args: argparse.Namespace) -> int:
+    source = client.workload(args.uid)
+    if any(var.get("value") is None for var in source.get("env") or []):
+        print(f"gpuportal: {args.uid}'s environment is its owner's; clone your own workloads", file=sys.stderr)
+        return EXIT_FAILED
+    spec = _cloned_spec(source)
     if args.name:
         spec["name"] = args.name
     if args.gpus:
