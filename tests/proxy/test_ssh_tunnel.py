@@ -218,6 +218,26 @@ def test_gpuportal_ssh_proxy_carries_stdin_to_the_pod_and_back(tunnel):
             child.wait()
 
 
+def test_gpuportal_ssh_proxy_dials_the_services_origin_when_they_have_their_own(tunnel):
+    """With services on an origin of their own the portal's host has no /w/: `--origin` (which ssh-config
+    writes from the API's ssh_origin) is where the tunnel goes, whatever GPUPORTAL_URL says."""
+    env = {**os.environ, "GPUPORTAL_URL": "http://127.0.0.1:9", "GPUPORTAL_TOKEN": tunnel.tokens["owner"]}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "ssh-proxy", "--origin", tunnel.http_base, tunnel.workload.uid],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    try:
+        child.stdin.write(b"over the apps origin\n")
+        child.stdin.flush()
+        assert child.stdout.read(len(b"over the apps origin\n")) == b"over the apps origin\n"
+        child.stdin.close()
+        assert child.wait(timeout=60) == 0, child.stderr.read().decode()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
 def test_gpuportal_ssh_proxy_says_404_for_someone_else_s_service(tunnel):
     env = {**os.environ, "GPUPORTAL_URL": tunnel.http_base, "GPUPORTAL_TOKEN": tunnel.tokens["outsider"]}
     done = subprocess.run(
