@@ -237,6 +237,8 @@ def _scp_on_real_nodes(ctx: Any) -> float:
     """The issue's figure: scp of BLOB_MB into a dev environment on a real node, through the portal ÷ straight."""
     from localcluster.procs import ClusterError
 
+    ctx.django()
+
     try:
         cluster = ctx.cluster()
     except ClusterError as exc:
@@ -299,9 +301,12 @@ def _scp_ratio(ctx: Any) -> float:
         workload.refresh_from_db()
         if workload.state != State.RUNNING:
             raise RuntimeError(f"the dev environment ended: {workload.state} {workload.message}")
-        address = kube.ready_endpoint(workload.namespace, workload.k8s_name, api=engine.admin)
-        if address is None:
-            raise RuntimeError("the dev environment's pod has no ready address")
+        # The pod is Ready (in its EndpointSlice) once JupyterLab answers, a little after Running.
+        deadline = time.monotonic() + 180
+        while (address := kube.ready_endpoint(workload.namespace, workload.k8s_name, api=engine.admin)) is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the dev environment's pod never became Ready within 180 s")
+            time.sleep(1)
         app = ServiceProxy(endpoints=lambda ns, svc: kube.ready_endpoint(ns, svc, api=engine.admin))
         port = _free_port()
         server = uvicorn.Server(uvicorn.Config(
