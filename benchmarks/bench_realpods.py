@@ -34,12 +34,12 @@ def _log(line: str) -> None:
     print(f"# [real nodes] {line}", file=sys.stderr, flush=True)
 
 
-def _start_real_nodes(cluster):
+def _start_real_nodes(cluster, image_names: tuple[str, ...] = ("python",)):
     from localcluster import images
     from localcluster.realnode import RealNodes, check_host
 
     check_host()  # raises ClusterError naming what this machine lacks
-    paths = images.ensure(["sandbox", "python"], progress=_log)
+    paths = images.ensure(["sandbox", *image_names], progress=_log)
     nodes = RealNodes(
         cluster.state_dir / "bench-real",
         pki=cluster.pki,
@@ -47,7 +47,7 @@ def _start_real_nodes(cluster):
         token=cluster.admin_token,
         count=2,
         sandbox_image=images.IMAGES["sandbox"],
-        images=[paths["sandbox"], paths["python"]],
+        images=[paths["sandbox"], *(paths[name] for name in image_names)],
         log=_log,
     )
     try:

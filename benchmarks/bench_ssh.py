@@ -1,6 +1,14 @@
 """SSH through the portal (issue 39): what the tunnel keeps of a transfer's speed, and how many idle SSH
 tunnels one proxy process holds.
 
+The issue's figure is measured on the real nodes (localcluster/realnode.py) with the dev-environment image
+(Debian's sshd as the pod's own user) and Debian's OpenSSH client: `scp` of 256 MB into the pod through the
+portal (ProxyCommand `gpuportal ssh-proxy`, the proxy in this process reading the pod's address from the
+cluster as in production) and the same `scp` straight to the pod's address on port 2222 (the real nodes'
+bridge reaches pods from this host). Where the real nodes cannot run (check_host names what this machine
+lacks), the line says so as an ERROR with the reason: no stand-in figure is printed under its name.
+
+The stand-in half:
 Three processes on loopback, as bench_proxy has them: a stand-in for the pod's sshd (a TCP server: the
 proxy never reads SSH, it moves bytes), the proxy (the real ServiceProxy under uvicorn, each tunnel opened
 with a real API token checked against the run's database, rechecked every SSH_RECHECK_SECONDS), and this
@@ -8,10 +16,13 @@ client. The transfer through the portal is the real `gpuportal ssh-proxy` proces
 ProxyCommand; straight to the pod is a plain TCP read. Sides alternate, each going first in turn.
 
 Lines printed:
-  ssh_tunnel_throughput_ratio  MB/s of 256 MB from the pod through `gpuportal ssh-proxy` / straight from the
-                               pod's socket, the median of the rounds' pairs. The bytes are raw, not scp:
-                               scp's own encryption (the same on both sides) is left out, so this is the
-                               tunnel's share of the cost alone, the stricter figure.
+  ssh_tunnel_throughput_ratio  real nodes: seconds of `scp` of 256 MB straight to the pod / through the portal
+                               (= MB/s through ÷ MB/s straight), the median of SCP_ROUNDS alternating pairs
+  ssh_tunnel_raw_throughput_ratio
+                               stand-in: MB/s of 256 MB from a loopback "pod" through `gpuportal ssh-proxy` /
+                               straight from its socket, the median of the rounds' pairs. Raw bytes, no
+                               encryption on either side: the tunnel's own share of the cost, the stricter
+                               figure, and the one to profile the tunnel with.
   ssh_sessions_per_proxy       tunnels opened through one proxy process, left idle, that all still carry
                                bytes both ways afterwards (SESSIONS tried; goal >= 1000); 0 if any failed
 """
@@ -28,11 +39,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_proxy import _free_port, _raise_fd_limit, _wait_port
 
-FIGURES = ["ssh_tunnel_throughput_ratio", "ssh_sessions_per_proxy"]
+FIGURES = ["ssh_tunnel_raw_throughput_ratio", "ssh_sessions_per_proxy", "ssh_tunnel_throughput_ratio"]
+SCP_ROUNDS = 3
 BLOB_MB = 256
 ROUNDS = 5
 SESSIONS = 1000
@@ -199,7 +212,7 @@ def run(ctx: Any) -> Iterator[tuple[str, float | int]]:
         rounded = {side: [round(v) for v in values] for side, values in speeds.items()}
         print(f"# ssh_tunnel MB/s per round: portal {rounded['portal']}, straight {rounded['straight']}", flush=True)
         pairs = [p / s for p, s in zip(speeds["portal"], speeds["straight"], strict=True)]
-        yield "ssh_tunnel_throughput_ratio", round(statistics.median(pairs), 3)
+        yield "ssh_tunnel_raw_throughput_ratio", round(statistics.median(pairs), 3)
         yield "ssh_sessions_per_proxy", asyncio.run(_sessions(proxy, token))
     finally:
         for child in children:
@@ -213,6 +226,132 @@ def run(ctx: Any) -> Iterator[tuple[str, float | int]]:
 
         Workload.objects.filter(uid=UID).delete()
         row.delete()
+    yield "ssh_tunnel_throughput_ratio", _scp_on_real_nodes(ctx)
+
+
+def _log(line: str) -> None:
+    print(f"# [ssh real nodes] {line}", file=sys.stderr, flush=True)
+
+
+def _scp_on_real_nodes(ctx: Any) -> float:
+    """The issue's figure: scp of BLOB_MB into a dev environment on a real node, through the portal ÷ straight."""
+    from localcluster.procs import ClusterError
+
+    ctx.django()
+
+    try:
+        cluster = ctx.cluster()
+    except ClusterError as exc:
+        raise RuntimeError(f"the real nodes are not available in this run (no cluster: {exc})") from None
+    from benchmarks.bench_realpods import _start_real_nodes, _stop_real_nodes
+
+    nodes = None
+    if getattr(cluster, "real", None) is None:
+        try:
+            nodes = _start_real_nodes(cluster, ("devenv",))
+        except ClusterError as exc:
+            raise RuntimeError(f"the real nodes are not available in this run: {exc}") from None
+    else:  # GPUPORTAL_REAL_NODES: the run's cluster has them; they need the dev environment's image
+        from localcluster import images
+
+        path = images.ensure(["devenv"], progress=_log)["devenv"]
+        for spec in cluster.real.specs:
+            cluster.real.import_image(spec, path)
+    try:
+        return _scp_ratio(ctx)
+    finally:
+        if nodes is not None:
+            _stop_real_nodes(nodes)
+
+
+def _scp_ratio(ctx: Any) -> float:
+    import tempfile
+
+    import uvicorn
+
+    from api.tokens import token_create
+    from benchmarks.bench_realpods import _real_nodes_listed
+    from benchmarks.engine import Engine, wait_until
+    from identity.sshkeys import key_add
+    from jobs.kube import client as kube
+    from jobs.models import CatalogImage, State, Workload
+    from jobs.services.seeding import apply_seed
+    from jobs.services.submission.intake import workload_submit
+    from localcluster.images import IMAGES, catalog_seed
+    from proxy.app import ServiceProxy
+
+    engine = Engine(ctx)
+    server = None
+    try:
+        apply_seed(catalog_seed())
+        team, user = engine.team()
+        wait_until(_real_nodes_listed, 120, "the inventory does not list the real nodes' GPUs", interval=1.0)
+        entry = CatalogImage.objects.get(reference=IMAGES["devenv"])
+        work = Path(tempfile.mkdtemp(prefix="bench-ssh-"))
+        key = work / "id_ed25519"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+        key_add(user=user, name="bench", public_key=(work / "id_ed25519.pub").read_text())
+        spec = {"name": "bench-devenv", "kind": "service", "catalog_image": entry.id, "image": entry.reference,
+                "gpu_type": "real-p100", "gpu_count": 1, "port": 8888, "time_limit_seconds": 1800}  # fmt: skip
+        workload = workload_submit(team=team, owner=user, spec=spec)
+        wait_until(
+            lambda: Workload.objects.get(id=workload.id).state in (State.RUNNING, *State.final()), 300,
+            "the dev environment did not start on a real node within 300 s", interval=1.0,
+        )  # fmt: skip
+        workload.refresh_from_db()
+        if workload.state != State.RUNNING:
+            raise RuntimeError(f"the dev environment ended: {workload.state} {workload.message}")
+        # The pod is Ready (in its EndpointSlice) once JupyterLab answers, a little after Running.
+        deadline = time.monotonic() + 180
+        while (address := kube.ready_endpoint(workload.namespace, workload.k8s_name, api=engine.admin)) is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the dev environment's pod never became Ready within 180 s")
+            time.sleep(1)
+        app = ServiceProxy(endpoints=lambda ns, svc: kube.ready_endpoint(ns, svc, api=engine.admin))
+        port = _free_port()
+        server = uvicorn.Server(uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", ws="websockets-sansio",
+            ws_per_message_deflate=False, lifespan="on",
+        ))  # fmt: skip
+        threading.Thread(target=server.run, daemon=True).start()
+        _wait_port(port)
+        issued = token_create(user=user, name="bench-ssh")
+        env = {**os.environ, "GPUPORTAL_URL": f"http://127.0.0.1:{port}", "GPUPORTAL_TOKEN": issued.raw}
+        common = ["-i", str(key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-F", "/dev/null",
+                  "-o", f"UserKnownHostsFile={work / 'known_hosts'}", "-o", "StrictHostKeyChecking=no"]  # fmt: skip
+        portal = [*common, "-o", f"ProxyCommand={sys.executable} -m cli.main ssh-proxy %h", "-o",
+                  f"HostKeyAlias=gpuportal-{workload.uid}"]  # fmt: skip
+        blob = work / "blob.bin"
+        with blob.open("wb") as out:
+            for _ in range(BLOB_MB):
+                out.write(os.urandom(1024 * 1024))
+        ready = time.monotonic() + 180  # sshd starts beside JupyterLab; the keys' Secret may lag a little
+        while subprocess.run(["ssh", *portal, f"user@{workload.uid}", "true"], env=env, capture_output=True,
+                             timeout=90, check=False).returncode != 0:  # fmt: skip
+            if time.monotonic() > ready:
+                raise RuntimeError("ssh through the portal never got in to the dev environment")
+            time.sleep(2)
+        sides = {
+            "portal": ["scp", *portal, str(blob), f"user@{workload.uid}:/tmp/bench.bin"],
+            "straight": ["scp", *common, "-P", "2222", str(blob), f"user@{address[0]}:/tmp/bench.bin"],
+        }
+        seconds: dict[str, list[float]] = {"portal": [], "straight": []}
+        for turn in range(SCP_ROUNDS):
+            order = ["straight", "portal"] if turn % 2 == 0 else ["portal", "straight"]
+            for side in order:
+                started = time.perf_counter()
+                done = subprocess.run(sides[side], env=env, capture_output=True, timeout=600, check=False)
+                if done.returncode != 0:
+                    raise RuntimeError(f"scp {side} failed: {done.stderr.decode()[-300:]}")
+                seconds[side].append(time.perf_counter() - started)
+        rates = {side: [round(BLOB_MB * 1.048576 / s) for s in values] for side, values in seconds.items()}
+        print(f"# ssh_tunnel scp MB/s per round: portal {rates['portal']}, straight {rates['straight']}", flush=True)
+        pairs = [s / p for p, s in zip(seconds["portal"], seconds["straight"], strict=True)]
+        return round(statistics.median(pairs), 3)
+    finally:
+        if server is not None:
+            server.should_exit = True
+        engine.close()
 
 
 def main() -> None:

@@ -196,8 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
         "ssh-proxy", help="ssh's ProxyCommand: ssh -o ProxyCommand='gpuportal ssh-proxy %%h' UID"
     )
     tunnel.add_argument("host", help="the service's uid (ssh's %%h), or gpuportal-<uid>")
+    tunnel.add_argument("--origin", default="", metavar="URL",
+                        help="where the portal serves services, when not on its own host (ssh-config writes it)")  # fmt: skip
     ssh_config = commands.add_parser("ssh-config", help="print ssh_config Host blocks for ssh and VS Code Remote-SSH")
-    ssh_config.add_argument("uid", nargs="?", help="one service (default: all your running services)")
+    ssh_config.add_argument(
+        "uid", nargs="?", help="one service (default: your running services whose image runs an SSH server)"
+    )
     return parser
 
 
@@ -410,17 +414,23 @@ def cmd_ssh(client: PortalClient, args: argparse.Namespace) -> int:
     if workload["state"] != "RUNNING":
         print(f"gpuportal: {uid} is {_state(workload)}; SSH works once it runs", file=sys.stderr)
         return EXIT_FAILED
+    if workload.get("ssh") is False:
+        print(f"gpuportal: {uid}'s image does not say it runs an SSH server; trying anyway", file=sys.stderr)
     remote = args.remote[1:] if args.remote[:1] == ["--"] else args.remote
     # The child ssh (and the ProxyCommand it starts) find the portal and token as this process did.
     os.environ["GPUPORTAL_URL"], os.environ["GPUPORTAL_TOKEN"] = client.base_url, client.token
-    return ssh.exec_ssh(ssh.ssh_command(uid, remote, proxy_command=_proxy_command(), forwards=args.forwards))
+    argv = ssh.ssh_command(
+        uid, remote, proxy_command=_proxy_command(), forwards=args.forwards,
+        origin=workload.get("ssh_origin", ""),
+    )  # fmt: skip
+    return ssh.exec_ssh(argv)
 
 
 def cmd_ssh_proxy(client: PortalClient, args: argparse.Namespace) -> int:
     code = EXIT_OK
     try:
         uid = ssh.uid_from_host(args.host)
-        ssh.run_proxy(ssh.tunnel_url(client.base_url, uid), client.token)
+        ssh.run_proxy(ssh.tunnel_url(args.origin or client.base_url, uid), client.token)
     except ssh.TunnelError as exc:
         print(f"gpuportal ssh-proxy: {exc}", file=sys.stderr)
         code = exc.code
@@ -432,10 +442,10 @@ def cmd_ssh_proxy(client: PortalClient, args: argparse.Namespace) -> int:
 
 
 def cmd_ssh_config(client: PortalClient, args: argparse.Namespace) -> int:
-    if args.uid:
+    if args.uid:  # asked for by name: its block, whatever its image says
         services = [client.workload(ssh.uid_from_host(args.uid))]
     else:
-        services = list(client.workloads(limit=200, kind="service", state=["RUNNING"]))
+        services = ssh.reachable(client.workloads(limit=200, kind="service", state=["RUNNING"]))
     print(ssh.config_text(services, command=_proxy_command()), end="")
     return EXIT_OK
 

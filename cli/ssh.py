@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
 import threading
 from collections.abc import Iterable
@@ -53,7 +54,21 @@ def tunnel_url(portal_url: str, uid: str) -> str:
     return urlunsplit((scheme, parts.netloc, f"{parts.path.rstrip('/')}/w/_ssh/{uid}", "", ""))
 
 
-def host_block(uid: str, *, name: str = "", command: str = "gpuportal") -> str:
+def proxy_command_line(command: str, *, origin: str = "") -> str:
+    """ssh's ProxyCommand for this client. With services on an origin of their own (the portal's host then has
+    no /w/), the tunnel is dialled there: `--origin` says so, read from the portal's own answer (ssh_origin)."""
+    if origin:
+        return f"{command} ssh-proxy --origin {shlex.quote(origin.rstrip('/'))} %h"
+    return f"{command} ssh-proxy %h"
+
+
+def reachable(services: Iterable[dict]) -> list[dict]:
+    """The services `ssh-config` lists: running ones whose image runs an SSH server. (A portal too old to say
+    `ssh` lists every running service.)"""
+    return [s for s in services if s.get("state") == "RUNNING" and s.get("ssh", True)]
+
+
+def host_block(uid: str, *, name: str = "", command: str = "gpuportal", origin: str = "") -> str:
     """An ssh_config `Host` block for one service, read as is by ssh and VS Code Remote-SSH."""
     comment = f"# {name} ({uid})" if name else f"# {uid}"
     return "\n".join(
@@ -62,7 +77,7 @@ def host_block(uid: str, *, name: str = "", command: str = "gpuportal") -> str:
             f"Host {HOST_PREFIX}{uid}",
             f"    HostName {uid}",
             f"    User {POD_USER}",
-            f"    ProxyCommand {command} ssh-proxy %h",
+            f"    ProxyCommand {proxy_command_line(command, origin=origin)}",
             f"    HostKeyAlias {HOST_PREFIX}{uid}",
             "    StrictHostKeyChecking accept-new",
             "    ServerAliveInterval 30",
@@ -72,14 +87,19 @@ def host_block(uid: str, *, name: str = "", command: str = "gpuportal") -> str:
 
 
 def config_text(services: Iterable[dict], *, command: str = "gpuportal") -> str:
-    blocks = [host_block(s["uid"], name=s.get("name", ""), command=command) for s in services]
-    return "\n".join(blocks) if blocks else "# No running services of yours to reach.\n"
+    blocks = [
+        host_block(s["uid"], name=s.get("name", ""), command=command, origin=s.get("ssh_origin", "")) for s in services
+    ]
+    return "\n".join(blocks) if blocks else "# No running services of yours with an SSH server to reach.\n"
 
 
-def ssh_command(uid: str, command: list[str], *, proxy_command: str, forwards: Iterable[str] = ()) -> list[str]:
+def ssh_command(
+    uid: str, command: list[str], *, proxy_command: str, forwards: Iterable[str] = (), origin: str = "",
+) -> list[str]:  # fmt: skip
     """The ssh command line `gpuportal ssh` runs (the host key is remembered under gpuportal-<uid>)."""
+    via = proxy_command_line(proxy_command, origin=origin)
     options = [
-        "-o", f"ProxyCommand={proxy_command} ssh-proxy %h",
+        "-o", f"ProxyCommand={via}",
         "-o", f"HostKeyAlias={HOST_PREFIX}{uid}",
         "-o", "StrictHostKeyChecking=accept-new",
         "-o", "ServerAliveInterval=30",

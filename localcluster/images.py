@@ -624,7 +624,7 @@ def catalog_seed(quota_team: str | None = None) -> dict:
                             "home workspace.",
              "default_command": [DEVENV_ENTRYPOINT, "jupyter", "lab", "--ip=0.0.0.0", "--no-browser",
                                  "--ServerApp.root_dir=/home"],
-             "default_port": 8888, "base_url_args": jupyter_args},
+             "default_port": 8888, "base_url_args": jupyter_args, "runs_sshd": True},
             {"reference": IMAGES["tensorboard"], "title": "TensorBoard (local)", "suits": "service",
              "description": "TensorBoard built on this machine, serving the logs under /logs.",
              "default_command": ["tensorboard"], "default_args": ["--logdir", "/logs", "--bind_all"],

@@ -214,6 +214,12 @@ class CatalogImage(models.Model):
         default=False,
         help_text="The image works with a read-only root filesystem (it writes only to /tmp, home and mounts).",
     )
+    runs_sshd = models.BooleanField(
+        default=False,
+        help_text="The image runs an SSH server on GPUPORTAL_SSH_PORT with GPUPORTAL_SSH_AUTHORIZED_KEYS (the "
+        "portal's dev environment does): `gpuportal ssh-config` lists its running services, and their pages "
+        "offer SSH and the Terminal.",
+    )
 
     class Meta:
         ordering = ["title"]

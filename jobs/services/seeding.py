@@ -133,6 +133,7 @@ def _seed_image(entry: dict[str, Any], where: str) -> bool:
             "needs_root": bool(entry.get("needs_root", False)),
             "root_allowed": bool(entry.get("root_allowed", False)),
             "read_only_root": bool(entry.get("read_only_root", False)),
+            "runs_sshd": bool(entry.get("runs_sshd", False)),
             "base_url_args": [str(a) for a in entry.get("base_url_args") or []],
             "base_url_env": {str(k): str(v) for k, v in (entry.get("base_url_env") or {}).items()},
         },

@@ -2,8 +2,10 @@
 
 The rule is Open's (jobs.policy.may_open): the owner's keys, and while the owner shares the service, the keys
 of every member of its team. The Secret (jobs/kube/ssh_objects.py) is written when the service's objects are
-created, and again whenever a key is added or removed (identity.sshkeys.ssh_keys_changed) or the owner shares
-or stops sharing: by the engine's worker (jobs.tasks.ssh_keys_publish), since the web may write nothing in
+created, and again whenever a key is added or removed (identity.sshkeys.ssh_keys_changed), the owner shares
+or stops sharing (jobs.services.opening.workload_share), or someone joins or leaves the team of a shared
+service (a Membership saved or deleted, from any path: the members page, the API, the provider's claims at
+sign-in, the admin; on_membership_changed): by the engine's worker (jobs.tasks.ssh_keys_publish), since the web may write nothing in
 the cluster. The kubelet then updates the file in the running pod (about a minute); the proxy's own check
 (proxy/ssh_door.py) already refuses a tunnel to anyone the rule leaves out, so a key that lingers a minute in
 the file opens nothing.
@@ -108,5 +110,23 @@ def publish_all(workload_ids: list[int]) -> int:
 def on_keys_changed(sender, *, user, **kwargs) -> None:
     """identity.sshkeys.ssh_keys_changed: hand the affected services to the engine (after the commit)."""
     ids = services_of(user.pk)
+    if ids:
+        dispatch.publish_ssh_keys(ids)
+
+
+def shared_services_of_team(team_id: int) -> list[int]:
+    """Live services of this team whose owner shares them: their authorized_keys list every member's keys."""
+    return list(
+        Workload.objects.filter(live_services(), team_id=team_id, shared_with_team=True).values_list("id", flat=True)
+    )
+
+
+def on_membership_changed(sender, *, instance: Membership, created: bool = True, **kwargs) -> None:
+    """post_save / post_delete of a Membership: someone joined or left a team. Its shared services' keys
+    follow (after the commit); a role change (a save of an existing row) changes nobody's keys, and nor does
+    anyone without keys coming or going."""
+    if not created or not SshKey.objects.filter(user_id=instance.user_id).exists():
+        return
+    ids = shared_services_of_team(instance.team_id)
     if ids:
         dispatch.publish_ssh_keys(ids)

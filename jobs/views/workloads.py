@@ -135,6 +135,8 @@ def _detail_context(request: HttpRequest, workload: Workload) -> dict:
         "rank_numbers": range(workload.nodes) if workload.nodes > 1 else (),
         "gang_window_seconds": settings.GANG_START_WINDOW_SECONDS,
         "ssh_key_count": SshKey.objects.filter(user=request.user).count() if workload.kind == Kind.SERVICE else 0,
+        "runs_sshd": workload.catalog_image is not None and workload.catalog_image.runs_sshd,
+        "ssh_origin": opening.service_origin(workload.uid),
         "service_address": (
             f"{workload.k8s_name}.{workload.namespace}.svc:{workload.port}"
             if workload.kind == Kind.SERVICE and workload.k8s_name and workload.namespace and workload.port

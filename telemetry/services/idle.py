@@ -3,8 +3,11 @@ stop it. Every step is a timeline entry on the workload; the owner is told throu
 
 A minute counts as busy when its average GPU utilization reached the policy's threshold. A service is
 idle since the end of its last busy minute (or since it started) and, when the team's policy counts
-browser activity (the default), not before its last request through the portal's proxy: a notebook with
-an open, active tab and an idle GPU is in use; one nobody has touched for hours is not. Missing telemetry is not idleness: a
+activity through the portal (browser_activity_counts, the default), not before its last use through the
+portal's proxy: a notebook with an open, active tab and an idle GPU is in use; so is a service someone holds
+an SSH session (or the browser's Terminal) open to, since the proxy records an open tunnel as activity on
+every recheck (proxy/ssh_tunnel.py, SSH_RECHECK_SECONDS) into the same `last_activity_at`; one nobody has
+touched for hours is not. Missing telemetry is not idleness: a
 warning needs samples for at least half of the idle period, so an agent that is down never gets a
 service stopped.
 """
@@ -59,7 +62,8 @@ def idle_facts(workload: Workload, *, threshold_percent: int, window: timedelta,
 
 
 def with_browser_activity(facts: IdleFacts, last_activity_at: datetime | None) -> IdleFacts:
-    """Idle only since the later of the GPUs' last busy minute and the last request through the proxy."""
+    """Idle only since the later of the GPUs' last busy minute and the last use through the proxy (a request,
+    a WebSocket message, or an SSH or Terminal session still open)."""
     if facts.idle_since is None or last_activity_at is None or last_activity_at <= facts.idle_since:
         return facts
     return IdleFacts(idle_since=last_activity_at, minutes_sampled=facts.minutes_sampled)
@@ -104,7 +108,7 @@ def _check_one(workload: Workload, policy: IdlePolicy, warning: IdleWarning | No
                 workload,
                 reason=CLEARED,
                 message=f"In use again (GPU utilization at or above {warning.threshold_percent} %, or opened in a "
-                "browser through the portal); the idle warning is withdrawn.",
+                "browser or over SSH through the portal); the idle warning is withdrawn.",
                 source=WorkloadEvent.Source.PORTAL,
             )
             warning.delete()
@@ -119,7 +123,11 @@ def _check_one(workload: Workload, policy: IdlePolicy, warning: IdleWarning | No
     message = (
         f"The GPUs of this service have been below {policy.threshold_percent} % utilization for {hours}"
         f" (since {facts.idle_since:%Y-%m-%d %H:%M} UTC)"
-        + (", and nobody has opened it through the portal since." if policy.browser_activity_counts else ".")
+        + (
+            ", and nobody has opened it or held an SSH session to it through the portal since."
+            if policy.browser_activity_counts
+            else "."
+        )
     )
     if stop_at is not None:
         message += f" It will be stopped at {stop_at:%Y-%m-%d %H:%M} UTC unless it uses them again."

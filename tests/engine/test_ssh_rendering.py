@@ -93,3 +93,22 @@ def test_the_terminal_key_is_one_per_service_and_its_public_half_matches(setting
 def test_the_terminal_key_gets_a_pty_and_no_forwarding():
     text = ssh_objects.authorized_keys([], terminal_key="ssh-ed25519 TTTT")
     assert text.splitlines()[-1] == "restrict,pty ssh-ed25519 TTTT gpuportal-terminal"
+
+
+def test_the_proxy_command_names_the_services_own_origin_only_when_there_is_one():
+    assert ssh.proxy_command_line("gpuportal") == "gpuportal ssh-proxy %h"
+    assert ssh.proxy_command_line("gpuportal", origin="https://abc.apps.example.org/") == (
+        "gpuportal ssh-proxy --origin https://abc.apps.example.org %h"
+    )
+    block = ssh.host_block("abc", command="gpuportal", origin="https://abc.apps.example.org")
+    assert "    ProxyCommand gpuportal ssh-proxy --origin https://abc.apps.example.org %h\n" in block
+
+
+def test_ssh_config_lists_running_services_with_an_ssh_server():
+    services = [
+        {"uid": "a", "state": "RUNNING", "ssh": True},
+        {"uid": "b", "state": "RUNNING", "ssh": False},  # no sshd in its image, or not yours to open
+        {"uid": "c", "state": "QUEUED", "ssh": True},
+        {"uid": "d", "state": "RUNNING"},  # a portal too old to say
+    ]
+    assert [s["uid"] for s in ssh.reachable(services)] == ["a", "d"]

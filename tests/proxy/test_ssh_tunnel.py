@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -148,6 +149,56 @@ def test_an_open_idle_session_counts_as_activity(tunnel):
             time.sleep(0.5)
 
 
+def _idle_gpu_minutes(workload, start, end) -> None:
+    """The agent's per-minute rows for `workload`: its GPU at 1 % every minute from start to end."""
+    from telemetry.models import WorkloadGpuMinute
+
+    minute = start.replace(second=0, microsecond=0)
+    rows = []
+    while minute < end:
+        rows.append(WorkloadGpuMinute(workload=workload, team=workload.team, minute=minute,
+                                      node_name=workload.node_name, reports=1, gpu_readings=1, utilization_sum=1.0,
+                                      utilization_max=1, observed_gpu_seconds=60.0, busy_gpu_seconds=0.6))  # fmt: skip
+        minute += timedelta(minutes=1)
+    WorkloadGpuMinute.objects.bulk_create(rows)
+
+
+def test_the_idle_policy_leaves_a_service_alone_while_an_ssh_session_is_open(tunnel):
+    """GPUs idle for three hours, a two-hour policy: no warning while someone is connected over SSH; two hours
+    after the session ends, the warning comes and says since when."""
+    from decimal import Decimal
+
+    import time_machine
+    from django.utils import timezone
+
+    from telemetry.models import IdlePolicy
+    from telemetry.services.idle import idle_check
+
+    now = timezone.now()
+    workload = Workload.objects.get(id=tunnel.workload.id)
+    Workload.objects.filter(id=workload.id).update(started_at=now - timedelta(hours=3), last_activity_at=None)
+    workload.refresh_from_db()
+    IdlePolicy.objects.create(team=workload.team, threshold_percent=5, warn_after_hours=Decimal(2))
+    _idle_gpu_minutes(workload, now - timedelta(hours=3), now + timedelta(hours=3))
+    with _open(tunnel, tunnel.tokens["owner"]) as ws:
+        ws.send(b"SSH-2.0-OpenSSH_9.2\r\n")
+        assert ws.recv(timeout=20) == b"SSH-2.0-OpenSSH_9.2\r\n"
+        time.sleep(1.5)  # idle: no byte moves, only the proxy's recheck (every second here)
+        deadline = time.monotonic() + 60
+        while Workload.objects.get(id=workload.id).last_activity_at is None:
+            assert time.monotonic() < deadline, "an open SSH session never counted as activity"
+            time.sleep(0.5)
+        assert idle_check()["warned"] == 0  # three idle GPU hours, but someone is connected
+    connected_until = Workload.objects.get(id=workload.id).last_activity_at
+    with time_machine.travel(connected_until + timedelta(hours=1, minutes=50), tick=False):
+        assert idle_check()["warned"] == 0
+    with time_machine.travel(connected_until + timedelta(hours=2, minutes=5), tick=False):
+        assert idle_check()["warned"] == 1
+    warning = workload.events.get(reason="IdleWarning")
+    assert "held an SSH session to it through the portal since" in warning.message
+    assert f"since {connected_until:%Y-%m-%d %H:%M} UTC" in warning.message
+
+
 def test_gpuportal_ssh_proxy_carries_stdin_to_the_pod_and_back(tunnel):
     """The ProxyCommand itself, as ssh runs it: stdin in, stdout out; it ends when stdin ends."""
     env = {**os.environ, "GPUPORTAL_URL": tunnel.http_base, "GPUPORTAL_TOKEN": tunnel.tokens["owner"]}
@@ -159,6 +210,26 @@ def test_gpuportal_ssh_proxy_carries_stdin_to_the_pod_and_back(tunnel):
         child.stdin.write(b"through the portal\n")
         child.stdin.flush()
         assert child.stdout.read(len(b"through the portal\n")) == b"through the portal\n"
+        child.stdin.close()
+        assert child.wait(timeout=60) == 0, child.stderr.read().decode()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_gpuportal_ssh_proxy_dials_the_services_origin_when_they_have_their_own(tunnel):
+    """With services on an origin of their own the portal's host has no /w/: `--origin` (which ssh-config
+    writes from the API's ssh_origin) is where the tunnel goes, whatever GPUPORTAL_URL says."""
+    env = {**os.environ, "GPUPORTAL_URL": "http://127.0.0.1:9", "GPUPORTAL_TOKEN": tunnel.tokens["owner"]}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "ssh-proxy", "--origin", tunnel.http_base, tunnel.workload.uid],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    try:
+        child.stdin.write(b"over the apps origin\n")
+        child.stdin.flush()
+        assert child.stdout.read(len(b"over the apps origin\n")) == b"over the apps origin\n"
         child.stdin.close()
         assert child.wait(timeout=60) == 0, child.stderr.read().decode()
     finally:

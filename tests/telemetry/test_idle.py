@@ -151,7 +151,7 @@ def test_an_active_browser_tab_keeps_an_idle_gpu_service_from_being_warned(peopl
     result = check_at(T0 + timedelta(hours=3, minutes=52))  # 2 h after the last request: idle by both signals
     assert result["warned"] == 1
     warning = notebook.events.get(reason="IdleWarning")
-    assert "nobody has opened it through the portal since" in warning.message
+    assert "nobody has opened it or held an SSH session to it through the portal since" in warning.message
     assert "since 2026-03-02 09:50 UTC" in warning.message
 
 
