@@ -82,6 +82,31 @@ def p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)] if ordered else 0.0
 
 
+def offered_load(jobs: list[Job]) -> str:
+    """Each team's offered load over the day (GPU-seconds its runs need ÷ the day) against its quota: near
+    the quota, a queue builds up that no order drains faster, and large jobs wait behind large jobs."""
+    parts = []
+    for team in range(TEAMS):
+        mine = [j for j in jobs if j.team == team]
+        load = sum(j.gpus * j.run for j in mine) / DAY
+        large = sum(j.gpus * j.run for j in mine if j.gpus >= LARGE) / DAY
+        parts.append(f"team {team} offers {load:.2f} of {QUOTA} GPUs ({large:.2f} in jobs of {LARGE}+)")
+    return "; ".join(parts)
+
+
+def wait_distribution(sized: list[tuple[float, int]]) -> str:
+    """The waits of large jobs in hours: quantiles (the p95 is the figure) and the longest with their sizes."""
+    waits = sorted(w for w, _ in sized)
+    if not waits:
+        return "none"
+
+    def q(f: float) -> float:
+        return waits[min(len(waits) - 1, math.ceil(f * len(waits)) - 1)] / 3600
+
+    longest = ", ".join(f"{w / 3600:.1f} h ({g} GPUs)" for w, g in sorted(sized, reverse=True)[:4])
+    return f"p50 {q(0.5):.1f} h, p90 {q(0.9):.1f} h, p95 {q(0.95):.1f} h of {len(waits)}; longest {longest}"
+
+
 def replay(jobs: list[Job], *, reserve: bool, start: datetime) -> dict[str, float]:
     """One side: the day through admission and estimates; what it measured."""
     import time_machine
@@ -137,12 +162,14 @@ def replay(jobs: list[Job], *, reserve: bool, start: datetime) -> dict[str, floa
     end = start + timedelta(seconds=DAY + DRAIN)
     day_end = start + timedelta(seconds=DAY)
     waits = []
+    sized: list[tuple[float, int]] = []
     used = 0.0
     for gpus, created, admitted, began, finished in Workload.objects.filter(gpu_type=gpu).values_list(
         "gpu_count", "created_at", "admitted_at", "started_at", "finished_at"
     ):
         if gpus >= LARGE:
             waits.append(((admitted or end) - created).total_seconds())  # still waiting: censored at the end
+            sized.append((waits[-1], gpus))
         if began is not None:
             stop = min(finished or day_end, day_end)
             used += gpus * max(0.0, (stop - began).total_seconds())
@@ -168,6 +195,7 @@ def replay(jobs: list[Job], *, reserve: bool, start: datetime) -> dict[str, floa
         "violations": violations,
         "reservations": made,
         "large_n": len(waits),
+        "large_waits": sized,
     }
 
 
@@ -178,6 +206,7 @@ def run(ctx: BenchContext) -> Iterator[tuple[str, float]]:
     per_seed = []
     for seed in SEEDS:
         jobs = day_trace(seed)
+        print(f"# queue seed {seed}: {offered_load(jobs)}", flush=True)
         start = timezone.make_aware(datetime(2026, 3, 2, 0, 0)) + timedelta(days=3 * (seed % 100))
         without = replay(jobs, reserve=False, start=start)
         with_ = replay(jobs, reserve=True, start=start + timedelta(days=1, hours=12))
@@ -190,6 +219,8 @@ def run(ctx: BenchContext) -> Iterator[tuple[str, float]]:
             f"with, {without['eta_pct']:.1f} % without",
             flush=True,
         )
+        for side, result in (("with", with_), ("without", without)):
+            print(f"# queue seed {seed} large waits {side}: {wait_distribution(result['large_waits'])}", flush=True)
     ratios = [w["large_p95"] / max(1.0, wo["large_p95"]) for w, wo in per_seed]
     worst = max(range(len(per_seed)), key=lambda i: ratios[i])
     yield "large_job_wait_p95_ratio", ratios[worst]
