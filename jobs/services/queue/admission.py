@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from jobs.models import Quota, State, Team, Workload, WorkloadEvent
 from jobs.services.dispatch import enqueue_estimate, enqueue_submits
-from jobs.services.queue import sharing_plan
+from jobs.services.queue import borrow_share, sharing_plan
 from jobs.services.queue.cohort_facts import fair_share_usage_of, team_quotas
 from jobs.services.queue.preemption import close_segment, preempt
 from jobs.services.queue.reservations import ReservationBook
@@ -133,6 +133,7 @@ def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requ
             return []
         now = timezone.now()
         book = ReservationBook.load(members, types, now=now)  # bounded waits, where a GPU type reserves
+        fair_borrowing = _fair_borrowing(quotas, cohort_of, types, now=now)  # cohorts that share borrowed GPUs fairly
         admitted: list[int] = []
         borrowed: set[int] = set()
         reclaimed: dict[int, list[int]] = {}
@@ -143,7 +144,13 @@ def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requ
                 continue
             teams = teams_of[key]
             entries = [e for _, e in heads]
-            result = book.plan(teams, held.get(key, []), sharing_plan.order_ranked(heads), gpu_type_id=key[1])
+            result = book.plan(
+                teams,
+                held.get(key, []),
+                sharing_plan.order_ranked(heads),
+                gpu_type_id=key[1],
+                borrowed_hours=fair_borrowing.get(key),
+            )
             if result.waiting or left_out.get(key):
                 enqueue_estimate(team_id=entries[0].team_id, gpu_type_id=key[1])  # when will the queue move?
             for victim_id, for_id in sorted(result.preempt.items()):
@@ -163,6 +170,25 @@ def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requ
 
 
 GroupKey = tuple[tuple[int, ...], int]  # (the cohort's team ids, or the lone team's; GPU type id)
+
+
+def _fair_borrowing(
+    quotas: list[Quota], cohort_of: dict[int, tuple[int, ...]], types: list[int], *, now: datetime
+) -> dict[GroupKey, dict[int, float]]:
+    """Per group of a cohort with fair borrowing: each team's decayed borrowed GPU-hours on the type (one
+    query for the cohorts' flags; two more only where one has it)."""
+    cohort_ids = {q.team.cohort_id for q in quotas if q.team.cohort_id is not None}
+    fair = borrow_share.fair_cohorts(cohort_ids) if cohort_ids else set()
+    if not fair:
+        return {}
+    members = sorted({q.team_id for q in quotas if q.team.cohort_id in fair})
+    hours = borrow_share.borrowed_hours(members, types, now=now)
+    groups: dict[GroupKey, dict[int, float]] = {}
+    for q in quotas:
+        if q.team.cohort_id in fair:
+            key = (cohort_of[q.team_id], q.gpu_type_id)
+            groups.setdefault(key, {})[q.team_id] = hours.get((q.team_id, q.gpu_type_id), 0.0)
+    return groups
 
 
 def _cohorts(team_ids: Iterable[int]) -> dict[int, tuple[int, ...]]:

@@ -216,6 +216,7 @@ def plan_and_backfill(
     now: float,
     reserve_after: float | None,
     standing: Mapping[int, Sequence[tuple[Waiting, float]]] | None = None,
+    borrowed_hours: Mapping[int, float] | None = None,
 ) -> Backfilled:
     """The admission plan (`sharing_plan.plan`) with backfill, planned again without what backfill held
     back until nothing more is, so that the GPUs a held-back workload would have taken go to the next
@@ -229,7 +230,7 @@ def plan_and_backfill(
     waiting = [*(in_queue.get(w.id, w) for w, _ in promised), *(w for w in queue if w.id not in ids)]
     while True:
         done = backfill(
-            plan(teams, held, waiting),
+            plan(teams, held, waiting, borrowed_hours=borrowed_hours),
             teams,
             waiting,
             running=running,

@@ -184,18 +184,21 @@ def plan(
     *,
     reclaim: bool = True,
     capacity: int | None = None,
+    borrowed_hours: Mapping[int, float] | None = None,
 ) -> Plan:
     """Decide admissions for one cohort and GPU type. `queued` is in queue order.
 
     `capacity` (GPUs of the type the cohort can physically get) is only given by forecasts; admission
-    proper leaves the physical fit to the Kubernetes scheduler.
+    proper leaves the physical fit to the Kubernetes scheduler. `borrowed_hours` (per team, its decayed
+    borrowed GPU-hours; a cohort with fair borrowing): borrowing goes first to the team with the least,
+    not to the first in the queue (`borrowing_order`).
     """
     ledger = _Ledger(teams, held, capacity)
     result = Plan()
     decided: set[int] = set()
     for borrowing in (False, True):
         smallest_refused: dict[int, int] = {}
-        for w in queued:
+        for w in borrowing_order(queued, borrowed_hours) if borrowing else queued:
             if w.id in decided:
                 continue
             team = teams.get(w.team_id)
@@ -223,6 +226,14 @@ def plan(
                 result.waiting[w.id] = reason
                 smallest_refused[w.team_id] = min(w.gpus, refused if refused is not None else w.gpus)
     return result
+
+
+def borrowing_order(queued: Sequence[Waiting], borrowed_hours: Mapping[int, float] | None) -> list[Waiting]:
+    """The order in which queued work may borrow: by priority, then (fair borrowing) the team that has
+    borrowed least recently first; otherwise, and among equals, the queue's own order."""
+    if not borrowed_hours:
+        return list(queued)
+    return sorted(queued, key=lambda w: (-w.priority, borrowed_hours.get(w.team_id, 0.0)))  # stable
 
 
 def _try(ledger: _Ledger, team: TeamQuota, w: Waiting, *, own: bool, borrowing: bool, reclaim: bool, result: Plan):
