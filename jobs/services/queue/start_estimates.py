@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.cache import cache
@@ -14,11 +15,12 @@ from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q,
 from django.db.models.functions import ExtractHour
 from django.utils import timezone
 
-from jobs.models import Kind, Quota, State, Workload
+from jobs.models import GpuType, Kind, Quota, State, Workload
 from jobs.selectors import cluster_capacity
-from jobs.services.queue import estimate_history, reservations
+from jobs.services.queue import estimate_history, forecast_backfill, reservation_plan, reservations
 from jobs.services.queue.cohort_facts import CohortFacts, cohort_team_ids, gather_cohort_facts
 from jobs.services.queue.forecast import (
+    Arrival,
     Demand,
     Estimate,
     demand_from,
@@ -27,6 +29,7 @@ from jobs.services.queue.forecast import (
     forecast,
     remaining,
 )
+from jobs.services.queue.sharing_plan import Waiting
 from jobs.services.usage.accounting import local_tz
 
 log = logging.getLogger(__name__)
@@ -153,8 +156,42 @@ def forecast_cohort(*, team_id: int, gpu_type_id: int) -> tuple[CohortFacts | No
         durations,
         capacity=max(0, capacity.total - outside) if capacity and capacity.total else None,
         arrivals=arrivals,
+        planner=backfill_planner(facts, info, arrivals, gpu_type_id=gpu_type_id, now=now),
     )
     return facts, estimates
+
+
+def backfill_planner(
+    facts: CohortFacts,
+    info: Mapping[int, tuple[int, int, datetime | None, bool]],
+    arrivals: Sequence[Arrival],
+    *,
+    gpu_type_id: int,
+    now: datetime,
+) -> forecast_backfill.BackfillPlanner | None:
+    """Where the GPU type reserves, the forecast's planner that keeps its reservations and backfills as
+    admission does (`forecast_backfill`); else None (best effort, as admission is)."""
+    reserve_after = GpuType.objects.filter(id=gpu_type_id).values_list("reserve_after_seconds", flat=True).first()
+    if reserve_after is None:
+        return None
+    at = now.timestamp()
+    limits = {w_id: float(limit) for w_id, (_, limit, _, _) in info.items()}
+    limits.update({a.waiting.id: a.run_seconds for a in arrivals})  # expected work: its expected run
+    ends = {
+        h.id: reservation_plan.ends_by(
+            started=info[h.id][2].timestamp() if info[h.id][2] else None, admitted=None, time_limit=limits[h.id], now=at
+        )
+        for h in facts.held
+        if h.id in info
+    }
+    queued = {w.id: w for w in facts.queued}
+    standing: dict[int, list[tuple[Waiting, float]]] = {}
+    for w_id, row in reservations.standing_for(queued).items():
+        due = row.starts_by.timestamp() - reservation_plan.PROMISE_SLACK_SECONDS
+        standing.setdefault(row.team_id, []).append((queued[w_id], due))
+    return forecast_backfill.BackfillPlanner(
+        start=at, reserve_after=float(reserve_after), time_limits=limits, ends_by=ends, standing=standing
+    )
 
 
 def estimate(*, team_id: int, gpu_type_id: int) -> dict[int, Estimate]:
