@@ -18,6 +18,7 @@ from identity.models import Membership
 from jobs.models import Cohort, GpuType, Quota, State, Team, Workload
 from jobs.services.queue.admission import admit_all
 from jobs.services.queue.sharing_plan import Held, TeamQuota, Waiting, plan
+from jobs.services.queue.start_estimates import forecast_cohort
 
 pytestmark = pytest.mark.django_db
 
@@ -52,7 +53,7 @@ def build(*, fair: bool) -> dict:
                  admitted_at=NOON - timedelta(minutes=30), started_at=NOON - timedelta(minutes=29))  # fmt: skip
     early = workload("early-big", "early", 3, created_at=NOON - timedelta(minutes=2))
     late = workload("late-big", "late", 3, created_at=NOON - timedelta(minutes=1))
-    return {"early": early, "late": late, "people": people}
+    return {"early": early, "late": late, "people": people, "gpu": gpu, "teams": teams}
 
 
 def states(world) -> tuple[str, str]:
@@ -65,6 +66,12 @@ def states(world) -> tuple[str, str]:
 def test_borrowed_gpus_go_to_the_team_that_borrowed_least_recently_where_the_cohort_asks(fair, client):
     world = build(fair=fair)
     with time_machine.travel(NOON, tick=False):
+        # The estimate foresees the same turn as admission takes.
+        _facts, foreseen = forecast_cohort(team_id=world["teams"]["early"].id, gpu_type_id=world["gpu"].id)
+        now_first = world["late"].id if fair else world["early"].id
+        then = world["early"].id if fair else world["late"].id
+        assert foreseen[now_first].start_in == 0.0
+        assert foreseen[then].start_in is None or foreseen[then].start_in > 0.0
         admit_all()
     early, late = states(world)
     if fair:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from jobs.services.queue import reservation_plan
 from jobs.services.queue.reservation_plan import Running, plan_and_backfill
-from jobs.services.queue.sharing_plan import Held, Plan, TeamQuota, Waiting
+from jobs.services.queue.sharing_plan import Held, Plan, TeamQuota, Waiting, plan
 
 
 @dataclass
@@ -33,6 +33,7 @@ class BackfillPlanner:
     time_limits: dict[int, float]
     ends_by: dict[int, float]
     standing: dict[int, list[tuple[Waiting, float]]] = field(default_factory=dict)
+    borrowed_hours: Mapping[int, float] | None = None  # a cohort with fair borrowing (`borrow_share`)
 
     def __call__(
         self,
@@ -60,6 +61,7 @@ class BackfillPlanner:
             reserve_after=self.reserve_after,
             standing=self.standing,
             capacity=capacity,
+            borrowed_hours=self.borrowed_hours,
         )
         admitted = set(done.plan.admit)
         for workload_id in admitted:
@@ -74,3 +76,22 @@ class BackfillPlanner:
     def _ends_by(self, workload_id: int, at: float) -> float:
         limit = self.time_limits.get(workload_id, math.inf)
         return reservation_plan.ends_by(started=None, admitted=at, time_limit=limit, now=at)
+
+
+@dataclass(frozen=True)
+class FairBorrowingPlanner:
+    """The best-effort plan at each forecast step, with borrowing in a fair cohort's order (per team, its
+    decayed borrowed GPU-hours, as they are now)."""
+
+    borrowed_hours: Mapping[int, float]
+
+    def __call__(
+        self,
+        teams: Mapping[int, TeamQuota],
+        held: Sequence[Held],
+        queued: Sequence[Waiting],
+        *,
+        now: float,
+        capacity: int | None,
+    ) -> Plan:
+        return plan(teams, held, queued, capacity=capacity, borrowed_hours=self.borrowed_hours)
