@@ -85,6 +85,10 @@ def apply_seed(document: dict[str, Any]) -> dict[str, int]:
                 defaults["memory_per_gpu_mib"] = int(entry["memory_per_gpu_mib"])
             if entry.get("reserve_after_seconds") is not None:
                 defaults["reserve_after_seconds"] = _reserve_after(entry["reserve_after_seconds"], where)
+            if entry.get("queue_aging") is not None:
+                if not isinstance(entry["queue_aging"], bool):
+                    raise SeedError(f"{where}: 'queue_aging' must be true or false")
+                defaults["queue_aging"] = entry["queue_aging"]
             defaults |= _share_fields(entry, where)
             if not GpuType.objects.filter(slug=slug).exists():
                 label = (defaults["node_label_key"], defaults["node_label_value"])

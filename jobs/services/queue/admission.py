@@ -27,7 +27,7 @@ from django.db.models import Case, F, Q, Sum, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from jobs.models import Quota, State, Team, Workload, WorkloadEvent
+from jobs.models import GpuType, Quota, State, Team, Workload, WorkloadEvent
 from jobs.services.dispatch import enqueue_estimate, enqueue_submits
 from jobs.services.queue import borrow_share, sharing_plan
 from jobs.services.queue.cohort_facts import fair_share_usage_of, team_quotas
@@ -241,10 +241,13 @@ QueueHeads = dict[GroupKey, list[tuple[int, QueueEntry]]]
 # place in its team's own order (priority, requeued first, the person's fair-share usage, age), and its
 # number among the team's queued workloads of its size (per person where the team caps people), kept
 # where a plan could reach it. The first of each team is always kept, with the team's queue length.
-# Parameters: the teams and types with their rooms, the fair-share usage per team and person, the state.
+# Where a type ages (GpuType.queue_aging), GPUs x seconds waited comes before age (aging.aged_weight).
+# Parameters: the teams and types with their rooms and aging, the fair-share usage per team and person,
+# the time to age to, the state.
 _QUEUE_HEADS_SQL = """
 WITH room AS (
-    SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::int[], %s::bool[]) AS r(team_id, gpu_type_id, gpus, per_person)
+    SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::int[], %s::bool[], %s::bool[])
+        AS r(team_id, gpu_type_id, gpus, per_person, aging)
 ), usage AS (
     SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::float8[]) AS u(team_id, owner_id, gpu_hours)
 ), queue AS (
@@ -252,7 +255,10 @@ WITH room AS (
            r.gpus AS room, r.per_person,
            row_number() OVER (
                PARTITION BY w.team_id, w.gpu_type_id
-               ORDER BY w.priority DESC, w.requeued_at ASC NULLS LAST, coalesce(u.gpu_hours, 0), w.created_at, w.id
+               ORDER BY w.priority DESC, w.requeued_at ASC NULLS LAST, coalesce(u.gpu_hours, 0),
+                        CASE WHEN r.aging THEN -greatest(w.gpu_count, 1)
+                             * greatest(extract(epoch FROM %s::timestamptz - w.created_at), 0) END,
+                        w.created_at, w.id
            ) - 1 AS place,
            count(*) OVER (PARTITION BY w.team_id, w.gpu_type_id) AS queued
     FROM {workload} w
@@ -272,6 +278,11 @@ WHERE place = 0 OR room IS NULL OR gpu_count = 0 OR (gpu_count <= room AND (nth 
 """
 
 
+def aging_gpu_types(gpu_type_ids: Iterable[int]) -> set[int]:
+    """Those of `gpu_type_ids` whose queues age (GpuType.queue_aging)."""
+    return set(GpuType.objects.filter(id__in=list(gpu_type_ids), queue_aging=True).values_list("id", flat=True))
+
+
 def _queue_heads(
     rooms: dict[tuple[int, int], sharing_plan.Room],
     cohort_of: dict[int, tuple[int, ...]],
@@ -286,15 +297,18 @@ def _queue_heads(
     if connection.vendor != "postgresql":
         return _queue_heads_read_whole(rooms, cohort_of, fair)
     pairs = sorted(rooms)
+    aging_types = aging_gpu_types({g for _, g in pairs})
     usage = [(t, owner, hours) for t, by_owner in fair.items() for owner, hours in by_owner.items()]
     params = [
         [t for t, _ in pairs],
         [g for _, g in pairs],
         [rooms[p].gpus for p in pairs],
         [rooms[p].per_person for p in pairs],
+        [g in aging_types for _, g in pairs],
         [t for t, _, _ in usage],
         [o for _, o, _ in usage],
         [h for _, _, h in usage],
+        timezone.now(),
         State.QUEUED,
         sorted({t for t, _ in pairs}),
         sorted({g for _, g in pairs}),
@@ -341,8 +355,11 @@ def _queue_heads_read_whole(
             )  # fmt: skip
     heads: QueueHeads = {}
     left_out: dict[GroupKey, int] = {}
+    aging_types = aging_gpu_types({g for _, g in by_pair})
+    now = timezone.now().timestamp()
     for (team_id, gpu_type_id), entries in by_pair.items():
-        own_order = sharing_plan.team_queues(entries, fair)[team_id]
+        aging_now = now if gpu_type_id in aging_types else None
+        own_order = sharing_plan.team_queues(entries, fair, aging_now=aging_now)[team_id]
         head = sharing_plan.queue_head(own_order, rooms[(team_id, gpu_type_id)])
         key = (cohort_of[team_id], gpu_type_id)
         heads.setdefault(key, []).extend(head)
