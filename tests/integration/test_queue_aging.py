@@ -44,15 +44,17 @@ def world(*, aging: bool) -> dict:
          started_at=NOON - timedelta(hours=1))  # fmt: skip
     small = make("small", 1, 4 * HOUR, NOON - timedelta(hours=2))
     large = make("large", 4, HOUR, NOON - timedelta(hours=1))
-    return {"small": small, "large": large}
+    return {"small": small, "large": large, "owner": owner}
 
 
 @pytest.mark.parametrize("aging", [True, False])
-def test_a_large_job_that_waited_goes_first_only_where_the_type_ages(aging):
+def test_a_large_job_that_waited_goes_first_only_where_the_type_ages(aging, client):
     w = world(aging=aging)
+    client.force_login(w["owner"])
     with time_machine.travel(NOON, tick=False):
         admit_all()
         line = aging_line(Workload.objects.get(id=w["large"].id))
+        page = client.get(f"/workloads/{w['large'].uid}/").content.decode()
     small = Workload.objects.get(id=w["small"].id)
     reserved = set(QueueReservation.objects.filter(gpu_type=small.gpu_type).values_list("workload_id", flat=True))
     if aging:
@@ -61,6 +63,8 @@ def test_a_large_job_that_waited_goes_first_only_where_the_type_ages(aging):
         assert small.state == State.QUEUED
         assert reserved == {w["large"].id}
         assert line.startswith("Waiting 1.0 h: moved ahead of 1 smaller workload submitted before it")
+        assert 'id="aging">Waiting 1.0 h: moved ahead of 1 smaller workload' in page
     else:
         assert small.state == State.SUBMITTING
         assert line == ""
+        assert 'id="aging"' not in page
