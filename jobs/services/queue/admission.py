@@ -158,7 +158,8 @@ def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requ
                 reclaimed.setdefault(for_id, []).append(victim_id)
             admitted.extend(result.admit)
             borrowed.update(result.borrowed)
-            quota_of.update({w.id: teams[w.team_id].quota for w in entries if w.team_id in teams})
+            team_of = {**book.promised_teams(key[1]), **{w.id: w.team_id for w in entries}}
+            quota_of.update({w_id: teams[t].quota for w_id, t in team_of.items() if t in teams})
         book.save()
         if admitted:
             uids = _mark_admitted(admitted, borrowed=borrowed, reclaimed=reclaimed, quota_of=quota_of, now=now)

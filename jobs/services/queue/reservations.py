@@ -57,6 +57,16 @@ class ReservationBook:
                 row.delete()  # cancelled while it waited: nothing to promise any more
         return book
 
+    def promised_teams(self, gpu_type_id: int) -> dict[int, int]:
+        """The team of each workload promised GPUs of the type: the plan admits a promised workload
+        first whether or not the pass read it among its team's queue head."""
+        return {
+            row.workload_id: team_id
+            for (team_id, type_id), rows in self.standing.items()
+            if type_id == gpu_type_id
+            for row in rows
+        }
+
     def plan(
         self,
         teams: Mapping[int, TeamQuota],
