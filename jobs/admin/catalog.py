@@ -21,6 +21,7 @@ class GpuTypeAdmin(admin.ModelAdmin):
         "share_in_words",
         "billing_weight",
         "reserve_after_seconds",
+        "queue_aging",
         "enabled",
     ]
     list_editable = ["enabled"]

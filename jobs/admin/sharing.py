@@ -23,7 +23,7 @@ class CohortTeamInline(admin.TabularInline):
 
 @admin.register(Cohort)
 class CohortAdmin(admin.ModelAdmin):
-    list_display = ["name", "team_names"]
+    list_display = ["name", "fair_borrowing", "team_names"]
     search_fields = ["name"]
     inlines = [CohortTeamInline]
 

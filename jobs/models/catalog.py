@@ -70,6 +70,12 @@ class GpuType(models.Model):
         "due). 0: reserve for the head of each team's queue at once. Empty: no reservations, smaller work "
         "always passes larger work that does not fit.",
     )
+    queue_aging = models.BooleanField(
+        default=False,
+        help_text="Aging: each team's queue of this type goes, after priority and fair share, by GPUs × time "
+        "waited (most first) instead of by submission time, so a large workload overtakes smaller ones "
+        "after it has waited a while (and becomes the one reserved for). Off: first come, first served.",
+    )
     enabled = models.BooleanField(default=True)
     # What one device of the resource is (issue 40): a whole GPU, a MIG slice or a time-sliced share, and
     # how much of a physical GPU that is. Quotas count devices; budgets and billing count GPU-equivalents.

@@ -20,6 +20,11 @@ class Cohort(models.Model):
         help_text="How long borrowed work in this cohort runs before a lender may preempt it; the larger of "
         "this and the GPU type's own minimum applies.",
     )
+    fair_borrowing = models.BooleanField(
+        default=False,
+        help_text="Borrowed GPUs go first to the team that has borrowed least recently (its borrowed "
+        "GPU-hours, halved every day), not to whichever team's workload came first.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -47,6 +47,13 @@ def _share_fields(entry: dict, where: str) -> dict:
     return fields
 
 
+def _reserve_after(value: Any, where: str) -> int:
+    """A GPU type's bounded wait (issue 38): seconds a workload waits before GPUs are reserved for it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SeedError(f"{where}: 'reserve_after_seconds' must be a whole number of seconds, 0 or more")
+    return value
+
+
 def _cpu_millicores(entry: dict[str, Any]) -> Any:
     """CPU per GPU as given: in millicores, or in cores; None when neither is."""
     cpu = entry.get("cpu_per_gpu_millicores")
@@ -75,7 +82,7 @@ def _gpu_type_defaults(entry: dict[str, Any], slug: str, where: str) -> dict[str
         defaults["cpu_per_gpu_millicores"] = int(cpu)
     if entry.get("memory_per_gpu_mib") is not None:
         defaults["memory_per_gpu_mib"] = int(entry["memory_per_gpu_mib"])
-    return defaults | _share_fields(entry, where)
+    return defaults | _queue_fields(entry, where) | _share_fields(entry, where)
 
 
 def _seed_gpu_type(entry: dict[str, Any], where: str) -> bool:
@@ -146,6 +153,18 @@ def _seed_registry(host: Any, where: str) -> bool:
     return created
 
 
+def _queue_fields(entry: dict[str, Any], where: str) -> dict[str, Any]:
+    """A GPU type's queue settings (issue 38): its bounded wait and aging, where the entry gives them."""
+    fields: dict[str, Any] = {}
+    if entry.get("reserve_after_seconds") is not None:
+        fields["reserve_after_seconds"] = _reserve_after(entry["reserve_after_seconds"], where)
+    if entry.get("queue_aging") is not None:
+        if not isinstance(entry["queue_aging"], bool):
+            raise SeedError(f"{where}: 'queue_aging' must be true or false")
+        fields["queue_aging"] = entry["queue_aging"]
+    return fields
+
+
 def apply_seed(document: dict[str, Any]) -> dict[str, int]:
     """Create what the document names and the database lacks; returns how many of each were created."""
     if not isinstance(document, dict):
@@ -169,8 +188,9 @@ def apply_seed(document: dict[str, Any]) -> dict[str, int]:
 
 DEMO = {
     "gpu_types": [
+        # Bounded waits on: a newcomer's queued P100 workload shows "starts no later than" (issue 38).
         {"slug": "p100", "display_name": "Tesla P100", "node_label_value": "p100", "cpu_per_gpu": 4,
-         "memory_per_gpu_mib": 16384, "billing_weight": "1.0"},
+         "memory_per_gpu_mib": 16384, "billing_weight": "1.0", "reserve_after_seconds": 0},
         {"slug": "k2", "display_name": "GRID K2", "node_label_value": "k2", "cpu_per_gpu": 2,
          "memory_per_gpu_mib": 8192, "billing_weight": "0.5"},
         {"slug": "v100", "display_name": "Tesla V100", "node_label_value": "v100", "cpu_per_gpu": 6,

@@ -11,7 +11,7 @@ from jobs import policy
 from jobs.forms import TeamSharingForm
 from jobs.models import Quota
 from jobs.selectors_sharing import team_queue_explained
-from jobs.services.queue import estimate_history, reservations, share_explained
+from jobs.services.queue import borrow_share, estimate_history, reservations, share_explained
 from jobs.services.queue.settings_changes import team_sharing_update
 from jobs.views.common import team_page
 
@@ -48,5 +48,7 @@ def queue(request: HttpRequest) -> HttpResponse:
         "accuracy": estimate_history.accuracy_by_gpu_type(gpu_type_ids=[q.gpu_type_id for q in quotas]),
         "accuracy_days": estimate_history.WINDOW_DAYS,
         "share": share_explained.my_share(team, user=request.user, show_names=is_manager),
+        "borrow_turns": borrow_share.borrow_turns(team),
+        "borrow_half_life": borrow_share.BORROWED_HALF_LIFE_HOURS,
     }
     return render(request, "jobs/queue.html", context, status=status)

@@ -36,6 +36,7 @@ from jobs.services.logs.container_logs import LogsUnavailable, follow_logs, work
 from jobs.services.logs.follow_slots import HeldStream, TooManyStreams
 from jobs.services.opening import workload_share
 from jobs.services.queue import estimate_history, reservations
+from jobs.services.queue.aging_explained import aging_line
 from jobs.services.queue.gangs import gang_ranks
 from jobs.services.queue.stop_cost import min_runtime_seconds, preemptible_from
 from jobs.views.common import team_page
@@ -127,6 +128,7 @@ def _detail_context(request: HttpRequest, workload: Workload) -> dict:
         "quota": quota,
         "timeline": list(workload.events.all()),
         "promise": reservations.promise_of(workload),
+        "aging_line": aging_line(workload),
         "estimate_story": estimate_history.story_of(workload),
         "gpu_seconds": workload.gpu_seconds(timezone.now()),
         "env_shown": policy.visible_env(request.user, workload),

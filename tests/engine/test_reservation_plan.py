@@ -19,7 +19,7 @@ from jobs.services.queue.reservation_plan import (
     ends_by,
     plan_and_backfill,
 )
-from jobs.services.queue.sharing_plan import Held, Reason, TeamQuota, Waiting, plan
+from jobs.services.queue.sharing_plan import Held, QueueEntry, Reason, TeamQuota, Waiting, plan, team_queues
 
 TEAM = 1
 HOUR = 3600.0
@@ -156,10 +156,11 @@ def test_a_per_person_cap_is_no_reason_to_reserve():
 
 
 # --- the promise, over whole traces ------------------------------------------------------------------
-def simulate(quota: int, trace: list[tuple[float, int, float, float]], *, reserve: bool) -> dict:
+def simulate(quota: int, trace: list[tuple[float, int, float, float]], *, reserve: bool, aging: bool = False) -> dict:
     """One team, one GPU type: (arrival, GPUs, time limit, actual run) per workload, admitted at every
-    arrival and end as an admission pass admits (the plan with backfill, `plan_and_backfill`), run at once. Returns each workload's admission time and the
-    reservations made (workload -> the due time first promised)."""
+    arrival and end as an admission pass admits (the plan with backfill, `plan_and_backfill`), run at once;
+    `aging`: the queue in the team order of a type that ages (`team_order_key` at each pass). Returns each
+    workload's admission time and the reservations made (workload -> the due time first promised)."""
     teams = {TEAM: TeamQuota(team_id=TEAM, quota=quota)}
     events = sorted({a for a, *_ in trace})
     heapq.heapify(events)
@@ -177,6 +178,10 @@ def simulate(quota: int, trace: list[tuple[float, int, float, float]], *, reserv
         while arrived < len(trace) and trace[arrived][0] <= now:
             queue.append(Waiting(arrived, TEAM, trace[arrived][1], created=trace[arrived][0]))
             arrived += 1
+        if aging:
+            entries = [QueueEntry(w.id, TEAM, 0, w.gpus, 0, w.created) for w in queue]
+            order = {e.id: n for n, e in enumerate(team_queues(entries, {}, aging_now=now)[TEAM])} if entries else {}
+            queue.sort(key=lambda w: order[w.id])
         held = [Held(i, TEAM, g, order=a) for i, (g, a, _) in running.items()]
         done = plan_and_backfill(
             teams,
@@ -218,6 +223,15 @@ traces = st.lists(
 @given(traces)
 def test_every_promise_is_kept_whatever_the_trace(trace):
     result = simulate(4, trace, reserve=True)
+    for workload_id, due in result["promised"].items():
+        assert workload_id in result["admitted"]
+        assert result["admitted"][workload_id] <= due
+
+
+@settings(max_examples=150, deadline=None)
+@given(traces)
+def test_every_promise_is_kept_whatever_the_trace_where_the_queue_ages(trace):
+    result = simulate(4, trace, reserve=True, aging=True)
     for workload_id, due in result["promised"].items():
         assert workload_id in result["admitted"]
         assert result["admitted"][workload_id] <= due

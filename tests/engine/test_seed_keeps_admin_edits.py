@@ -44,3 +44,25 @@ def test_what_the_seed_adds_is_created_and_audited():
     changes = list(QuotaChange.objects.order_by("id").values_list("team__slug", "old_max_gpus", "new_max_gpus", "note"))
     assert changes == [("vision", None, 4, SEED_NOTE), ("nlp", None, 2, SEED_NOTE)]
     assert Quota.objects.get(team__slug="nlp").max_gpus == 2
+
+
+def test_the_seed_turns_bounded_waits_on_for_a_gpu_type_and_names_a_bad_value():
+    from jobs.services.seeding import DEMO, SeedError
+
+    apply_seed(DEMO)
+    assert GpuType.objects.get(slug="p100").reserve_after_seconds == 0  # the demo shows "starts no later than"
+    assert GpuType.objects.get(slug="k2").reserve_after_seconds is None
+    with pytest.raises(SeedError, match=r"gpu_types\[0\]: 'reserve_after_seconds'"):
+        apply_seed({"gpu_types": [{"slug": "a10", "reserve_after_seconds": -5}]})
+    assert not GpuType.objects.filter(slug="a10").exists()
+
+
+def test_the_seed_turns_aging_on_for_a_gpu_type_and_names_a_bad_value():
+    from jobs.services.seeding import SeedError
+
+    apply_seed({"gpu_types": [{"slug": "a30", "queue_aging": True}, {"slug": "a40"}]})
+    assert GpuType.objects.get(slug="a30").queue_aging
+    assert not GpuType.objects.get(slug="a40").queue_aging  # off unless asked for
+    with pytest.raises(SeedError, match=r"gpu_types\[0\]: 'queue_aging' must be true or false"):
+        apply_seed({"gpu_types": [{"slug": "a10", "queue_aging": "yes"}]})
+    assert not GpuType.objects.filter(slug="a10").exists()

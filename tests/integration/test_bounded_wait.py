@@ -179,3 +179,27 @@ def test_the_estimates_accuracy_is_reported_per_gpu_type_from_the_stored_estimat
         client.force_login(lab["owner"])
         page = client.get("/queue/").content.decode()
         assert 'id="estimate-accuracy"' in page
+
+
+def test_a_promised_workload_behind_two_of_its_size_is_admitted_when_its_gpus_free_up(lab):
+    # The pass reads only the head of the queue that a plan could reach; a promise is kept even for a
+    # workload it did not read (two later 4-GPU jobs of a higher priority came ahead of it).
+    with time_machine.travel(MORNING, tick=False):
+        running = queue(lab, "running", 4, HOUR)
+        admit_all()
+        watch_loop()
+    with time_machine.travel(MORNING + timedelta(minutes=1), tick=False):
+        GpuType.objects.filter(id=lab["gpu"].id).update(reserve_after_seconds=0)
+        big = queue(lab, "big", 4, HOUR)
+        admit_all()
+        promised = QueueReservation.objects.get(workload=big).starts_by
+        for name in ("urgent-1", "urgent-2"):
+            Workload.objects.filter(id=queue(lab, name, 4, HOUR).id).update(priority=5)
+        admit_all()
+    with time_machine.travel(MORNING + timedelta(hours=1), tick=False):
+        watch_loop()
+        assert Workload.objects.get(id=running.id).state == State.SUCCEEDED
+        admit_all()
+    big.refresh_from_db()
+    assert big.state == State.SUBMITTING
+    assert big.admitted_at <= promised

@@ -27,9 +27,9 @@ from django.db.models import Case, F, Q, Sum, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from jobs.models import Quota, State, Team, Workload, WorkloadEvent
+from jobs.models import GpuType, Quota, State, Team, Workload, WorkloadEvent
 from jobs.services.dispatch import enqueue_estimate, enqueue_submits
-from jobs.services.queue import sharing_plan
+from jobs.services.queue import borrow_share, sharing_plan
 from jobs.services.queue.cohort_facts import fair_share_usage_of, team_quotas
 from jobs.services.queue.preemption import close_segment, preempt
 from jobs.services.queue.reservations import ReservationBook
@@ -122,7 +122,18 @@ def admission_pass(*, team_ids: Iterable[int], gpu_type_ids: Iterable[int], requ
         if not queue:
             return []
         now = timezone.now()
-        decided = _plan_groups(groups, queue, left_out, teams_of, held, members=members, types=types, now=now)
+        fair_borrowing = _fair_borrowing(quotas, cohort_of, types, now=now)  # cohorts that share borrowed GPUs fairly
+        decided = _plan_groups(
+            groups,
+            queue,
+            left_out,
+            teams_of,
+            held,
+            members=members,
+            types=types,
+            now=now,
+            fair_borrowing=fair_borrowing,
+        )
         if decided.admitted:
             uids = _mark_admitted(decided.admitted, borrowed=decided.borrowed, reclaimed=decided.reclaimed,
                                   quota_of=decided.quota_of, now=now)  # fmt: skip
@@ -190,13 +201,18 @@ def _plan_groups(
     members: set[int],
     types: list[int],
     now: datetime,
+    fair_borrowing: Mapping[GroupKey, dict[int, float]],
 ) -> _Decided:
-    """Plan every group with work waiting, reservations kept (bounded waits, where a GPU type reserves)."""
+    """Plan every group with work waiting, reservations kept (bounded waits, where a GPU type reserves), and
+    borrowed GPUs shared fairly where a cohort asks for it (`fair_borrowing`: its teams' borrowed hours)."""
     book = ReservationBook.load(members, types, now=now)
     decided = _Decided()
     for key in groups:
         if queue.get(key):
-            _plan_group(book, key, teams_of[key], held.get(key, []), queue[key], left_out, decided, now=now)
+            _plan_group(
+                book, key, teams_of[key], held.get(key, []), queue[key], left_out, decided,
+                now=now, borrowed_hours=fair_borrowing.get(key),
+            )  # fmt: skip
     book.save()
     return decided
 
@@ -211,11 +227,12 @@ def _plan_group(
     decided: _Decided,
     *,
     now: datetime,
+    borrowed_hours: dict[int, float] | None = None,
 ) -> None:
     """Plan one group (a cohort or lone team, one GPU type): preempt what the plan reclaims, note what it
     admits in `decided`, and have the queue's estimates made again where work still waits."""
     entries = [e for _, e in heads]
-    result = book.plan(teams, held, sharing_plan.order_ranked(heads), gpu_type_id=key[1])
+    result = book.plan(teams, held, sharing_plan.order_ranked(heads), gpu_type_id=key[1], borrowed_hours=borrowed_hours)
     if result.waiting or left_out.get(key):
         enqueue_estimate(team_id=entries[0].team_id, gpu_type_id=key[1])  # when will the queue move?
     for victim_id, for_id in sorted(result.preempt.items()):
@@ -223,10 +240,31 @@ def _plan_group(
         decided.reclaimed.setdefault(for_id, []).append(victim_id)
     decided.admitted.extend(result.admit)
     decided.borrowed.update(result.borrowed)
-    decided.quota_of.update({w.id: teams[w.team_id].quota for w in entries if w.team_id in teams})
+    # A promised workload the pass did not read (two of its size ahead of it) is admitted too: its team from the book.
+    team_of = {**book.promised_teams(key[1]), **{w.id: w.team_id for w in entries}}
+    decided.quota_of.update({w_id: teams[t].quota for w_id, t in team_of.items() if t in teams})
 
 
 GroupKey = tuple[tuple[int, ...], int]  # (the cohort's team ids, or the lone team's; GPU type id)
+
+
+def _fair_borrowing(
+    quotas: list[Quota], cohort_of: dict[int, tuple[int, ...]], types: list[int], *, now: datetime
+) -> dict[GroupKey, dict[int, float]]:
+    """Per group of a cohort with fair borrowing: each team's decayed borrowed GPU-hours on the type (one
+    query for the cohorts' flags; two more only where one has it)."""
+    cohort_ids = {q.team.cohort_id for q in quotas if q.team.cohort_id is not None}
+    fair = borrow_share.fair_cohorts(cohort_ids) if cohort_ids else set()
+    if not fair:
+        return {}
+    members = sorted({q.team_id for q in quotas if q.team.cohort_id in fair})
+    hours = borrow_share.borrowed_hours(members, types, now=now)
+    groups: dict[GroupKey, dict[int, float]] = {}
+    for q in quotas:
+        if q.team.cohort_id in fair:
+            key = (cohort_of[q.team_id], q.gpu_type_id)
+            groups.setdefault(key, {})[q.team_id] = hours.get((q.team_id, q.gpu_type_id), 0.0)
+    return groups
 
 
 def _cohorts(team_ids: Iterable[int]) -> dict[int, tuple[int, ...]]:
@@ -279,10 +317,13 @@ QueueHeads = dict[GroupKey, list[tuple[int, QueueEntry]]]
 # place in its team's own order (priority, requeued first, the person's fair-share usage, age), and its
 # number among the team's queued workloads of its size (per person where the team caps people), kept
 # where a plan could reach it. The first of each team is always kept, with the team's queue length.
-# Parameters: the teams and types with their rooms, the fair-share usage per team and person, the state.
+# Where a type ages (GpuType.queue_aging), GPUs x seconds waited comes before age (aging.aged_weight).
+# Parameters: the teams and types with their rooms and aging, the fair-share usage per team and person,
+# the time to age to, the state.
 _QUEUE_HEADS_SQL = """
 WITH room AS (
-    SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::int[], %s::bool[]) AS r(team_id, gpu_type_id, gpus, per_person)
+    SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::int[], %s::bool[], %s::bool[])
+        AS r(team_id, gpu_type_id, gpus, per_person, aging)
 ), usage AS (
     SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::float8[]) AS u(team_id, owner_id, gpu_hours)
 ), queue AS (
@@ -290,7 +331,10 @@ WITH room AS (
            r.gpus AS room, r.per_person,
            row_number() OVER (
                PARTITION BY w.team_id, w.gpu_type_id
-               ORDER BY w.priority DESC, w.requeued_at ASC NULLS LAST, coalesce(u.gpu_hours, 0), w.created_at, w.id
+               ORDER BY w.priority DESC, w.requeued_at ASC NULLS LAST, coalesce(u.gpu_hours, 0),
+                        CASE WHEN r.aging THEN -greatest(w.gpu_count, 1)
+                             * greatest(extract(epoch FROM %s::timestamptz - w.created_at), 0) END,
+                        w.created_at, w.id
            ) - 1 AS place,
            count(*) OVER (PARTITION BY w.team_id, w.gpu_type_id) AS queued
     FROM {workload} w
@@ -310,6 +354,11 @@ WHERE place = 0 OR room IS NULL OR gpu_count = 0 OR (gpu_count <= room AND (nth 
 """
 
 
+def aging_gpu_types(gpu_type_ids: Iterable[int]) -> set[int]:
+    """Those of `gpu_type_ids` whose queues age (GpuType.queue_aging)."""
+    return set(GpuType.objects.filter(id__in=list(gpu_type_ids), queue_aging=True).values_list("id", flat=True))
+
+
 def _queue_heads(
     rooms: dict[tuple[int, int], sharing_plan.Room],
     cohort_of: dict[int, tuple[int, ...]],
@@ -324,15 +373,18 @@ def _queue_heads(
     if connection.vendor != "postgresql":
         return _queue_heads_read_whole(rooms, cohort_of, fair)
     pairs = sorted(rooms)
+    aging_types = aging_gpu_types({g for _, g in pairs})
     usage = [(t, owner, hours) for t, by_owner in fair.items() for owner, hours in by_owner.items()]
     params = [
         [t for t, _ in pairs],
         [g for _, g in pairs],
         [rooms[p].gpus for p in pairs],
         [rooms[p].per_person for p in pairs],
+        [g in aging_types for _, g in pairs],
         [t for t, _, _ in usage],
         [o for _, o, _ in usage],
         [h for _, _, h in usage],
+        timezone.now(),
         State.QUEUED,
         sorted({t for t, _ in pairs}),
         sorted({g for _, g in pairs}),
@@ -379,8 +431,11 @@ def _queue_heads_read_whole(
             )  # fmt: skip
     heads: QueueHeads = {}
     left_out: dict[GroupKey, int] = {}
+    aging_types = aging_gpu_types({g for _, g in by_pair})
+    now = timezone.now().timestamp()
     for (team_id, gpu_type_id), entries in by_pair.items():
-        own_order = sharing_plan.team_queues(entries, fair)[team_id]
+        aging_now = now if gpu_type_id in aging_types else None
+        own_order = sharing_plan.team_queues(entries, fair, aging_now=aging_now)[team_id]
         head = sharing_plan.queue_head(own_order, rooms[(team_id, gpu_type_id)])
         key = (cohort_of[team_id], gpu_type_id)
         heads.setdefault(key, []).extend(head)

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from jobs.models import Quota, State, Team, Workload
+from jobs.models import GpuType, Quota, State, Team, Workload
 from jobs.services.queue import sharing_plan
 from jobs.services.queue.sharing_plan import Held, QueueEntry, TeamQuota
 
@@ -79,7 +79,7 @@ def team_quotas(quotas: list[Quota]) -> dict[int, TeamQuota]:
 
 
 def gather_cohort_facts(quotas: list[Quota], gpu_type_id: int, *, skip_teams: Iterable[int] = ()) -> CohortFacts:
-    """Read what the plan needs (three queries, and one more where a team uses fair share)."""
+    """Read what the plan needs (four queries, and one more where a team uses fair share)."""
     teams = team_quotas(quotas)
     team_ids = list(teams)
     held = [
@@ -111,5 +111,7 @@ def gather_cohort_facts(quotas: list[Quota], gpu_type_id: int, *, skip_teams: It
             team_id__in=[t for t in team_ids if t not in skip], gpu_type_id=gpu_type_id, state=State.QUEUED
         ).values_list("id", "team_id", "owner_id", "gpu_count", "priority", "created_at", "requeued_at")
     ]
-    queued = sharing_plan.order_queue(entries, fair_share_usage(team_ids))
+    ages = GpuType.objects.filter(id=gpu_type_id, queue_aging=True).exists()
+    aging_now = timezone.now().timestamp() if ages else None
+    queued = sharing_plan.order_queue(entries, fair_share_usage(team_ids), aging_now=aging_now)
     return CohortFacts(teams=teams, held=held, queued=queued, quota_of={q.team_id: q.max_gpus for q in quotas})

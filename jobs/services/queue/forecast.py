@@ -14,6 +14,7 @@ import math
 import statistics
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from jobs.services.queue.sharing_plan import Held, Plan, TeamQuota, Waiting, plan
 
@@ -223,6 +224,20 @@ def demand_from(rows: Iterable[tuple[int, int, int, int, int, float]], days: flo
     return demand
 
 
+class Planner(Protocol):
+    """An admission plan for a forecast step, `now` seconds from the forecast's start."""
+
+    def __call__(
+        self,
+        teams: Mapping[int, TeamQuota],
+        held: Sequence[Held],
+        queued: Sequence[Waiting],
+        *,
+        now: float,
+        capacity: int | None,
+    ) -> Plan: ...
+
+
 def _in_order(queues: Mapping[int, list[Waiting]]) -> list[Waiting]:
     """The cohort's queue as `order_queue` ranks it: priority, place in the team's own queue, creation."""
     ranked = [((-w.priority, rank, w.created, w.id), w) for team in queues.values() for rank, w in enumerate(team)]
@@ -311,6 +326,7 @@ def _simulate(
     horizon: float,
     latest: float,
     newest: float,
+    planner: Planner | None = None,
 ) -> tuple[dict[int, float], Plan | None]:
     """Play the plan forward from event to event (a run ends, work arrives) until every waiting workload has
     started, nothing more happens or the horizon is passed: when each waiting one starts, and the first plan."""
@@ -320,7 +336,11 @@ def _simulate(
     now: float | None = 0.0
     for _ in range(10 * (len(waiting) + len(active) + len(arrivals)) + 10):
         next_arrival = _arrive(queues, arrivals, next_arrival, now=now, latest=latest)
-        result = plan(teams, [h for h, _ in active.values()], _in_order(queues), capacity=capacity)
+        held_now = [h for h, _ in active.values()]
+        if planner is None:
+            result = plan(teams, held_now, _in_order(queues), capacity=capacity)
+        else:
+            result = planner(teams, held_now, _in_order(queues), now=now, capacity=capacity)
         if first is None:
             first = result
         _requeue_preempted(result, active, queues, runs, now=now)
@@ -343,11 +363,13 @@ def forecast(
     capacity: int | None = None,
     horizon: float = HORIZON_SECONDS,
     arrivals: Sequence[Arrival] = (),
+    planner: Planner | None = None,
 ) -> dict[int, Estimate]:
     """Estimated start of each queued workload. `running`: (held, seconds until it ends); `durations`:
     expected run of each queued workload by id (and of running ones, should a preemption requeue them);
     `arrivals`: work expected to be submitted meanwhile (`expected_arrivals`), which can come first: a
-    lender's own work takes back what a borrower waits for."""
+    lender's own work takes back what a borrower waits for. `planner`: the admission plan at each step
+    (seconds from now; default `sharing_plan.plan`), e.g. one that keeps reservations (`forecast_backfill`)."""
     running = list(running)
     queues: dict[int, list[Waiting]] = {}
     for w in queued[:MAX_QUEUED]:
@@ -361,6 +383,7 @@ def forecast(
         waiting={w.id for w in queued[:MAX_QUEUED]},
         capacity=capacity,
         horizon=horizon,
+        planner=planner,
         latest=max((w.created for w in queued), default=0.0),
         # admitted in the forecast: newer than all
         newest=max((h.order for h, _ in running), default=0.0) + 1.0,

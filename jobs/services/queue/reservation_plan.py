@@ -284,10 +284,13 @@ def plan_and_backfill(
     now: float,
     reserve_after: float | None,
     standing: Mapping[int, Sequence[tuple[Waiting, float]]] | None = None,
+    borrowed_hours: Mapping[int, float] | None = None,
+    capacity: int | None = None,
 ) -> Backfilled:
     """The admission plan (`sharing_plan.plan`) with backfill, planned again without what backfill held
     back until nothing more is, so that the GPUs a held-back workload would have taken go to the next
-    one that may have them (a short job behind a long one). Workloads with a promise are planned first."""
+    one that may have them (a short job behind a long one). Workloads with a promise are planned first.
+    `capacity`: as `sharing_plan.plan`'s (forecasts only)."""
     held_back: list[int] = []
     # Promised workloads go first, earliest due first, whether or not the pass read them (it reads only
     # each team's queue head, which a promised workload behind others of its size may fall out of).
@@ -297,7 +300,7 @@ def plan_and_backfill(
     waiting = [*(in_queue.get(w.id, w) for w, _ in promised), *(w for w in queue if w.id not in ids)]
     while True:
         done = backfill(
-            plan(teams, held, waiting),
+            plan(teams, held, waiting, borrowed_hours=borrowed_hours, capacity=capacity),
             teams,
             waiting,
             running=running,

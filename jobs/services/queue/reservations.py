@@ -57,13 +57,30 @@ class ReservationBook:
                 row.delete()  # cancelled while it waited: nothing to promise any more
         return book
 
+    def promised_teams(self, gpu_type_id: int) -> dict[int, int]:
+        """The team of each workload promised GPUs of the type: the plan admits a promised workload
+        first whether or not the pass read it among its team's queue head."""
+        return {
+            row.workload_id: team_id
+            for (team_id, type_id), rows in self.standing.items()
+            if type_id == gpu_type_id
+            for row in rows
+        }
+
     def plan(
-        self, teams: Mapping[int, TeamQuota], held: Sequence[Held], queue: Sequence[Waiting], *, gpu_type_id: int
+        self,
+        teams: Mapping[int, TeamQuota],
+        held: Sequence[Held],
+        queue: Sequence[Waiting],
+        *,
+        gpu_type_id: int,
+        borrowed_hours: Mapping[int, float] | None = None,
     ) -> Plan:
-        """The plan of one cohort and GPU type (`sharing_plan.plan`), with backfill where the type reserves."""
+        """The plan of one cohort and GPU type (`sharing_plan.plan`), with backfill where the type reserves;
+        `borrowed_hours`: per team, where the cohort shares borrowed GPUs fairly (`borrow_share`)."""
         reserve_after = self.reserve_after.get(gpu_type_id)
         if reserve_after is None:
-            return sharing_plan.plan(teams, held, queue)
+            return sharing_plan.plan(teams, held, queue, borrowed_hours=borrowed_hours)
         team_ids = list(teams)
         self.seen.update((t, gpu_type_id) for t in team_ids)
         standing = {
@@ -88,6 +105,7 @@ class ReservationBook:
             now=now,
             reserve_after=float(reserve_after),
             standing=standing,
+            borrowed_hours=borrowed_hours,
         )
         for team_id, made in done.reservations.items():
             self.made[(team_id, gpu_type_id)] = made

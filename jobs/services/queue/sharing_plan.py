@@ -22,6 +22,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from jobs.services.queue import aging
+
 
 class Reason:
     """Why a queued workload is not admitted yet (shown to people as is)."""
@@ -184,18 +186,21 @@ def plan(
     *,
     reclaim: bool = True,
     capacity: int | None = None,
+    borrowed_hours: Mapping[int, float] | None = None,
 ) -> Plan:
     """Decide admissions for one cohort and GPU type. `queued` is in queue order.
 
     `capacity` (GPUs of the type the cohort can physically get) is only given by forecasts; admission
-    proper leaves the physical fit to the Kubernetes scheduler.
+    proper leaves the physical fit to the Kubernetes scheduler. `borrowed_hours` (per team, its decayed
+    borrowed GPU-hours; a cohort with fair borrowing): borrowing goes first to the team with the least,
+    not to the first in the queue (`borrowing_order`).
     """
     ledger = _Ledger(teams, held, capacity)
     result = Plan()
     decided: set[int] = set()
     for borrowing in (False, True):
         smallest_refused: dict[int, int] = {}
-        for w in queued:
+        for w in borrowing_order(queued, borrowed_hours) if borrowing else queued:
             if w.id in decided:
                 continue
             team = teams.get(w.team_id)
@@ -223,6 +228,14 @@ def plan(
                 result.waiting[w.id] = reason
                 smallest_refused[w.team_id] = min(w.gpus, refused if refused is not None else w.gpus)
     return result
+
+
+def borrowing_order(queued: Sequence[Waiting], borrowed_hours: Mapping[int, float] | None) -> list[Waiting]:
+    """The order in which queued work may borrow: by priority, then (fair borrowing) the team that has
+    borrowed least recently first; otherwise, and among equals, the queue's own order."""
+    if not borrowed_hours:
+        return list(queued)
+    return sorted(queued, key=lambda w: (-w.priority, borrowed_hours.get(w.team_id, 0.0)))  # stable
 
 
 def _try(ledger: _Ledger, team: TeamQuota, w: Waiting, *, own: bool, borrowing: bool, reclaim: bool, result: Plan):
@@ -261,32 +274,46 @@ class QueueEntry:
     requeued: float | None = None
 
 
-def team_order_key(entry: QueueEntry, user_usage: Mapping[int, float] | None) -> tuple:
+def team_order_key(
+    entry: QueueEntry, user_usage: Mapping[int, float] | None, *, aging_now: float | None = None
+) -> tuple:
     """Priority first; a job requeued after preemption goes to the front of its priority; then the user
-    with the least recent usage (fair share) or plain FIFO."""
+    with the least recent usage (fair share); then, where the GPU type ages (`aging_now`: the time to age
+    to), the most GPU-seconds waited (`aging.aged_weight`); then plain FIFO."""
     share = (user_usage or {}).get(entry.user_id, 0.0) if user_usage is not None else 0.0
-    return (-entry.priority, entry.requeued is None, entry.requeued or 0.0, share, entry.created, entry.id)
+    aged = -aging.aged_weight(entry.gpus, entry.created, aging_now) if aging_now is not None else 0.0
+    return (-entry.priority, entry.requeued is None, entry.requeued or 0.0, share, aged, entry.created, entry.id)
 
 
 def team_queues(
-    entries: Iterable[QueueEntry], fair_usage: Mapping[int, Mapping[int, float]]
+    entries: Iterable[QueueEntry],
+    fair_usage: Mapping[int, Mapping[int, float]],
+    *,
+    aging_now: float | None = None,
 ) -> dict[int, list[QueueEntry]]:
     """Each team's queue in its own order (fair share where the team uses it, keyed by team id in
-    `fair_usage`)."""
+    `fair_usage`; aged to `aging_now` where the entries' GPU type ages)."""
     by_team: dict[int, list[QueueEntry]] = {}
     for e in entries:
         by_team.setdefault(e.team_id, []).append(e)
     for team_id, team_entries in by_team.items():
         usage = fair_usage.get(team_id)
-        team_entries.sort(key=lambda e: team_order_key(e, usage))
+        team_entries.sort(key=lambda e: team_order_key(e, usage, aging_now=aging_now))
     return by_team
 
 
-def order_queue(entries: Iterable[QueueEntry], fair_usage: Mapping[int, Mapping[int, float]]) -> list[Waiting]:
+def order_queue(
+    entries: Iterable[QueueEntry],
+    fair_usage: Mapping[int, Mapping[int, float]],
+    *,
+    aging_now: float | None = None,
+) -> list[Waiting]:
     """The cohort's queue in admission order: each team's own order (`team_queues`), teams interleaved by
     priority, then by place in their own queue."""
     return order_ranked(
-        (rank, e) for team_entries in team_queues(entries, fair_usage).values() for rank, e in enumerate(team_entries)
+        (rank, e)
+        for team_entries in team_queues(entries, fair_usage, aging_now=aging_now).values()
+        for rank, e in enumerate(team_entries)
     )
 
 

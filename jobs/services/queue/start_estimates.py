@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.cache import cache
@@ -14,19 +15,22 @@ from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q,
 from django.db.models.functions import ExtractHour
 from django.utils import timezone
 
-from jobs.models import Kind, Quota, State, Workload
+from jobs.models import GpuType, Kind, Quota, State, Team, Workload
 from jobs.selectors import cluster_capacity
-from jobs.services.queue import estimate_history, reservations
+from jobs.services.queue import borrow_share, estimate_history, forecast_backfill, reservation_plan, reservations
 from jobs.services.queue.cohort_facts import CohortFacts, cohort_team_ids, gather_cohort_facts
 from jobs.services.queue.forecast import (
+    Arrival,
     Demand,
     Estimate,
+    Planner,
     demand_from,
     expected_arrivals,
     expected_run,
     forecast,
     remaining,
 )
+from jobs.services.queue.sharing_plan import Waiting
 from jobs.services.usage.accounting import local_tz
 
 log = logging.getLogger(__name__)
@@ -153,8 +157,65 @@ def forecast_cohort(*, team_id: int, gpu_type_id: int) -> tuple[CohortFacts | No
         durations,
         capacity=max(0, capacity.total - outside) if capacity and capacity.total else None,
         arrivals=arrivals,
+        planner=backfill_planner(
+            facts,
+            info,
+            arrivals,
+            gpu_type_id=gpu_type_id,
+            now=now,
+            borrowed_hours=fair_borrowing(team_ids, gpu_type_id),
+        ),
     )
     return facts, estimates
+
+
+def fair_borrowing(team_ids: Sequence[int], gpu_type_id: int) -> dict[int, float] | None:
+    """Per team of a cohort with fair borrowing, its decayed borrowed GPU-hours on the type (else None)."""
+    cohorts = set(Team.objects.filter(id__in=team_ids, cohort__isnull=False).values_list("cohort_id", flat=True))
+    if not cohorts or not borrow_share.fair_cohorts(cohorts):
+        return None
+    hours = borrow_share.borrowed_hours(team_ids, [gpu_type_id], now=timezone.now())
+    return {t: hours.get((t, gpu_type_id), 0.0) for t in team_ids}
+
+
+def backfill_planner(
+    facts: CohortFacts,
+    info: Mapping[int, tuple[int, int, datetime | None, bool]],
+    arrivals: Sequence[Arrival],
+    *,
+    gpu_type_id: int,
+    now: datetime,
+    borrowed_hours: Mapping[int, float] | None = None,
+) -> Planner | None:
+    """Where the GPU type reserves, the forecast's planner that keeps its reservations and backfills as
+    admission does (`forecast_backfill`); else None (best effort, as admission is), or where the cohort
+    shares borrowed GPUs fairly, best effort in that order."""
+    reserve_after = GpuType.objects.filter(id=gpu_type_id).values_list("reserve_after_seconds", flat=True).first()
+    if reserve_after is None:
+        return forecast_backfill.FairBorrowingPlanner(borrowed_hours) if borrowed_hours else None
+    at = now.timestamp()
+    limits = {w_id: float(limit) for w_id, (_, limit, _, _) in info.items()}
+    limits.update({a.waiting.id: a.run_seconds for a in arrivals})  # expected work: its expected run
+    ends = {
+        h.id: reservation_plan.ends_by(
+            started=info[h.id][2].timestamp() if info[h.id][2] else None, admitted=None, time_limit=limits[h.id], now=at
+        )
+        for h in facts.held
+        if h.id in info
+    }
+    queued = {w.id: w for w in facts.queued}
+    standing: dict[int, list[tuple[Waiting, float]]] = {}
+    for w_id, row in reservations.standing_for(queued).items():
+        due = row.starts_by.timestamp() - reservation_plan.PROMISE_SLACK_SECONDS
+        standing.setdefault(row.team_id, []).append((queued[w_id], due))
+    return forecast_backfill.BackfillPlanner(
+        start=at,
+        reserve_after=float(reserve_after),
+        time_limits=limits,
+        ends_by=ends,
+        standing=standing,
+        borrowed_hours=borrowed_hours,
+    )
 
 
 def estimate(*, team_id: int, gpu_type_id: int) -> dict[int, Estimate]:
