@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from jobs.models import Kind, State, Workload, WorkloadEvent
+from jobs.services.cluster import replaced_pods
 from jobs.services.cluster.pull_errors import image_pull_message
 from jobs.services.transitions import can_move, note, transition
 
@@ -372,6 +373,8 @@ def apply_observation(workload: Workload, obs: Observation) -> bool:
     """Write what was observed; returns whether anything changed."""
     if workload.is_final:
         return False
+    if replaced_pods.is_replacement(workload, obs):  # Kubernetes made a new pod for the same attempt
+        return replaced_pods.record_replacement(workload, obs)
     fields = _changed_fields(workload, obs)
     if obs.state != workload.state:
         return _move(workload, obs, fields)
