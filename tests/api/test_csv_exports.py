@@ -51,7 +51,7 @@ def cells(response) -> list[list[str]]:
 def test_the_api_csv(world, hostile):
     start = (timezone.localdate() - timedelta(days=3)).isoformat()
     response = world.client("manager").get(f"/api/v1/usage/?start={start}&group_by=user&format=csv")
-    assert ["'-2+3", "2.000000", "2.000000", "0.000000", "2.000000"] in cells(response)  # none of it borrowed
+    assert ["'-2+3", "2.000000", "2.000000", "0.000000", "2.000000", "0.000000"] in cells(response)  # none of it borrowed or lost
 
 
 def test_the_usage_page_csv(client, world, hostile):
