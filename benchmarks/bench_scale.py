@@ -1,0 +1,63 @@
+"""Scale (issue 41): how cost grows with the work, and whether replicas help on this machine.
+
+Parts (BENCH_SCALE_PARTS=curve,replicas selects some; both by default):
+curve     scale_{admission,resync,queue_page,api_list}_{1k,10k,100k}_*: the admission pass, the tracker's
+          resync, a team's queue page and the API list at 1k, 10k and 100k live workloads (queued plus 30 %
+          more running on simulated nodes), each point in this run, and the CPU ratio between points
+          (scale_curve.py); no cluster. BENCH_SCALE_SIZES=1000,10000 picks the points.
+replicas  web_scaling_2x, worker_scaling_2x: REST submissions per second with 1 and 2 gunicorn processes,
+          Jobs created per second with 1 and 2 worker processes, sides alternating (scale_replicas.py)
+benchmarks/README.md says what each figure measures and what could make it lie.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Iterator
+
+from benchmarks import scale_curve, scale_replicas
+from benchmarks.context import BenchContext
+
+PARTS = ("curve", "replicas")
+
+
+def selected_parts() -> list[str]:
+    wanted = set(filter(None, os.environ.get("BENCH_SCALE_PARTS", "").split(",")))
+    unknown = wanted - set(PARTS)
+    if unknown:
+        raise ValueError(f"unknown BENCH_SCALE_PARTS {sorted(unknown)}; have {list(PARTS)}")
+    return [p for p in PARTS if not wanted or p in wanted]
+
+
+def expected() -> list[str]:
+    figures: list[str] = []
+    if "curve" in selected_parts():
+        figures += scale_curve.figures()
+    if "replicas" in selected_parts():
+        figures += list(scale_replicas.FIGURES)
+    return figures
+
+
+def run(ctx: BenchContext) -> Iterator[tuple[str, float]]:
+    ctx.django()
+    failures: list[str] = []
+    for part in selected_parts():
+        try:
+            if part == "curve":
+                yield from scale_curve.curve()
+            else:
+                from benchmarks.engine import Engine
+
+                engine = Engine(ctx)
+                try:
+                    yield from scale_replicas.replicas(engine)
+                finally:
+                    engine.close()
+        except Exception as exc:
+            failures.append(f"{part}: {type(exc).__name__}: {exc}")
+            print(f"# scale part {part} failed:", file=sys.stderr)
+            traceback.print_exc()
+    if failures:
+        raise RuntimeError("; ".join(f.splitlines()[0] for f in failures))

@@ -1,0 +1,150 @@
+"""The parts that scale out, shown to (issue 41, item 2): the web with 1 and 2 gunicorn processes and the
+worker with 1 and 2 processes, side by side in one run, sides alternating (1, 2, then 2, 1).
+
+- web: 8 threads of a team's script POST `BENCH_SCALE_WEB_N` workloads each side (`/api/v1/workloads/`,
+  token and Idempotency-Key, as `submit_throughput`'s portal side) to gunicorn with 1 or 2 processes of 8
+  gthreads; the figure is REST submissions answered per second (the intake: every 201 back). The engine
+  (worker, tracker) runs meanwhile and makes the Jobs, as in production.
+- worker: `BENCH_SCALE_WORKER_N` workloads queued on a quota of 0 are admitted at once by an admin's quota
+  change (the drain's portal side, controller manager stopped so no pods are made) with 1 or 2 Celery
+  worker processes of 8 threads each; the figure is Jobs held by the API server per second.
+
+Each side also prints, from the processes' own CPU counters, the CPU-seconds per second of wall time of
+every part of the run (`busy_cores`: all parts together). On a machine of two cores, a second replica helps
+only while the parts together use less than two cores; once `busy_cores` is near 2, the second process
+takes its CPU from PostgreSQL, the API server and the first process, and the rate stays where it was.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+
+from benchmarks import cpu, web
+from benchmarks.engine import Engine, median
+
+FIGURES = (
+    "replicas_web_n", "replicas_web_1_per_s", "replicas_web_2_per_s", "web_scaling_2x",
+    "replicas_web_1_busy_cores", "replicas_web_2_busy_cores",
+    "replicas_worker_n", "replicas_worker_1_per_s", "replicas_worker_2_per_s", "worker_scaling_2x",
+    "replicas_worker_1_busy_cores", "replicas_worker_2_busy_cores",
+)  # fmt: skip
+ORDERS = ((1, 2), (2, 1))
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name) or default)
+
+
+def _cores(seconds: dict[str, float], wall: float) -> str:
+    parts = sorted(((p, v / wall) for p, v in seconds.items() if v / wall >= 0.01), key=lambda kv: -kv[1])
+    return ", ".join(f"{part} {value:.2f}" for part, value in parts)
+
+
+def _web_side(engine: Engine, workers: int, n: int) -> tuple[float, float]:
+    """REST submissions per second through gunicorn with `workers` processes, and the cores busy meanwhile."""
+    from benchmarks.engine_flow import CLIENTS, _fresh_namespace, _rest_submit, _token
+
+    team, user, namespace = _fresh_namespace(engine)
+    token = _token(user)
+    try:
+        with web.gunicorn(engine.ctx, workers=workers) as url:
+            api = web.Api(url, clients=CLIENTS)
+            _rest_submit(api, token, team.slug, 4 * CLIENTS, {"SIM_RUN_SECONDS": "1"})  # every process warm
+            before, started = cpu.snapshot(), time.perf_counter()
+            _rest_submit(api, token, team.slug, n, {"SIM_RUN_SECONDS": "1"})
+            wall, seconds = time.perf_counter() - started, cpu.spent(before, cpu.snapshot())
+    finally:
+        engine.delete_namespace(namespace)
+    busy = sum(seconds.values()) / wall
+    print(
+        f"# replicas web x{workers}: {n} submissions in {wall:.2f} s ({n / wall:.1f}/s), load "
+        f"{os.getloadavg()[0]:.2f}; cores busy {busy:.2f}: {_cores(seconds, wall)}; "
+        f"{cpu.per_object(seconds, n, 'submission')}",
+        flush=True,
+    )
+    engine.settle(namespace, team=team)
+    return n / wall, busy
+
+
+def _second_worker(engine: Engine) -> subprocess.Popen:
+    """A second Celery worker process beside the engine's own, as a second replica of the chart's worker."""
+    from devtools.engine import REPO, process_env
+
+    log = open(engine.log_dir / "worker-2.log", "ab")  # noqa: SIM115 - the child owns it
+    return subprocess.Popen(
+        [*engine.processes.argv("worker"), "--hostname", "second@%h"],
+        cwd=REPO, env=process_env("worker", engine.processes.env), stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def _stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
+def _worker_side(engine: Engine, workers: int, n: int) -> tuple[float, float]:
+    """Jobs created per second after a quota change admits `n` at once, with `workers` worker processes."""
+    from benchmarks.engine_drain import _portal_side
+    from benchmarks.engine_flow import _fresh_namespace
+
+    place = _fresh_namespace(engine)
+    second = _second_worker(engine) if workers == 2 else None
+    try:
+        if second is not None:
+            time.sleep(5)  # the second process connected to the broker before the clock starts
+        before, started = cpu.snapshot(), time.perf_counter()
+        seconds_to_last, _admit_ms = _portal_side(engine, n, place)
+        wall, seconds = time.perf_counter() - started, cpu.spent(before, cpu.snapshot())
+    finally:
+        if second is not None:
+            _stop(second)
+        engine.delete_namespace(place[2])
+    busy = sum(seconds.values()) / wall
+    print(
+        f"# replicas worker x{workers}: {n} Jobs in {seconds_to_last:.2f} s ({n / seconds_to_last:.1f}/s), load "
+        f"{os.getloadavg()[0]:.2f}; cores busy {busy:.2f}: {_cores(seconds, wall)}",
+        flush=True,
+    )
+    return n / seconds_to_last, busy
+
+
+def replicas(engine: Engine) -> Iterator[tuple[str, float]]:
+    web_n, worker_n = _env_int("BENCH_SCALE_WEB_N", 300), _env_int("BENCH_SCALE_WORKER_N", 1000)
+    rates: dict[tuple[str, int], list[float]] = {}
+    busy: dict[tuple[str, int], list[float]] = {}
+    for order in ORDERS:
+        for workers in order:
+            rate, cores = _web_side(engine, workers, web_n)
+            rates.setdefault(("web", workers), []).append(rate)
+            busy.setdefault(("web", workers), []).append(cores)
+    yield "replicas_web_n", web_n
+    for workers in (1, 2):
+        yield f"replicas_web_{workers}_per_s", round(median(rates[("web", workers)]), 1)
+    yield "web_scaling_2x", round(median(rates[("web", 2)]) / median(rates[("web", 1)]), 3)
+    for workers in (1, 2):
+        yield f"replicas_web_{workers}_busy_cores", round(median(busy[("web", workers)]), 2)
+
+    cluster = engine.ctx.cluster()
+    cluster.stop_component("kube-controller-manager")  # Jobs stay Jobs, as in the drain
+    try:
+        for order in ORDERS:
+            for workers in order:
+                rate, cores = _worker_side(engine, workers, worker_n)
+                rates.setdefault(("worker", workers), []).append(rate)
+                busy.setdefault(("worker", workers), []).append(cores)
+    finally:
+        cluster.start_component("kube-controller-manager")
+    yield "replicas_worker_n", worker_n
+    for workers in (1, 2):
+        yield f"replicas_worker_{workers}_per_s", round(median(rates[("worker", workers)]), 1)
+    yield "worker_scaling_2x", round(median(rates[("worker", 2)]) / median(rates[("worker", 1)]), 3)
+    for workers in (1, 2):
+        yield f"replicas_worker_{workers}_busy_cores", round(median(busy[("worker", workers)]), 2)
