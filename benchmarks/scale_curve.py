@@ -11,11 +11,12 @@ Per point: one admission pass (`admit_all`; the admitted are put back in the que
 tracker's periodic resync from its view (`sync_workloads(full=True)` and `reap_finished`), the queue page of
 one team (a member's GET /queue/) and the first page of the API list (GET /api/v1/workloads/). Each is timed
 on the wall clock and on CPU counters (this thread plus the PostgreSQL backend serving it: what a shared
-machine's neighbours disturb least), and the pages count their SQL statements.
+machine's neighbours disturb least), and its SQL statements are counted.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import statistics
 import time
@@ -52,10 +53,8 @@ def figures() -> list[str]:
     names: list[str] = []
     for what in MEASURES:
         for n in points:
-            names += [f"scale_{what}_{label(n)}_ms", f"scale_{what}_{label(n)}_cpu_ms"]
-            if what in ("queue_page", "api_list"):
-                names.append(f"scale_{what}_{label(n)}_queries")
-        for small, large in zip(points, points[1:], strict=False):
+            names += [f"scale_{what}_{label(n)}_{unit}" for unit in ("ms", "cpu_ms", "queries")]
+        for small, large in itertools.pairwise(points):
             names.append(f"scale_{what}_cpu_ratio_{label(large)}_{label(small)}")
     if 100_000 in points:
         names.append("admission_100k_queued_ms")
@@ -75,12 +74,13 @@ SELECT %(tag)s || lpad(g::text, 11, '0'), (%(teams)s::bigint[])[1 + g %% 10],
     CASE WHEN %(running)s THEN 1 ELSE (ARRAY[1, 2, 4, 8])[1 + (g * 7) %% 4] END, '[]', '[]', '[]',
     CASE WHEN %(running)s THEN 86400 ELSE 3600 END,
     CASE WHEN NOT %(running)s AND (g / 10) %% 10 = 3 THEN 10 ELSE 0 END,
-    CASE WHEN %(running)s THEN 'RUNNING' ELSE 'QUEUED' END, '', '',
+    CASE WHEN %(running)s THEN 'RUNNING' ELSE 'QUEUED' END, CASE WHEN %(running)s THEN 'Running' ELSE '' END,
+    CASE WHEN %(running)s THEN 'Running on sim-node-' || (g %% 500) || '.' ELSE '' END,
     CASE WHEN %(running)s THEN (%(namespaces)s::text[])[1 + g %% 10] ELSE '' END,
     CASE WHEN %(running)s THEN 'w-' || %(tag)s || lpad(g::text, 11, '0') ELSE '' END,
     CASE WHEN %(running)s THEN 'sim-node-' || (g %% 500) ELSE '' END,
     CASE WHEN %(running)s THEN 'w-' || %(tag)s || lpad(g::text, 11, '0') || '-abcde' ELSE '' END,
-    '', %(now)s - (%(last)s - g) * interval '1 second',
+    CASE WHEN %(running)s THEN 'pod-' || %(tag)s || lpad(g::text, 11, '0') ELSE '' END, %(now)s - (%(last)s - g) * interval '1 second',
     CASE WHEN %(running)s THEN %(began)s END, CASE WHEN %(running)s THEN %(began)s END,
     CASE WHEN %(running)s THEN %(began)s END,
     %(now)s, %(now)s, false, 0, false, false, '', '[]', '[]', '[]', 'home', 0, 0
@@ -88,9 +88,7 @@ FROM generate_series(%(first)s, %(last)s) AS g
 """
 
 
-def insert_live(
-    first: int, last: int, *, running: bool, tag: str, teams, owners, types, now: datetime
-) -> None:
+def insert_live(first: int, last: int, *, running: bool, tag: str, teams, owners, types, now: datetime) -> None:
     """Rows `first`..`last` (inclusive) of one state in one statement: round robin over 10 teams, 4 owners
     and 3 GPU types; queued ones of 1, 2, 4 or 8 GPUs (a tenth at priority 10), running ones of 1 GPU in
     their team's namespace on one of 500 simulated nodes since an hour ago. Uids are `tag` + the row number."""
@@ -150,15 +148,17 @@ class Meter:
 
 
 def _view_of(rows) -> object:
-    """The tracker's view with a Job and a running pod for each (uid, namespace, k8s_name) row."""
+    """The tracker's view with a Job and a running pod for each (uid, namespace, k8s_name, node_name,
+    pod_uid, started_at) row, as the watches leave it while nothing changes: what the rows already say."""
     from benchmarks.profile_tracker import _objects
     from jobs.services.cluster import watch_loop
 
     view = watch_loop.ClusterView()
-    started = datetime.now(UTC) - timedelta(hours=1)
-    for uid, namespace, k8s_name in rows:
+    for uid, namespace, k8s_name, node_name, pod_uid, started_at in rows:
         job, pod = _objects(SimpleNamespace(uid=uid, namespace=namespace, k8s_name=k8s_name), succeeded=False,
-                            started=started)  # fmt: skip
+                            started=started_at)  # fmt: skip
+        pod["spec"]["nodeName"] = node_name
+        pod["metadata"]["uid"] = pod_uid
         view.put("Job", job)
         view.put("Pod", pod)
     return view
@@ -178,7 +178,9 @@ def curve() -> Iterator[tuple[str, float]]:
     run = uuid.uuid4().hex[:6]
     tag = f"s{run[:3]}"
     types = [
-        GpuType.objects.create(slug=f"scl-{run}-{i}", display_name=f"Scale {run} {i}", node_label_value=f"scl-{run}-{i}")
+        GpuType.objects.create(
+            slug=f"scl-{run}-{i}", display_name=f"Scale {run} {i}", node_label_value=f"scl-{run}-{i}"
+        )
         for i in range(3)
     ]
     cohort = Cohort.objects.create(name=f"Scale {run}")
@@ -227,34 +229,28 @@ def curve() -> Iterator[tuple[str, float]]:
             results[("admission", n)] = _median(passes)
 
             view = _view_of(
-                Workload.objects.filter(team__in=teams, state=State.RUNNING).values_list("uid", "namespace", "k8s_name")
+                Workload.objects.filter(team__in=teams, state=State.RUNNING).values_list(
+                    "uid", "namespace", "k8s_name", "node_name", "pod_uid", "started_at"
+                )
             )
 
             def resync(view=view) -> None:
                 watch_loop.sync_workloads(view, None, full=True)
                 watch_loop.reap_finished(view)
 
+            resync()  # the first one records what the rows lack (if anything); then the steady state
             results[("resync", n)] = _median([meter.measure(resync) for _ in range(PASSES)])
-
-            def page(path: str) -> Callable[[], None]:
-                def load() -> None:
-                    response = client.get(path)
-                    if response.status_code != 200:
-                        raise RuntimeError(f"GET {path}: {response.status_code}")
-
-                return load
 
             with override_settings(ALLOWED_HOSTS=["testserver"], STORAGES=STORAGES):
                 for what, path in (("queue_page", "/queue/"), ("api_list", "/api/v1/workloads/")):
-                    load = page(path)
+                    load = _page(client, path)
                     load()  # warm: templates, the session
                     results[(what, n)] = _median([meter.measure(load) for _ in range(PAGE_LOADS)])
             for what in MEASURES:
                 wall, cpu, statements = results[(what, n)]
                 yield f"scale_{what}_{label(n)}_ms", round(wall, 1)
                 yield f"scale_{what}_{label(n)}_cpu_ms", round(cpu, 1)
-                if what in ("queue_page", "api_list"):
-                    yield f"scale_{what}_{label(n)}_queries", statements
+                yield f"scale_{what}_{label(n)}_queries", statements
             if n == 100_000:
                 yield "admission_100k_queued_ms", round(results[("admission", n)][0], 1)
     finally:
@@ -262,9 +258,18 @@ def curve() -> Iterator[tuple[str, float]]:
         app.control.purge()
     points = sizes()
     for what in MEASURES:
-        for small, large in zip(points, points[1:], strict=False):
+        for small, large in itertools.pairwise(points):
             ratio = results[(what, large)][1] / max(results[(what, small)][1], 0.001)
             yield f"scale_{what}_cpu_ratio_{label(large)}_{label(small)}", round(ratio, 2)
+
+
+def _page(client, path: str) -> Callable[[], None]:
+    def load() -> None:
+        response = client.get(path)
+        if response.status_code != 200:
+            raise RuntimeError(f"GET {path}: {response.status_code}")
+
+    return load
 
 
 def _median(samples: list[tuple[float, float, int]]) -> tuple[float, float, int]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from jobs.services.queue.sharing_plan import Held, Plan, TeamQuota, Waiting, plan
@@ -245,14 +245,19 @@ def forecast(
     capacity: int | None = None,
     horizon: float = HORIZON_SECONDS,
     arrivals: Sequence[Arrival] = (),
+    until: Collection[int] | None = None,
 ) -> dict[int, Estimate]:
     """Estimated start of each queued workload. `running`: (held, seconds until it ends); `durations`:
     expected run of each queued workload by id (and of running ones, should a preemption requeue them);
     `arrivals`: work expected to be submitted meanwhile (`expected_arrivals`), which can come first: a
-    lender's own work takes back what a borrower waits for."""
+    lender's own work takes back what a borrower waits for. `until`: the ids someone will read (a page's
+    first waiting); the simulation stops once they have started, so those behind them get no estimate,
+    and those read get the same as from a full forecast (the steps until then are the same)."""
     running = list(running)
     active: dict[int, tuple[Held, float]] = {h.id: (h, end) for h, end in running}
     waiting = {w.id for w in queued[:MAX_QUEUED]}
+    if until is not None:
+        waiting &= set(until)
     queues: dict[int, list[Waiting]] = {}
     for w in queued[:MAX_QUEUED]:
         queues.setdefault(w.team_id, []).append(w)
