@@ -4,7 +4,8 @@ Parts (BENCH_SCALE_PARTS=curve,replicas selects some; both by default):
 curve     scale_{admission,resync,queue_page,api_list}_{1k,10k,100k}_*: the admission pass, the tracker's
           resync, a team's queue page and the API list at 1k, 10k and 100k live workloads (queued plus 30 %
           more running on simulated nodes), each point in this run, and the CPU ratio between points
-          (scale_curve.py); no cluster. BENCH_SCALE_SIZES=1000,10000 picks the points.
+          (scale_curve.py); no cluster. 100k only when the module is named (BENCH=scale);
+          BENCH_SCALE_SIZES=1000,10000 picks the points.
 replicas  web_scaling_2x, worker_scaling_2x: REST submissions per second with 1 and 2 gunicorn processes,
           Jobs created per second with 1 and 2 worker processes, sides alternating (scale_replicas.py)
 benchmarks/README.md says what each figure measures and what could make it lie.
