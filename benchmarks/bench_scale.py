@@ -1,6 +1,7 @@
 """Scale (issue 41): how cost grows with the work, and whether replicas help on this machine.
 
-Parts (BENCH_SCALE_PARTS=curve,replicas selects some; both by default):
+Parts (BENCH_SCALE_PARTS=curve,replicas selects some; both when the module is named, `make bench
+BENCH=scale`; a plain `make bench` runs the curve to 10k only, as the replicas start an engine of their own):
 curve     scale_{admission,resync,queue_page,api_list}_{1k,10k,100k}_*: the admission pass, the tracker's
           resync, a team's queue page and the API list at 1k, 10k and 100k live workloads (queued plus 30 %
           more running on simulated nodes), each point in this run, and the CPU ratio between points
@@ -29,7 +30,9 @@ def selected_parts() -> list[str]:
     unknown = wanted - set(PARTS)
     if unknown:
         raise ValueError(f"unknown BENCH_SCALE_PARTS {sorted(unknown)}; have {list(PARTS)}")
-    return [p for p in PARTS if not wanted or p in wanted]
+    if not wanted:
+        wanted = set(PARTS) if scale_curve.asked_by_name() else {"curve"}
+    return [p for p in PARTS if p in wanted]
 
 
 def expected() -> list[str]:

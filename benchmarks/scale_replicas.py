@@ -50,7 +50,7 @@ def _web_side(engine: Engine, workers: int, n: int) -> tuple[float, float]:
     team, user, namespace = _fresh_namespace(engine)
     token = _token(user)
     try:
-        with web.gunicorn(engine.ctx, workers=workers) as url:
+        with web.gunicorn(engine.ctx, env=engine.identity.env_as("web"), workers=workers) as url:
             api = web.Api(url, clients=CLIENTS)
             _rest_submit(api, token, team.slug, 4 * CLIENTS, {"SIM_RUN_SECONDS": "1"})  # every process warm
             before, started = cpu.snapshot(), time.perf_counter()
