@@ -1,10 +1,11 @@
 """The parts that scale out, shown to (issue 41, item 2): the web with 1 and 2 gunicorn processes and the
 worker with 1 and 2 processes, side by side in one run, sides alternating (1, 2, then 2, 1).
 
-- web: 8 threads of a team's script POST `BENCH_SCALE_WEB_N` workloads each side (`/api/v1/workloads/`,
-  token and Idempotency-Key, as `submit_throughput`'s portal side) to gunicorn with 1 or 2 processes of 8
-  gthreads; the figure is REST submissions answered per second (the intake: every 201 back). The engine
-  (worker, tracker) runs meanwhile and makes the Jobs, as in production.
+- web (no cluster): 8 threads of a team's script POST `BENCH_SCALE_WEB_N` workloads each side
+  (`/api/v1/workloads/`, token and Idempotency-Key, as `submit_throughput`'s portal side) to gunicorn with 1
+  or 2 processes of 8 gthreads; the figure is REST submissions answered per second (the intake: each stored,
+  admitted and its create handed to the broker; every 201 back). The inventory holds ready nodes as the
+  tracker's sync leaves them; no worker runs (the broker is purged afterwards).
 - worker: `BENCH_SCALE_WORKER_N` workloads queued on a quota of 0 are admitted at once by an admin's quota
   change (the drain's portal side, controller manager stopped so no pods are made) with 1 or 2 Celery
   worker processes of 8 threads each; the figure is Jobs held by the API server per second.
@@ -20,14 +21,21 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 
 from benchmarks import cpu, web
 from benchmarks.engine import Engine, median
 
-FIGURES = (
-    "replicas_web_n", "replicas_web_1_per_s", "replicas_web_2_per_s", "web_scaling_2x",
-    "replicas_web_1_busy_cores", "replicas_web_2_busy_cores",
+WEB_FIGURES = (
+    "replicas_web_n",
+    "replicas_web_1_per_s",
+    "replicas_web_2_per_s",
+    "web_scaling_2x",
+    "replicas_web_1_busy_cores",
+    "replicas_web_2_busy_cores",
+)
+WORKER_FIGURES = (
     "replicas_worker_n", "replicas_worker_1_per_s", "replicas_worker_2_per_s", "worker_scaling_2x",
     "replicas_worker_1_busy_cores", "replicas_worker_2_busy_cores",
 )  # fmt: skip
@@ -43,21 +51,43 @@ def _cores(seconds: dict[str, float], wall: float) -> str:
     return ", ".join(f"{part} {value:.2f}" for part, value in parts)
 
 
-def _web_side(engine: Engine, workers: int, n: int) -> tuple[float, float]:
-    """REST submissions per second through gunicorn with `workers` processes, and the cores busy meanwhile."""
-    from benchmarks.engine_flow import CLIENTS, _fresh_namespace, _rest_submit, _token
+def _web_world():
+    """A team with a large quota and an API token, and ready nodes of its GPU type in the inventory (as the
+    tracker's inventory sync leaves them): what the intake checks, without a cluster."""
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
 
-    team, user, namespace = _fresh_namespace(engine)
-    token = _token(user)
-    try:
-        with web.gunicorn(engine.ctx, env=engine.identity.env_as("web"), workers=workers) as url:
-            api = web.Api(url, clients=CLIENTS)
-            _rest_submit(api, token, team.slug, 4 * CLIENTS, {"SIM_RUN_SECONDS": "1"})  # every process warm
-            before, started = cpu.snapshot(), time.perf_counter()
-            _rest_submit(api, token, team.slug, n, {"SIM_RUN_SECONDS": "1"})
-            wall, seconds = time.perf_counter() - started, cpu.spent(before, cpu.snapshot())
-    finally:
-        engine.delete_namespace(namespace)
+    from api.tokens import token_create
+    from identity.models import Membership
+    from jobs.models import GpuNode, GpuType, Quota, Team
+    from jobs.services.seeding import DEMO, apply_seed
+
+    apply_seed({"gpu_types": DEMO["gpu_types"], "allowed_registries": ["docker.io"]})
+    k2 = GpuType.objects.get(slug="k2")
+    suffix = uuid.uuid4().hex[:8]
+    for i in range(4):
+        GpuNode.objects.update_or_create(
+            name=f"replicas-{suffix}-{i}",
+            defaults={"gpu_type": k2, "gpus_capacity": 8, "gpus_allocatable": 8, "ready": True,
+                      "schedulable": True, "last_seen_at": timezone.now()},
+        )  # fmt: skip
+    team = Team.objects.create(slug=f"replicas-{suffix}", name=f"Replicas {suffix}")
+    user = get_user_model().objects.create(username=f"replicas-{suffix}")
+    Membership.objects.create(team=team, user=user)
+    Quota.objects.create(team=team, gpu_type=k2, max_gpus=1_000_000)
+    return team, token_create(user=user, name="bench").raw, suffix
+
+
+def _web_side(ctx, workers: int, n: int, team, token: str) -> tuple[float, float]:
+    """REST submissions per second through gunicorn with `workers` processes, and the cores busy meanwhile."""
+    from benchmarks.engine_flow import CLIENTS, _rest_submit
+
+    with web.gunicorn(ctx, workers=workers) as url:
+        api = web.Api(url, clients=CLIENTS)
+        _rest_submit(api, token, team.slug, 4 * CLIENTS, {})  # every process and thread warm
+        before, started = cpu.snapshot(), time.perf_counter()
+        _rest_submit(api, token, team.slug, n, {})
+        wall, seconds = time.perf_counter() - started, cpu.spent(before, cpu.snapshot())
     busy = sum(seconds.values()) / wall
     print(
         f"# replicas web x{workers}: {n} submissions in {wall:.2f} s ({n / wall:.1f}/s), load "
@@ -65,8 +95,35 @@ def _web_side(engine: Engine, workers: int, n: int) -> tuple[float, float]:
         f"{cpu.per_object(seconds, n, 'submission')}",
         flush=True,
     )
-    engine.settle(namespace, team=team)
     return n / wall, busy
+
+
+def web_scaling(ctx) -> Iterator[tuple[str, float]]:
+    """The web with 1 and 2 gunicorn processes, sides alternating; no worker runs (the intake is measured:
+    each submission stored, admitted and its create handed to the broker, which is purged afterwards)."""
+    from jobs.models import GpuNode, Workload
+    from portal.celery import app
+
+    n = _env_int("BENCH_SCALE_WEB_N", 300)
+    team, token, suffix = _web_world()
+    rates: dict[int, list[float]] = {}
+    busy: dict[int, list[float]] = {}
+    try:
+        for order in ORDERS:
+            for workers in order:
+                rate, cores = _web_side(ctx, workers, n, team, token)
+                rates.setdefault(workers, []).append(rate)
+                busy.setdefault(workers, []).append(cores)
+    finally:
+        app.control.purge()  # the creates the submissions asked for: no worker is to make them
+        Workload.objects.filter(team=team).delete()
+        GpuNode.objects.filter(name__startswith=f"replicas-{suffix}-").delete()
+    yield "replicas_web_n", n
+    for workers in (1, 2):
+        yield f"replicas_web_{workers}_per_s", round(median(rates[workers]), 1)
+    yield "web_scaling_2x", round(median(rates[2]) / median(rates[1]), 3)
+    for workers in (1, 2):
+        yield f"replicas_web_{workers}_busy_cores", round(median(busy[workers]), 2)
 
 
 def _second_worker(engine: Engine) -> subprocess.Popen:
@@ -116,35 +173,23 @@ def _worker_side(engine: Engine, workers: int, n: int) -> tuple[float, float]:
     return n / seconds_to_last, busy
 
 
-def replicas(engine: Engine) -> Iterator[tuple[str, float]]:
-    web_n, worker_n = _env_int("BENCH_SCALE_WEB_N", 300), _env_int("BENCH_SCALE_WORKER_N", 1000)
-    rates: dict[tuple[str, int], list[float]] = {}
-    busy: dict[tuple[str, int], list[float]] = {}
-    for order in ORDERS:
-        for workers in order:
-            rate, cores = _web_side(engine, workers, web_n)
-            rates.setdefault(("web", workers), []).append(rate)
-            busy.setdefault(("web", workers), []).append(cores)
-    yield "replicas_web_n", web_n
-    for workers in (1, 2):
-        yield f"replicas_web_{workers}_per_s", round(median(rates[("web", workers)]), 1)
-    yield "web_scaling_2x", round(median(rates[("web", 2)]) / median(rates[("web", 1)]), 3)
-    for workers in (1, 2):
-        yield f"replicas_web_{workers}_busy_cores", round(median(busy[("web", workers)]), 2)
-
+def worker_scaling(engine: Engine) -> Iterator[tuple[str, float]]:
+    worker_n = _env_int("BENCH_SCALE_WORKER_N", 1000)
+    rates: dict[int, list[float]] = {}
+    busy: dict[int, list[float]] = {}
     cluster = engine.ctx.cluster()
     cluster.stop_component("kube-controller-manager")  # Jobs stay Jobs, as in the drain
     try:
         for order in ORDERS:
             for workers in order:
                 rate, cores = _worker_side(engine, workers, worker_n)
-                rates.setdefault(("worker", workers), []).append(rate)
-                busy.setdefault(("worker", workers), []).append(cores)
+                rates.setdefault(workers, []).append(rate)
+                busy.setdefault(workers, []).append(cores)
     finally:
         cluster.start_component("kube-controller-manager")
     yield "replicas_worker_n", worker_n
     for workers in (1, 2):
-        yield f"replicas_worker_{workers}_per_s", round(median(rates[("worker", workers)]), 1)
-    yield "worker_scaling_2x", round(median(rates[("worker", 2)]) / median(rates[("worker", 1)]), 3)
+        yield f"replicas_worker_{workers}_per_s", round(median(rates[workers]), 1)
+    yield "worker_scaling_2x", round(median(rates[2]) / median(rates[1]), 3)
     for workers in (1, 2):
-        yield f"replicas_worker_{workers}_busy_cores", round(median(busy[("worker", workers)]), 2)
+        yield f"replicas_worker_{workers}_busy_cores", round(median(busy[workers]), 2)
