@@ -51,6 +51,14 @@ def _cores(seconds: dict[str, float], wall: float) -> str:
     return ", ".join(f"{part} {value:.2f}" for part, value in parts)
 
 
+def _machine_busy() -> float:
+    """CPU-seconds the whole machine has spent busy so far (every process, the neighbours' too: /proc/stat)."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def _web_world():
     """A team with a large quota and an API token, and ready nodes of its GPU type in the inventory (as the
     tracker's inventory sync leaves them): what the intake checks, without a cluster."""
@@ -85,13 +93,15 @@ def _web_side(ctx, workers: int, n: int, team, token: str) -> tuple[float, float
     with web.gunicorn(ctx, workers=workers) as url:
         api = web.Api(url, clients=CLIENTS)
         _rest_submit(api, token, team.slug, 4 * CLIENTS, {})  # every process and thread warm
-        before, started = cpu.snapshot(), time.perf_counter()
+        before, machine, started = cpu.snapshot(), _machine_busy(), time.perf_counter()
         _rest_submit(api, token, team.slug, n, {})
         wall, seconds = time.perf_counter() - started, cpu.spent(before, cpu.snapshot())
+        machine = (_machine_busy() - machine) / wall
     busy = sum(seconds.values()) / wall
     print(
         f"# replicas web x{workers}: {n} submissions in {wall:.2f} s ({n / wall:.1f}/s), load "
-        f"{os.getloadavg()[0]:.2f}; cores busy {busy:.2f}: {_cores(seconds, wall)}; "
+        f"{os.getloadavg()[0]:.2f}; machine cores busy {machine:.2f} of {os.cpu_count()} (neighbours included); "
+        f"this run's cores {busy:.2f}: {_cores(seconds, wall)}; "
         f"{cpu.per_object(seconds, n, 'submission')}",
         flush=True,
     )
@@ -112,6 +122,9 @@ def web_scaling(ctx) -> Iterator[tuple[str, float]]:
         for order in ORDERS:
             for workers in order:
                 rate, cores = _web_side(ctx, workers, n, team, token)
+                # No worker takes them on: the team's waiting limit must not refuse the next side's.
+                app.control.purge()
+                Workload.objects.filter(team=team).delete()
                 rates.setdefault(workers, []).append(rate)
                 busy.setdefault(workers, []).append(cores)
     finally:
@@ -157,9 +170,10 @@ def _worker_side(engine: Engine, workers: int, n: int) -> tuple[float, float]:
     try:
         if second is not None:
             time.sleep(5)  # the second process connected to the broker before the clock starts
-        before, started = cpu.snapshot(), time.perf_counter()
+        before, machine, started = cpu.snapshot(), _machine_busy(), time.perf_counter()
         seconds_to_last, _admit_ms = _portal_side(engine, n, place)
         wall, seconds = time.perf_counter() - started, cpu.spent(before, cpu.snapshot())
+        machine = (_machine_busy() - machine) / wall
     finally:
         if second is not None:
             _stop(second)
@@ -167,7 +181,8 @@ def _worker_side(engine: Engine, workers: int, n: int) -> tuple[float, float]:
     busy = sum(seconds.values()) / wall
     print(
         f"# replicas worker x{workers}: {n} Jobs in {seconds_to_last:.2f} s ({n / seconds_to_last:.1f}/s), load "
-        f"{os.getloadavg()[0]:.2f}; cores busy {busy:.2f}: {_cores(seconds, wall)}",
+        f"{os.getloadavg()[0]:.2f}; machine cores busy {machine:.2f} of {os.cpu_count()}; this run's cores "
+        f"{busy:.2f}: {_cores(seconds, wall)}",
         flush=True,
     )
     return n / seconds_to_last, busy
