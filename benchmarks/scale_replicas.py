@@ -86,8 +86,9 @@ def _web_world():
     return team, token_create(user=user, name="bench").raw, suffix
 
 
-def _web_side(ctx, workers: int, n: int, team, token: str) -> tuple[float, float]:
-    """REST submissions per second through gunicorn with `workers` processes, and the cores busy meanwhile."""
+def _web_side(ctx, workers: int, n: int, team, token: str) -> tuple[float, float, float]:
+    """REST submissions per second through gunicorn with `workers` processes, the cores this run kept busy
+    meanwhile, and the CPU milliseconds of all its processes per submission."""
     from benchmarks.engine_flow import CLIENTS, _rest_submit
 
     with web.gunicorn(ctx, workers=workers) as url:
@@ -105,7 +106,7 @@ def _web_side(ctx, workers: int, n: int, team, token: str) -> tuple[float, float
         f"{cpu.per_object(seconds, n, 'submission')}",
         flush=True,
     )
-    return n / wall, busy
+    return n / wall, busy, 1000 * sum(seconds.values()) / n
 
 
 def web_scaling(ctx) -> Iterator[tuple[str, float]]:
@@ -118,10 +119,12 @@ def web_scaling(ctx) -> Iterator[tuple[str, float]]:
     team, token, suffix = _web_world()
     rates: dict[int, list[float]] = {}
     busy: dict[int, list[float]] = {}
+    per_submission: list[float] = []
     try:
         for order in ORDERS:
             for workers in order:
-                rate, cores = _web_side(ctx, workers, n, team, token)
+                rate, cores, cpu_ms = _web_side(ctx, workers, n, team, token)
+                per_submission.append(cpu_ms)
                 # No worker takes them on: the team's waiting limit must not refuse the next side's.
                 app.control.purge()
                 Workload.objects.filter(team=team).delete()
@@ -137,6 +140,9 @@ def web_scaling(ctx) -> Iterator[tuple[str, float]]:
     yield "web_scaling_2x", round(median(rates[2]) / median(rates[1]), 3)
     for workers in (1, 2):
         yield f"replicas_web_{workers}_busy_cores", round(median(busy[workers]), 2)
+    # What the machine's cores allow, however many web processes: all of them busy with submissions only.
+    yield "replicas_web_cpu_ms_per_submission", round(median(per_submission), 2)
+    yield "replicas_web_ceiling_per_s", round(1000 * (os.cpu_count() or 1) / median(per_submission), 1)
 
 
 def _second_worker(engine: Engine) -> subprocess.Popen:
