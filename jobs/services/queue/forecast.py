@@ -10,12 +10,13 @@ for the cluster too, where admission leaves that to the Kubernetes scheduler.
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 import statistics
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from jobs.services.queue.sharing_plan import Held, Plan, TeamQuota, Waiting, plan
+from jobs.services.queue.sharing_plan import Held, Holding, Plan, TeamQuota, Waiting, plan
 
 HORIZON_SECONDS = 7 * 24 * 3600.0
 MAX_QUEUED = 200  # workloads forecast per cohort and type; those further back get no estimate (cost bound)
@@ -255,6 +256,11 @@ def forecast(
     and those read get the same as from a full forecast (the steps until then are the same)."""
     running = list(running)
     active: dict[int, tuple[Held, float]] = {h.id: (h, end) for h, end in running}
+    # Kept across the steps, so that a step costs nothing per running workload: what is held as totals
+    # (`Holding`, what each plan starts from) and the expected ends as a heap (stale entries skipped).
+    holding = Holding(h for h, _ in active.values())
+    ends = [(end, i) for i, (_, end) in active.items()]
+    heapq.heapify(ends)
     waiting = {w.id for w in queued[:MAX_QUEUED]}
     if until is not None:
         waiting &= set(until)
@@ -276,11 +282,13 @@ def forecast(
             a = arrivals[next_arrival]
             next_arrival += 1
             queues.setdefault(a.waiting.team_id, []).append(replace(a.waiting, created=latest + a.at))
-        result = plan(teams, [h for h, _ in active.values()], _in_order(queues), capacity=capacity)
+        result = plan(teams, (), _in_order(queues), capacity=capacity, holding=holding)
         if first is None:
             first = result
         for victim in result.preempt:
             h, end = active.pop(victim, (None, 0.0))
+            if h is not None:
+                holding.remove(h)
             if h is not None and h.restartable:
                 runs.setdefault(h.id, end - now)
                 again = Waiting(h.id, h.team_id, h.gpus, h.user_id, h.priority, h.order, requeued=True)
@@ -293,10 +301,14 @@ def forecast(
                         starts[w.id] = now
                     held = Held(w.id, w.team_id, w.gpus, w.user_id, w.priority, w.id in result.borrowed, newest + now)
                     active[w.id] = (held, now + max(1.0, runs.get(w.id, 3600.0)))
+                    holding.add(held)
+                    heapq.heappush(ends, (active[w.id][1], w.id))
             team_queue[:] = [w for w in team_queue if w.id not in admitted]
         if waiting <= starts.keys():
             break
-        events = [end for _, end in active.values()]
+        while ends and active.get(ends[0][1], (None, None))[1] != ends[0][0]:
+            heapq.heappop(ends)  # preempted, or requeued and started again with another end
+        events = [ends[0][0]] if ends else []
         if next_arrival < len(arrivals):
             events.append(arrivals[next_arrival].at)
         if not events:
@@ -304,7 +316,10 @@ def forecast(
         now = min(events)
         if now > horizon:
             break
-        active = {i: (h, end) for i, (h, end) in active.items() if end > now}
+        while ends and ends[0][0] <= now:
+            end, i = heapq.heappop(ends)
+            if active.get(i, (None, None))[1] == end:
+                holding.remove(active.pop(i)[0])
     reasons = first.waiting if first is not None else {}
     return {w.id: Estimate(starts.get(w.id), reasons.get(w.id, "")) for w in queued}
 
