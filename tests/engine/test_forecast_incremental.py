@@ -118,9 +118,7 @@ def test_the_incremental_forecast_equals_the_rebuilt_one(teams, run_rows, queue_
     ]
     queued = [Waiting(i, t, g, u, p, float(i)) for i, (t, g, u, p) in enumerate(queue_rows, start=1)]
     durations = {w.id: 300.0 * (1 + w.id % 5) for w in queued}
-    arrivals = [
-        Arrival(float(at), Waiting(-1000 - k, t, g, -1000 - k), 900.0) for k, (t, g, at) in enumerate(coming)
-    ]
+    arrivals = [Arrival(float(at), Waiting(-1000 - k, t, g, -1000 - k), 900.0) for k, (t, g, at) in enumerate(coming)]
     until = [w.id for w in queued][:head] if head else None
     kwargs = {"capacity": capacity, "arrivals": arrivals, "until": until}
     assert forecast(teams, running, queued, durations, **kwargs) == _rebuilt(
@@ -131,7 +129,9 @@ def test_the_incremental_forecast_equals_the_rebuilt_one(teams, run_rows, queue_
 @settings(max_examples=100, deadline=None)
 @given(teams_st, running_st, queued_st, st.lists(st.integers(0, 13), max_size=8))
 def test_a_plan_from_kept_totals_equals_one_summed_from_what_is_held(teams, run_rows, queue_rows, ended):
-    held = [Held(100 + i, t, g, u, p, b, float(i), preemptible=pre) for i, (t, g, u, p, b, _, pre, _) in enumerate(run_rows)]
+    held = [
+        Held(100 + i, t, g, u, p, b, float(i), preemptible=pre) for i, (t, g, u, p, b, _, pre, _) in enumerate(run_rows)
+    ]
     holding = Holding(held)
     for i in sorted(set(ended), reverse=True):
         if i < len(held):
