@@ -253,6 +253,13 @@ def curve() -> Iterator[tuple[str, float]]:
                 for what, path in (("queue_page", "/queue/"), ("api_list", "/api/v1/workloads/")):
                     load = _page(client, path)
                     load()  # warm: templates, the session
+                    if os.environ.get("BENCH_SCALE_PROFILE") == what:
+                        import cProfile
+                        import pstats
+
+                        profile = cProfile.Profile()
+                        profile.runcall(load)
+                        pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(45)
                     results[(what, n)] = _median([meter.measure(load) for _ in range(PAGE_LOADS)])
             for what in MEASURES:
                 wall, cpu, statements = results[(what, n)]
