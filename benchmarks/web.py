@@ -23,10 +23,11 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def gunicorn(ctx, *, env: dict[str, str] | None = None) -> Iterator[str]:
+def gunicorn(ctx, *, env: dict[str, str] | None = None, workers: int = GUNICORN_WORKERS) -> Iterator[str]:
     """The portal's web process on the bench database, started as the chart starts it; yields its URL and
     stops it afterwards. Its log is `gunicorn.log` in the run's directory. API throttles are lifted: a
-    benchmark's clients submit far faster than any rate a site would allow one token."""
+    benchmark's clients submit far faster than any rate a site would allow one token. `workers`: gunicorn
+    processes (the chart's count unless a benchmark weighs replicas)."""
     from django.db import connection
 
     s = connection.settings_dict
@@ -44,7 +45,7 @@ def gunicorn(ctx, *, env: dict[str, str] | None = None) -> Iterator[str]:
     log = open(ctx.work_dir / "gunicorn.log", "ab")  # noqa: SIM115 - the child owns it
     process = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "portal.wsgi:application", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(GUNICORN_WORKERS), "--worker-class", "gthread", "--threads", str(GUNICORN_THREADS),
+         "--workers", str(workers), "--worker-class", "gthread", "--threads", str(GUNICORN_THREADS),
          "--worker-tmp-dir", "/dev/shm", "--log-level", "warning"],
         env=full_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip

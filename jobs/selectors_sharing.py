@@ -80,7 +80,7 @@ def team_queue_explained(team: Team, *, first: int = FIRST_WAITING) -> list[Type
     result: list[TypeQueue] = []
     now = timezone.now()
     for quota in Quota.objects.filter(team=team).select_related("gpu_type").order_by("gpu_type__slug"):
-        facts, estimates = forecast_cohort(team_id=team.id, gpu_type_id=quota.gpu_type_id)
+        facts, estimates = forecast_cohort(team_id=team.id, gpu_type_id=quota.gpu_type_id, team_head=first)
         if facts is None:
             continue
         me = facts.teams[team.id]

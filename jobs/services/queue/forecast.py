@@ -10,13 +10,14 @@ for the cluster too, where admission leaves that to the Kubernetes scheduler.
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 import statistics
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from jobs.services.queue.sharing_plan import Held, Plan, TeamQuota, Waiting, plan
+from jobs.services.queue.sharing_plan import Held, Holding, Plan, TeamQuota, Waiting, plan
 
 HORIZON_SECONDS = 7 * 24 * 3600.0
 MAX_QUEUED = 200  # workloads forecast per cohort and type; those further back get no estimate (cost bound)
@@ -262,9 +263,47 @@ def _arrive(
     return next_arrival
 
 
+class _Running:
+    """What runs during a forecast, kept across its steps so that a step costs nothing per running workload:
+    the workloads with their expected ends, the same as totals (`Holding`, what each plan starts from) and
+    the ends as a heap (entries of workloads stopped or started again are skipped when met)."""
+
+    def __init__(self, running: Sequence[tuple[Held, float]]) -> None:
+        self.active: dict[int, tuple[Held, float]] = {h.id: (h, end) for h, end in running}
+        self.holding = Holding(h for h, _ in self.active.values())
+        self.ends = [(end, i) for i, (_, end) in self.active.items()]
+        heapq.heapify(self.ends)
+
+    def held(self) -> list[Held]:
+        return [h for h, _ in self.active.values()]
+
+    def start(self, held: Held, end: float) -> None:
+        self.active[held.id] = (held, end)
+        self.holding.add(held)
+        heapq.heappush(self.ends, (end, held.id))
+
+    def stop(self, workload_id: int) -> tuple[Held | None, float]:
+        h, end = self.active.pop(workload_id, (None, 0.0))
+        if h is not None:
+            self.holding.remove(h)
+        return h, end
+
+    def next_end(self) -> float | None:
+        while self.ends and self.active.get(self.ends[0][1], (None, None))[1] != self.ends[0][0]:
+            heapq.heappop(self.ends)  # preempted, or requeued and started again with another end
+        return self.ends[0][0] if self.ends else None
+
+    def end_by(self, now: float) -> None:
+        """Those whose run has ended by `now` hold nothing any more."""
+        while self.ends and self.ends[0][0] <= now:
+            end, i = heapq.heappop(self.ends)
+            if self.active.get(i, (None, None))[1] == end:
+                self.stop(i)
+
+
 def _requeue_preempted(
     result: Plan,
-    active: dict[int, tuple[Held, float]],
+    running: _Running,
     queues: dict[int, list[Waiting]],
     runs: dict[int, float],
     *,
@@ -273,7 +312,7 @@ def _requeue_preempted(
     """Stop the plan's victims; a restartable one waits again at the front of its team's queue for the rest
     of its run."""
     for victim in result.preempt:
-        h, end = active.pop(victim, (None, 0.0))
+        h, end = running.stop(victim)
         if h is not None and h.restartable:
             runs.setdefault(h.id, end - now)
             again = Waiting(h.id, h.team_id, h.gpus, h.user_id, h.priority, h.order, requeued=True)
@@ -283,7 +322,7 @@ def _requeue_preempted(
 def _start_admitted(
     result: Plan,
     queues: dict[int, list[Waiting]],
-    active: dict[int, tuple[Held, float]],
+    running: _Running,
     *,
     runs: Mapping[int, float],
     waiting: set[int],
@@ -291,7 +330,7 @@ def _start_admitted(
     now: float,
     newest: float,
 ) -> None:
-    """Move the plan's admitted work from the queues to `active`, noting when the really waiting ones start."""
+    """Move the plan's admitted work from the queues to what runs, noting when the really waiting ones start."""
     admitted = set(result.admit)
     for team_queue in queues.values():
         for w in team_queue:
@@ -300,23 +339,36 @@ def _start_admitted(
             if w.id in waiting:
                 starts[w.id] = now
             held = Held(w.id, w.team_id, w.gpus, w.user_id, w.priority, w.id in result.borrowed, newest + now)
-            active[w.id] = (held, now + max(1.0, runs.get(w.id, 3600.0)))
+            running.start(held, now + max(1.0, runs.get(w.id, 3600.0)))
         team_queue[:] = [w for w in team_queue if w.id not in admitted]
 
 
-def _next_event(
-    active: Mapping[int, tuple[Held, float]], arrivals: Sequence[Arrival], next_arrival: int
-) -> float | None:
+def _next_event(running: _Running, arrivals: Sequence[Arrival], next_arrival: int) -> float | None:
     """When something next ends or arrives; None when nothing will."""
-    events = [end for _, end in active.values()]
+    events = [end] if (end := running.next_end()) is not None else []
     if next_arrival < len(arrivals):
         events.append(arrivals[next_arrival].at)
     return min(events, default=None)
 
 
+def _step_plan(
+    teams: Mapping[int, TeamQuota],
+    running: _Running,
+    queues: Mapping[int, list[Waiting]],
+    *,
+    planner: Planner | None,
+    now: float,
+    capacity: int | None,
+) -> Plan:
+    """The admission plan at one step: from the kept totals, or the given planner's (it reads the held list)."""
+    if planner is None:
+        return plan(teams, (), _in_order(queues), capacity=capacity, holding=running.holding)
+    return planner(teams, running.held(), _in_order(queues), now=now, capacity=capacity)
+
+
 def _simulate(
     teams: Mapping[int, TeamQuota],
-    active: dict[int, tuple[Held, float]],
+    running: _Running,
     queues: dict[int, list[Waiting]],
     runs: dict[int, float],
     arrivals: Sequence[Arrival],
@@ -334,23 +386,19 @@ def _simulate(
     starts: dict[int, float] = {}
     first: Plan | None = None
     now: float | None = 0.0
-    for _ in range(10 * (len(waiting) + len(active) + len(arrivals)) + 10):
+    for _ in range(10 * (len(waiting) + len(running.active) + len(arrivals)) + 10):
         next_arrival = _arrive(queues, arrivals, next_arrival, now=now, latest=latest)
-        held_now = [h for h, _ in active.values()]
-        if planner is None:
-            result = plan(teams, held_now, _in_order(queues), capacity=capacity)
-        else:
-            result = planner(teams, held_now, _in_order(queues), now=now, capacity=capacity)
+        result = _step_plan(teams, running, queues, planner=planner, now=now, capacity=capacity)
         if first is None:
             first = result
-        _requeue_preempted(result, active, queues, runs, now=now)
-        _start_admitted(result, queues, active, runs=runs, waiting=waiting, starts=starts, now=now, newest=newest)
+        _requeue_preempted(result, running, queues, runs, now=now)
+        _start_admitted(result, queues, running, runs=runs, waiting=waiting, starts=starts, now=now, newest=newest)
         if waiting <= starts.keys():
             break
-        now = _next_event(active, arrivals, next_arrival)
+        now = _next_event(running, arrivals, next_arrival)
         if now is None or now > horizon:
             break  # nothing ends and nothing comes (the rest never fits), or beyond the horizon
-        active = {i: (h, end) for i, (h, end) in active.items() if end > now}
+        running.end_by(now)
     return starts, first
 
 
@@ -364,23 +412,30 @@ def forecast(
     horizon: float = HORIZON_SECONDS,
     arrivals: Sequence[Arrival] = (),
     planner: Planner | None = None,
+    until: Collection[int] | None = None,
 ) -> dict[int, Estimate]:
     """Estimated start of each queued workload. `running`: (held, seconds until it ends); `durations`:
     expected run of each queued workload by id (and of running ones, should a preemption requeue them);
     `arrivals`: work expected to be submitted meanwhile (`expected_arrivals`), which can come first: a
     lender's own work takes back what a borrower waits for. `planner`: the admission plan at each step
-    (seconds from now; default `sharing_plan.plan`), e.g. one that keeps reservations (`forecast_backfill`)."""
+    (seconds from now; default `sharing_plan.plan`), e.g. one that keeps reservations (`forecast_backfill`).
+    `until`: the ids someone will read (a page's first waiting); the simulation stops once they have started,
+    so those behind them get no estimate, and those read get the same as from a full forecast (the steps
+    until then are the same)."""
     running = list(running)
+    waiting = {w.id for w in queued[:MAX_QUEUED]}
+    if until is not None:
+        waiting &= set(until)
     queues: dict[int, list[Waiting]] = {}
     for w in queued[:MAX_QUEUED]:
         queues.setdefault(w.team_id, []).append(w)
     starts, first = _simulate(
         teams,
-        {h.id: (h, end) for h, end in running},
+        _Running(running),
         queues,
         dict(durations) | {a.waiting.id: a.run_seconds for a in arrivals},
         sorted(arrivals, key=lambda a: a.at),
-        waiting={w.id for w in queued[:MAX_QUEUED]},
+        waiting=waiting,
         capacity=capacity,
         horizon=horizon,
         planner=planner,

@@ -100,18 +100,41 @@ class Plan:
     waiting: dict[int, str] = field(default_factory=dict)
 
 
-class _Ledger:
-    """Running totals while a plan is made."""
+class Holding:
+    """What a cohort holds, as the totals a plan starts from: GPUs per team and per (team, person), and
+    the borrowed workloads (the only ones a plan may take back). A forecast keeps one across its steps,
+    adding what starts and removing what ends, instead of a plan summing every held workload each step."""
 
-    def __init__(self, teams: Mapping[int, TeamQuota], held: Iterable[Held], capacity: int | None) -> None:
-        self.teams = teams
-        self.held = {h.id: h for h in held}
-        self.usage = dict.fromkeys(teams, 0)
+    def __init__(self, held: Iterable[Held] = ()) -> None:
+        self.usage: dict[int, int] = {}
         self.user_usage: dict[tuple[int, int], int] = {}
-        for h in self.held.values():
-            self.usage[h.team_id] = self.usage.get(h.team_id, 0) + h.gpus
-            key = (h.team_id, h.user_id)
-            self.user_usage[key] = self.user_usage.get(key, 0) + h.gpus
+        self.borrowed: dict[int, Held] = {}
+        for h in held:
+            self.add(h)
+
+    def add(self, h: Held) -> None:
+        self.usage[h.team_id] = self.usage.get(h.team_id, 0) + h.gpus
+        key = (h.team_id, h.user_id)
+        self.user_usage[key] = self.user_usage.get(key, 0) + h.gpus
+        if h.borrowed:
+            self.borrowed[h.id] = h
+
+    def remove(self, h: Held) -> None:
+        self.usage[h.team_id] -= h.gpus
+        self.user_usage[(h.team_id, h.user_id)] -= h.gpus
+        self.borrowed.pop(h.id, None)
+
+
+class _Ledger:
+    """Running totals while a plan is made (a copy of the `Holding` it starts from). `held`: the
+    borrowed workloads only, which are all a plan looks at (victims, protected work)."""
+
+    def __init__(self, teams: Mapping[int, TeamQuota], holding: Holding, capacity: int | None) -> None:
+        self.teams = teams
+        self.held = dict(holding.borrowed)
+        self.usage = dict.fromkeys(teams, 0)
+        self.usage.update(holding.usage)
+        self.user_usage = dict(holding.user_usage)
         self.pool_cap = sum(t.lendable for t in teams.values())
         self.capacity = capacity
 
@@ -187,15 +210,17 @@ def plan(
     reclaim: bool = True,
     capacity: int | None = None,
     borrowed_hours: Mapping[int, float] | None = None,
+    holding: Holding | None = None,
 ) -> Plan:
     """Decide admissions for one cohort and GPU type. `queued` is in queue order.
 
     `capacity` (GPUs of the type the cohort can physically get) is only given by forecasts; admission
     proper leaves the physical fit to the Kubernetes scheduler. `borrowed_hours` (per team, its decayed
     borrowed GPU-hours; a cohort with fair borrowing): borrowing goes first to the team with the least,
-    not to the first in the queue (`borrowing_order`).
+    not to the first in the queue (`borrowing_order`). `holding`: what is held as kept totals (`Holding`),
+    used instead of `held` (a forecast's steps: the plan then costs nothing per held workload).
     """
-    ledger = _Ledger(teams, held, capacity)
+    ledger = _Ledger(teams, holding if holding is not None else Holding(held), capacity)
     result = Plan()
     decided: set[int] = set()
     for borrowing in (False, True):

@@ -20,6 +20,7 @@ from jobs.selectors import cluster_capacity
 from jobs.services.queue import borrow_share, estimate_history, forecast_backfill, reservation_plan, reservations
 from jobs.services.queue.cohort_facts import CohortFacts, cohort_team_ids, gather_cohort_facts
 from jobs.services.queue.forecast import (
+    MAX_QUEUED,
     Arrival,
     Demand,
     Estimate,
@@ -109,8 +110,12 @@ def arrival_demand(team_ids: list[int], gpu_type_id: int) -> dict[int, Demand]:
     return demand
 
 
-def forecast_cohort(*, team_id: int, gpu_type_id: int) -> tuple[CohortFacts | None, dict[int, Estimate]]:
-    """The facts of the team's cohort for one GPU type, and the forecast of its queue (nothing stored)."""
+def forecast_cohort(
+    *, team_id: int, gpu_type_id: int, team_head: int | None = None
+) -> tuple[CohortFacts | None, dict[int, Estimate]]:
+    """The facts of the team's cohort for one GPU type, and the forecast of its queue (nothing stored).
+    `team_head`: only the team's first that many queued workloads are read (a page), so the forecast
+    stops once they start: its cost then follows their place in the queue, not the queue's length."""
     team_ids = cohort_team_ids(team_id)
     quotas = list(Quota.objects.filter(team_id__in=team_ids, gpu_type_id=gpu_type_id).select_related("team"))
     if not quotas:
@@ -118,7 +123,8 @@ def forecast_cohort(*, team_id: int, gpu_type_id: int) -> tuple[CohortFacts | No
     facts = gather_cohort_facts(quotas, gpu_type_id)
     if not facts.queued:
         return facts, {}
-    ids = [h.id for h in facts.held] + [w.id for w in facts.queued]
+    # Only what the forecast reads: the running, and the queue as far as it looks (MAX_QUEUED).
+    ids = [h.id for h in facts.held] + [w.id for w in facts.queued[:MAX_QUEUED]]
     info = {
         w_id: (owner_id, limit, began, kind == Kind.BATCH and restartable)
         for w_id, owner_id, limit, began, kind, restartable in Workload.objects.filter(id__in=ids).values_list(
@@ -165,6 +171,7 @@ def forecast_cohort(*, team_id: int, gpu_type_id: int) -> tuple[CohortFacts | No
             now=now,
             borrowed_hours=fair_borrowing(team_ids, gpu_type_id),
         ),
+        until=None if team_head is None else [w.id for w in facts.queued if w.team_id == team_id][:team_head],
     )
     return facts, estimates
 
