@@ -51,7 +51,8 @@ def cells(response) -> list[list[str]]:
 def test_the_api_csv(world, hostile):
     start = (timezone.localdate() - timedelta(days=3)).isoformat()
     response = world.client("manager").get(f"/api/v1/usage/?start={start}&group_by=user&format=csv")
-    assert ["'-2+3", "2.000000", "2.000000", "0.000000", "2.000000", "0.000000"] in cells(response)  # none of it borrowed or lost
+    # none of it borrowed or lost
+    assert ["'-2+3", "2.000000", "2.000000", "0.000000", "2.000000", "0.000000"] in cells(response)
 
 
 def test_the_usage_page_csv(client, world, hostile):
