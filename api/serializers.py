@@ -182,10 +182,11 @@ class WorkloadSerializer(serializers.ModelSerializer):
     def get_lost_gpu_hours(self, workload: Workload) -> float:
         return round(workload.lost_gpu_seconds / 3600, 6)
 
-    @extend_schema_field(serializers.IntegerField(min_value=0))
+    @extend_schema_field(serializers.BooleanField())
     def get_retry_limit_from_launch(self, workload: Workload) -> bool:
         return workload.retry_limit is not None
 
+    @extend_schema_field(serializers.IntegerField(min_value=0))
     def get_retry_limit(self, workload: Workload) -> int:
         if workload.retry_limit is not None:
             return workload.retry_limit

@@ -163,7 +163,8 @@ def _read_queue(
     (sharing_plan.queue_head). A team whose budget is spent does not wait here."""
     waiting_teams = members - _budgets_spent(q.team for q in quotas)
     fair = fair_share_usage_of({q.team_id: q.team for q in quotas if q.team_id in waiting_teams}.values())
-    return _queue_heads(_rooms(teams_of, held, waiting_teams), cohort_of, fair)
+    aging = {q.gpu_type_id for q in quotas if q.gpu_type.queue_aging}
+    return _queue_heads(_rooms(teams_of, held, waiting_teams), cohort_of, fair, aging_types=aging)
 
 
 def _rooms(
@@ -292,7 +293,7 @@ def _lock_pass_quotas(cohort_of: dict[int, tuple[int, ...]], types: list[int]) -
         # those teams for the whole pass (a workload's insert checks its team with FOR KEY SHARE).
         Quota.objects.select_for_update(of=("self",))
         .filter(team_id__in=list(cohort_of), gpu_type_id__in=types)
-        .select_related("team")
+        .select_related("team", "gpu_type")  # the type's queue order (aging) comes with it
         .order_by("id")
     )
 
@@ -363,9 +364,12 @@ def _queue_heads(
     rooms: dict[tuple[int, int], sharing_plan.Room],
     cohort_of: dict[int, tuple[int, ...]],
     fair: dict[int, dict[int, float]],
+    *,
+    aging_types: set[int] | None = None,
 ) -> tuple[QueueHeads, dict[GroupKey, int]]:
     """The head of the queue of every (team, GPU type) of `rooms` (one query), as (place in the team's
-    own queue, entry) per group, and how many queued workloads of each group were left out."""
+    own queue, entry) per group, and how many queued workloads of each group were left out. `aging_types`:
+    the GPU types whose queues age, when the caller knows them (else read)."""
     heads: QueueHeads = {}
     left_out: dict[GroupKey, int] = {}
     if not rooms:
@@ -373,7 +377,8 @@ def _queue_heads(
     if connection.vendor != "postgresql":
         return _queue_heads_read_whole(rooms, cohort_of, fair)
     pairs = sorted(rooms)
-    aging_types = aging_gpu_types({g for _, g in pairs})
+    if aging_types is None:
+        aging_types = aging_gpu_types({g for _, g in pairs})
     usage = [(t, owner, hours) for t, by_owner in fair.items() for owner, hours in by_owner.items()]
     params = [
         [t for t, _ in pairs],
