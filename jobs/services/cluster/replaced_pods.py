@@ -33,9 +33,11 @@ REASON = "PodLost"
 
 
 def is_replacement(workload: Workload, obs: Observation) -> bool:
-    """The observed pod is another one than the running attempt's own (pure)."""
+    """The observed pod is another one than the running attempt's own (pure). Not for a gang: its ranks are
+    different pods by design, and a rank's loss ends the whole gang (gang_tracking)."""
     return (
         workload.kind == Kind.BATCH
+        and workload.nodes <= 1
         and workload.state in (State.RUNNING, State.PENDING)
         and workload.started_at is not None
         and bool(workload.pod_uid)
