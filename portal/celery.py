@@ -14,13 +14,9 @@ app = Celery("portal")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
-# A worker process keeps its database connection from one task to the next. Celery's Django fix-up would
-# otherwise close it before and after every task (it ignores CONN_MAX_AGE), and each task's first query would
-# pay PostgreSQL a new backend: a fork, authentication and a cold catalog cache, more CPU on the one primary
-# than most tasks' own statements (issue 41). The fix-up still recycles the connection every
-# DB_REUSE_MAX tasks; between tasks Django's own rule (CONN_MAX_AGE, CONN_HEALTH_CHECKS) decides, as it
-# does between a web process's requests.
-app.conf.CELERY_DB_REUSE_MAX = int(os.environ.get("CELERY_DB_REUSE_MAX", "500"))
+# A worker process keeps its database connection from one task to the next (settings.CELERY_DB_REUSE_MAX,
+# read by Celery's Django fix-up, which otherwise closes it before and after every task whatever
+# CONN_MAX_AGE says); between tasks Django's own rule decides, as between a web process's requests.
 
 
 @task_prerun.connect

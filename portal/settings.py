@@ -394,6 +394,11 @@ CELERY_RESULT_BACKEND = None  # tasks report through the database, never through
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_TRACK_STARTED = True
+# Each task's first query would otherwise pay PostgreSQL a new backend (a fork, authentication, a cold
+# catalog cache: more CPU on the one primary than most tasks' own statements, issue 41). Celery's Django
+# fix-up keeps a worker's connection for this many tasks (0: a new one per task, Celery's default);
+# portal/celery.py closes one that is too old (CONN_MAX_AGE), broken or in a failed transaction.
+CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 500, minimum=0)
 CELERY_TASK_ACKS_LATE = True  # a worker killed mid-task leaves the message for the next one
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

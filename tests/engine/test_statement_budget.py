@@ -138,10 +138,17 @@ def path(monkeypatch, fake_kube):
         workload.refresh_from_db()
         return workload
 
-    yield one, stages
     from portal.celery import app
 
-    app.control.purge()  # the hand-overs and requests this path enqueued: no worker runs them here
+    # In a whole run the session's engine may have a worker on this broker: it would take the admission pass
+    # this path runs itself (and count nothing here). It stops taking tasks from the default queue meanwhile.
+    paused = app.control.cancel_consumer(app.conf.task_default_queue, reply=True, timeout=1.0)
+    try:
+        yield one, stages
+    finally:
+        app.control.purge()  # the hand-overs and requests this path enqueued: no worker runs them here
+        if paused:
+            app.control.add_consumer(app.conf.task_default_queue, reply=True, timeout=1.0)
 
 
 @pytest.mark.django_db(transaction=True)  # each stage commits as it does in production (no test savepoints)
