@@ -92,9 +92,10 @@ def _view(workload: Workload, *, succeeded: bool) -> watch_loop.ClusterView:
 
 
 @pytest.fixture
-def path(monkeypatch, fake_kube):
+def path(monkeypatch, fake_kube, engine_worker_paused):
     """A team on a P100 node with room, a member's API token, and a function that takes one workload along
-    the whole path, counting each stage's statements."""
+    the whole path, counting each stage's statements (a session engine's worker paused: the path runs the
+    admission pass itself)."""
     team = TeamFactory(slug="vision")
     owner = MembershipFactory(team=team, user=UserFactory(username="olivia")).user
     p100 = GpuTypeFactory(slug="p100")
@@ -140,15 +141,8 @@ def path(monkeypatch, fake_kube):
 
     from portal.celery import app
 
-    # In a whole run the session's engine may have a worker on this broker: it would take the admission pass
-    # this path runs itself (and count nothing here). It stops taking tasks from the default queue meanwhile.
-    paused = app.control.cancel_consumer(app.conf.task_default_queue, reply=True, timeout=1.0)
-    try:
-        yield one, stages
-    finally:
-        app.control.purge()  # the hand-overs and requests this path enqueued: no worker runs them here
-        if paused:
-            app.control.add_consumer(app.conf.task_default_queue, reply=True, timeout=1.0)
+    yield one, stages
+    app.control.purge()  # the hand-overs and requests this path enqueued: no worker runs them here
 
 
 @pytest.mark.django_db(transaction=True)  # each stage commits as it does in production (no test savepoints)
