@@ -247,18 +247,3 @@ def engine(
     with contextlib.suppress(Exception):
         k8s.CoreV1Api(kube_api).delete_namespace(team.namespace, propagation_policy="Background")
 
-
-@pytest.fixture
-def engine_worker_paused() -> Iterator[None]:
-    """The session engine's worker (in a whole run: on the same broker and database) takes no task from the
-    default queue during the test, for a test that runs those tasks itself or reads what waits for a worker.
-    With no worker running it costs a second and changes nothing. The consumer is asked back afterwards
-    whatever the first answer was (adding one a worker already has changes nothing)."""
-    from portal.celery import app
-
-    queue = app.conf.task_default_queue
-    app.control.cancel_consumer(queue, reply=True, timeout=1.0)
-    try:
-        yield
-    finally:
-        app.control.add_consumer(queue, reply=True, timeout=1.0)

@@ -92,10 +92,10 @@ def _view(workload: Workload, *, succeeded: bool) -> watch_loop.ClusterView:
 
 
 @pytest.fixture
-def path(monkeypatch, fake_kube, engine_worker_paused):
+def path(monkeypatch, fake_kube):
     """A team on a P100 node with room, a member's API token, and a function that takes one workload along
-    the whole path, counting each stage's statements (a session engine's worker paused: the path runs the
-    admission pass itself)."""
+    the whole path, counting each stage's statements. What the path hands to Celery is kept here, not sent:
+    in a whole run a session engine's worker on the same broker would run it before the path does."""
     team = TeamFactory(slug="vision")
     owner = MembershipFactory(team=team, user=UserFactory(username="olivia")).user
     p100 = GpuTypeFactory(slug="p100")
@@ -141,8 +141,9 @@ def path(monkeypatch, fake_kube, engine_worker_paused):
 
     from portal.celery import app
 
-    yield one, stages
-    app.control.purge()  # the hand-overs and requests this path enqueued: no worker runs them here
+    handed_over: list[tuple] = []
+    monkeypatch.setattr(app, "send_task", lambda *args, **kwargs: handed_over.append((args, kwargs)))
+    return one, stages
 
 
 @pytest.mark.django_db(transaction=True)  # each stage commits as it does in production (no test savepoints)

@@ -78,8 +78,7 @@ def test_a_lone_submission_is_admitted_in_line(world):
     assert workload.state == State.SUBMITTING
 
 
-def test_a_submission_during_another_admission_does_not_wait_and_asks_a_worker_once(world, engine_worker_paused):
-    # (a session engine's worker paused: the request this test reads waits for a worker's pass)
+def test_a_submission_during_another_admission_does_not_wait_and_asks_a_worker_once(world):
     team, user, p100 = world
     held, release = threading.Event(), threading.Event()
     holder = threading.Thread(target=hold_admission_lock, args=(team.id, p100.id, held, release))
