@@ -246,4 +246,3 @@ def engine(
     yield Engine(engine_processes, portal_account, team, owner, teammate, manager, outsider, gpu_types)
     with contextlib.suppress(Exception):
         k8s.CoreV1Api(kube_api).delete_namespace(team.namespace, propagation_policy="Background")
-
