@@ -16,7 +16,7 @@ fault of the job's own:
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from django.utils import timezone
 
@@ -24,8 +24,14 @@ from jobs.models import Kind, State, Workload
 from jobs.services.checkpoints.cost import gpu_hours_words, lost_gpu_seconds
 from jobs.services.transitions import note
 
-if TYPE_CHECKING:
-    from jobs.services.cluster.status_mapping import Observation
+
+class Observation(Protocol):
+    """What this module reads of an observed pod (status_mapping's Observation has it)."""
+
+    pod_uid: str
+    pod_name: str
+    node_name: str
+
 
 log = logging.getLogger(__name__)
 
