@@ -38,7 +38,8 @@ class ApiToken(models.Model):
 class IdempotencyRecord(models.Model):
     """The response to a create made with an Idempotency-Key, replayed when the same request comes again."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    # No index of its own: one_record_per_user_and_key begins with the user.
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False)
     key = models.CharField(max_length=255)
     request_hash = models.CharField(max_length=64)
     status_code = models.PositiveSmallIntegerField()

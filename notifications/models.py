@@ -100,7 +100,8 @@ class Delivery(models.Model):
         SENT = "sent", "Sent"
         FAILED = "failed", "Failed"
 
-    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="deliveries")
+    # No index of its own: one_delivery_per_channel_recipient begins with the event.
+    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="deliveries", db_index=False)
     channel = models.CharField(max_length=10, choices=Channel.choices)
     # Who, as a stable key ("user:<id>", "team:<id>"); the address or URL is read when sending, so it is
     # never copied around (webhook URLs often carry a secret token).

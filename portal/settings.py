@@ -108,6 +108,15 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 else:
     DATABASES["default"]["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # Parameters bound by the server and, once a statement has run DATABASE_PREPARE_THRESHOLD times on a
+    # connection, prepared there (psycopg names and caches it): PostgreSQL then plans the path's statements
+    # once per connection instead of at every call, which was two thirds of its CPU per statement (issue 41;
+    # benchmarks/README.md, bench_budgets). Behind a pooler in transaction mode that does not keep prepared
+    # statements (PgBouncer before 1.21, or without max_prepared_statements) set DATABASE_PREPARED_STATEMENTS=0.
+    if env_bool("DATABASE_PREPARED_STATEMENTS", True):
+        DATABASES["default"].setdefault("OPTIONS", {}).update(
+            {"server_side_binding": True, "prepare_threshold": env_int("DATABASE_PREPARE_THRESHOLD", 5, minimum=0)}
+        )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

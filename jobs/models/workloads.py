@@ -80,8 +80,12 @@ class Workload(models.Model):
     """What a researcher asked for, and what Kubernetes made of it."""
 
     uid = models.CharField(max_length=16, unique=True, default=new_uid, editable=False)
-    team = models.ForeignKey("jobs.Team", on_delete=models.PROTECT, related_name="workloads")
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="workloads")
+    # No index of their own: wl_queue and wl_team_recent begin with the team, wl_owner_recent with the owner,
+    # and every index is written again at each change of state (issue 41).
+    team = models.ForeignKey("jobs.Team", on_delete=models.PROTECT, related_name="workloads", db_index=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="workloads", db_index=False
+    )
     name = models.CharField(max_length=40)
     kind = models.CharField(max_length=10, choices=Kind.choices)
 
@@ -272,7 +276,8 @@ class WorkloadEvent(models.Model):
         PORTAL = "portal", "Portal"
         KUBERNETES = "kubernetes", "Kubernetes"
 
-    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: wlevent_timeline begins with the workload.
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="events", db_index=False)
     at = models.DateTimeField(default=timezone.now)
     source = models.CharField(max_length=12, choices=Source.choices, default=Source.PORTAL)
     from_state = models.CharField(max_length=12, choices=State.choices, blank=True)
