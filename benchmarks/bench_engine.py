@@ -204,7 +204,7 @@ SELECT %s || lpad(g::text, 11, '0'), (%s::bigint[])[1 + g %% 10], (%s::bigint[])
     'batch', 'ubuntu', (%s::bigint[])[1 + g %% 3], 1 + g %% 4, '[]', '[]', '[]', 86400, 0, 'SUCCEEDED',
     '', '', '', '', '', '', '', s, s, s + ((60 + g %% 7200) * interval '1 second'), s, s, false, 0,
     false, false, '', '[]', '[]', '[]', 'home', 0, 0
-FROM generate_series(1, %s) AS g,
+FROM generate_series(1, %s::int) AS g,
      LATERAL (SELECT %s::timestamptz + (g * 2.592) * interval '1 second' AS s) AS start
 """
 

@@ -92,7 +92,7 @@ SELECT %(tag)s || lpad(g::text, 11, '0'), (%(teams)s::bigint[])[1 + g %% 10],
     CASE WHEN %(running)s THEN %(began)s END, CASE WHEN %(running)s THEN %(began)s END,
     CASE WHEN %(running)s THEN %(began)s END,
     %(now)s, %(now)s, false, 0, false, false, '', '[]', '[]', '[]', 'home', 0, 0
-FROM generate_series(%(first)s, %(last)s) AS g
+FROM generate_series(%(first)s::int, %(last)s::int) AS g
 """
 
 

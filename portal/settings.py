@@ -109,13 +109,15 @@ else:
     DATABASES["default"]["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     # Parameters bound by the server and, once a statement has run DATABASE_PREPARE_THRESHOLD times on a
-    # connection, prepared there (psycopg names and caches it): PostgreSQL then plans the path's statements
-    # once per connection instead of at every call, which was two thirds of its CPU per statement (issue 41;
-    # benchmarks/README.md, bench_budgets). Behind a pooler in transaction mode that does not keep prepared
+    # connection, prepared there (psycopg names and caches it): PostgreSQL then parses it once per connection
+    # and, after five custom plans, keeps a generic plan instead of planning every call; planning was two
+    # thirds of its planning and execution time on a workload's path (issue 41; benchmarks/README.md). Behind a pooler in transaction mode that does not keep prepared
     # statements (PgBouncer before 1.21, or without max_prepared_statements) set DATABASE_PREPARED_STATEMENTS=0.
+    # The threshold is at least 1: a string of several commands (a migration's SQL) cannot be prepared, and
+    # none is sent twice on one connection.
     if env_bool("DATABASE_PREPARED_STATEMENTS", True):
         DATABASES["default"].setdefault("OPTIONS", {}).update(
-            {"server_side_binding": True, "prepare_threshold": env_int("DATABASE_PREPARE_THRESHOLD", 5, minimum=0)}
+            {"server_side_binding": True, "prepare_threshold": env_int("DATABASE_PREPARE_THRESHOLD", 5, minimum=1)}
         )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
