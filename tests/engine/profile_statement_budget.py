@@ -54,7 +54,7 @@ def _statements(n: int) -> list[str]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_profile(path):
+def test_profile(path):  # noqa: F811 - the fixture imported above
     one, stages = path
     n = int(os.environ.get("PROFILE_N", "60"))
     with connection.cursor() as cursor:
