@@ -24,7 +24,7 @@ import urllib3
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import EmailMessage
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -76,13 +76,31 @@ def event_fan_out(event_id: int) -> int:
         # counted); none when nobody is to hear of it.
         jobs_sql.insert_many(rows, unless_taken=("event", "channel", "recipient"))
         created = sum(1 for row in rows if row.pk is not None)
-        Event.objects.filter(id=event.id, fanned_out_at=None).update(fanned_out_at=timezone.now())
-        pending = list(
-            Delivery.objects.filter(event=event, status=Delivery.Status.PENDING).values_list("id", flat=True)
-        )
+        pending = _mark_fanned_out(event.id)
     for delivery_id in pending:
         transaction.on_commit(lambda delivery_id=delivery_id: enqueue("notifications.tasks.send", delivery_id))
     return created
+
+
+def _mark_fanned_out(event_id: int) -> list[int]:
+    """Mark the event fanned out (once) and return its deliveries still to send, those stored just now and any
+    an earlier attempt stored but did not hand over: one statement on PostgreSQL (the UPDATE in a WITH runs
+    whether or not the SELECT reads it, and the SELECT sees the rows this transaction inserted before)."""
+    now = timezone.now()
+    if connection.vendor != "postgresql":
+        Event.objects.filter(id=event_id, fanned_out_at=None).update(fanned_out_at=now)
+        return list(
+            Delivery.objects.filter(event_id=event_id, status=Delivery.Status.PENDING)
+            .order_by("-id")
+            .values_list("id", flat=True)
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH marked AS (UPDATE notifications_event SET fanned_out_at = %s WHERE id = %s AND fanned_out_at IS NULL)"
+            " SELECT id FROM notifications_delivery WHERE event_id = %s AND status = %s ORDER BY id DESC",
+            [now, event_id, event_id, Delivery.Status.PENDING],
+        )
+        return [row[0] for row in cursor.fetchall()]
 
 
 def delivery_send(delivery_id: int) -> str:
