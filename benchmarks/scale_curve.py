@@ -32,7 +32,7 @@ ALL_MODULES_SIZES = (1_000, 10_000)
 RUNNING_SHARE = 0.3
 PASSES = 3
 PAGE_LOADS = 5
-MEASURES = ("admission", "resync", "queue_page", "api_list")
+MEASURES = ("admission", "resync", "estimates", "queue_page", "api_list")
 # The pages rendered without `collectstatic` (as bench_ui does): the manifest storage needs its manifest.
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -181,6 +181,7 @@ def curve() -> Iterator[tuple[str, float]]:
     from jobs.models import Cohort, GpuType, Quota, State, Team, Workload
     from jobs.services.cluster import watch_loop
     from jobs.services.queue.admission import admit_all
+    from jobs.services.queue.start_estimates import estimate_all
     from portal.celery import app
 
     run = uuid.uuid4().hex[:6]
@@ -248,6 +249,10 @@ def curve() -> Iterator[tuple[str, float]]:
 
             resync()  # the first one records what the rows lack (if anything); then the steady state
             results[("resync", n)] = _median([meter.measure(resync) for _ in range(PASSES)])
+
+            # The periodic refresh of every cohort's stored start estimates (what the pages then show).
+            estimate_all()  # the first stores every row's first estimate; then the steady state
+            results[("estimates", n)] = _median([meter.measure(estimate_all) for _ in range(PASSES)])
 
             with override_settings(ALLOWED_HOSTS=["testserver"], STORAGES=STORAGES):
                 for what, path in (("queue_page", "/queue/"), ("api_list", "/api/v1/workloads/")):
