@@ -252,19 +252,14 @@ def curve() -> Iterator[tuple[str, float]]:
 
             # The periodic refresh of every cohort's stored start estimates (what the pages then show).
             estimate_all()  # the first stores every row's first estimate; then the steady state
+            _profile("estimates", estimate_all)
             results[("estimates", n)] = _median([meter.measure(estimate_all) for _ in range(PASSES)])
 
             with override_settings(ALLOWED_HOSTS=["testserver"], STORAGES=STORAGES):
                 for what, path in (("queue_page", "/queue/"), ("api_list", "/api/v1/workloads/")):
                     load = _page(client, path)
                     load()  # warm: templates, the session
-                    if os.environ.get("BENCH_SCALE_PROFILE") == what:
-                        import cProfile
-                        import pstats
-
-                        profile = cProfile.Profile()
-                        profile.runcall(load)
-                        pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(45)
+                    _profile(what, load)
                     results[(what, n)] = _median([meter.measure(load) for _ in range(PAGE_LOADS)])
             for what in MEASURES:
                 wall, cpu, statements = results[(what, n)]
@@ -281,6 +276,18 @@ def curve() -> Iterator[tuple[str, float]]:
         for small, large in itertools.pairwise(points):
             ratio = results[(what, large)][1] / max(results[(what, small)][1], 0.001)
             yield f"scale_{what}_cpu_ratio_{label(large)}_{label(small)}", round(ratio, 2)
+
+
+def _profile(what: str, call: Callable[[], object]) -> None:
+    """With BENCH_SCALE_PROFILE=`what`: one more call under the profiler, its top functions on stderr."""
+    if os.environ.get("BENCH_SCALE_PROFILE") != what:
+        return
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.runcall(call)
+    pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(45)
 
 
 def _page(client, path: str) -> Callable[[], None]:
