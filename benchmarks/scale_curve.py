@@ -279,15 +279,20 @@ def curve() -> Iterator[tuple[str, float]]:
 
 
 def _profile(what: str, call: Callable[[], object]) -> None:
-    """With BENCH_SCALE_PROFILE=`what`: one more call under the profiler, its top functions on stderr."""
+    """With BENCH_SCALE_PROFILE=`what`: one more call under the profiler, its top functions on stderr, and
+    its statements by PostgreSQL's execution time where the run loads pg_stat_statements."""
     if os.environ.get("BENCH_SCALE_PROFILE") != what:
         return
     import cProfile
     import pstats
 
+    from benchmarks import pgstat
+
+    pgstat.reset(force=True)
     profile = cProfile.Profile()
     profile.runcall(call)
     pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(45)
+    print("\n".join(pgstat.window(what, 1)[1]), file=sys.stderr)
 
 
 def _page(client, path: str) -> Callable[[], None]:

@@ -3,18 +3,16 @@ why each of the first waiting workloads is not admitted yet), for the queue page
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import connection
 from django.db.models import Case, Count, F, FloatField, Sum, Value, When
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from jobs.models import GpuType, Quota, State, Team, Workload
-from jobs.services.queue.cohort_facts import cohort_team_ids, team_quotas
+from jobs.services.queue.cohort_facts import cohort_team_ids, team_fair_share, team_quotas
 from jobs.services.queue.forecast import about
 from jobs.services.queue.sharing_plan import Reason, TeamQuota
 from jobs.services.queue.start_estimates import forecast_cohort, stored_at
@@ -160,7 +158,7 @@ def _stored_views(team: Team, quotas: list[Quota], first: int) -> dict[int, _Typ
         .values_list("gpu_type_id", "n", "gpus")
         .order_by()
     }
-    share = team_fair_share_sql(team, timezone.now()) if team.fair_share else {}
+    share = team_fair_share(team, timezone.now()) if team.fair_share else {}
     aging = set(GpuType.objects.filter(id__in=types, queue_aging=True).values_list("id", flat=True))
     views: dict[int, _TypeView] = {}
     for g in types:
@@ -203,31 +201,6 @@ def _team_head(team: Team, gpu_type_id: int, share: dict[int, float], *, aging: 
         .select_related("owner", "gpu_type")
         .order_by(*order)
     )
-
-
-# sharing_plan.decayed_usage over the team's runs, summed by PostgreSQL: what each person of the team used,
-# decayed by the team's half-life (fair_share_usage_of's window), without reading every run of the team.
-_DECAYED_USAGE_SQL = """
-SELECT owner_id, sum(gpu_count * (
-    exp(greatest(-700.0, -%(rate)s * extract(epoch FROM %(now)s::timestamptz - least(coalesce(finished_at, %(now)s), %(now)s))))
-  - exp(greatest(-700.0, -%(rate)s * extract(epoch FROM %(now)s::timestamptz - started_at)))
-) / %(rate)s / 3600.0)
-FROM {workload}
-WHERE team_id = %(team)s AND started_at IS NOT NULL AND (finished_at IS NULL OR finished_at >= %(since)s)
-  AND least(coalesce(finished_at, %(now)s), %(now)s) > started_at
-GROUP BY owner_id
-"""
-
-
-def team_fair_share_sql(team: Team, now: datetime) -> dict[int, float]:
-    """Each person's decayed recent GPU-hours in the team (`cohort_facts.fair_share_usage_of`), in one
-    aggregate statement."""
-    half_life = team.fair_share_half_life_hours * 3600.0
-    since = now - timedelta(hours=min(team.fair_share_half_life_hours * 5, settings.PORTAL_HISTORY_DAYS * 24))
-    sql = _DECAYED_USAGE_SQL.format(workload=connection.ops.quote_name(Workload._meta.db_table))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, {"rate": math.log(2) / half_life, "now": now, "since": since, "team": team.id})
-        return {owner: float(hours) for owner, hours in cursor.fetchall()}
 
 
 def team_queue_explained(team: Team, *, first: int = FIRST_WAITING) -> list[TypeQueue]:

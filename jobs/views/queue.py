@@ -4,6 +4,7 @@ managers set the team's sharing rules inside the team here (per-member caps, fai
 from __future__ import annotations
 
 from django.contrib import messages
+from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
@@ -14,6 +15,19 @@ from jobs.selectors_sharing import team_queue_explained
 from jobs.services.queue import borrow_share, estimate_history, reservations, share_explained
 from jobs.services.queue.settings_changes import team_sharing_update
 from jobs.views.common import team_page
+
+ACCURACY_CACHE_SECONDS = 300  # a month's accuracy moves slowly; reading it costs what a month started
+
+
+def _accuracy(gpu_type_ids: list[int]) -> list[estimate_history.TypeAccuracy]:
+    """The estimates' accuracy per GPU type over the window, kept a few minutes per process: its cost follows
+    how many workloads started in the window, which a page view should not pay each time."""
+    key = f"queue:accuracy:{','.join(map(str, gpu_type_ids))}"
+    rows = cache.get(key)
+    if rows is None:
+        rows = estimate_history.accuracy_by_gpu_type(gpu_type_ids=gpu_type_ids)
+        cache.set(key, rows, ACCURACY_CACHE_SECONDS)
+    return rows
 
 
 @team_page
@@ -45,7 +59,7 @@ def queue(request: HttpRequest) -> HttpResponse:
         "team": team,
         "form": form,
         "is_manager": is_manager,
-        "accuracy": estimate_history.accuracy_by_gpu_type(gpu_type_ids=[q.gpu_type_id for q in quotas]),
+        "accuracy": _accuracy(sorted(q.gpu_type_id for q in quotas)),
         "accuracy_days": estimate_history.WINDOW_DAYS,
         "share": share_explained.my_share(team, user=request.user, show_names=is_manager),
         "borrow_turns": borrow_share.borrow_turns(team),
