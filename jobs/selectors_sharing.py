@@ -162,7 +162,7 @@ def _stored_views(team: Team, quotas: list[Quota], first: int) -> dict[int, _Typ
     aging = set(GpuType.objects.filter(id__in=types, queue_aging=True).values_list("id", flat=True))
     views: dict[int, _TypeView] = {}
     for g in types:
-        shown = list(_team_head(team, g, share, aging=g in aging)[:first])
+        shown = list(_team_head(team, g, share, aging=g in aging, first=first)[:first])
         made = stamps[g]
         if any(w.created_at >= made or (w.requeued_at is not None and w.requeued_at >= made) for w in shown):
             continue  # queued since the last estimates: not in them
@@ -179,10 +179,32 @@ def _stored_views(team: Team, quotas: list[Quota], first: int) -> dict[int, _Typ
     return views
 
 
-def _team_head(team: Team, gpu_type_id: int, share: dict[int, float], *, aging: bool):
+# The candidates for a team's first `first` waiting of a type, without ordering its whole queue: within one
+# person the fair-share key is the same, so a person's first in the team's order are their first by
+# priority and age (the queue index's order, read `first` deep); requeued work goes first and is read
+# whole (it is rare); everyone without recent usage shares the key 0 and is read as one.
+_HEAD_CANDIDATES_SQL = """
+SELECT id FROM {workload}
+WHERE team_id = %s AND gpu_type_id = %s AND state = %s AND requeued_at IS NOT NULL
+UNION ALL
+SELECT c.id FROM unnest(%s::bigint[]) AS o(owner_id) CROSS JOIN LATERAL (
+    SELECT id FROM {workload} w
+    WHERE w.team_id = %s AND w.gpu_type_id = %s AND w.state = %s AND w.requeued_at IS NULL
+      AND w.owner_id = o.owner_id
+    ORDER BY w.priority DESC, w.created_at, w.id LIMIT %s
+) AS c
+UNION ALL
+(SELECT id FROM {workload}
+ WHERE team_id = %s AND gpu_type_id = %s AND state = %s AND requeued_at IS NULL AND owner_id <> ALL(%s::bigint[])
+ ORDER BY priority DESC, created_at, id LIMIT %s)
+"""
+
+
+def _team_head(team: Team, gpu_type_id: int, share: dict[int, float], *, aging: bool, first: int):
     """The team's queued workloads of the type in the team's own queue order (`sharing_plan.team_order_key`:
     priority, requeued first, the person's fair-share usage, GPU-seconds waited where the type ages, age),
-    as admission's SQL orders them."""
+    as admission's SQL orders them; the first `first` of them are right (where the type does not age,
+    only the candidates for them are ordered: `_HEAD_CANDIDATES_SQL`)."""
     order = [F("priority").desc(), F("requeued_at").asc(nulls_last=True)]
     if share:
         whens = [When(owner_id=owner, then=Value(hours)) for owner, hours in share.items()]
@@ -196,11 +218,14 @@ def _team_head(team: Team, gpu_type_id: int, share: dict[int, float], *, aging: 
             ).asc()
         )
     order += [F("created_at").asc(), F("id").asc()]
-    return (
-        Workload.objects.filter(team=team, gpu_type_id=gpu_type_id, state=State.QUEUED)
-        .select_related("owner", "gpu_type")
-        .order_by(*order)
-    )
+    rows = Workload.objects.filter(team=team, gpu_type_id=gpu_type_id, state=State.QUEUED)
+    if not aging:  # aging orders by a weight of each row's own: the whole queue is ordered
+        queue = [team.id, gpu_type_id, State.QUEUED.value]
+        owners = sorted(share)
+        sql = _HEAD_CANDIDATES_SQL.format(workload=connection.ops.quote_name(Workload._meta.db_table))
+        params = [*queue, owners, *queue, first, *queue, owners, first]
+        rows = rows.filter(id__in=RawSQL(sql, params))  # noqa: S611 - the table name from the model, values as parameters
+    return rows.select_related("owner", "gpu_type").order_by(*order)
 
 
 def team_queue_explained(team: Team, *, first: int = FIRST_WAITING) -> list[TypeQueue]:

@@ -140,16 +140,18 @@ def test_with_fresh_stored_estimates_the_queue_page_shows_them_instead_of_foreca
     assert "about 5 h" not in page
 
 
-def test_the_stored_view_of_the_queue_says_what_the_forecast_view_says(lab, django_capture_on_commit_callbacks):
-    """Fair share between two people of the team, an aging GPU type, a priority: the stored view orders,
-    counts and explains the first waiting as the forecast view does, with the estimates stored."""
+@pytest.mark.parametrize("aging", [False, True])
+def test_the_stored_view_of_the_queue_says_what_the_forecast_view_says(lab, django_capture_on_commit_callbacks, aging):
+    """Fair share between two people of the team, a priority, a requeued workload, with and without aging:
+    the stored view orders, counts and explains the first waiting as the forecast view does, with the
+    estimates stored."""
     from jobs.selectors_sharing import _stored_views, team_queue_explained
 
     team, other, gpu, member = lab
     heavy = get_user_model().objects.create_user("sp-heavy")
     Membership.objects.create(team=team, user=heavy, role=Role.MEMBER)
     Team.objects.filter(id=team.id).update(fair_share=True, fair_share_half_life_hours=24)
-    GpuType.objects.filter(id=gpu.id).update(queue_aging=True)
+    GpuType.objects.filter(id=gpu.id).update(queue_aging=aging)
     team.refresh_from_db()
     now = timezone.now()
     Workload.objects.create(
@@ -165,6 +167,11 @@ def test_the_stored_view_of_the_queue_says_what_the_forecast_view_says(lab, djan
             time_limit_seconds=3600, state=State.QUEUED, priority=priority,
             created_at=now - timedelta(minutes=age_min),
         )  # fmt: skip
+    Workload.objects.create(
+        team=team, owner=heavy, name="requeued", kind="batch", image="ubuntu", gpu_type=gpu, gpu_count=1,
+        time_limit_seconds=3600, state=State.QUEUED, created_at=now - timedelta(minutes=3),
+        requeued_at=now - timedelta(minutes=2),
+    )  # fmt: skip
     _queue(other, member, gpu, 3)
     _store_estimates(team, gpu, django_capture_on_commit_callbacks)
     assert gpu.id in _stored_views(team, list(Quota.objects.filter(team=team)), 10)
@@ -177,7 +184,9 @@ def test_the_stored_view_of_the_queue_says_what_the_forecast_view_says(lab, djan
 
     assert picture(stored) == picture(forecast)
     assert [w.workload.name for w in stored.first_waiting] == [w.workload.name for w in forecast.first_waiting]
-    assert stored.first_waiting[0].workload.name == "o-4"  # the priority first, then the light user's
+    names = [w.workload.name for w in stored.first_waiting]
+    assert names[:2] == ["o-4", "requeued"]  # the priority first, then the requeued
+    assert names.index("o-1") < names.index("o-0")  # the person without recent use before the heavy one
     assert [(w.reason, w.explanation) for w in stored.first_waiting] == [
         (w.reason, w.explanation) for w in forecast.first_waiting
     ]
