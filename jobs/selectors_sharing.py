@@ -3,6 +3,7 @@ why each of the first waiting workloads is not admitted yet), for the queue page
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -125,7 +126,9 @@ def _forecast_view(team: Team, quota: Quota, first: int, now: datetime) -> _Type
     )
 
 
-def _stored_views(team: Team, quotas: list[Quota], first: int) -> dict[int, _TypeView]:
+def _stored_views(
+    team: Team, quotas: list[Quota], first: int, usage_hours: Mapping[int, float] | None = None
+) -> dict[int, _TypeView]:
     """Per GPU type whose cohort estimates were stored recently (`start_estimates.stored_at`), the view from
     the stored estimates and a few aggregates: its cost follows what the page shows, not how much is queued
     or runs. A type is left out (forecast on the view instead) where one of its first waiting was queued
@@ -158,7 +161,9 @@ def _stored_views(team: Team, quotas: list[Quota], first: int) -> dict[int, _Typ
         .values_list("gpu_type_id", "n", "gpus")
         .order_by()
     }
-    share = team_fair_share(team, timezone.now()) if team.fair_share else {}
+    share: dict[int, float] = {}
+    if team.fair_share:
+        share = dict(usage_hours) if usage_hours is not None else team_fair_share(team, timezone.now())
     aging = set(GpuType.objects.filter(id__in=types, queue_aging=True).values_list("id", flat=True))
     views: dict[int, _TypeView] = {}
     for g in types:
@@ -228,12 +233,16 @@ def _team_head(team: Team, gpu_type_id: int, share: dict[int, float], *, aging: 
     return rows.select_related("owner", "gpu_type").order_by(*order)
 
 
-def team_queue_explained(team: Team, *, first: int = FIRST_WAITING) -> list[TypeQueue]:
-    """Per GPU type the team has a quota for: the picture of its share and its first waiting workloads."""
+def team_queue_explained(
+    team: Team, *, first: int = FIRST_WAITING, usage_hours: Mapping[int, float] | None = None
+) -> list[TypeQueue]:
+    """Per GPU type the team has a quota for: the picture of its share and its first waiting workloads.
+    `usage_hours`: each person's fair-share usage in the team (`cohort_facts.team_fair_share`), where the
+    caller has read it already."""
     result: list[TypeQueue] = []
     now = timezone.now()
     quotas = list(Quota.objects.filter(team=team).select_related("gpu_type").order_by("gpu_type__slug"))
-    stored = _stored_views(team, quotas, first) if quotas else {}
+    stored = _stored_views(team, quotas, first, usage_hours) if quotas else {}
     for quota in quotas:
         view = stored.get(quota.gpu_type_id) or _forecast_view(team, quota, first, now)
         if view is None:

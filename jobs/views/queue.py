@@ -7,12 +7,14 @@ from django.contrib import messages
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 
 from jobs import policy
 from jobs.forms import TeamSharingForm
 from jobs.models import Quota
 from jobs.selectors_sharing import team_queue_explained
 from jobs.services.queue import borrow_share, estimate_history, reservations, share_explained
+from jobs.services.queue.cohort_facts import team_fair_share
 from jobs.services.queue.settings_changes import team_sharing_update
 from jobs.views.common import team_page
 
@@ -49,7 +51,8 @@ def queue(request: HttpRequest) -> HttpResponse:
             form = TeamSharingForm(team=team, quotas=quotas)
     elif request.method == "POST":
         return render(request, "403.html", status=403)
-    types = team_queue_explained(team)
+    usage = team_fair_share(team, timezone.now())  # read once: the queue's order and "my share"
+    types = team_queue_explained(team, usage_hours=usage)
     promises = reservations.standing_for(w.workload.id for t in types for w in t.first_waiting)
     for t in types:
         for w in t.first_waiting:
@@ -61,7 +64,7 @@ def queue(request: HttpRequest) -> HttpResponse:
         "is_manager": is_manager,
         "accuracy": _accuracy(sorted(q.gpu_type_id for q in quotas)),
         "accuracy_days": estimate_history.WINDOW_DAYS,
-        "share": share_explained.my_share(team, user=request.user, show_names=is_manager),
+        "share": share_explained.my_share(team, user=request.user, show_names=is_manager, usage=usage),
         "borrow_turns": borrow_share.borrow_turns(team),
         "borrow_half_life": borrow_share.BORROWED_HALF_LIFE_HOURS,
     }

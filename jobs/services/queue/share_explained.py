@@ -77,10 +77,12 @@ def explain_share(
     )
 
 
-def my_share(team: Team, *, user, show_names: bool) -> MyShare:
-    """The share picture of `user` in `team` (one query for the team's recent runs)."""
+def my_share(team: Team, *, user, show_names: bool, usage: Mapping[int, float] | None = None) -> MyShare:
+    """The share picture of `user` in `team` (one query for the team's recent runs, unless `usage`, each
+    person's `cohort_facts.team_fair_share`, is given)."""
     members = dict(team.memberships.select_related("user").values_list("user_id", "user__username"))
-    usage = team_fair_share(team, timezone.now())  # summed by PostgreSQL, not read run by run
+    if usage is None:
+        usage = team_fair_share(team, timezone.now())  # summed by PostgreSQL, not read run by run
     return explain_share(
         usage,
         me=user.id,
