@@ -228,8 +228,9 @@ def _team_head(team: Team, gpu_type_id: int, share: dict[int, float], *, aging: 
         queue = [team.id, gpu_type_id, State.QUEUED.value]
         owners = sorted(share)
         sql = _HEAD_CANDIDATES_SQL.format(workload=connection.ops.quote_name(Workload._meta.db_table))
-        params = [*queue, owners, *queue, first, *queue, owners, first]
-        rows = rows.filter(id__in=RawSQL(sql, params))  # noqa: S611 - the table name from the model, values as parameters
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*queue, owners, *queue, first, *queue, owners, first])
+            rows = rows.filter(id__in=[row[0] for row in cursor.fetchall()])
     return rows.select_related("owner", "gpu_type").order_by(*order)
 
 
