@@ -32,7 +32,7 @@ ALL_MODULES_SIZES = (1_000, 10_000)
 RUNNING_SHARE = 0.3
 PASSES = 3
 PAGE_LOADS = 5
-MEASURES = ("admission", "resync", "queue_page", "api_list")
+MEASURES = ("admission", "resync", "estimates", "queue_page", "api_list")
 # The pages rendered without `collectstatic` (as bench_ui does): the manifest storage needs its manifest.
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -181,6 +181,7 @@ def curve() -> Iterator[tuple[str, float]]:
     from jobs.models import Cohort, GpuType, Quota, State, Team, Workload
     from jobs.services.cluster import watch_loop
     from jobs.services.queue.admission import admit_all
+    from jobs.services.queue.start_estimates import estimate_all
     from portal.celery import app
 
     run = uuid.uuid4().hex[:6]
@@ -249,17 +250,16 @@ def curve() -> Iterator[tuple[str, float]]:
             resync()  # the first one records what the rows lack (if anything); then the steady state
             results[("resync", n)] = _median([meter.measure(resync) for _ in range(PASSES)])
 
+            # The periodic refresh of every cohort's stored start estimates (what the pages then show).
+            estimate_all()  # the first stores every row's first estimate; then the steady state
+            _profile("estimates", estimate_all)
+            results[("estimates", n)] = _median([meter.measure(estimate_all) for _ in range(PASSES)])
+
             with override_settings(ALLOWED_HOSTS=["testserver"], STORAGES=STORAGES):
                 for what, path in (("queue_page", "/queue/"), ("api_list", "/api/v1/workloads/")):
                     load = _page(client, path)
                     load()  # warm: templates, the session
-                    if os.environ.get("BENCH_SCALE_PROFILE") == what:
-                        import cProfile
-                        import pstats
-
-                        profile = cProfile.Profile()
-                        profile.runcall(load)
-                        pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(45)
+                    _profile(what, load)
                     results[(what, n)] = _median([meter.measure(load) for _ in range(PAGE_LOADS)])
             for what in MEASURES:
                 wall, cpu, statements = results[(what, n)]
@@ -276,6 +276,23 @@ def curve() -> Iterator[tuple[str, float]]:
         for small, large in itertools.pairwise(points):
             ratio = results[(what, large)][1] / max(results[(what, small)][1], 0.001)
             yield f"scale_{what}_cpu_ratio_{label(large)}_{label(small)}", round(ratio, 2)
+
+
+def _profile(what: str, call: Callable[[], object]) -> None:
+    """With BENCH_SCALE_PROFILE=`what`: one more call under the profiler, its top functions on stderr, and
+    its statements by PostgreSQL's execution time where the run loads pg_stat_statements."""
+    if os.environ.get("BENCH_SCALE_PROFILE") != what:
+        return
+    import cProfile
+    import pstats
+
+    from benchmarks import pgstat
+
+    pgstat.reset(force=True)
+    profile = cProfile.Profile()
+    profile.runcall(call)
+    pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(45)
+    print("\n".join(pgstat.window(what, 1)[1]), file=sys.stderr)
 
 
 def _page(client, path: str) -> Callable[[], None]:

@@ -97,3 +97,100 @@ def test_the_api_list_sends_as_many_statements_for_many_workloads_as_for_a_few(c
     many, body = _statements(client, "/api/v1/workloads/")
     assert many == few
     assert '"next":"http' in body.replace(" ", "")  # a page of them, and a cursor to the rest
+
+
+def _store_estimates(team, gpu, capture) -> None:
+    """What the worker does after an admission pass, and the periodic refresh: forecast the cohort's queue
+    and store the estimates (the note of when, in the shared cache, is made once the rows are committed)."""
+    from jobs.services.queue.start_estimates import estimate
+
+    with capture(execute=True):
+        estimate(team_id=team.id, gpu_type_id=gpu.id)
+
+
+def _forget_stored(team, gpu) -> None:
+    from django.core.cache import caches
+
+    from jobs.services.queue.cohort_facts import cohort_team_ids
+    from jobs.services.queue.start_estimates import _stored_key
+
+    caches["api"].delete(_stored_key(cohort_team_ids(team.id), gpu.id))
+
+
+def test_with_fresh_stored_estimates_the_queue_page_shows_them_instead_of_forecasting(
+    client, lab, django_capture_on_commit_callbacks
+):
+    team, other, gpu, member = lab
+    _queue(team, member, gpu, 3)
+    _queue(other, member, gpu, 3)
+    _store_estimates(team, gpu, django_capture_on_commit_callbacks)
+    head = Workload.objects.filter(team=team, state=State.QUEUED).order_by("created_at", "id").first()
+    # As a later refresh would have stored it: the page shows the row's estimate, not one of its own.
+    Workload.objects.filter(id=head.id).update(estimated_start_at=timezone.now() + timedelta(hours=5))
+    client.force_login(member)
+    page = client.get("/queue/").content.decode()
+    assert "about 5 h" in page
+    # Queued after the estimates were made, at the head of the queue: not in them, so the page forecasts.
+    urgent = Workload.objects.create(
+        team=team, owner=member, name="urgent", kind="batch", image="ubuntu", gpu_type=gpu, gpu_count=1,
+        time_limit_seconds=3600, state=State.QUEUED, priority=10,
+    )  # fmt: skip
+    page = client.get("/queue/").content.decode()
+    assert urgent.uid in page
+    assert "about 5 h" not in page
+
+
+@pytest.mark.parametrize("aging", [False, True])
+def test_the_stored_view_of_the_queue_says_what_the_forecast_view_says(lab, django_capture_on_commit_callbacks, aging):
+    """Fair share between two people of the team, a priority, a requeued workload, with and without aging:
+    the stored view orders, counts and explains the first waiting as the forecast view does, with the
+    estimates stored."""
+    from jobs.selectors_sharing import _stored_views, team_queue_explained
+
+    team, other, gpu, member = lab
+    heavy = get_user_model().objects.create_user("sp-heavy")
+    Membership.objects.create(team=team, user=heavy, role=Role.MEMBER)
+    Team.objects.filter(id=team.id).update(fair_share=True, fair_share_half_life_hours=24)
+    GpuType.objects.filter(id=gpu.id).update(queue_aging=aging)
+    team.refresh_from_db()
+    now = timezone.now()
+    Workload.objects.create(
+        team=team, owner=heavy, name="past", kind="batch", image="ubuntu", gpu_type=gpu, gpu_count=4,
+        time_limit_seconds=36000, state=State.SUCCEEDED, started_at=now - timedelta(hours=8),
+        finished_at=now - timedelta(hours=1),
+    )  # fmt: skip
+    for i, (owner, gpus, age_min, priority) in enumerate(
+        [(heavy, 1, 90, 0), (member, 1, 30, 0), (heavy, 4, 60, 0), (member, 2, 10, 0), (heavy, 1, 5, 10)]
+    ):
+        Workload.objects.create(
+            team=team, owner=owner, name=f"o-{i}", kind="batch", image="ubuntu", gpu_type=gpu, gpu_count=gpus,
+            time_limit_seconds=3600, state=State.QUEUED, priority=priority,
+            created_at=now - timedelta(minutes=age_min),
+        )  # fmt: skip
+    Workload.objects.create(
+        team=team, owner=heavy, name="requeued", kind="batch", image="ubuntu", gpu_type=gpu, gpu_count=1,
+        time_limit_seconds=3600, state=State.QUEUED, created_at=now - timedelta(minutes=3),
+        requeued_at=now - timedelta(minutes=2),
+    )  # fmt: skip
+    _queue(other, member, gpu, 3)
+    _store_estimates(team, gpu, django_capture_on_commit_callbacks)
+    assert gpu.id in _stored_views(team, list(Quota.objects.filter(team=team)), 10)
+    (stored,) = team_queue_explained(team)
+    _forget_stored(team, gpu)
+    (forecast,) = team_queue_explained(team)
+
+    def picture(t):
+        return (t.held, t.borrowed, t.lent, t.waiting_workloads, t.waiting_gpus)
+
+    assert picture(stored) == picture(forecast)
+    assert [w.workload.name for w in stored.first_waiting] == [w.workload.name for w in forecast.first_waiting]
+    names = [w.workload.name for w in stored.first_waiting]
+    assert names[:2] == ["o-4", "requeued"]  # the priority first, then the requeued
+    assert names.index("o-1") < names.index("o-0")  # the person without recent use before the heavy one
+    assert [(w.reason, w.explanation) for w in stored.first_waiting] == [
+        (w.reason, w.explanation) for w in forecast.first_waiting
+    ]
+    for s, f in zip(stored.first_waiting, forecast.first_waiting, strict=True):
+        assert (s.estimated_start_at is None) == (f.estimated_start_at is None)
+        if s.estimated_start_at is not None:
+            assert abs((s.estimated_start_at - f.estimated_start_at).total_seconds()) < 60

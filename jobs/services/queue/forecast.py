@@ -142,6 +142,10 @@ class Arrival:
 
 
 ARRIVALS_WITHIN = 24 * 3600.0  # expected arrivals are simulated this far ahead
+# Cost bounds for a cohort that submits a lot (more live work means more arrivals: Little's law). Below
+# them a forecast is exact; above, its steps and the queue each step walks stop growing with the rate.
+ARRIVAL_STEPS = 288  # distinct arrival times: more arrivals than this come in batches (5 minutes over a day)
+ARRIVALS_QUEUED = 50  # a team's simulated queue takes arrivals up to this length; the rest join as it shortens
 ARRIVAL_ID = -(10**9)  # expected arrivals get ids from here down (no workload has them)
 
 
@@ -252,15 +256,53 @@ def _requeue(queue: list[Waiting], w: Waiting) -> None:
     queue.insert(at, w)
 
 
+def batched(
+    arrivals: Sequence[Arrival], *, within: float = ARRIVALS_WITHIN, steps: int = ARRIVAL_STEPS
+) -> list[Arrival]:
+    """The arrivals in time order; where they come at more than `steps` distinct times, each is moved to the
+    end of its slot of `within` / `steps` seconds (at most that much later), so a forecast takes at most
+    `steps` arrival steps however many arrive (each arrival is still there, in its team's order)."""
+    ordered = sorted(arrivals, key=lambda a: a.at)
+    if len({a.at for a in ordered}) <= steps:
+        return ordered
+    width = within / steps
+    return [replace(a, at=math.ceil(a.at / width) * width) for a in ordered]
+
+
 def _arrive(
-    queues: dict[int, list[Waiting]], arrivals: Sequence[Arrival], next_arrival: int, *, now: float, latest: float
+    queues: dict[int, list[Waiting]],
+    backlog: dict[int, list[Waiting]],
+    arrivals: Sequence[Arrival],
+    next_arrival: int,
+    *,
+    now: float,
+    latest: float,
 ) -> int:
-    """Queue the expected arrivals due by `now`, as created after every real one; the index of the next."""
+    """Queue the expected arrivals due by `now`, as created after every real one; the index of the next.
+    A team's queue takes them up to ARRIVALS_QUEUED long; the rest wait in `backlog`, in order (`_top_up`)."""
     while next_arrival < len(arrivals) and arrivals[next_arrival].at <= now:
         a = arrivals[next_arrival]
         next_arrival += 1
-        queues.setdefault(a.waiting.team_id, []).append(replace(a.waiting, created=latest + a.at))
+        backlog.setdefault(a.waiting.team_id, []).append(replace(a.waiting, created=latest + a.at))
+    _top_up(queues, backlog)
     return next_arrival
+
+
+def _top_up(queues: dict[int, list[Waiting]], backlog: dict[int, list[Waiting]]) -> bool:
+    """Move arrivals from each team's backlog to the back of its queue while the queue is shorter than
+    ARRIVALS_QUEUED; whether any moved. Those further back are behind every one moved, in their team's
+    order, so only a plan reaching that deep into one team's queue in one step could tell."""
+    moved = False
+    for team_id, waiting in backlog.items():
+        if not waiting:
+            continue
+        queue = queues.setdefault(team_id, [])
+        room = ARRIVALS_QUEUED - len(queue)
+        if room > 0:
+            queue.extend(waiting[:room])
+            del waiting[:room]
+            moved = True
+    return moved
 
 
 class _Running:
@@ -383,11 +425,12 @@ def _simulate(
     """Play the plan forward from event to event (a run ends, work arrives) until every waiting workload has
     started, nothing more happens or the horizon is passed: when each waiting one starts, and the first plan."""
     next_arrival = 0
+    backlog: dict[int, list[Waiting]] = {}  # arrivals due, waiting to join their team's queue (`_arrive`)
     starts: dict[int, float] = {}
     first: Plan | None = None
     now: float | None = 0.0
     for _ in range(10 * (len(waiting) + len(running.active) + len(arrivals)) + 10):
-        next_arrival = _arrive(queues, arrivals, next_arrival, now=now, latest=latest)
+        next_arrival = _arrive(queues, backlog, arrivals, next_arrival, now=now, latest=latest)
         result = _step_plan(teams, running, queues, planner=planner, now=now, capacity=capacity)
         if first is None:
             first = result
@@ -395,6 +438,8 @@ def _simulate(
         _start_admitted(result, queues, running, runs=runs, waiting=waiting, starts=starts, now=now, newest=newest)
         if waiting <= starts.keys():
             break
+        if result.admit and _top_up(queues, backlog):
+            continue  # arrivals held back by the queue's length join it and may start now too
         now = _next_event(running, arrivals, next_arrival)
         if now is None or now > horizon:
             break  # nothing ends and nothing comes (the rest never fits), or beyond the horizon
@@ -434,7 +479,7 @@ def forecast(
         _Running(running),
         queues,
         dict(durations) | {a.waiting.id: a.run_seconds for a in arrivals},
-        sorted(arrivals, key=lambda a: a.at),
+        batched(arrivals),
         waiting=waiting,
         capacity=capacity,
         horizon=horizon,

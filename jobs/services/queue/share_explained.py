@@ -14,7 +14,7 @@ from datetime import datetime
 from django.utils import timezone
 
 from jobs.models import Team, Workload
-from jobs.services.queue.cohort_facts import fair_share_usage_of
+from jobs.services.queue.cohort_facts import team_fair_share
 
 
 @dataclass(frozen=True)
@@ -77,11 +77,12 @@ def explain_share(
     )
 
 
-def my_share(team: Team, *, user, show_names: bool) -> MyShare:
-    """The share picture of `user` in `team` (one query for the team's recent runs)."""
+def my_share(team: Team, *, user, show_names: bool, usage: Mapping[int, float] | None = None) -> MyShare:
+    """The share picture of `user` in `team` (one query for the team's recent runs, unless `usage`, each
+    person's `cohort_facts.team_fair_share`, is given)."""
     members = dict(team.memberships.select_related("user").values_list("user_id", "user__username"))
-    as_fair = Team(id=team.id, fair_share=True, fair_share_half_life_hours=team.fair_share_half_life_hours)
-    usage = fair_share_usage_of([as_fair]).get(team.id, {})
+    if usage is None:
+        usage = team_fair_share(team, timezone.now())  # summed by PostgreSQL, not read run by run
     return explain_share(
         usage,
         me=user.id,

@@ -7,10 +7,11 @@ import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.core.cache import cache
+from django.db import connection, transaction
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, Sum
 from django.db.models.functions import ExtractHour
 from django.utils import timezone
@@ -225,28 +226,111 @@ def backfill_planner(
     )
 
 
+# When each cohort's stored estimates were last made, per GPU type (the shared cache, so the web processes
+# see what the worker stored): a page may show the stored estimates of workloads queued before then,
+# instead of forecasting again on every view, while they are this fresh (a missed refresh or two).
+STORED_FRESH_SECONDS = 3
+UPDATE_BATCH = 500  # rows per UPDATE: Django's bulk update is a CASE over its rows (quadratic in one batch)
+STORED_MOVED_SECONDS = 5.0  # a new estimate this close to the stored one is not written again
+
+
+def fresh_seconds() -> float:
+    """How old stored estimates may be for a page to show them: a few periodic refreshes' worth."""
+    return float(STORED_FRESH_SECONDS * settings.PORTAL_ESTIMATE_SECONDS)
+
+
+def _stored_key(team_ids: Sequence[int], gpu_type_id: int) -> str:
+    return f"estimates:stored-at:{gpu_type_id}:{','.join(map(str, sorted(team_ids)))}"
+
+
+def stored_at(team_ids: Sequence[int], gpu_type_ids: Sequence[int]) -> dict[int, datetime]:
+    """Per GPU type, when the cohort's estimates were last stored (the facts read after this), where that is
+    within `fresh_seconds`; types without, or with the cache unreachable, are left out."""
+    from django.core.cache import caches
+
+    keys = {_stored_key(team_ids, g): g for g in gpu_type_ids}
+    try:
+        found = caches["api"].get_many(list(keys))
+    except Exception as exc:  # the cache down: every type is forecast on the view
+        log.info("could not read when estimates were stored (%s)", exc)
+        return {}
+    oldest = timezone.now() - timedelta(seconds=fresh_seconds())
+    stamps = {keys[k]: datetime.fromtimestamp(float(v), tz=UTC) for k, v in found.items() if v is not None}
+    return {g: at for g, at in stamps.items() if at >= oldest}
+
+
+def _note_stored(team_ids: Sequence[int], gpu_type_id: int, at: datetime) -> None:
+    from django.core.cache import caches
+
+    def note() -> None:
+        try:
+            caches["api"].set(_stored_key(team_ids, gpu_type_id), at.timestamp(), timeout=int(fresh_seconds()) + 1)
+        except Exception as exc:  # pages forecast again until the cache is back
+            log.info("could not note when estimates were stored (%s)", exc)
+
+    transaction.on_commit(note)
+
+
+def _moved(before: datetime | None, after: datetime | None) -> bool:
+    """Whether a new estimate differs from the stored one: in or out of the horizon, or by more than
+    STORED_MOVED_SECONDS (a forecast made again from an unchanged world moves by a few microseconds)."""
+    if before is None or after is None:
+        return (before is None) != (after is None)
+    return abs((after - before).total_seconds()) > STORED_MOVED_SECONDS
+
+
+# One statement for the rows whose estimate moved (PostgreSQL): Django's bulk update is a CASE over its
+# rows, which costs more to build than the forecast itself once a few thousand move.
+_STORE_SQL = """
+UPDATE {workload} AS w SET estimated_start_at = v.at, wait_reason = v.reason
+FROM unnest(%s::bigint[], %s::timestamptz[], %s::text[]) AS v(id, at, reason)
+WHERE w.id = v.id
+"""
+
+
+def _store(changed: Sequence[tuple[int, datetime | None, str]]) -> None:
+    """Write (workload id, estimated start, wait reason) onto the rows."""
+    if not changed:
+        return
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _STORE_SQL.format(workload=connection.ops.quote_name(Workload._meta.db_table)),
+                [[c[0] for c in changed], [c[1] for c in changed], [c[2] for c in changed]],
+            )
+        return
+    rows = [Workload(id=i, estimated_start_at=at, wait_reason=reason) for i, at, reason in changed]
+    Workload.objects.bulk_update(rows, ["estimated_start_at", "wait_reason"], batch_size=UPDATE_BATCH)
+
+
 def estimate(*, team_id: int, gpu_type_id: int) -> dict[int, Estimate]:
-    """Forecast the queue of the team's cohort for one GPU type and store each estimate."""
+    """Forecast the queue of the team's cohort for one GPU type and store each estimate (only the rows whose
+    estimate or reason moved are written), then note when (`stored_at`)."""
+    began = timezone.now()  # what was queued before this is in the facts the forecast reads
     _facts, estimates = forecast_cohort(team_id=team_id, gpu_type_id=gpu_type_id)
     if not estimates:
         return {}
     now = timezone.now()
-    rows = Workload.objects.filter(id__in=list(estimates), state=State.QUEUED).only("id", "estimated_start_at")
-    changed = []
+    team_ids = cohort_team_ids(team_id)
+    # The cohort's queue of the type (what the forecast read), not an IN list of every id in it.
+    rows = Workload.objects.filter(team_id__in=team_ids, gpu_type_id=gpu_type_id, state=State.QUEUED)
+    changed: list[tuple[int, datetime | None, str]] = []
     moves = []
     promised = reservations.standing_for(estimates)  # the forecast lets work pass that backfill holds back
-    for row in rows:
-        e = estimates[row.id]
-        before = row.estimated_start_at
-        row.estimated_start_at = now + timedelta(seconds=e.start_in) if e.start_in is not None else None
-        if row.id in promised:
-            by = promised[row.id].starts_by
-            row.estimated_start_at = min(row.estimated_start_at or by, by)
-        row.wait_reason = e.reason
-        changed.append(row)
-        moves.append((row.id, before, row.estimated_start_at))
-    Workload.objects.bulk_update(changed, ["estimated_start_at", "wait_reason"])
+    for row_id, before, reason_before in rows.values_list("id", "estimated_start_at", "wait_reason"):
+        e = estimates.get(row_id)
+        if e is None:
+            continue  # queued since the forecast read the queue: the next one will see it
+        after = now + timedelta(seconds=e.start_in) if e.start_in is not None else None
+        if row_id in promised:
+            by = promised[row_id].starts_by
+            after = min(after or by, by)
+        if e.reason != reason_before or _moved(before, after):
+            changed.append((row_id, after, e.reason))
+        moves.append((row_id, before, after))
+    _store(changed)
     estimate_history.record(moves, at=now)  # the first estimate and each revision, kept beside the start
+    _note_stored(team_ids, gpu_type_id, began)
     return estimates
 
 
