@@ -9,8 +9,12 @@ A reserved workload gets the first moment its GPUs fit on that timeline for as l
 must fit for its whole time limit. So work passes a reserved one only if it ends before the reservation
 is due or fits beside it, and nothing can take the reserved GPUs: the reserved workload is admitted by
 its due time, a promise ("starts no later than T"), not an estimate. The first RESERVE_DEPTH waiting
-workloads of a team are reserved for, in queue order; a reservation stays with its workload until it
-starts, whatever comes ahead of it later (a higher priority, a lighter user under fair share).
+workloads of a team are reserved for, in queue order (the admission pass reads that many of each team's
+queue wherever the type reserves, whether or not they fit now); a reservation stays with its workload
+until it starts, whatever comes ahead of it later (a higher priority, a lighter user under fair share).
+Each pass brings every reservation forward to the first moment it fits (`_pull_in`): runs usually end
+before their limits, and a due time computed from limits, left where it was, let backfill fill the gap
+up to it while the reserved workload waited. So a promise only ever moves earlier.
 
 Only a team's own quota is reserved: in a cohort, work within its quota reclaims what others borrow, so
 the same bound holds; borrowing (beyond the quota) is never promised.
@@ -181,6 +185,26 @@ def _keep_promises(
         if w.id in admitted and not timeline.take(w.gpus, now, _admitted_now(w, time_limits, now).ends_by):
             held_back.add(w.id)
             _reserve(timeline, reserved, w, _length(w, time_limits), now, at=due)
+    _pull_in(timeline, reserved, time_limits=time_limits, now=now)
+
+
+def _pull_in(timeline: Timeline, reserved: list[Reservation], *, time_limits: Mapping[int, float], now: float) -> None:
+    """Bring each promise (earliest due first) forward to the first moment at which it fits beside
+    everything else, where that is before its due: work ended sooner than its limit said (runs usually
+    do), so its GPUs come free earlier. Slurm recomputes its reservations every backfill cycle the same
+    way; without it, backfill filled the gap up to a due time computed from time limits, and the
+    reserved workload started no earlier than that. Every block still fits (each moved only where it
+    fits beside all the others), so every promise still holds; a promise only ever moves earlier. Not to
+    now: one that fits its team's GPUs now and was not admitted waits for something else (the cohort),
+    which a promise cannot hurry."""
+    for i in sorted(range(len(reserved)), key=lambda i: reserved[i].due_at):
+        r = reserved[i]
+        length = _length_of(r.workload_id, time_limits)
+        timeline.blocks.remove(Block(r.gpus, r.due_at, r.due_at + length))
+        due = timeline.earliest(r.gpus, length, now, latest=r.due_at, after_now=True)
+        due = r.due_at if due is None else due
+        timeline.blocks.append(Block(r.gpus, due, due + length))
+        reserved[i] = replace(r, due_at=due)
 
 
 def _backfill_one(
@@ -247,11 +271,15 @@ class Timeline:
         self.blocks.append(Block(gpus, start, end))
         return True
 
-    def earliest(self, gpus: int, length: float, now: float) -> float | None:
-        """The first moment from `now` at which `gpus` fit for `length` seconds (None: never)."""
+    def earliest(
+        self, gpus: int, length: float, now: float, *, latest: float = math.inf, after_now: bool = False
+    ) -> float | None:
+        """The first moment from `now` (after it, where `after_now`; not after `latest`) at which `gpus`
+        fit for `length` seconds (None: never)."""
         if gpus > self.quota:
             return None
-        for moment in sorted({now, *(b.end for b in self.blocks if b.end > now)}):
+        ends = (b.end for b in self.blocks if now < b.end < latest)
+        for moment in sorted({*([] if after_now else [now]), *ends, *([latest] if math.isfinite(latest) else [])}):
             if math.isfinite(moment) and self.fits(gpus, moment, moment + length):
                 return moment
         return None
@@ -271,7 +299,11 @@ def _reserve(
 
 def _length(w: Waiting, time_limits: Mapping[int, float]) -> float:
     """How long a reserved workload may hold its GPUs once due: its limit and both allowances."""
-    return START_SLACK_SECONDS + time_limits.get(w.id, math.inf) + END_SLACK_SECONDS
+    return _length_of(w.id, time_limits)
+
+
+def _length_of(workload_id: int, time_limits: Mapping[int, float]) -> float:
+    return START_SLACK_SECONDS + time_limits.get(workload_id, math.inf) + END_SLACK_SECONDS
 
 
 def plan_and_backfill(

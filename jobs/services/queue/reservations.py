@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db.models import F, Q
 from django.utils import timezone
@@ -128,6 +128,20 @@ class ReservationBook:
         ]
         if stale:
             QueueReservation.objects.filter(id__in=stale).delete()
+        # A promise brought forward (reservation_plan._pull_in): the row says the earlier time from now on.
+        due = {r.workload_id: r.due_at for made in self.made.values() for r in made}
+        earlier = []
+        for key, rows in self.standing.items():
+            for row in rows:
+                if row.workload_id in due and key in self.seen and row.workload_id not in self.admitted:
+                    by = datetime.fromtimestamp(
+                        due[row.workload_id] + reservation_plan.PROMISE_SLACK_SECONDS, tz=now.tzinfo
+                    )
+                    if by < row.starts_by - timedelta(seconds=1):
+                        row.starts_by = by
+                        earlier.append(row)
+        if earlier:
+            QueueReservation.objects.bulk_update(earlier, ["starts_by"])
         standing = {row.workload_id for rows in self.standing.values() for row in rows}
         new = [
             QueueReservation(
