@@ -23,7 +23,7 @@ the same bound holds; borrowing (beyond the quota) is never promised.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from jobs.services.queue.sharing_plan import Held, Plan, Reason, TeamQuota, Waiting, plan
@@ -90,6 +90,7 @@ def backfill(
     now: float,
     reserve_after: float | None,
     standing: Mapping[int, Sequence[tuple[Waiting, float]]] | None = None,
+    held_before: Collection[int] = (),
 ) -> Backfilled:
     """The plan with GPUs reserved for each team's first workloads that do not fit, and the admissions
     that could delay a reservation held back (conservative backfill, as Slurm's: every reservation is
@@ -100,7 +101,8 @@ def backfill(
     included); `reserve_after`: how long a workload waits before it may be reserved for (None: never,
     best effort as the plan decided; 0: at once); `standing`: per team, the workloads reservations already
     stand for with the time each is due (kept while they wait, whether or not `queue` holds them: an
-    admission pass reads only the head of each team's queue)."""
+    admission pass reads only the head of each team's queue); `held_before`: workloads of `queue` held back
+    by backfill already (not planned again): they are reserved for in their turn like any that waits."""
     if reserve_after is None:
         return Backfilled(plan=result)
     admitted = set(result.admit)
@@ -123,6 +125,7 @@ def backfill(
             time_limits=time_limits,
             now=now,
             reserve_after=reserve_after,
+            held_before=held_before,
         )
         if reserved:
             reservations[team_id] = reserved
@@ -150,6 +153,7 @@ def _backfill_team(
     time_limits: Mapping[int, float],
     now: float,
     reserve_after: float,
+    held_before: Collection[int] = (),
 ) -> list[Reservation]:
     """One team's reservations (its promises kept first, then its queue in order); the admissions that
     would delay one are added to `held_back`."""
@@ -160,7 +164,7 @@ def _backfill_team(
     for w in queued:
         if w.id not in sticky:
             _backfill_one(timeline, reserved, held_back, w, result, admitted, time_limits=time_limits, now=now,
-                          reserve_after=reserve_after)  # fmt: skip
+                          reserve_after=reserve_after, held_before=held_before)  # fmt: skip
     return reserved
 
 
@@ -218,13 +222,20 @@ def _backfill_one(
     time_limits: Mapping[int, float],
     now: float,
     reserve_after: float,
+    held_before: Collection[int] = (),
 ) -> None:
     """One queued workload without a promise: admitted only if it delays no reservation, else held back;
-    not admitted, reserved for when it has waited long enough (and the team holds fewer than RESERVE_DEPTH)."""
+    not admitted, reserved for when it has waited long enough (and the team holds fewer than RESERVE_DEPTH).
+    One held back (`held_before`) is reserved for too: without it, a long small workload at the head of its
+    queue, held back by a promise, let those behind it be promised GPUs first, pass after pass."""
     if w.id in admitted:
         if not timeline.take(w.gpus, now, _admitted_now(w, time_limits, now).ends_by):
             held_back.add(w.id)
-    elif len(reserved) < RESERVE_DEPTH and result.waiting.get(w.id) in RESERVABLE and now - w.created >= reserve_after:
+    elif (
+        len(reserved) < RESERVE_DEPTH
+        and (result.waiting.get(w.id) in RESERVABLE or w.id in held_before)
+        and now - w.created >= reserve_after
+    ):
         _reserve(timeline, reserved, w, _length(w, time_limits), now)
 
 
@@ -330,16 +341,18 @@ def plan_and_backfill(
     ids = {w.id for w, _ in promised}
     in_queue = {w.id: w for w in queue if w.id in ids}
     waiting = [*(in_queue.get(w.id, w) for w, _ in promised), *(w for w in queue if w.id not in ids)]
+    everyone = list(waiting)  # in order, for the reservations: those held back keep their turn
     while True:
         done = backfill(
             plan(teams, held, waiting, borrowed_hours=borrowed_hours, capacity=capacity),
             teams,
-            waiting,
+            everyone,
             running=running,
             time_limits=time_limits,
             now=now,
             reserve_after=reserve_after,
             standing=standing,
+            held_before=set(held_back),
         )
         if not done.refused:
             break
