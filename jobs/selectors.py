@@ -111,9 +111,11 @@ def _aged_ahead() -> Coalesce:
     theirs = AgedWeight(F("gpu_count"), F("created_at"), now)
     rows = (
         Workload.objects.filter(
-            team_id=OuterRef("team_id"), gpu_type_id=OuterRef("gpu_type_id"), state=State.QUEUED,
+            team_id=OuterRef("team_id"),
+            gpu_type_id=OuterRef("gpu_type_id"),
+            state=State.QUEUED,
             priority=OuterRef("priority"),
-        )  # fmt: skip
+        )
         .annotate(theirs=theirs, mine=mine)
         .filter(
             Q(theirs__gt=F("mine"))
