@@ -9,7 +9,7 @@ functions the admission pass uses (`sharing_plan.team_queues` with aging, `queue
 RESERVE_DEPTH where the type reserves, `reservation_plan.plan_and_backfill`), and keeps the promises as
 `ReservationBook` keeps its rows (made once, brought forward, dropped when no longer planned), without
 PostgreSQL: two teams alone, each a cohort of one, so each team's pass is its own. On the seeds compared
-(3811-3813 with the code before issue 38's second round, 3901 and 3916 after) it printed the bench's
+(3811-3813 with the code before issue 38's second round and after it, 3901 after) it printed the bench's
 figures to the second. The bench on PostgreSQL stays the measurement; this is for finding out why.
 """
 
