@@ -389,22 +389,7 @@ def _queue_heads(
     pairs = sorted(rooms)
     if aging_types is None:
         aging_types = aging_gpu_types({g for _, g in pairs})
-    usage = [(t, owner, hours) for t, by_owner in fair.items() for owner, hours in by_owner.items()]
-    params = [
-        [t for t, _ in pairs],
-        [g for _, g in pairs],
-        [rooms[p].gpus for p in pairs],
-        [rooms[p].per_person for p in pairs],
-        [g in aging_types for _, g in pairs],
-        [reservation_plan.RESERVE_DEPTH if g in (reserving_types or ()) else 0 for _, g in pairs],
-        [t for t, _, _ in usage],
-        [o for _, o, _ in usage],
-        [h for _, _, h in usage],
-        timezone.now(),
-        State.QUEUED,
-        sorted({t for t, _ in pairs}),
-        sorted({g for _, g in pairs}),
-    ]
+    params = _queue_heads_params(rooms, pairs, fair, aging_types, reserving_types or set())
     queued: dict[tuple[int, int], int] = {}
     with connection.cursor() as cursor:
         cursor.execute(_QUEUE_HEADS_SQL.format(workload=Workload._meta.db_table), params)
@@ -421,6 +406,32 @@ def _queue_heads(
     for (team_id, gpu_type_id), count in queued.items():
         left_out[(cohort_of[team_id], gpu_type_id)] += count
     return heads, left_out
+
+
+def _queue_heads_params(
+    rooms: dict[tuple[int, int], sharing_plan.Room],
+    pairs: list[tuple[int, int]],
+    fair: dict[int, dict[int, float]],
+    aging_types: set[int],
+    reserving_types: set[int],
+) -> list:
+    """_QUEUE_HEADS_SQL's parameters, in its order."""
+    usage = [(t, owner, hours) for t, by_owner in fair.items() for owner, hours in by_owner.items()]
+    return [
+        [t for t, _ in pairs],
+        [g for _, g in pairs],
+        [rooms[p].gpus for p in pairs],
+        [rooms[p].per_person for p in pairs],
+        [g in aging_types for _, g in pairs],
+        [reservation_plan.RESERVE_DEPTH if g in reserving_types else 0 for _, g in pairs],
+        [t for t, _, _ in usage],
+        [o for _, o, _ in usage],
+        [h for _, _, h in usage],
+        timezone.now(),
+        State.QUEUED,
+        sorted({t for t, _ in pairs}),
+        sorted({g for _, g in pairs}),
+    ]
 
 
 def _queue_heads_read_whole(
