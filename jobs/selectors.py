@@ -7,8 +7,24 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Case, Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value, When
+from django.db.models import (
+    Case,
+    Count,
+    DateTimeField,
+    F,
+    FloatField,
+    Func,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+    When,
+)
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 
 from identity.models import Membership, Role
 from jobs import policy
@@ -46,26 +62,78 @@ def _queued_ahead(condition: Q) -> Coalesce:
     return Coalesce(Subquery(rows, output_field=IntegerField()), Value(0))
 
 
+class AgedWeight(Func):
+    """GPUs x seconds waited at `now` (`aging.aged_weight`) of the row (or the outer row, given OuterRefs)."""
+
+    output_field = FloatField()
+
+    def __init__(self, gpus: Any, created: Any, now: datetime) -> None:
+        super().__init__(gpus, created, Value(now, output_field=DateTimeField()))
+
+    def as_sql(self, compiler, connection, **extra_context):  # type: ignore[override]
+        (gpus, gpus_params), (created, created_params), (now, now_params) = (
+            compiler.compile(e) for e in self.get_source_expressions()
+        )
+        if connection.vendor == "postgresql":
+            sql = f"(GREATEST({gpus}, 1) * GREATEST(EXTRACT(EPOCH FROM ({now}::timestamptz - {created})), 0))"
+        else:  # SQLite in development
+            sql = f"(MAX({gpus}, 1) * MAX((julianday({now}) - julianday({created})) * 86400.0, 0))"
+        return sql, [*gpus_params, *now_params, *created_params]
+
+
 def queue_position_expression() -> Case:
     """The one queue-position computation: 1 + the queued workloads of the same team and GPU type ahead
-    in admission order (higher priority, then earlier, then lower id); None unless queued.
+    in admission order (higher priority; then, where the GPU type ages, more GPUs x time waited; then
+    earlier, then lower id); None unless queued. As before aging, it leaves out what only the pass knows
+    (fair share, requeued work first).
 
     Written as three range counts that each follow the queue index, rather than one count with an OR
     that makes PostgreSQL visit every queued row of the team (10,000 queued in one team: ~5 ms instead
-    of ~200 ms a page). Under CASE, PostgreSQL runs the subqueries for queued rows alone.
+    of ~200 ms a page). Under CASE, PostgreSQL runs the subqueries for queued rows alone. Where the type
+    ages, the same priority is one range, filtered by the aged order (the GPU type's queue_aging).
     """
     higher = _queued_ahead(Q(priority__gt=OuterRef("priority")))
     earlier = _queued_ahead(Q(priority=OuterRef("priority"), created_at__lt=OuterRef("created_at")))
     tied = _queued_ahead(Q(priority=OuterRef("priority"), created_at=OuterRef("created_at"), id__lt=OuterRef("id")))
     return Case(
+        When(state=State.QUEUED, gpu_type__queue_aging=True, then=higher + _aged_ahead() + Value(1)),
         When(state=State.QUEUED, then=higher + earlier + tied + Value(1)),
         default=None,
         output_field=IntegerField(),
     )
 
 
+def _aged_ahead() -> Coalesce:
+    """Of the same priority, those ahead in the aged order: more GPUs x time waited, then earlier, then
+    lower id (`sharing_plan.team_order_key`, fair share and requeues aside)."""
+    now = timezone.now()
+    mine = AgedWeight(OuterRef("gpu_count"), OuterRef("created_at"), now)
+    theirs = AgedWeight(F("gpu_count"), F("created_at"), now)
+    rows = (
+        Workload.objects.filter(
+            team_id=OuterRef("team_id"),
+            gpu_type_id=OuterRef("gpu_type_id"),
+            state=State.QUEUED,
+            priority=OuterRef("priority"),
+        )
+        .annotate(theirs=theirs, mine=mine)
+        .filter(
+            Q(theirs__gt=F("mine"))
+            | Q(theirs=F("mine"), created_at__lt=OuterRef("created_at"))
+            | Q(theirs=F("mine"), created_at=OuterRef("created_at"), id__lt=OuterRef("id"))
+        )
+        .order_by()
+        .values("team_id")
+        .annotate(n=Count("team_id"))
+        .values("n")
+    )
+    return Coalesce(Subquery(rows, output_field=IntegerField()), Value(0))
+
+
 # queue_position_expression for one workload whose fields are known (just stored): the same three range
-# counts, with its values as parameters, and its GPU type's slug, in one cheap statement.
+# counts, with its values as parameters, and its GPU type's slug, in one cheap statement. Where the type
+# ages the count is the same: a workload submitted now has waited nothing, so every earlier one of its
+# priority has waited more GPU-seconds (at least 1 GPU x its wait) and is ahead of it.
 _POSITION_SQL = """
 SELECT (SELECT slug FROM {gpu_type} WHERE id = %(type)s),
        1 + (SELECT count(team_id) FROM {workload}
@@ -105,16 +173,24 @@ def with_queue_position(queryset: QuerySet[Workload]) -> QuerySet[Workload]:
 # queue_position_expression for a page of workloads: each queue its page touches (team and GPU type) is
 # numbered once in admission order and the page's rows are picked out, instead of three counts per row
 # (a page at the back of a queue of Q counted about 50 x Q rows: 13 ms a page with 200 queued).
+# Where the GPU type ages, GPUs x seconds waited (to the time given) comes after priority, as in admission.
 _QUEUE_NUMBERED_SQL = """
 SELECT id, position FROM (
-    SELECT id, row_number() OVER (
-        PARTITION BY team_id, gpu_type_id ORDER BY priority DESC, created_at ASC, id ASC
+    SELECT w.id, row_number() OVER (
+        PARTITION BY w.team_id, w.gpu_type_id
+        ORDER BY w.priority DESC,
+                 CASE WHEN g.queue_aging THEN -{aged} END,
+                 w.created_at ASC, w.id ASC
     ) AS position
-    FROM {workload}
-    WHERE state = %s AND ({queues})
+    FROM {workload} w JOIN {gpu_type} g ON g.id = w.gpu_type_id
+    WHERE w.state = %s AND ({queues})
 ) AS numbered
 WHERE id IN ({ids})
 """
+_AGED_SQL = {
+    "postgresql": "greatest(w.gpu_count, 1) * greatest(extract(epoch FROM %s::timestamptz - w.created_at), 0)",
+    "sqlite": "max(w.gpu_count, 1) * max((julianday(%s) - julianday(w.created_at)) * 86400.0, 0)",
+}
 
 
 def queue_positions(workloads: Iterable[Workload]) -> dict[int, int]:
@@ -130,10 +206,12 @@ def queue_positions(workloads: Iterable[Workload]) -> dict[int, int]:
     queues = sorted({(w.team_id, w.gpu_type_id) for w in queued})
     sql = _QUEUE_NUMBERED_SQL.format(
         workload=connection.ops.quote_name(Workload._meta.db_table),
-        queues=" OR ".join(["(team_id = %s AND gpu_type_id = %s)"] * len(queues)),
+        gpu_type=connection.ops.quote_name(GpuType._meta.db_table),
+        aged=_AGED_SQL["postgresql" if connection.vendor == "postgresql" else "sqlite"],
+        queues=" OR ".join(["(w.team_id = %s AND w.gpu_type_id = %s)"] * len(queues)),
         ids=", ".join(["%s"] * len(ids)),
     )
-    params: list[Any] = [State.QUEUED.value]
+    params: list[Any] = [connection.ops.adapt_datetimefield_value(timezone.now()), State.QUEUED.value]
     for team_id, gpu_type_id in queues:
         params += [team_id, gpu_type_id]
     params += ids

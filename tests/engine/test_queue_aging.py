@@ -62,3 +62,43 @@ def test_with_aging_a_large_job_behind_a_backlog_of_small_ones_starts_hours_soon
     for result in (fifo, aged):
         for workload_id, due in result["promised"].items():
             assert result["admitted"][workload_id] <= due
+
+
+def test_a_start_estimate_made_now_counts_the_aging_that_happens_while_it_waits():
+    # 4 GPUs held for another hour; six 1-GPU jobs of an hour waited 2 h; a 4-GPU job of an hour just came.
+    from jobs.services.queue.forecast import Aging, forecast
+    from jobs.services.queue.sharing_plan import Held, TeamQuota, Waiting
+
+    now = 10 * HOUR
+    small = [Waiting(i, TEAM, 1, created=now - 2 * HOUR) for i in range(1, 7)]
+    large = Waiting(9, TEAM, 4, created=now - 60.0)
+    queue = [*small, large]  # the order now: 4 GPUs x 1 min is far less than 1 GPU x 2 h
+    args = {
+        "teams": {TEAM: TeamQuota(team_id=TEAM, quota=4)},
+        "running": [(Held(100, TEAM, 4), HOUR)],
+        "queued": queue,
+        "durations": {w.id: HOUR for w in queue},
+    }
+    # Kept in today's order: four small ones at 1 h, the last two at 2 h, the large one once all 4 are free.
+    assert forecast(**args)[9].start_in == 3 * HOUR
+    # Aged at each step: at 1 h it has waited 61 min (4 x 61 min > 1 x 3 h), so it goes first.
+    aged = forecast(**args, aged=Aging(start=now, usage={}))
+    assert aged[9].start_in == HOUR
+    assert sorted(aged[i].start_in for i in range(1, 7)) == [2 * HOUR] * 4 + [3 * HOUR] * 2
+
+
+def test_aging_in_a_forecast_keeps_fair_share_ahead_of_it():
+    # The person with the least usage stays first however long the others' large job has waited.
+    from jobs.services.queue.forecast import Aging, forecast
+    from jobs.services.queue.sharing_plan import Held, TeamQuota, Waiting
+
+    light = Waiting(1, TEAM, 4, user_id=20, created=5 * HOUR)
+    heavy = Waiting(2, TEAM, 4, user_id=10, created=0.0)
+    estimates = forecast(
+        {TEAM: TeamQuota(team_id=TEAM, quota=4)},
+        [(Held(100, TEAM, 4), HOUR)],
+        [light, heavy],
+        {1: HOUR, 2: HOUR},
+        aged=Aging(start=6 * HOUR, usage={TEAM: {10: 50.0, 20: 1.0}}),
+    )
+    assert (estimates[1].start_in, estimates[2].start_in) == (HOUR, 2 * HOUR)

@@ -160,7 +160,8 @@ def simulate(quota: int, trace: list[tuple[float, int, float, float]], *, reserv
     """One team, one GPU type: (arrival, GPUs, time limit, actual run) per workload, admitted at every
     arrival and end as an admission pass admits (the plan with backfill, `plan_and_backfill`), run at once;
     `aging`: the queue in the team order of a type that ages (`team_order_key` at each pass). Returns each
-    workload's admission time and the reservations made (workload -> the due time first promised)."""
+    workload's admission time and the reservations made (workload -> the due time first promised; `last`:
+    the latest due, which passes bring forward as work ends early, as the stored promise is)."""
     teams = {TEAM: TeamQuota(team_id=TEAM, quota=quota)}
     events = sorted({a for a, *_ in trace})
     heapq.heapify(events)
@@ -169,6 +170,7 @@ def simulate(quota: int, trace: list[tuple[float, int, float, float]], *, reserv
     ends: dict[int, float] = {}
     admitted_at: dict[int, float] = {}
     promised: dict[int, float] = {}
+    last: dict[int, float] = {}
     standing: list[tuple[Waiting, float]] = []
     arrived = 0
     while events:
@@ -196,6 +198,8 @@ def simulate(quota: int, trace: list[tuple[float, int, float, float]], *, reserv
         standing = []
         for r in done.reservations.get(TEAM, []):
             promised.setdefault(r.workload_id, r.due_at)
+            assert r.due_at <= last.get(r.workload_id, r.due_at)  # a promise only moves earlier
+            last[r.workload_id] = r.due_at
             standing.append((next(w for w in queue if w.id == r.workload_id), r.due_at))
         for i in done.plan.admit:
             admitted_at[i] = now
@@ -204,7 +208,7 @@ def simulate(quota: int, trace: list[tuple[float, int, float, float]], *, reserv
             ends[i] = now + run
             heapq.heappush(events, now + run)
         queue = [w for w in queue if w.id not in admitted_at]
-    return {"admitted": admitted_at, "promised": promised}
+    return {"admitted": admitted_at, "promised": promised, "last": last}
 
 
 traces = st.lists(
@@ -225,7 +229,7 @@ def test_every_promise_is_kept_whatever_the_trace(trace):
     result = simulate(4, trace, reserve=True)
     for workload_id, due in result["promised"].items():
         assert workload_id in result["admitted"]
-        assert result["admitted"][workload_id] <= due
+        assert result["admitted"][workload_id] <= result["last"][workload_id] <= due
 
 
 @settings(max_examples=150, deadline=None)
@@ -234,7 +238,7 @@ def test_every_promise_is_kept_whatever_the_trace_where_the_queue_ages(trace):
     result = simulate(4, trace, reserve=True, aging=True)
     for workload_id, due in result["promised"].items():
         assert workload_id in result["admitted"]
-        assert result["admitted"][workload_id] <= due
+        assert result["admitted"][workload_id] <= result["last"][workload_id] <= due
 
 
 def test_a_large_job_behind_a_stream_of_small_ones_starves_without_a_reservation_and_not_with_one():
@@ -262,3 +266,43 @@ def test_the_gpu_a_held_back_long_job_would_take_goes_to_a_short_one_behind_it()
     assert done.plan.admit == [short.id]
     assert done.plan.waiting[long.id] == RESERVED
     assert done.refused == [long.id]
+
+
+def test_a_promise_is_brought_forward_when_the_work_ahead_ends_before_its_limit():
+    # 4 of 4 GPUs held until 4 h by their limit; the 4-GPU head is promised 4 h. The work ends at 1 h.
+    head = Waiting(10, TEAM, 4, created=0.0)
+    later = Waiting(11, TEAM, 1, created=1.0)  # 1 GPU for 2 h
+    limits = {10: HOUR, 11: 2 * HOUR}
+    first = plan_and_backfill(QUOTA, [Held(1, TEAM, 4)], [head], running={TEAM: [Running(4, 4 * HOUR)]},
+                              time_limits=limits, now=0.0, reserve_after=0.0)  # fmt: skip
+    assert first.reservations[TEAM][0].due_at == 4 * HOUR
+    # At 1 h three of the four GPUs came free (their work ended early); the fourth is held until 2 h.
+    now = HOUR
+    done = plan_and_backfill(
+        QUOTA, [Held(2, TEAM, 1)], [head, later], running={TEAM: [Running(1, 2 * HOUR)]},
+        time_limits=limits, now=now, reserve_after=0.0, standing={TEAM: [(head, 4 * HOUR)]},
+    )  # fmt: skip
+    # The promise moves to 2 h, when the last GPU is free by its limit (no longer 4 h); the 2-hour job
+    # that would have fitted before 4 h now runs past it, so it waits.
+    assert done.reservations[TEAM][0].workload_id == head.id
+    assert done.reservations[TEAM][0].due_at == 2 * HOUR
+    assert done.plan.admit == []
+    assert done.plan.waiting[later.id] == RESERVED
+
+
+def test_a_held_back_head_is_reserved_for_before_those_behind_it():
+    # The head (1 GPU, 5 h) is held back by a promise due at 1 h; the 2-GPU job behind it does not fit now.
+    promised = Waiting(9, TEAM, 4, created=0.0)
+    head = Waiting(10, TEAM, 1, created=1.0)
+    behind = Waiting(11, TEAM, 2, created=2.0)
+    done = plan_and_backfill(
+        QUOTA, [Held(1, TEAM, 3)], [head, behind], running={TEAM: [Running(3, HOUR)]},
+        time_limits={9: HOUR, 10: 5 * HOUR, 11: HOUR}, now=10.0, reserve_after=0.0,
+        standing={TEAM: [(promised, HOUR)]},
+    )  # fmt: skip
+    assert done.refused == [head.id]
+    reserved = [r.workload_id for r in done.reservations[TEAM]]
+    # The held-back head keeps its turn: reserved for before the one behind it, not passed by it.
+    assert reserved == [promised.id, head.id, behind.id]
+    due = {r.workload_id: r.due_at for r in done.reservations[TEAM]}
+    assert due[head.id] <= due[behind.id]

@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from jobs.models import GpuType, Quota, State, Team, Workload, WorkloadEvent
 from jobs.services.dispatch import enqueue_estimate, enqueue_submits
-from jobs.services.queue import borrow_share, sharing_plan
+from jobs.services.queue import borrow_share, reservation_plan, sharing_plan
 from jobs.services.queue.cohort_facts import fair_share_usage_of, team_quotas
 from jobs.services.queue.preemption import close_segment, preempt
 from jobs.services.queue.reservations import ReservationBook
@@ -164,7 +164,10 @@ def _read_queue(
     waiting_teams = members - _budgets_spent(q.team for q in quotas)
     fair = fair_share_usage_of({q.team_id: q.team for q in quotas if q.team_id in waiting_teams}.values())
     aging = {q.gpu_type_id for q in quotas if q.gpu_type.queue_aging}
-    return _queue_heads(_rooms(teams_of, held, waiting_teams), cohort_of, fair, aging_types=aging)
+    reserving = {q.gpu_type_id for q in quotas if q.gpu_type.reserve_after_seconds is not None}
+    return _queue_heads(
+        _rooms(teams_of, held, waiting_teams), cohort_of, fair, aging_types=aging, reserving_types=reserving
+    )
 
 
 def _rooms(
@@ -319,17 +322,21 @@ QueueHeads = dict[GroupKey, list[tuple[int, QueueEntry]]]
 # number among the team's queued workloads of its size (per person where the team caps people), kept
 # where a plan could reach it. The first of each team is always kept, with the team's queue length.
 # Where a type ages (GpuType.queue_aging), GPUs x seconds waited comes before age (aging.aged_weight).
-# Parameters: the teams and types with their rooms and aging, the fair-share usage per team and person,
-# the time to age to, the state.
+# Where a type reserves (GpuType.reserve_after_seconds), the first `depth` of each team's queue are kept
+# too, whether or not they fit: backfill reserves for them (reservation_plan.RESERVE_DEPTH); left out, a
+# large workload behind another got no reservation until the first started, and everything that came
+# meanwhile was promised GPUs before it.
+# Parameters: the teams and types with their rooms, aging and depth, the fair-share usage per team and
+# person, the time to age to, the state.
 _QUEUE_HEADS_SQL = """
 WITH room AS (
-    SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::int[], %s::bool[], %s::bool[])
-        AS r(team_id, gpu_type_id, gpus, per_person, aging)
+    SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::int[], %s::bool[], %s::bool[], %s::int[])
+        AS r(team_id, gpu_type_id, gpus, per_person, aging, depth)
 ), usage AS (
     SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::float8[]) AS u(team_id, owner_id, gpu_hours)
 ), queue AS (
     SELECT w.id, w.team_id, w.gpu_type_id, w.owner_id, w.gpu_count, w.priority, w.created_at, w.requeued_at,
-           r.gpus AS room, r.per_person,
+           r.gpus AS room, r.per_person, r.depth,
            row_number() OVER (
                PARTITION BY w.team_id, w.gpu_type_id
                ORDER BY w.priority DESC, w.requeued_at ASC NULLS LAST, coalesce(u.gpu_hours, 0),
@@ -351,7 +358,8 @@ WITH room AS (
 )
 SELECT id, team_id, gpu_type_id, owner_id, gpu_count, priority, created_at, requeued_at, place, queued
 FROM numbered
-WHERE place = 0 OR room IS NULL OR gpu_count = 0 OR (gpu_count <= room AND (nth - 1) * gpu_count <= room)
+WHERE place = 0 OR place < depth OR room IS NULL OR gpu_count = 0
+   OR (gpu_count <= room AND (nth - 1) * gpu_count <= room)
 """
 
 
@@ -366,34 +374,22 @@ def _queue_heads(
     fair: dict[int, dict[int, float]],
     *,
     aging_types: set[int] | None = None,
+    reserving_types: set[int] | None = None,
 ) -> tuple[QueueHeads, dict[GroupKey, int]]:
     """The head of the queue of every (team, GPU type) of `rooms` (one query), as (place in the team's
     own queue, entry) per group, and how many queued workloads of each group were left out. `aging_types`:
-    the GPU types whose queues age, when the caller knows them (else read)."""
+    the GPU types whose queues age, when the caller knows them (else read); `reserving_types`: those that
+    reserve, whose first RESERVE_DEPTH of each team are read whether or not they fit."""
     heads: QueueHeads = {}
     left_out: dict[GroupKey, int] = {}
     if not rooms:
         return heads, left_out
     if connection.vendor != "postgresql":
-        return _queue_heads_read_whole(rooms, cohort_of, fair)
+        return _queue_heads_read_whole(rooms, cohort_of, fair, reserving_types=reserving_types)
     pairs = sorted(rooms)
     if aging_types is None:
         aging_types = aging_gpu_types({g for _, g in pairs})
-    usage = [(t, owner, hours) for t, by_owner in fair.items() for owner, hours in by_owner.items()]
-    params = [
-        [t for t, _ in pairs],
-        [g for _, g in pairs],
-        [rooms[p].gpus for p in pairs],
-        [rooms[p].per_person for p in pairs],
-        [g in aging_types for _, g in pairs],
-        [t for t, _, _ in usage],
-        [o for _, o, _ in usage],
-        [h for _, _, h in usage],
-        timezone.now(),
-        State.QUEUED,
-        sorted({t for t, _ in pairs}),
-        sorted({g for _, g in pairs}),
-    ]
+    params = _queue_heads_params(rooms, pairs, fair, aging_types, reserving_types or set())
     queued: dict[tuple[int, int], int] = {}
     with connection.cursor() as cursor:
         cursor.execute(_QUEUE_HEADS_SQL.format(workload=Workload._meta.db_table), params)
@@ -412,10 +408,38 @@ def _queue_heads(
     return heads, left_out
 
 
+def _queue_heads_params(
+    rooms: dict[tuple[int, int], sharing_plan.Room],
+    pairs: list[tuple[int, int]],
+    fair: dict[int, dict[int, float]],
+    aging_types: set[int],
+    reserving_types: set[int],
+) -> list:
+    """_QUEUE_HEADS_SQL's parameters, in its order."""
+    usage = [(t, owner, hours) for t, by_owner in fair.items() for owner, hours in by_owner.items()]
+    return [
+        [t for t, _ in pairs],
+        [g for _, g in pairs],
+        [rooms[p].gpus for p in pairs],
+        [rooms[p].per_person for p in pairs],
+        [g in aging_types for _, g in pairs],
+        [reservation_plan.RESERVE_DEPTH if g in reserving_types else 0 for _, g in pairs],
+        [t for t, _, _ in usage],
+        [o for _, o, _ in usage],
+        [h for _, _, h in usage],
+        timezone.now(),
+        State.QUEUED,
+        sorted({t for t, _ in pairs}),
+        sorted({g for _, g in pairs}),
+    ]
+
+
 def _queue_heads_read_whole(
     rooms: dict[tuple[int, int], sharing_plan.Room],
     cohort_of: dict[int, tuple[int, ...]],
     fair: dict[int, dict[int, float]],
+    *,
+    reserving_types: set[int] | None = None,
 ) -> tuple[QueueHeads, dict[GroupKey, int]]:
     """`_queue_heads` where SQL cannot pick them (SQLite in development): the whole queue, cut in Python."""
     by_pair: dict[tuple[int, int], list[QueueEntry]] = {}
@@ -442,6 +466,10 @@ def _queue_heads_read_whole(
         aging_now = now if gpu_type_id in aging_types else None
         own_order = sharing_plan.team_queues(entries, fair, aging_now=aging_now)[team_id]
         head = sharing_plan.queue_head(own_order, rooms[(team_id, gpu_type_id)])
+        if gpu_type_id in (reserving_types or ()):  # the first few whether or not they fit, as the SQL keeps them
+            kept = {place for place, _ in head}
+            deeper = [(p, e) for p, e in enumerate(own_order[: reservation_plan.RESERVE_DEPTH]) if p not in kept]
+            head = sorted(head + deeper, key=lambda pair: pair[0])
         key = (cohort_of[team_id], gpu_type_id)
         heads.setdefault(key, []).extend(head)
         left_out[key] = left_out.get(key, 0) + len(entries) - len(head)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -29,6 +29,10 @@ class CohortFacts:
     held: list[Held]
     queued: list[sharing_plan.Waiting]
     quota_of: dict[int, int]
+    # Where the GPU type ages: the time the queue was aged to (epoch seconds), else None; and the fair-share
+    # usage that ordered it (per team that uses fair share), so a forecast can order it again as it ages.
+    aged_at: float | None = None
+    fair_usage: dict[int, dict[int, float]] = field(default_factory=dict)
 
 
 def cohort_team_ids(team_id: int) -> list[int]:
@@ -115,8 +119,16 @@ def gather_cohort_facts(quotas: list[Quota], gpu_type_id: int, *, skip_teams: It
     ]
     ages = GpuType.objects.filter(id=gpu_type_id, queue_aging=True).exists()
     aging_now = timezone.now().timestamp() if ages else None
-    queued = sharing_plan.order_queue(entries, fair_share_usage(team_ids), aging_now=aging_now)
-    return CohortFacts(teams=teams, held=held, queued=queued, quota_of={q.team_id: q.max_gpus for q in quotas})
+    fair = fair_share_usage(team_ids)
+    queued = sharing_plan.order_queue(entries, fair, aging_now=aging_now)
+    return CohortFacts(
+        teams=teams,
+        held=held,
+        queued=queued,
+        quota_of={q.team_id: q.max_gpus for q in quotas},
+        aged_at=aging_now,
+        fair_usage=fair,
+    )
 
 
 # sharing_plan.decayed_usage over the team's runs, summed by PostgreSQL: what each person of the team used,

@@ -17,6 +17,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from jobs.services.queue import aging
 from jobs.services.queue.sharing_plan import Held, Holding, Plan, TeamQuota, Waiting, plan
 
 HORIZON_SECONDS = 7 * 24 * 3600.0
@@ -250,6 +251,33 @@ def _in_order(queues: Mapping[int, list[Waiting]]) -> list[Waiting]:
     return [w for _, w in ranked]
 
 
+@dataclass(frozen=True)
+class Aging:
+    """Where the GPU type ages (`aging`): the forecast orders each team's queue again at every step, as
+    admission will then, since GPUs x time waited keeps growing while they wait. Without it an estimate
+    made now kept today's order for the whole forecast, and a large workload that will overtake smaller
+    ones within the hour was forecast to start behind all of them. `start`: the forecast's now (epoch
+    seconds); `usage`: per team that uses fair share, each person's decayed usage (held as it is now)."""
+
+    start: float
+    usage: Mapping[int, Mapping[int, float]]
+
+    def order(self, team_id: int, queue: list[Waiting], at: float) -> None:
+        """Sort one team's queue in place as admission would order it `at` seconds from the start:
+        priority, requeued work first (kept in its order), fair share, GPUs x time waited, age."""
+        usage = self.usage.get(team_id) or {}
+        moment = self.start + at
+        place = {w.id: i for i, w in enumerate(queue)}
+
+        def key(w: Waiting) -> tuple:
+            if w.requeued:
+                return (-w.priority, 0, place[w.id], 0.0, 0.0, 0)
+            weight = aging.aged_weight(w.gpus, w.created, moment)
+            return (-w.priority, 1, usage.get(w.user_id, 0.0), -weight, w.created, w.id)
+
+        queue.sort(key=key)
+
+
 def _requeue(queue: list[Waiting], w: Waiting) -> None:
     """Put preempted `w` back at the front of its team's queue: after higher priorities and earlier requeues."""
     at = next((i for i, q in enumerate(queue) if (q.priority, q.requeued) < (w.priority, True)), len(queue))
@@ -421,6 +449,7 @@ def _simulate(
     latest: float,
     newest: float,
     planner: Planner | None = None,
+    aged: Aging | None = None,
 ) -> tuple[dict[int, float], Plan | None]:
     """Play the plan forward from event to event (a run ends, work arrives) until every waiting workload has
     started, nothing more happens or the horizon is passed: when each waiting one starts, and the first plan."""
@@ -431,6 +460,9 @@ def _simulate(
     now: float | None = 0.0
     for _ in range(10 * (len(waiting) + len(running.active) + len(arrivals)) + 10):
         next_arrival = _arrive(queues, backlog, arrivals, next_arrival, now=now, latest=latest)
+        if aged is not None:
+            for team_id, team_queue in queues.items():
+                aged.order(team_id, team_queue, now)
         result = _step_plan(teams, running, queues, planner=planner, now=now, capacity=capacity)
         if first is None:
             first = result
@@ -458,6 +490,7 @@ def forecast(
     arrivals: Sequence[Arrival] = (),
     planner: Planner | None = None,
     until: Collection[int] | None = None,
+    aged: Aging | None = None,
 ) -> dict[int, Estimate]:
     """Estimated start of each queued workload. `running`: (held, seconds until it ends); `durations`:
     expected run of each queued workload by id (and of running ones, should a preemption requeue them);
@@ -466,7 +499,7 @@ def forecast(
     (seconds from now; default `sharing_plan.plan`), e.g. one that keeps reservations (`forecast_backfill`).
     `until`: the ids someone will read (a page's first waiting); the simulation stops once they have started,
     so those behind them get no estimate, and those read get the same as from a full forecast (the steps
-    until then are the same)."""
+    until then are the same). `aged`: where the GPU type ages, the queue is ordered again at every step."""
     running = list(running)
     waiting = {w.id for w in queued[:MAX_QUEUED]}
     if until is not None:
@@ -484,6 +517,7 @@ def forecast(
         capacity=capacity,
         horizon=horizon,
         planner=planner,
+        aged=aged,
         latest=max((w.created for w in queued), default=0.0),
         # admitted in the forecast: newer than all
         newest=max((h.order for h, _ in running), default=0.0) + 1.0,

@@ -9,8 +9,12 @@ A reserved workload gets the first moment its GPUs fit on that timeline for as l
 must fit for its whole time limit. So work passes a reserved one only if it ends before the reservation
 is due or fits beside it, and nothing can take the reserved GPUs: the reserved workload is admitted by
 its due time, a promise ("starts no later than T"), not an estimate. The first RESERVE_DEPTH waiting
-workloads of a team are reserved for, in queue order; a reservation stays with its workload until it
-starts, whatever comes ahead of it later (a higher priority, a lighter user under fair share).
+workloads of a team are reserved for, in queue order (the admission pass reads that many of each team's
+queue wherever the type reserves, whether or not they fit now); a reservation stays with its workload
+until it starts, whatever comes ahead of it later (a higher priority, a lighter user under fair share).
+Each pass brings every reservation forward to the first moment it fits (`_pull_in`): runs usually end
+before their limits, and a due time computed from limits, left where it was, let backfill fill the gap
+up to it while the reserved workload waited. So a promise only ever moves earlier.
 
 Only a team's own quota is reserved: in a cohort, work within its quota reclaims what others borrow, so
 the same bound holds; borrowing (beyond the quota) is never promised.
@@ -19,7 +23,7 @@ the same bound holds; borrowing (beyond the quota) is never promised.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from jobs.services.queue.sharing_plan import Held, Plan, Reason, TeamQuota, Waiting, plan
@@ -86,6 +90,7 @@ def backfill(
     now: float,
     reserve_after: float | None,
     standing: Mapping[int, Sequence[tuple[Waiting, float]]] | None = None,
+    held_before: Collection[int] = (),
 ) -> Backfilled:
     """The plan with GPUs reserved for each team's first workloads that do not fit, and the admissions
     that could delay a reservation held back (conservative backfill, as Slurm's: every reservation is
@@ -96,7 +101,8 @@ def backfill(
     included); `reserve_after`: how long a workload waits before it may be reserved for (None: never,
     best effort as the plan decided; 0: at once); `standing`: per team, the workloads reservations already
     stand for with the time each is due (kept while they wait, whether or not `queue` holds them: an
-    admission pass reads only the head of each team's queue)."""
+    admission pass reads only the head of each team's queue); `held_before`: workloads of `queue` held back
+    by backfill already (not planned again): they are reserved for in their turn like any that waits."""
     if reserve_after is None:
         return Backfilled(plan=result)
     admitted = set(result.admit)
@@ -119,6 +125,7 @@ def backfill(
             time_limits=time_limits,
             now=now,
             reserve_after=reserve_after,
+            held_before=held_before,
         )
         if reserved:
             reservations[team_id] = reserved
@@ -146,6 +153,7 @@ def _backfill_team(
     time_limits: Mapping[int, float],
     now: float,
     reserve_after: float,
+    held_before: Collection[int] = (),
 ) -> list[Reservation]:
     """One team's reservations (its promises kept first, then its queue in order); the admissions that
     would delay one are added to `held_back`."""
@@ -156,7 +164,7 @@ def _backfill_team(
     for w in queued:
         if w.id not in sticky:
             _backfill_one(timeline, reserved, held_back, w, result, admitted, time_limits=time_limits, now=now,
-                          reserve_after=reserve_after)  # fmt: skip
+                          reserve_after=reserve_after, held_before=held_before)  # fmt: skip
     return reserved
 
 
@@ -181,6 +189,26 @@ def _keep_promises(
         if w.id in admitted and not timeline.take(w.gpus, now, _admitted_now(w, time_limits, now).ends_by):
             held_back.add(w.id)
             _reserve(timeline, reserved, w, _length(w, time_limits), now, at=due)
+    _pull_in(timeline, reserved, time_limits=time_limits, now=now)
+
+
+def _pull_in(timeline: Timeline, reserved: list[Reservation], *, time_limits: Mapping[int, float], now: float) -> None:
+    """Bring each promise (earliest due first) forward to the first moment at which it fits beside
+    everything else, where that is before its due: work ended sooner than its limit said (runs usually
+    do), so its GPUs come free earlier. Slurm recomputes its reservations every backfill cycle the same
+    way; without it, backfill filled the gap up to a due time computed from time limits, and the
+    reserved workload started no earlier than that. Every block still fits (each moved only where it
+    fits beside all the others), so every promise still holds; a promise only ever moves earlier. Not to
+    now: one that fits its team's GPUs now and was not admitted waits for something else (the cohort),
+    which a promise cannot hurry."""
+    for i in sorted(range(len(reserved)), key=lambda i: reserved[i].due_at):
+        r = reserved[i]
+        length = _length_of(r.workload_id, time_limits)
+        timeline.blocks.remove(Block(r.gpus, r.due_at, r.due_at + length))
+        due = timeline.earliest(r.gpus, length, now, latest=r.due_at, after_now=True)
+        due = r.due_at if due is None else due
+        timeline.blocks.append(Block(r.gpus, due, due + length))
+        reserved[i] = replace(r, due_at=due)
 
 
 def _backfill_one(
@@ -194,13 +222,20 @@ def _backfill_one(
     time_limits: Mapping[int, float],
     now: float,
     reserve_after: float,
+    held_before: Collection[int] = (),
 ) -> None:
     """One queued workload without a promise: admitted only if it delays no reservation, else held back;
-    not admitted, reserved for when it has waited long enough (and the team holds fewer than RESERVE_DEPTH)."""
+    not admitted, reserved for when it has waited long enough (and the team holds fewer than RESERVE_DEPTH).
+    One held back (`held_before`) is reserved for too: without it, a long small workload at the head of its
+    queue, held back by a promise, let those behind it be promised GPUs first, pass after pass."""
     if w.id in admitted:
         if not timeline.take(w.gpus, now, _admitted_now(w, time_limits, now).ends_by):
             held_back.add(w.id)
-    elif len(reserved) < RESERVE_DEPTH and result.waiting.get(w.id) in RESERVABLE and now - w.created >= reserve_after:
+    elif (
+        len(reserved) < RESERVE_DEPTH
+        and (result.waiting.get(w.id) in RESERVABLE or w.id in held_before)
+        and now - w.created >= reserve_after
+    ):
         _reserve(timeline, reserved, w, _length(w, time_limits), now)
 
 
@@ -247,11 +282,15 @@ class Timeline:
         self.blocks.append(Block(gpus, start, end))
         return True
 
-    def earliest(self, gpus: int, length: float, now: float) -> float | None:
-        """The first moment from `now` at which `gpus` fit for `length` seconds (None: never)."""
+    def earliest(
+        self, gpus: int, length: float, now: float, *, latest: float = math.inf, after_now: bool = False
+    ) -> float | None:
+        """The first moment from `now` (after it, where `after_now`; not after `latest`) at which `gpus`
+        fit for `length` seconds (None: never)."""
         if gpus > self.quota:
             return None
-        for moment in sorted({now, *(b.end for b in self.blocks if b.end > now)}):
+        ends = (b.end for b in self.blocks if now < b.end < latest)
+        for moment in sorted({*([] if after_now else [now]), *ends, *([latest] if math.isfinite(latest) else [])}):
             if math.isfinite(moment) and self.fits(gpus, moment, moment + length):
                 return moment
         return None
@@ -271,7 +310,11 @@ def _reserve(
 
 def _length(w: Waiting, time_limits: Mapping[int, float]) -> float:
     """How long a reserved workload may hold its GPUs once due: its limit and both allowances."""
-    return START_SLACK_SECONDS + time_limits.get(w.id, math.inf) + END_SLACK_SECONDS
+    return _length_of(w.id, time_limits)
+
+
+def _length_of(workload_id: int, time_limits: Mapping[int, float]) -> float:
+    return START_SLACK_SECONDS + time_limits.get(workload_id, math.inf) + END_SLACK_SECONDS
 
 
 def plan_and_backfill(
@@ -298,16 +341,18 @@ def plan_and_backfill(
     ids = {w.id for w, _ in promised}
     in_queue = {w.id: w for w in queue if w.id in ids}
     waiting = [*(in_queue.get(w.id, w) for w, _ in promised), *(w for w in queue if w.id not in ids)]
+    everyone = list(waiting)  # in order, for the reservations: those held back keep their turn
     while True:
         done = backfill(
             plan(teams, held, waiting, borrowed_hours=borrowed_hours, capacity=capacity),
             teams,
-            waiting,
+            everyone,
             running=running,
             time_limits=time_limits,
             now=now,
             reserve_after=reserve_after,
             standing=standing,
+            held_before=set(held_back),
         )
         if not done.refused:
             break

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db.models import F, Q
 from django.utils import timezone
@@ -128,6 +128,7 @@ class ReservationBook:
         ]
         if stale:
             QueueReservation.objects.filter(id__in=stale).delete()
+        self._bring_forward()
         standing = {row.workload_id for rows in self.standing.values() for row in rows}
         new = [
             QueueReservation(
@@ -145,6 +146,23 @@ class ReservationBook:
         if new:
             QueueReservation.objects.filter(workload_id__in=[r.workload_id for r in new]).delete()
             QueueReservation.objects.bulk_create(new)
+
+    def _bring_forward(self) -> None:
+        """A promise brought forward by the plan (reservation_plan._pull_in): the row says the earlier time
+        from now on (one UPDATE, where any moved)."""
+        due = {r.workload_id: r.due_at for made in self.made.values() for r in made}
+        earlier = []
+        for row in (row for key, rows in self.standing.items() if key in self.seen for row in rows):
+            if row.workload_id not in due or row.workload_id in self.admitted:
+                continue
+            by = datetime.fromtimestamp(
+                due[row.workload_id] + reservation_plan.PROMISE_SLACK_SECONDS, tz=self.now.tzinfo
+            )
+            if by < row.starts_by - timedelta(seconds=1):
+                row.starts_by = by
+                earlier.append(row)
+        if earlier:
+            QueueReservation.objects.bulk_update(earlier, ["starts_by"])
 
 
 def running_of(team_ids: Sequence[int], gpu_type_id: int, *, now: float) -> dict[int, list[Running]]:

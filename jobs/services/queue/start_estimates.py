@@ -22,6 +22,7 @@ from jobs.services.queue import borrow_share, estimate_history, forecast_backfil
 from jobs.services.queue.cohort_facts import CohortFacts, cohort_team_ids, gather_cohort_facts
 from jobs.services.queue.forecast import (
     MAX_QUEUED,
+    Aging,
     Arrival,
     Demand,
     Estimate,
@@ -173,6 +174,7 @@ def forecast_cohort(
             borrowed_hours=fair_borrowing(team_ids, gpu_type_id),
         ),
         until=None if team_head is None else [w.id for w in facts.queued if w.team_id == team_id][:team_head],
+        aged=Aging(start=now.timestamp(), usage=facts.fair_usage) if facts.aged_at is not None else None,
     )
     return facts, estimates
 

@@ -1,0 +1,170 @@
+"""bench_queue's calibrated day replayed in memory, to read per-job traces and try many seeds in seconds
+(issue 38). Not a bench module (no `bench_` prefix): run it by hand.
+
+    .venv/bin/python -m benchmarks.queue_replay 3901-3920            # per seed and in sum, three sides
+    .venv/bin/python -m benchmarks.queue_replay --trace 3916 1 3 16  # team 1's events from 3 h to 16 h
+
+It plays what `bench_queue.replay` plays (arrivals, ends, one pass at each) through the same pure
+functions the admission pass uses (`sharing_plan.team_queues` with aging, `queue_head` plus the first
+RESERVE_DEPTH where the type reserves, `reservation_plan.plan_and_backfill`), and keeps the promises as
+`ReservationBook` keeps its rows (made once, brought forward, dropped when no longer planned), without
+PostgreSQL: two teams alone, each a cohort of one, so each team's pass is its own. On the seeds compared
+(3811-3813 with the code before issue 38's second round and after it, 3901 after) it printed the bench's
+figures to the second. The bench on PostgreSQL stays the measurement; this is for finding out why.
+"""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+import sys
+from dataclasses import dataclass, field
+
+from benchmarks.bench_queue import DAY, DRAIN, LARGE, LOAD, QUOTA, TEAMS, Job, loaded_day, p95
+from jobs.services.queue import reservation_plan, sharing_plan
+from jobs.services.queue.reservation_plan import Running, plan_and_backfill
+from jobs.services.queue.sharing_plan import Held, QueueEntry, TeamQuota, Waiting
+
+SLACK = reservation_plan.PROMISE_SLACK_SECONDS
+START = 1.8e9  # an epoch the day starts at (any)
+
+
+@dataclass
+class Day:
+    """One side's day: when each job was admitted, the promises made (job -> first due), broken ones."""
+
+    admitted: dict[int, float] = field(default_factory=dict)
+    first_promise: dict[int, float] = field(default_factory=dict)
+    broken: list[int] = field(default_factory=list)
+
+
+def replay(jobs: list[Job], *, reserve: bool, aging: bool, log=None) -> Day:
+    day = Day()
+    queued: dict[int, QueueEntry] = {}
+    running: dict[int, tuple[int, int, float]] = {}  # id -> team, gpus, started
+    promises: dict[int, tuple[int, int, float, float]] = {}  # id -> team, gpus, starts_by, made
+    ends: list[tuple[float, int]] = []
+    events = [j.at for j in jobs]
+    heapq.heapify(events)
+    arrived = 0
+    while events:
+        now = heapq.heappop(events)
+        if now > DAY + DRAIN:
+            break
+        at = START + now
+        while ends and ends[0][0] <= now:
+            del running[heapq.heappop(ends)[1]]
+        while arrived < len(jobs) and jobs[arrived].at <= now:
+            j = jobs[arrived]
+            queued[arrived] = QueueEntry(id=arrived, team_id=j.team, user_id=1, gpus=j.gpus, priority=0, created=at)
+            arrived += 1
+        for team_id in range(TEAMS):
+            admit = _pass(jobs, team_id, queued, running, promises, day, at=at, reserve=reserve, aging=aging, log=log)
+            for i in admit:
+                del queued[i]
+                running[i] = (team_id, jobs[i].gpus, now)
+                day.admitted[i] = now
+                heapq.heappush(ends, (now + jobs[i].run, i))
+                heapq.heappush(events, now + jobs[i].run)
+                if i in promises and at > promises.pop(i)[2] + 1e-6:
+                    day.broken.append(i)
+                if log:
+                    log(team_id, now, f"admit {i} ({jobs[i].gpus} GPUs, limit {jobs[i].limit} s) waited "
+                                      f"{(now - jobs[i].at) / 3600:.2f} h")  # fmt: skip
+        if arrived == len(jobs) and not ends and not queued:
+            break
+    return day
+
+
+def _pass(jobs, team_id, queued, running, promises, day, *, at, reserve, aging, log) -> list[int]:
+    """One team's admission pass: what it admits; the promises kept as the book keeps its rows."""
+    mine = [e for e in queued.values() if e.team_id == team_id]
+    if not mine:
+        return []
+    teams = {team_id: TeamQuota(team_id=team_id, quota=QUOTA)}
+    order = sharing_plan.team_queues(mine, {}, aging_now=at if aging else None)[team_id]
+    held = [Held(id=-1 - i, team_id=t, gpus=g, user_id=1) for i, (t, g, _) in running.items() if t == team_id]
+    head = sharing_plan.queue_head(order, sharing_plan.admission_room(teams, held)[team_id])
+    if reserve:
+        kept = {place for place, _ in head}
+        head += [(p, e) for p, e in enumerate(order[: reservation_plan.RESERVE_DEPTH]) if p not in kept]
+    waiting = sharing_plan.order_ranked(sorted(head, key=lambda pair: pair[0]))
+    if not reserve:
+        return sharing_plan.plan(teams, held, waiting).admit
+    rows = sorted(((i, p) for i, p in promises.items() if p[0] == team_id), key=lambda r: (r[1][3], r[0]))
+    standing = {team_id: [(Waiting(i, team_id, p[1], 1, 0), p[2] - SLACK) for i, p in rows]}
+    limits = {i: float(jobs[i].limit) for i in [w.id for w in waiting] + [i for i, _ in rows]}
+    ends_by = [
+        Running(g, reservation_plan.ends_by(started=START + s, admitted=None, time_limit=float(jobs[i].limit), now=at))
+        for i, (t, g, s) in running.items()
+        if t == team_id
+    ]
+    done = plan_and_backfill(teams, held, waiting, running={team_id: ends_by}, time_limits=limits, now=at,
+                             reserve_after=0.0, standing=standing)  # fmt: skip
+    made = {r.workload_id: r for r in done.reservations.get(team_id, [])}
+    for i in [i for i, p in promises.items() if p[0] == team_id and i not in done.plan.admit and i not in made]:
+        del promises[i]  # no longer planned: the book drops the row
+    for i, r in made.items():
+        by = r.due_at + SLACK
+        if i not in promises:
+            promises[i] = (team_id, r.gpus, by, at)
+            day.first_promise[i] = by - START
+            if log:
+                log(
+                    team_id,
+                    at - START,
+                    f"promise {i} ({r.gpus} GPUs, limit {jobs[i].limit} s) by {(by - START) / 3600:.2f} h",
+                )
+        elif by < promises[i][2] - 1:  # brought forward: the row says the earlier time
+            promises[i] = (*promises[i][:2], by, promises[i][3])
+    return done.plan.admit
+
+
+def figures(jobs: list[Job], day: Day) -> dict[str, float]:
+    large = [day.admitted.get(i, DAY + DRAIN) - j.at for i, j in enumerate(jobs) if j.gpus >= LARGE]
+    small = [day.admitted.get(i, DAY + DRAIN) - j.at for i, j in enumerate(jobs) if j.gpus < LARGE]
+    used = sum(j.gpus * (min(s + j.run, DAY) - s) for i, j in enumerate(jobs) if (s := day.admitted.get(i, DAY)) < DAY)
+    return {"large_p95": p95(large), "large_mean": statistics.mean(large), "small_p95": p95(small), "used": used}
+
+
+SIDES = {"best-effort": {"reserve": False, "aging": False}, "reservations": {"reserve": True, "aging": False},
+         "reservations+aging": {"reserve": True, "aging": True}}  # fmt: skip
+
+
+def main(argv: list[str]) -> None:
+    if argv and argv[0] == "--trace":
+        seed, team, lo, hi = int(argv[1]), int(argv[2]), float(argv[3]), float(argv[4])
+        jobs = loaded_day(seed, LOAD)
+
+        def log(team_id: int, now: float, what: str) -> None:
+            if team_id == team and lo <= now / 3600 <= hi:
+                print(f"{now / 3600:6.2f} h  {what}")
+
+        for name, side in SIDES.items():
+            print(f"== {name}")
+            replay(jobs, log=log, **side)
+        return
+    seeds = [s for arg in argv for s in (range(int(arg.split("-")[0]), int(arg.split("-")[1]) + 1)
+                                          if "-" in arg else [int(arg)])]  # fmt: skip
+    ratios: dict[str, list[float]] = {name: [] for name in SIDES}
+    for seed in seeds:
+        jobs = loaded_day(seed, LOAD)
+        got = {name: figures(jobs, replay(jobs, **side)) for name, side in SIDES.items()}
+        base = got["best-effort"]
+        for name, f in got.items():
+            ratios[name].append(f["large_p95"] / max(1.0, base["large_p95"]))
+        print(f"seed {seed}: " + "; ".join(
+            f"{name} large p95 {f['large_p95'] / 3600:.1f} h (÷ best-effort {f['large_p95'] / max(1.0, base['large_p95']):.2f}),"
+            f" large mean {f['large_mean'] / 3600:.1f} h, small p95 {f['small_p95'] / 3600:.1f} h,"
+            f" used {f['used'] / max(1.0, base['used']):.3f}"
+            for name, f in got.items()
+        ), flush=True)  # fmt: skip
+    for name in ("reservations", "reservations+aging"):
+        r = sorted(ratios[name])
+        if r:
+            print(f"{name}: large p95 ratio worst {r[-1]:.2f}, median {statistics.median(r):.2f}, "
+                  f"above 0.5 on {sum(x > 0.5 for x in r)} of {len(r)} seeds")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
