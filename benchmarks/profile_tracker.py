@@ -1,6 +1,7 @@
 """What the tracker spends to record a burst of state changes, per workload, in this process.
 
-    python -m devtools.testenv -- python -m benchmarks.profile_tracker [N]   (GPUPORTAL_PG_DURABLE=1 as `make bench`)
+    python -m devtools.testenv -- python -m benchmarks.profile_tracker [N] [--cprofile]
+    (GPUPORTAL_PG_DURABLE=1 as `make bench`)
 
 N workloads (default 100) wait PENDING in one team; the tracker's own `sync_workloads` is handed a view
 in which all of their pods run, then one in which all of them succeeded, as a burst of watch events
@@ -8,11 +9,16 @@ would leave it. Printed per workload, for each of the two bursts and over 3 roun
 wall time, the CPU of the PostgreSQL backend serving it, and the statements sent. No API server and no
 worker: only the tracker's own writes (the timeline, accounting, notifications, the requests it
 enqueues), so a change to that path can be weighed before the tracking-lag benchmark takes it whole.
+With --cprofile, the last round's bursts run under cProfile, timed by this thread's CPU clock, and its top functions (own CPU, and CPU
+with what they call) are printed after the figures (the profiler's overhead is in that round's figures).
 """
 
 from __future__ import annotations
 
+import cProfile
+import io
 import os
+import pstats
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -56,7 +62,10 @@ def _objects(workload, *, succeeded: bool, started: datetime) -> tuple[dict, dic
 
 
 def main(argv: list[str]) -> int:
+    profiling = "--cprofile" in argv
+    argv = [arg for arg in argv if arg != "--cprofile"]
     n = int(argv[0]) if argv else 100
+    profiles: dict[str, cProfile.Profile] = {}
     ctx = BenchContext()
     try:
         ctx.django()
@@ -111,8 +120,14 @@ def main(argv: list[str]) -> int:
                     view.put("Pod", pod)
                 statements[0] = 0
                 cpu, wall, pg = time.thread_time(), time.perf_counter(), backend_cpu()
+                profile = cProfile.Profile(time.thread_time) if profiling and round_number == 2 else None
                 with connection.execute_wrapper(count):
+                    if profile is not None:
+                        profile.enable()
                     changed = watch_loop.sync_workloads(view, {w.uid for w in burst}, full=False)
+                    if profile is not None:
+                        profile.disable()
+                        profiles[phase] = profile
                 cpu, wall, pg = time.thread_time() - cpu, time.perf_counter() - wall, backend_cpu() - pg
                 print(
                     f"round {round_number + 1} {phase}: {changed} changed; cpu {cpu / n * 1000:.2f} ms, "
@@ -120,9 +135,21 @@ def main(argv: list[str]) -> int:
                     f"{statements[0] / n:.1f} statements",
                     flush=True,
                 )
+        for phase, profile in profiles.items():
+            _print_profile(phase, profile)
     finally:
         ctx.close()
     return 0
+
+
+def _print_profile(phase: str, profile: cProfile.Profile, top: int = 25) -> None:
+    for order in ("tottime", "cumulative"):
+        out = io.StringIO()
+        pstats.Stats(profile, stream=out).sort_stats(order).print_stats(top)
+        print(f"# profile of the {phase} burst, by {order}:")
+        for line in out.getvalue().splitlines():
+            if line.strip():
+                print(f"#   {line}")
 
 
 if __name__ == "__main__":

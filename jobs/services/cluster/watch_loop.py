@@ -22,14 +22,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, transaction
 from django.utils import timezone
 from kubernetes.client.exceptions import ApiException
 
 from jobs.kube import client as kube
 from jobs.kube import names
 from jobs.models import Kind, State, Workload
-from jobs.services import dispatch
+from jobs.services import dispatch, transitions
 from jobs.services.cluster.gang_tracking import attempt_object_name, sync_gang
 from jobs.services.cluster.status_mapping import Observation, apply_observation, observe
 
@@ -265,21 +265,44 @@ def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> i
         return _sync_each(view, uids, full=full, grace=grace)
 
 
+# A burst's changes are recorded this many workloads to a transaction: one commit (one WAL flush, one
+# BEGIN and COMMIT) for them instead of one each, and their rows visible together a few milliseconds later.
+# Should any of them fail, its chunk is rolled back whole and recorded again one workload at a time, each in
+# its own transaction as before, so one bad workload never holds back the others.
+CHUNK = 50
+
+
 def _sync_each(view: ClusterView, uids: set[str] | None, *, full: bool, grace) -> int:
-    changed = 0
     # The GPU type too: a finished workload's notification names it.
-    for workload in _to_sync(view, uids, full=full, grace=grace).select_related("team", "gpu_type"):
-        if workload.nodes > 1:
-            changed += _sync_gang(view, workload, missing_since=grace if full else None)
-            continue
-        obs = _observe_one(view, workload, full=full, grace=grace)
-        if obs is None:
-            continue
+    workloads = list(_to_sync(view, uids, full=full, grace=grace).select_related("team", "gpu_type"))
+    changed = 0
+    for start in range(0, len(workloads), CHUNK):
+        chunk = workloads[start : start + CHUNK]
         try:
-            changed += apply_observation(workload, obs)
-        except Exception:
-            log.exception("workload %s: could not apply observation", workload.uid)
+            with transaction.atomic(), transitions.moves_share_the_transaction():
+                changed += sum(_sync_one(view, workload, full=full, grace=grace, alone=False) for workload in chunk)
+        except Exception as exc:
+            log.warning("%d workload(s) could not be recorded together (%s); recording them one at a time", len(chunk), exc)
+            fresh = Workload.objects.filter(id__in=[w.id for w in chunk]).select_related("team", "gpu_type")
+            changed += sum(_sync_one(view, workload, full=full, grace=grace, alone=True) for workload in fresh)
     return changed
+
+
+def _sync_one(view: ClusterView, workload: Workload, *, full: bool, grace, alone: bool) -> int:
+    """Apply the view to one workload; `alone`, in a transaction of its own, where a failure is logged and
+    counts as no change (else it is raised, for the caller's transaction to be redone)."""
+    if workload.nodes > 1:
+        return int(_sync_gang(view, workload, missing_since=grace if full else None, alone=alone))
+    obs = _observe_one(view, workload, full=full, grace=grace)
+    if obs is None:
+        return 0
+    if not alone:
+        return int(apply_observation(workload, obs))
+    try:
+        return int(apply_observation(workload, obs))
+    except Exception:
+        log.exception("workload %s: could not apply observation", workload.uid)
+        return 0
 
 
 def _observe_one(view: ClusterView, workload: Workload, *, full: bool, grace: datetime) -> Observation | None:
@@ -294,7 +317,7 @@ def _observe_one(view: ClusterView, workload: Workload, *, full: bool, grace: da
     return None
 
 
-def _sync_gang(view: ClusterView, workload: Workload, *, missing_since=None) -> bool:
+def _sync_gang(view: ClusterView, workload: Workload, *, missing_since=None, alone: bool = True) -> bool:
     """A gang job: all its ranks' Jobs and pods (its own namespace only) make one state. On a full sync
     (`missing_since`), one made before then with nothing left in the cluster ends FAILED, as a job does."""
     jobs, pods = view.in_own_namespace(workload)
@@ -307,6 +330,8 @@ def _sync_gang(view: ClusterView, workload: Workload, *, missing_since=None) -> 
             return apply_observation(workload, missing_objects_observation(workload))
         return sync_gang(workload, jobs, pods)
     except Exception:
+        if not alone:
+            raise
         log.exception("gang %s: could not apply its ranks", workload.uid)
         return False
 
