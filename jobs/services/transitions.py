@@ -167,7 +167,8 @@ def _guarded_update(names: tuple[str, ...]) -> tuple[str, tuple[Any, ...]] | Non
     table = qn(Workload._meta.db_table)
     sets = ", ".join(f"{qn(field.column)} = %s" for field in fields)
     pk, state = qn(Workload._meta.pk.column), qn(Workload._meta.get_field("state").column)
-    return f"UPDATE {table} SET {sets} WHERE ({table}.{pk} = %s AND {table}.{state} = %s)", fields
+    # Column and table names from the model, quoted; every value is a parameter.
+    return f"UPDATE {table} SET {sets} WHERE ({table}.{pk} = %s AND {table}.{state} = %s)", fields  # noqa: S608
 
 
 def _plain(value: Any) -> bool:
@@ -182,7 +183,10 @@ def _update_sql(workload_id: int, from_state: str, values: dict[str, Any]) -> tu
         sql, params = query.get_compiler(connection.alias).as_sql()
         return sql, list(params)
     sql, fields = compiled
-    params = [field.get_db_prep_save(value, connection=connection) for field, value in zip(fields, values.values())]
+    params = [
+        field.get_db_prep_save(value, connection=connection)
+        for field, value in zip(fields, values.values(), strict=True)
+    ]
     return sql, [*params, workload_id, from_state]
 
 

@@ -32,6 +32,7 @@ from jobs.models import Kind, State, Workload
 from jobs.services import dispatch, transitions
 from jobs.services.cluster.gang_tracking import attempt_object_name, sync_gang
 from jobs.services.cluster.status_mapping import Observation, apply_observation, observe
+from jobs.services.cluster.watch_events import decode_event, essentials
 
 log = logging.getLogger(__name__)
 
@@ -88,13 +89,17 @@ def in_namespace(kind: str, obj: dict[str, Any], namespace: str) -> bool:
 
 @dataclass
 class ClusterView:
-    """The latest Jobs and Pods per workload uid, as raw JSON dicts keyed by "namespace/name"."""
+    """The latest Jobs and Pods per workload uid, keyed by "namespace/name": of each, the fields the tracker
+    reads (watch_events.essentials), in the object's own JSON shape."""
 
     jobs: dict[str, dict[str, dict[str, Any]]] = field(default_factory=lambda: defaultdict(dict))
     pods: dict[str, dict[str, dict[str, Any]]] = field(default_factory=lambda: defaultdict(dict))
     listed_at: float = 0.0
 
-    def put(self, kind: str, obj: dict[str, Any], deleted: bool = False) -> str | None:
+    def put(self, kind: str, obj: dict[str, Any], deleted: bool = False, *, if_changed: bool = False) -> str | None:
+        """Keep (or forget) an object; returns its workload's uid, None when it is not ours, or (`if_changed`,
+        as the watches ask) when nothing the tracker reads changed (a Job's counts, a pod's finalizers, a
+        resend): then its workload has nothing new to record."""
         meta = obj.get("metadata") or {}
         uid = (meta.get("labels") or {}).get(names.LABEL_WORKLOAD)
         if not uid or not is_ours(obj):
@@ -104,8 +109,11 @@ class ClusterView:
         objects = self.jobs[uid] if kind == "Job" else self.pods[uid]
         if deleted:
             objects.pop(where, None)
-        else:
-            objects[where] = obj
+            return uid
+        kept = essentials(kind, obj)
+        if if_changed and objects.get(where) == kept:
+            return None
+        objects[where] = kept
         return uid
 
     def in_own_namespace(self, workload: Workload) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -282,7 +290,9 @@ def _sync_each(view: ClusterView, uids: set[str] | None, *, full: bool, grace) -
             with transaction.atomic(), transitions.moves_share_the_transaction():
                 changed += sum(_sync_one(view, workload, full=full, grace=grace, alone=False) for workload in chunk)
         except Exception as exc:
-            log.warning("%d workload(s) could not be recorded together (%s); recording them one at a time", len(chunk), exc)
+            log.warning(
+                "%d workload(s) could not be recorded together (%s); recording them one at a time", len(chunk), exc
+            )
             fresh = Workload.objects.filter(id__in=[w.id for w in chunk]).select_related("team", "gpu_type")
             changed += sum(_sync_one(view, workload, full=full, grace=grace, alone=True) for workload in fresh)
     return changed
@@ -400,7 +410,7 @@ class Tracker:
                     line, buffer = buffer.split(b"\n", 1)
                     if not line.strip():
                         continue
-                    event = json.loads(line)
+                    event = decode_event(line)
                     if event.get("type") == "ERROR":
                         self.relist_needed.set()  # e.g. 410 Gone: our resourceVersion is too old
                         return None
@@ -498,7 +508,7 @@ class Tracker:
             deadline = time.monotonic() + self.batch_seconds
             while True:
                 if generation == self.generation:
-                    uid = self.view.put(kind, obj or {}, deleted=kind_event == "DELETED")
+                    uid = self.view.put(kind, obj or {}, deleted=kind_event == "DELETED", if_changed=True)
                     if uid:
                         dirty.add(uid)
                 remaining = deadline - time.monotonic()
