@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from functools import lru_cache
@@ -53,13 +53,30 @@ _shared = threading.local()
 
 @contextmanager
 def moves_share_the_transaction() -> Iterator[None]:
-    """Inside the block (and inside the caller's `transaction.atomic()`), moves take no savepoint each."""
-    before = getattr(_shared, "active", False)
-    _shared.active = True
+    """Inside the block (and inside the caller's `transaction.atomic()`), moves take no savepoint each, and
+    the rows handed to `write_before_commit` are written as the block ends, still inside that transaction
+    (a block left by an error writes nothing: its transaction is rolled back anyway)."""
+    if getattr(_shared, "active", False):
+        yield
+        return
+    _shared.active, _shared.pending = True, {}
     try:
         yield
+        while _shared.pending:
+            write_all, items = _shared.pending.pop(next(iter(_shared.pending)))
+            write_all(items)
     finally:
-        _shared.active = before
+        _shared.active, _shared.pending = False, {}
+
+
+def write_before_commit(key: str, item: Any, write_all: Callable[[list[Any]], None]) -> bool:
+    """Inside `moves_share_the_transaction`, keep `item` for one `write_all(items)` per key as the block ends
+    (the rows of many moves written together: one INSERT for a burst's notification events); False outside
+    one (the caller writes its own)."""
+    if not getattr(_shared, "active", False):
+        return False
+    _shared.pending.setdefault(key, (write_all, []))[1].append(item)
+    return True
 
 
 def can_move(from_state: str, to_state: str) -> bool:

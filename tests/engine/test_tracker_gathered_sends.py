@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from benchmarks.profile_tracker import _objects
@@ -62,9 +63,18 @@ def test_a_burst_of_ends_sends_one_fan_out_and_the_worker_fans_out_every_event(s
         job, pod = _objects(workload, succeeded=True, started=workload.started_at)
         view.put("Job", job)
         view.put("Pod", pod)
-    assert watch_loop.sync_workloads(view, {w.uid for w in burst}, full=False) == 3
+    inserts: list[str] = []
+
+    def watch(execute, sql, params, many, context):
+        if sql.startswith(f'INSERT INTO "{Event._meta.db_table}"'):
+            inserts.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(watch):
+        assert watch_loop.sync_workloads(view, {w.uid for w in burst}, full=False) == 3
     events = list(Event.objects.filter(workload__in=burst).order_by("id").values_list("id", flat=True))
     assert len(events) == 3
+    assert len(inserts) == 1  # the burst's events stored together, in its transaction
     assert sent == [("notifications.tasks.fan_out_many", events)]
     assert notifications_tasks.fan_out_many(events) == 3  # an email to the owner for each
     assert Event.objects.filter(id__in=events, fanned_out_at=None).count() == 0
