@@ -5,7 +5,7 @@
 
 N workloads (default 100) wait PENDING in one team; the tracker's own `sync_workloads` is handed a view
 in which all of their pods run, then one in which all of them succeeded, as a burst of watch events
-would leave it. Printed per workload, for each of the two bursts and over 3 rounds: this thread's CPU,
+would leave it; between the two, a full resync that finds nothing to change. Printed per workload, for each of the two bursts and over 3 rounds: this thread's CPU,
 wall time, the CPU of the PostgreSQL backend serving it, and the statements sent. No API server and no
 worker: only the tracker's own writes (the timeline, accounting, notifications, the requests it
 enqueues), so a change to that path can be weighed before the tracking-lag benchmark takes it whole.
@@ -183,7 +183,13 @@ def main(argv: list[str]) -> int:
                 workload.k8s_name = names.attempt_name(workload.name, workload.uid, 0)
                 workload.save(update_fields=["k8s_name"])
                 burst.append(workload)
-            for phase, succeeded in (("running", False), ("succeeded", True)):
+            # The resync between the bursts: a full sync of every active workload (this burst's, running)
+            # against a view that agrees with the database, as the periodic safety net finds it most of the time.
+            for phase, succeeded, full in (
+                ("running", False, False),
+                ("resync", False, True),
+                ("succeeded", True, False),
+            ):
                 view = watch_loop.ClusterView()
                 for workload in burst:
                     job, pod = _objects(workload, succeeded=succeeded, started=started)
@@ -195,7 +201,7 @@ def main(argv: list[str]) -> int:
                 with connection.execute_wrapper(count):
                     if profile is not None:
                         profile.enable()
-                    changed = watch_loop.sync_workloads(view, {w.uid for w in burst}, full=False)
+                    changed = watch_loop.sync_workloads(view, None if full else {w.uid for w in burst}, full=full)
                     if profile is not None:
                         profile.disable()
                         profiles[phase] = profile

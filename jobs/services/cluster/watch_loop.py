@@ -31,7 +31,7 @@ from jobs.kube import names
 from jobs.models import Kind, State, Workload
 from jobs.services import dispatch, transitions
 from jobs.services.cluster.gang_tracking import attempt_object_name, sync_gang
-from jobs.services.cluster.status_mapping import Observation, apply_observation, observe
+from jobs.services.cluster.status_mapping import Observation, apply_observation, observe, would_change
 from jobs.services.cluster.watch_events import decode_event, essentials
 
 log = logging.getLogger(__name__)
@@ -355,18 +355,31 @@ def _to_sync(view: ClusterView, uids: set[str] | None, *, full: bool, grace):
         active = active.filter(uid__in=uids)
     if not full:
         return active
+    columns = ("id", "uid", "name", "kind", "nodes", "state", "reason", "message", "attempt", "namespace",
+               "submitted_at", "started_at", "node_name", "pod_name", "pod_uid")  # fmt: skip
     wanted = [
-        row_id
-        for row_id, uid, state, submitted_at, namespace, attempt in active.values_list(
-            "id", "uid", "state", "submitted_at", "namespace", "attempt"
-        )
-        if view.may_say_something(uid)
+        row.id
+        for row in active.values_list(*columns, named=True)
+        if (view.may_say_something(row.uid) and _may_change(view, row))
         or (
-            _placed_before(state, submitted_at, grace)
-            and not (namespace and not attempt and view.holds_own_job(uid, namespace))
+            _placed_before(row.state, row.submitted_at, grace)
+            and not (row.namespace and not row.attempt and view.holds_own_job(row.uid, row.namespace))
         )
     ]
     return active.filter(id__in=wanted)
+
+
+def _may_change(view: ClusterView, row) -> bool:
+    """Whether the view could change this workload, judged from its row's columns: a full sync loads only
+    those (a resync that finds every running workload as its objects say loads none of them). A gang, a
+    workload without its own namespace recorded, or one with no objects left are always loaded."""
+    if row.nodes > 1 or not row.namespace:
+        return True
+    job, pods = view.objects_for(row)
+    if job is None and not pods:
+        return True
+    obs = observe(kind=row.kind, job=job, pods=pods)
+    return obs is not None and would_change(row, obs)
 
 
 class Tracker:
