@@ -281,8 +281,9 @@ CHUNK = 50
 
 
 def _sync_each(view: ClusterView, uids: set[str] | None, *, full: bool, grace) -> int:
-    # The GPU type too: a finished workload's notification names it.
-    workloads = list(_to_sync(view, uids, full=full, grace=grace).select_related("team", "gpu_type"))
+    # The GPU type too: a finished workload's notification names it. In id order: a chunk's transaction locks
+    # its rows in the order other multi-row writers use, not the model's default (newest first).
+    workloads = list(_to_sync(view, uids, full=full, grace=grace).select_related("team", "gpu_type").order_by("id"))
     changed = 0
     for start in range(0, len(workloads), CHUNK):
         chunk = workloads[start : start + CHUNK]
