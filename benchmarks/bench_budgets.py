@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from collections.abc import Iterator
 
 from benchmarks import cpu, pgstat
@@ -75,8 +76,9 @@ def _raw_side(engine, n: int) -> dict[str, float]:
     return cpu.spent(before, cpu.snapshot())
 
 
-def _portal_side(engine, api, n: int, *, sweeps: bool) -> tuple[dict[str, float], float, list[str]]:
-    """CPU seconds per part and statements sent by the engine while n workloads went from the POST to the end."""
+def _portal_side(engine, api, n: int, *, sweeps: bool) -> tuple[dict[str, float], float, list[str], float]:
+    """CPU seconds per part and statements sent by the engine while n workloads went from the POST to the end,
+    and the window's length in seconds."""
     from django.db import connection
 
     from benchmarks.engine import quiet, wait_until
@@ -87,16 +89,40 @@ def _portal_side(engine, api, n: int, *, sweeps: bool) -> tuple[dict[str, float]
     own = OwnStatements()
     quiet()
     pgstat.reset(force=True)
-    before = cpu.snapshot()
+    before, began = cpu.snapshot(), time.monotonic()
     with connection.execute_wrapper(own):
         (_rest_submit_arrays if sweeps else _rest_submit)(api, token, team.slug, n, {"SIM_RUN_SECONDS": "1"})
         wait_until(lambda: _all_succeeded(team, n), 600, f"{n} workloads did not all succeed", interval=0.5)
         quiet()
-    spent = cpu.spent(before, cpu.snapshot())
+    spent, length = cpu.spent(before, cpu.snapshot()), time.monotonic() - began
     calls, top = pgstat.window(f"budget {'sweep' if sweeps else 'rest'} side", n)
     engine.delete_namespace(namespace)
     engine.settle(namespace, team=team)
-    return spent, (calls - own.count) / n if calls is not None else float("nan"), top
+    return spent, (calls - own.count) / n if calls is not None else float("nan"), top, length
+
+
+def _idle_window(seconds: float) -> dict[str, float]:
+    """CPU seconds per part over `seconds` with nothing submitted: what a window of that length costs the
+    processes whatever it carries (the tracker's resync passes and idle watches, the periodic tasks)."""
+    from benchmarks.engine import quiet
+
+    quiet()
+    before = cpu.snapshot()
+    time.sleep(seconds)
+    return cpu.spent(before, cpu.snapshot())
+
+
+def _print_idle(spent: dict[str, float], length: float, n: int) -> None:
+    """The first REST window's fixed costs: the same parts over an idle window of the same length, and what
+    the workloads added beyond it (the marginal cost), on `#` lines: the figures themselves are unchanged."""
+    idle = _idle_window(length)
+    for part in ("tracker", "postgres"):
+        busy, still = spent.get(part, 0.0), idle.get(part, 0.0)
+        print(
+            f"# budget round 1 rest side {part}: {1000 * busy:.0f} ms in the {length:.0f} s window, "
+            f"{1000 * still:.0f} ms in an idle window as long; marginal {1000 * (busy - still) / n:.2f} ms per workload",
+            flush=True,
+        )
 
 
 def run(ctx: BenchContext) -> Iterator[tuple[str, float]]:
@@ -126,11 +152,13 @@ def run(ctx: BenchContext) -> Iterator[tuple[str, float]]:
                         add("apiserver_cpu_per_raw_create_ms", 1000 * spent.get("kube-apiserver", 0.0) / n)
                         print(f"# budget round {i + 1} raw side cpu {cpu.per_object(spent, n)}", flush=True)
                         continue
-                    spent, statements, top = _portal_side(engine, api, n, sweeps=side == "sweep")
+                    spent, statements, top, length = _portal_side(engine, api, n, sweeps=side == "sweep")
                     per = {part: 1000 * seconds / n for part, seconds in spent.items()}
                     print(f"# budget round {i + 1} {side} side cpu {cpu.per_object(spent, n, 'workload')}", flush=True)
                     for line in top:
                         print(line, flush=True)
+                    if i == 0 and side == "rest" and os.environ.get("BENCH_BUDGET_IDLE", "1") != "0":
+                        _print_idle(spent, length, n)
                     if side == "rest":
                         add("pg_cpu_per_rest_submission_ms", per.get("postgres", 0.0))
                         add("pg_statements_per_rest_submission", statements)

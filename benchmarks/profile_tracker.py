@@ -1,18 +1,25 @@
 """What the tracker spends to record a burst of state changes, per workload, in this process.
 
-    python -m devtools.testenv -- python -m benchmarks.profile_tracker [N]   (GPUPORTAL_PG_DURABLE=1 as `make bench`)
+    python -m devtools.testenv -- python -m benchmarks.profile_tracker [N] [--cprofile]
+    (GPUPORTAL_PG_DURABLE=1 as `make bench`)
 
 N workloads (default 100) wait PENDING in one team; the tracker's own `sync_workloads` is handed a view
 in which all of their pods run, then one in which all of them succeeded, as a burst of watch events
-would leave it. Printed per workload, for each of the two bursts and over 3 rounds: this thread's CPU,
+would leave it; between the two, a full resync that finds nothing to change. Printed per workload, for each of the two bursts and over 3 rounds: this thread's CPU,
 wall time, the CPU of the PostgreSQL backend serving it, and the statements sent. No API server and no
 worker: only the tracker's own writes (the timeline, accounting, notifications, the requests it
 enqueues), so a change to that path can be weighed before the tracking-lag benchmark takes it whole.
+With --cprofile, the last round's bursts run under cProfile, timed by this thread's CPU clock, and its top functions (own CPU, and CPU
+with what they call) are printed after the figures (the profiler's overhead is in that round's figures).
 """
 
 from __future__ import annotations
 
+import cProfile
+import io
+import json
 import os
+import pstats
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -55,8 +62,81 @@ def _objects(workload, *, succeeded: bool, started: datetime) -> tuple[dict, dic
     return job, pod
 
 
+def _fields(names: list[str]) -> dict:
+    """A managedFields entry's field set (FieldsV1) naming these paths, as the API server writes them."""
+    return {f"f:{name}": {".": {}, "f:name": {}, "f:value": {}} for name in names}
+
+
+def as_sent(kind: str, obj: dict, event: str = "MODIFIED") -> bytes:
+    """One watch stream line for `obj` as the API server sends it: with what the tracker does not read (owner
+    references, finalizers, the pod's spec, status details, the managers' field sets) at a size like the local
+    cluster's (6-7 kB a pod)."""
+    meta = obj["metadata"]
+    sent = json.loads(json.dumps(obj))
+    sent.update(kind=kind, apiVersion="v1" if kind == "Pod" else "batch/v1")
+    sent["metadata"].update(
+        resourceVersion="123456",
+        generateName=meta["name"][:-5],
+        ownerReferences=[{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"], "uid": "x" * 36,
+                          "controller": True, "blockOwnerDeletion": True}],
+        finalizers=["batch.kubernetes.io/job-tracking"],
+        managedFields=[
+            {"manager": manager, "operation": "Update", "apiVersion": "v1", "time": "2026-01-01T00:00:00Z",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": _fields([f"label-{i}" for i in range(8)]),
+                                                    "f:spec": _fields([f'k:{{"name":"VAR{i}"}}' for i in range(12)]),
+                                                    "f:status": {'k:{"type":"Ready"}': {".": {}, "f:status": {}}}}}
+            for manager in ("kube-controller-manager", "kube-scheduler", "node-simulator")
+        ],
+    )  # fmt: skip
+    spec = sent.setdefault("spec", {})
+    spec.update(restartPolicy="Never", terminationGracePeriodSeconds=30, dnsPolicy="ClusterFirst",
+                tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}] * 3,
+                volumes=[{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}])  # fmt: skip
+    spec["containers"] = [{"name": "main", "image": "docker.io/x:1", "command": ["python", "-c"], "args": ["pass"],
+                           "env": [{"name": f"VAR{i}", "value": f"value-{i}"} for i in range(12)],
+                           "resources": {"limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}}}]  # fmt: skip
+    if kind == "Job":
+        spec["template"] = {"metadata": {"labels": meta["labels"]}, "spec": dict(spec)}
+    status = sent.setdefault("status", {})
+    status.update(hostIP="127.0.0.2", podIP="127.1.0.5", startTime="2026-01-01T00:00:00Z", qosClass="Guaranteed")
+    return json.dumps({"type": event, "object": sent}, separators=(",", ":")).encode()
+
+
+def _watch_path(n: int) -> None:
+    """The tracker's CPU per watch event before any database work: each line decoded and put in the view.
+    For each workload six events: its pod running, then resent with nothing the tracker reads changed (a
+    finalizer), its Job, then its Job's active count, its pod ended, its Job complete (four change the view)."""
+    from django.utils import timezone
+
+    from jobs.models import Workload
+    from jobs.services.cluster import watch_loop
+
+    started = timezone.now() - timedelta(seconds=5)
+    lines = []
+    for workload in Workload.objects.filter(team__slug="tracker-profile")[:n]:
+        job, pod = _objects(workload, succeeded=False, started=started)
+        ended_job, ended_pod = _objects(workload, succeeded=True, started=started)
+        counted = {**job, "status": {**job["status"], "active": 1, "ready": 1}}
+        lines += [("Pod", as_sent("Pod", pod)), ("Pod", as_sent("Pod", pod).replace(b'"123456"', b'"123457"')),
+                  ("Job", as_sent("Job", job)), ("Job", as_sent("Job", counted)),
+                  ("Pod", as_sent("Pod", ended_pod)), ("Job", as_sent("Job", ended_job))]  # fmt: skip
+    view = watch_loop.ClusterView()
+    cpu = time.thread_time()
+    dirty = sum(bool(view.put(kind, watch_loop.decode_event(line)["object"], if_changed=True)) for kind, line in lines)
+    cpu = time.thread_time() - cpu
+    size = sum(len(line) for _, line in lines) / len(lines)
+    print(
+        f"watch path: {len(lines)} events ({size / 1000:.1f} kB each), {dirty} marked a workload; "
+        f"cpu {cpu / len(lines) * 1e6:.0f} us per event",
+        flush=True,
+    )
+
+
 def main(argv: list[str]) -> int:
+    profiling = "--cprofile" in argv
+    argv = [arg for arg in argv if arg != "--cprofile"]
     n = int(argv[0]) if argv else 100
+    profiles: dict[str, cProfile.Profile] = {}
     ctx = BenchContext()
     try:
         ctx.django()
@@ -103,7 +183,13 @@ def main(argv: list[str]) -> int:
                 workload.k8s_name = names.attempt_name(workload.name, workload.uid, 0)
                 workload.save(update_fields=["k8s_name"])
                 burst.append(workload)
-            for phase, succeeded in (("running", False), ("succeeded", True)):
+            # The resync between the bursts: a full sync of every active workload (this burst's, running)
+            # against a view that agrees with the database, as the periodic safety net finds it most of the time.
+            for phase, succeeded, full in (
+                ("running", False, False),
+                ("resync", False, True),
+                ("succeeded", True, False),
+            ):
                 view = watch_loop.ClusterView()
                 for workload in burst:
                     job, pod = _objects(workload, succeeded=succeeded, started=started)
@@ -111,8 +197,14 @@ def main(argv: list[str]) -> int:
                     view.put("Pod", pod)
                 statements[0] = 0
                 cpu, wall, pg = time.thread_time(), time.perf_counter(), backend_cpu()
+                profile = cProfile.Profile(time.thread_time) if profiling and round_number == 2 else None
                 with connection.execute_wrapper(count):
-                    changed = watch_loop.sync_workloads(view, {w.uid for w in burst}, full=False)
+                    if profile is not None:
+                        profile.enable()
+                    changed = watch_loop.sync_workloads(view, None if full else {w.uid for w in burst}, full=full)
+                    if profile is not None:
+                        profile.disable()
+                        profiles[phase] = profile
                 cpu, wall, pg = time.thread_time() - cpu, time.perf_counter() - wall, backend_cpu() - pg
                 print(
                     f"round {round_number + 1} {phase}: {changed} changed; cpu {cpu / n * 1000:.2f} ms, "
@@ -120,9 +212,22 @@ def main(argv: list[str]) -> int:
                     f"{statements[0] / n:.1f} statements",
                     flush=True,
                 )
+        _watch_path(n)
+        for phase, profile in profiles.items():
+            _print_profile(phase, profile)
     finally:
         ctx.close()
     return 0
+
+
+def _print_profile(phase: str, profile: cProfile.Profile, top: int = 25) -> None:
+    for order in ("tottime", "cumulative"):
+        out = io.StringIO()
+        pstats.Stats(profile, stream=out).sort_stats(order).print_stats(top)
+        print(f"# profile of the {phase} burst, by {order}:")
+        for line in out.getvalue().splitlines():
+            if line.strip():
+                print(f"#   {line}")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -17,6 +18,7 @@ from django.utils import timezone
 
 from jobs import sql as jobs_sql
 from jobs.models import Kind, State, Workload
+from jobs.services import transitions
 from notifications.models import Event, Topic
 
 log = logging.getLogger(__name__)
@@ -45,12 +47,16 @@ KINDS: dict[str, Topic] = {
 }
 
 
-def notify(*, kind: str, workload: Workload, summary: str, key: str = "", **details: Any) -> Event | None:
+def notify(
+    *, kind: str, workload: Workload, summary: str, key: str = "", gather: bool = False, **details: Any
+) -> Event | None:
     """Record that `kind` happened to `workload`: its owner and its team's webhook hear about it once.
 
     Call it inside the transaction that made it happen. `key` says what "once" means (default: once per
     kind and workload; add a discriminator for events that may recur). `details` go into the message
     beside the workload's own facts. Returns None when an event with this key was already recorded.
+    `gather`: where the caller records many moves in one transaction (the tracker's burst), the event is
+    stored with the others of that transaction in one INSERT as it ends, and returned unsaved.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown notification kind {kind!r}; add it to notifications.events.KINDS")
@@ -63,12 +69,22 @@ def notify(*, kind: str, workload: Workload, summary: str, key: str = "", **deta
         summary=summary[:300],
         details={**workload_facts(workload), **details},
     )
+    if gather and transitions.write_before_commit("notifications.events", event, _store_gathered):
+        return event
     # One statement, no savepoint: an event already recorded under the key (a retried caller, or a state
     # reached twice, as a service whose pod was made again) stores nothing.
     if not jobs_sql.insert(event, unless_taken=("key",)):
         return None
     transaction.on_commit(lambda: _fan_out_soon(event.id))
     return event
+
+
+def _store_gathered(events: list[Event]) -> None:
+    """The gathered events in one statement; each stored one handed to a worker on commit."""
+    jobs_sql.insert_many(events, unless_taken=("key",))
+    for event in events:
+        if event.pk is not None:
+            transaction.on_commit(partial(_fan_out_soon, event.pk))
 
 
 def _fan_out_soon(event_id: int) -> None:
@@ -112,13 +128,14 @@ def workload_transitioned(workload: Workload, *, from_state: str, actor: Any = N
     """The hook in jobs.services.transitions.transition, inside its transaction: which moves are news."""
     state, name = workload.state, workload.name
     if state == State.SUCCEEDED:
-        notify(kind=SUCCEEDED, workload=workload, summary=f"{name} succeeded ({_gpu_hours(workload)}).")
+        notify(kind=SUCCEEDED, workload=workload, summary=f"{name} succeeded ({_gpu_hours(workload)}).", gather=True)
     elif state == State.FAILED:
-        notify(kind=FAILED, workload=workload, summary=f"{name} failed: {_why(workload)}")
+        notify(kind=FAILED, workload=workload, summary=f"{name} failed: {_why(workload)}", gather=True)
     elif state == State.CANCELLED:
         if actor is not None and getattr(actor, "pk", None) == workload.owner_id:
             return  # people know what they cancelled themselves
-        notify(kind=CANCELLED, workload=workload, summary=f"{name} was stopped: {workload.message or workload.reason}")
+        summary = f"{name} was stopped: {workload.message or workload.reason}"
+        notify(kind=CANCELLED, workload=workload, summary=summary, gather=True)
     elif state == State.RUNNING and from_state != State.RUNNING:
         _started_after_a_wait(workload)
 
@@ -135,6 +152,7 @@ def _started_after_a_wait(workload: Workload) -> None:
             kind=STARTED,
             workload=workload,
             summary=f"{workload.name} started after waiting {_duration(waited)} in the queue.",
+            gather=True,
             waited_seconds=int(waited.total_seconds()),
         )
 

@@ -45,13 +45,27 @@ def sends_gathered() -> Iterator[None]:
     if getattr(_gathering, "ids", None) is not None:  # nested: the outer block sends
         yield
         return
-    _gathering.ids = {}
+    _gathering.ids, _gathering.once = {}, {}
     try:
         yield
     finally:
         gathered, _gathering.ids = _gathering.ids, None
+        once, _gathering.once = _gathering.once, None
         for task_name, ids in gathered.items():
             _send_ids(task_name, ids)
+        for send in once.values():
+            send()
+
+
+def once_after_gathering(key: tuple, send) -> None:
+    """Run `send` now, or, inside this thread's `sends_gathered` block, once per `key` after it (when all of
+    the block's work is committed): a burst of ends in one team and GPU type asks for one admission pass,
+    with one Redis round trip, instead of one each."""
+    once = getattr(_gathering, "once", None)
+    if once is None:
+        send()
+    else:
+        once.setdefault(key, send)
 
 
 def gather(task_name: str, object_id: int) -> bool:
@@ -151,7 +165,7 @@ def request_admission(*, team_id: int, gpu_type_id: int) -> None:
             log.info("admission request not coalesced (%s)", exc)
         _send("jobs.tasks.admit", team_id, gpu_type_id, countdown=countdown)
 
-    transaction.on_commit(send)
+    transaction.on_commit(lambda: once_after_gathering(("admit", team_id, gpu_type_id), send))
 
 
 def admission_starting(*, team_id: int, gpu_type_id: int) -> None:

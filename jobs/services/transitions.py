@@ -7,7 +7,11 @@ race to move the same workload cannot both win; the loser learns it from the row
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from django.db import connection, transaction
@@ -39,6 +43,40 @@ def requeued_attempt(workload: Workload, at: datetime) -> dict[str, Any]:
         "pod_name": "",
         "pod_uid": "",
     }
+
+
+# A caller that records many moves in one transaction of its own (the tracker's burst) asks for no savepoint
+# per move: a failing move then fails the caller's whole transaction, which the caller must redo (it does,
+# one workload at a time). Everyone else keeps a move's own savepoint inside their transaction.
+_shared = threading.local()
+
+
+@contextmanager
+def moves_share_the_transaction() -> Iterator[None]:
+    """Inside the block (and inside the caller's `transaction.atomic()`), moves take no savepoint each, and
+    the rows handed to `write_before_commit` are written as the block ends, still inside that transaction
+    (a block left by an error writes nothing: its transaction is rolled back anyway)."""
+    if getattr(_shared, "active", False):
+        yield
+        return
+    _shared.active, _shared.pending = True, {}
+    try:
+        yield
+        while _shared.pending:
+            write_all, items = _shared.pending.pop(next(iter(_shared.pending)))
+            write_all(items)
+    finally:
+        _shared.active, _shared.pending = False, {}
+
+
+def write_before_commit(key: str, item: Any, write_all: Callable[[list[Any]], None]) -> bool:
+    """Inside `moves_share_the_transaction`, keep `item` for one `write_all(items)` per key as the block ends
+    (the rows of many moves written together: one INSERT for a burst's notification events); False outside
+    one (the caller writes its own)."""
+    if not getattr(_shared, "active", False):
+        return False
+    _shared.pending.setdefault(key, (write_all, []))[1].append(item)
+    return True
 
 
 def can_move(from_state: str, to_state: str) -> bool:
@@ -92,7 +130,7 @@ def transition(
         # A workload that ever started stops counting GPU time when it ends, whoever ends it (the
         # database refuses a final, started workload without an end).
         changes["finished_at"] = now
-    with transaction.atomic():
+    with transaction.atomic(savepoint=not getattr(_shared, "active", False)):
         entry = {"at": at or now, "source": source, "from_state": from_state, "to_state": to_state,
                  "reason": reason, "message": message}  # fmt: skip
         if connection.vendor == "postgresql":
@@ -135,13 +173,45 @@ RETURNING 1
 """
 
 
+@lru_cache(maxsize=128)
+def _guarded_update(names: tuple[str, ...]) -> tuple[str, tuple[Any, ...]] | None:
+    """The guarded UPDATE of these plain columns as fixed SQL and its fields, compiled once per set of names
+    (the ORM compiled the same UPDATE anew for every move); None when a field needs the ORM's compiler."""
+    fields = tuple(Workload._meta.get_field(name) for name in names)
+    if any(field.is_relation or hasattr(field, "get_placeholder") for field in fields):
+        return None
+    qn = connection.ops.quote_name
+    table = qn(Workload._meta.db_table)
+    sets = ", ".join(f"{qn(field.column)} = %s" for field in fields)
+    pk, state = qn(Workload._meta.pk.column), qn(Workload._meta.get_field("state").column)
+    # Column and table names from the model, quoted; every value is a parameter.
+    return f"UPDATE {table} SET {sets} WHERE ({table}.{pk} = %s AND {table}.{state} = %s)", fields  # noqa: S608
+
+
+def _plain(value: Any) -> bool:
+    return not (hasattr(value, "resolve_expression") or hasattr(value, "prepare_database_save"))
+
+
+def _update_sql(workload_id: int, from_state: str, values: dict[str, Any]) -> tuple[str, list[Any]]:
+    compiled = _guarded_update(tuple(values)) if all(_plain(v) for v in values.values()) else None
+    if compiled is None:
+        query = Workload.objects.filter(id=workload_id, state=from_state).query.chain(UpdateQuery)
+        query.add_update_values(values)
+        sql, params = query.get_compiler(connection.alias).as_sql()
+        return sql, list(params)
+    sql, fields = compiled
+    params = [
+        field.get_db_prep_save(value, connection=connection)
+        for field, value in zip(fields, values.values(), strict=True)
+    ]
+    return sql, [*params, workload_id, from_state]
+
+
 def _move_with_entry(workload_id: int, from_state: str, values: dict[str, Any], entry: dict[str, Any]) -> bool:
     """The guarded UPDATE and its timeline entry in one statement (PostgreSQL: the UPDATE's RETURNING feeds
     the INSERT of _TIMELINE_APPEND_SQL's row); whether the workload moved. Every state change of every
     workload goes through here, most of them the tracker's: one round trip and one statement less each."""
-    query = Workload.objects.filter(id=workload_id, state=from_state).query.chain(UpdateQuery)
-    query.add_update_values(values)
-    update_sql, update_params = query.get_compiler(connection.alias).as_sql()
+    update_sql, update_params = _update_sql(workload_id, from_state, values)
     moment = WorkloadEvent._meta.get_field("at").get_db_prep_save(entry["at"], connection)
     event = connection.ops.quote_name(WorkloadEvent._meta.db_table)
     sql = _MOVE_WITH_ENTRY_SQL.format(update=update_sql, event=event)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from benchmarks.profile_tracker import _objects
@@ -62,9 +63,18 @@ def test_a_burst_of_ends_sends_one_fan_out_and_the_worker_fans_out_every_event(s
         job, pod = _objects(workload, succeeded=True, started=workload.started_at)
         view.put("Job", job)
         view.put("Pod", pod)
-    assert watch_loop.sync_workloads(view, {w.uid for w in burst}, full=False) == 3
+    inserts: list[str] = []
+
+    def watch(execute, sql, params, many, context):
+        if sql.startswith(f'INSERT INTO "{Event._meta.db_table}"'):
+            inserts.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(watch):
+        assert watch_loop.sync_workloads(view, {w.uid for w in burst}, full=False) == 3
     events = list(Event.objects.filter(workload__in=burst).order_by("id").values_list("id", flat=True))
     assert len(events) == 3
+    assert len(inserts) == 1  # the burst's events stored together, in its transaction
     assert sent == [("notifications.tasks.fan_out_many", events)]
     assert notifications_tasks.fan_out_many(events) == 3  # an email to the owner for each
     assert Event.objects.filter(id__in=events, fanned_out_at=None).count() == 0
@@ -76,3 +86,64 @@ def test_outside_a_burst_nothing_is_gathered():
     with dispatch.sends_gathered():
         assert dispatch.gather("notifications.tasks.fan_out_many", 1)
     assert not dispatch.gather("notifications.tasks.fan_out_many", 1)
+
+
+def _ended_view(burst: list[Workload]) -> watch_loop.ClusterView:
+    view = watch_loop.ClusterView()
+    for workload in burst:
+        job, pod = _objects(workload, succeeded=True, started=workload.started_at)
+        view.put("Job", job)
+        view.put("Pod", pod)
+    return view
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_burst_of_ends_asks_for_one_admission_pass_per_team_and_gpu_type(monkeypatch, sent):
+    """Their GPUs are free once the burst is committed: one pass per team and type sees them all (the
+    request's Redis round trip was paid once per finished workload)."""
+    from django.core.cache import caches
+
+    burst = _running(3)
+    other = burst[0]
+    other_type = GpuTypeFactory(slug="a100")
+    Workload.objects.filter(id=other.id).update(gpu_type=other_type)
+    burst = list(Workload.objects.filter(id__in=[w.id for w in burst]).select_related("gpu_type"))
+    for type_id in {w.gpu_type_id for w in burst}:
+        caches["api"].delete(dispatch._admission_key(burst[0].team_id, type_id))
+    asked: list[tuple] = []
+    monkeypatch.setattr(dispatch, "_send", lambda task_name, *args, **kwargs: asked.append((task_name, *args)))
+    cache, added = caches["api"], []
+    add = cache.add
+    monkeypatch.setattr(cache, "add", lambda key, *args, **kwargs: added.append(key) or add(key, *args, **kwargs))
+    assert watch_loop.sync_workloads(_ended_view(burst), {w.uid for w in burst}, full=False) == 3
+    team = burst[0].team_id
+    assert sorted(asked) == sorted({("jobs.tasks.admit", team, w.gpu_type_id) for w in burst})
+    assert len(asked) == 2
+    assert len(added) == 2  # one Redis request per team and type, not one per finished workload
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_workload_that_cannot_be_recorded_holds_back_none_of_the_others(monkeypatch, sent):
+    """A burst is recorded in one transaction; one workload whose write fails (here the database refuses
+    its statement, which aborts the transaction) has the others recorded one at a time, each told once."""
+    from django.db import connection
+
+    from jobs.services.cluster import status_mapping
+
+    burst = _running(3)
+    bad = burst[1]
+    apply = status_mapping.apply_observation
+
+    def failing_for_one(workload, obs):
+        if workload.uid == bad.uid:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1 / 0")
+        return apply(workload, obs)
+
+    monkeypatch.setattr(watch_loop, "apply_observation", failing_for_one)
+    assert watch_loop.sync_workloads(_ended_view(burst), {w.uid for w in burst}, full=False) == 2
+    states = dict(Workload.objects.filter(id__in=[w.id for w in burst]).values_list("uid", "state"))
+    assert states == {w.uid: State.RUNNING if w.uid == bad.uid else State.SUCCEEDED for w in burst}
+    events = list(Event.objects.filter(workload__in=burst).order_by("id").values_list("id", flat=True))
+    assert len(events) == 2  # the rolled-back attempt left no event behind
+    assert sent == [("notifications.tasks.fan_out_many", events)]

@@ -207,6 +207,35 @@ def test_a_full_sync_reads_one_row_per_workload_whose_job_waits_for_its_pod(
     assert Workload.objects.get(id=running.id).state == State.PENDING  # its Job is there: not "missing"
 
 
+def test_a_resync_loads_no_workload_whose_objects_agree_with_its_row(
+    fake_kube, tracker, running, django_assert_num_queries
+):
+    fake_kube.add("Job", job(running))
+    fake_kube.add("Pod", pod(running))
+    tracker.relist()
+    assert Workload.objects.get(id=running.id).state == State.RUNNING
+    with django_assert_num_queries(1):  # the active workloads as a few columns; none loaded, nothing written
+        assert watch_loop.sync_workloads(tracker.view, None, full=True) == 0
+
+
+def test_a_resync_puts_back_what_the_database_lost_of_what_the_cluster_says(fake_kube, tracker, running):
+    fake_kube.add("Job", job(running))
+    fake_kube.add("Pod", pod(running))
+    tracker.relist()
+    Workload.objects.filter(id=running.id).update(node_name="", message="")  # changed by someone meanwhile
+    tracker.resync()
+    running.refresh_from_db()
+    assert (running.state, running.node_name, running.message) == (
+        State.RUNNING,
+        "gpu-p100-1",
+        "Running on gpu-p100-1.",
+    )
+    Workload.objects.filter(id=running.id).update(state=State.PENDING)
+    fake_kube.watch_events["Pod"] = []
+    tracker.resync()
+    assert Workload.objects.get(id=running.id).state == State.RUNNING
+
+
 def test_a_watch_the_api_server_ended_goes_on_from_the_last_version_seen_without_a_relist(fake_kube, tracker, running):
     fake_kube.add("Job", job(running))
     tracker.relist()

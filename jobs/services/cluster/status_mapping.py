@@ -369,6 +369,18 @@ def _update_in_place(workload: Workload, obs: Observation, fields: dict[str, Any
     return True
 
 
+def would_change(workload: Any, obs: Observation) -> bool:
+    """Whether `apply_observation` could write anything for this observation of an active workload (pure: it
+    reads the row's state, reason, message, kind, nodes, placement and start, as a model or a values row)."""
+    return (
+        obs.state != workload.state
+        or obs.reason != workload.reason
+        or obs.message != workload.message
+        or bool(_changed_fields(workload, obs))
+        or replaced_pods.is_replacement(workload, obs)
+    )
+
+
 def apply_observation(workload: Workload, obs: Observation) -> bool:
     """Write what was observed; returns whether anything changed."""
     if workload.is_final:
