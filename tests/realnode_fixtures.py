@@ -8,6 +8,8 @@
   ends, so tests after it (node counts, inventory, telemetry) see only the simulated nodes.
 - `real_engine` (function): the `engine` fixture plus the real nodes' GPU types (images.catalog_seed), a
   quota of 4 on each for the test's team, and the inventory read again.
+- `api_as(user)` and `submit_real(api, **spec)`: the REST API as a person, and a batch job submitted through
+  it on one real-p100 GPU in the local python image (201, or the test fails with the answer).
 """
 
 from __future__ import annotations
@@ -19,6 +21,25 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+
+def api_as(user: Any) -> Any:
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def submit_real(api: Any, **spec: Any) -> Any:
+    from jobs.models import Workload
+    from localcluster.images import IMAGES
+
+    body = {"gpu_type": "real-p100", "gpu_count": 1, "image": IMAGES["python"], **spec}
+    response = api.post("/api/v1/workloads/", body, format="json")
+    assert response.status_code == 201, response.content
+    return Workload.objects.get(uid=response.json()["uid"])
+
 
 REAL_IMAGES = ("sandbox", "python", "jupyterlab", "tensorboard")
 
