@@ -16,10 +16,9 @@ import pytest
 from django.conf import settings
 from kubernetes import client as k8s
 
-from jobs.models import Cohort, Dataset, GpuType, Quota, State, Team, Workload
+from jobs.models import Dataset, State, Workload
 from jobs.services.logs.container_logs import follow_logs, workload_logs
 from tests.cluster.helpers import wait_for
-from tests.engine.factories import MembershipFactory, TeamFactory, UserFactory
 from tests.integration.test_secrets import store
 from tests.realnode_fixtures import api_as, submit_real
 
@@ -168,18 +167,10 @@ def test_sigterm_at_cancel_reaches_the_process_which_gets_its_grace_period(real_
     assert workload.state == State.CANCELLED
 
 
-def test_sigterm_at_preemption_reaches_the_borrowers_process_which_gets_its_grace_period(real_engine):
+def test_sigterm_at_preemption_reaches_the_borrowers_process_which_gets_its_grace_period(real_engine, real_borrower):
     """Two teams in a cohort share the real P100 node's 4 GPUs, 2 each; B borrows A's 2 for a job, A asks
     for them back: B's borrowed job is preempted, and its process gets SIGTERM and the grace period."""
-    a = real_engine.team
-    cohort = Cohort.objects.create(name=f"cohort-{a.slug}")
-    Team.objects.filter(id=a.id).update(cohort=cohort)
-    p100 = GpuType.objects.get(slug="real-p100")
-    Quota.objects.filter(team=a, gpu_type=p100).update(max_gpus=2)
-    b = TeamFactory(slug=f"b-{a.slug}", cohort=cohort)
-    bob = MembershipFactory(team=b, user=UserFactory(username=f"bob-{a.slug}")).user
-    Quota.objects.create(team=b, gpu_type=p100, max_gpus=2, borrowing_limit=2)
-    bob_api = api_as(bob)
+    bob_api = api_as(real_borrower)
     own = submit_real(bob_api, gpu_count=2, command=["python", "-c", "import time; time.sleep(3600)"])
     borrowed = submit_real(bob_api, gpu_count=2, command=["python", "-c", HANDLE_SIGTERM])
     assert (own.borrowed, borrowed.borrowed) == (False, True)

@@ -18,9 +18,8 @@ import time
 
 import pytest
 
-from jobs.models import Checkpoint, Cohort, GpuType, Quota, RunSegment, State, Team, Workload, WorkloadEvent
+from jobs.models import Checkpoint, RunSegment, State, Workload, WorkloadEvent
 from jobs.services.logs.container_logs import LogsUnavailable, workload_logs
-from tests.engine.factories import MembershipFactory, TeamFactory, UserFactory
 from tests.realnode_fixtures import api_as, submit_real
 
 pytestmark = [pytest.mark.cluster, pytest.mark.celery, pytest.mark.slow]
@@ -72,18 +71,10 @@ def _until(what: str, check, timeout: float, workload: Workload):
 
 
 def test_a_preempted_job_resumes_from_the_checkpoint_it_wrote_and_loses_only_the_work_since(
-    real_engine, pods_reach_portal, settings
+    real_engine, real_borrower, pods_reach_portal, settings
 ):
     settings.WORKSPACE_STORAGE_CLASS = "gpuportal-local"  # the home workspace, where the checkpoints go
-    a = real_engine.team
-    cohort = Cohort.objects.create(name=f"cohort-{a.slug}")
-    Team.objects.filter(id=a.id).update(cohort=cohort)
-    p100 = GpuType.objects.get(slug="real-p100")
-    Quota.objects.filter(team=a, gpu_type=p100).update(max_gpus=2)
-    b = TeamFactory(slug=f"b-{a.slug}", cohort=cohort)
-    bob = MembershipFactory(team=b, user=UserFactory(username=f"bob-{a.slug}")).user
-    Quota.objects.create(team=b, gpu_type=p100, max_gpus=2, borrowing_limit=2)
-    bob_api = api_as(bob)
+    bob_api = api_as(real_borrower)
     own = submit_real(bob_api, gpu_count=2, command=["python", "-c", "import time; time.sleep(3600)"])
     job = submit_real(bob_api, name="train", gpu_count=2, restartable=True, command=["python", "-c", TRAIN])
     assert job.borrowed
