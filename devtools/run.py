@@ -226,6 +226,19 @@ def relay_for_pods(env: dict[str, str], stack: contextlib.ExitStack) -> None:
     say(f"pods reach the portal's API at {env['PORTAL_POD_API_URL']} (a relay to 127.0.0.1:{PORT})")
 
 
+def refuse_a_taken_port(port: int) -> None:
+    """Before anything starts: a port another process serves (most often a first `make run` on the default
+    8000) is refused in one line that says who holds it and how to pick another, rather than setting up a
+    cluster and a database for a proxy that then cannot listen."""
+    from localcluster.procs import port_is_free, port_owner
+
+    if not port_is_free(port):
+        raise ServiceError(
+            f"port {port} is in use by {port_owner(port)} (another `make run`?); "
+            f"serve this portal on another port: PORT={port + 1} make run"
+        )
+
+
 def seal_keys(env: dict[str, str]) -> dict[str, str]:
     """Give `env` (every process) the public key and return what only the worker gets: the private key."""
     worker = {name: env.pop(name) for name in ENGINE_ONLY if env.get(name)}
@@ -331,6 +344,7 @@ def main() -> int:
 
     with contextlib.ExitStack() as stack:
         try:
+            refuse_a_taken_port(PORT)
             worker_only = seal_keys(env)  # before the identities' environments are copied from env
             # The broker and cache before any process's environment is copied from env: every process of this
             # portal, and only this portal's, uses this Redis (settings have no default broker).
