@@ -133,6 +133,7 @@ def start_cluster(env: dict[str, str], stack: contextlib.ExitStack) -> str:
     if supervisor_pid(state_dir) and state.get("state") == "ready":
         say(f"using the cluster `make cluster-up` started ({state['kubeconfig']})")
         return str(state["kubeconfig"])
+    refuse_a_held_state_dir(state_dir)
     say("checking the Kubernetes binaries (built once and cached; the first build takes ~5 minutes)")
     build = subprocess.run(["bash", str(REPO / "localcluster" / "build.sh")], cwd=REPO, stdout=subprocess.PIPE)
     if build.returncode != 0:
@@ -154,6 +155,26 @@ def start_cluster(env: dict[str, str], stack: contextlib.ExitStack) -> str:
             raise ServiceError(f"the local GPU cluster did not start:\n{exc2}") from exc2
     stack.callback(cluster.stop)
     return str(cluster.kubeconfig)
+
+
+def refuse_a_held_state_dir(state_dir: Path) -> None:
+    """A cluster state directory whose lock another process holds is another `make run` of this checkout (a
+    `make cluster-up` cluster is reused above): said in words, before anything is built or started. The
+    cluster's own message would follow "real nodes did not start" and name `localcluster down` as the fix,
+    which stops the first portal's cluster."""
+    import fcntl
+
+    with contextlib.suppress(FileNotFoundError), open(state_dir / "lock") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ServiceError(
+                f"the local cluster's state directory {state_dir} is in use by another `make run` of this checkout "
+                "(or a `make cluster-up` still starting); "
+                "a second portal needs a checkout of its own (its cluster, database and keys live in its var/): "
+                f"`git worktree add ../gpuportal-2 && cd ../gpuportal-2 && PORT={PORT + 1} make run`"
+            ) from None
+        fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _first_line(exc: BaseException) -> str:
