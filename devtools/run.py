@@ -72,9 +72,12 @@ class Children:
     def __init__(self) -> None:
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
 
-    def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    def start(
+        self, name: str, argv: list[str], env: dict[str, str], pass_fds: tuple[int, ...] = ()
+    ) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
             argv,
+            pass_fds=pass_fds,
             cwd=REPO,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -247,17 +250,25 @@ def relay_for_pods(env: dict[str, str], stack: contextlib.ExitStack) -> None:
     say(f"pods reach the portal's API at {env['PORTAL_POD_API_URL']} (a relay to 127.0.0.1:{PORT})")
 
 
-def refuse_a_taken_port(port: int) -> None:
-    """Before anything starts: a port another process serves (most often a first `make run` on the default
-    8000) is refused in one line that says who holds it and how to pick another, rather than setting up a
-    cluster and a database for a proxy that then cannot listen."""
-    from localcluster.procs import port_is_free, port_owner
+def hold_port(port: int) -> socket.socket:
+    """The portal's port, bound and listening from the moment `make run` starts until the proxy serves on it
+    (it inherits the socket): a port another process serves, most often a first `make run` on the default
+    8000 (even one still setting up), is refused in one line that says who holds it and how to pick another,
+    rather than after a cluster and a database were set up for a proxy that then cannot listen."""
+    from localcluster.procs import port_owner
 
-    if not port_is_free(port):
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: TIME_WAIT does not block
+    try:
+        listener.bind(("127.0.0.1", port))
+        listener.listen(2048)
+    except OSError as exc:
+        listener.close()
         raise ServiceError(
             f"port {port} is in use by {port_owner(port)} (another `make run`?); "
             f"serve this portal on another port: PORT={port + 1} make run"
-        )
+        ) from exc
+    return listener
 
 
 def seal_keys(env: dict[str, str]) -> dict[str, str]:
@@ -365,7 +376,8 @@ def main() -> int:
 
     with contextlib.ExitStack() as stack:
         try:
-            refuse_a_taken_port(PORT)
+            listener = hold_port(PORT)
+            stack.callback(listener.close)  # the proxy holds its own copy
             worker_only = seal_keys(env)  # before the identities' environments are copied from env
             # The broker and cache before any process's environment is copied from env: every process of this
             # portal, and only this portal's, uses this Redis (settings have no default broker).
@@ -425,10 +437,12 @@ def main() -> int:
             _wait_for_port(web_port, children)
             children.start(
                 "proxy",
-                [python, "-m", "proxy", "--host", "127.0.0.1", "--port", str(PORT),
+                [python, "-m", "proxy", "--fd", str(listener.fileno()),
                  "--portal-upstream", f"http://127.0.0.1:{web_port}"],
                 env_of("proxy"),
+                pass_fds=(listener.fileno(),),
             )  # fmt: skip
+            listener.close()  # the proxy's now: its port frees when the proxy ends
             connect_telemetry(env_of("engine"), stack, python)
             _announce(seeded, env)
             while True:
