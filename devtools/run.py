@@ -156,8 +156,14 @@ def start_cluster(env: dict[str, str], stack: contextlib.ExitStack) -> str:
             cluster.start()
         except ClusterError as exc2:
             raise ServiceError(f"the local GPU cluster did not start:\n{exc2}") from exc2
-    stack.callback(cluster.stop)
+    stack.callback(_stop_cluster, cluster)
     return str(cluster.kubeconfig)
+
+
+def _stop_cluster(cluster) -> None:
+    # Tens of seconds with real nodes: said, so a Ctrl-C'd run does not look stuck after its processes stop.
+    say("stopping the local cluster (real nodes first, then the control plane)")
+    cluster.stop()
 
 
 def refuse_a_held_state_dir(state_dir: Path) -> None:
@@ -175,7 +181,7 @@ def refuse_a_held_state_dir(state_dir: Path) -> None:
                 f"the local cluster's state directory {state_dir} is in use by another `make run` of this checkout "
                 "(or a `make cluster-up` still starting); "
                 "a second portal needs a checkout of its own (its cluster, database and keys live in its var/): "
-                f"`git worktree add ../gpuportal-2 && cd ../gpuportal-2 && PORT={PORT + 1} make run`"
+                f"`git worktree add ../gpuportal-2 && cd ../gpuportal-2 && PORT={PORT if PORT != 8000 else 8001} make run`"
             ) from None
         fcntl.flock(lock, fcntl.LOCK_UN)
 
@@ -377,6 +383,7 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         try:
             listener = hold_port(PORT)
+            stack.callback(say, "stopped: nothing this run started is left running")  # the last word
             stack.callback(listener.close)  # the proxy holds its own copy
             worker_only = seal_keys(env)  # before the identities' environments are copied from env
             # The broker and cache before any process's environment is copied from env: every process of this
