@@ -22,6 +22,9 @@ With the real nodes (two by default where the machine can run them: root, cgroup
 simulated nodes only, said in one line; GPUPORTAL_REAL_NODES=0 turns them off) the catalog offers the images
 built here (GPUPORTAL_LOCAL_IMAGES=1): Open on the local JupyterLab shows a real JupyterLab. Their pods reach
 the portal's API through a relay on the nodes' bridge gateway (PORTAL_POD_API_URL, for `gpuportal checkpoint`).
+PORT is bound first, before anything else starts, and handed to the proxy as a listening socket: a port another
+process serves is refused at once, as is a cluster state directory another `make run` of this checkout holds
+(a second portal wants a checkout of its own).
 Environment: PORT (default 8000), LOCALCLUSTER_STATE_DIR (default var/cluster), GPUPORTAL_REAL_NODES.
 """
 
