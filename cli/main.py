@@ -336,21 +336,9 @@ def cmd_list(client: PortalClient, args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
     header = ("UID", "NAME", "TEAM", "OWNER", "GPUS", "STATE", "CREATED")
-    table = [header] + [
-        (
-            w["uid"],
-            w["name"],
-            w["team"],
-            w["owner"],
-            _gpus(w),
-            _state(w),
-            w["created_at"][:19],
-        )
-        for w in rows
-    ]
-    widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
-    for row in table:
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    _table(
+        header, [(w["uid"], w["name"], w["team"], w["owner"], _gpus(w), _state(w), w["created_at"][:19]) for w in rows]
+    )
     return EXIT_OK
 
 

@@ -22,6 +22,9 @@ With the real nodes (two by default where the machine can run them: root, cgroup
 simulated nodes only, said in one line; GPUPORTAL_REAL_NODES=0 turns them off) the catalog offers the images
 built here (GPUPORTAL_LOCAL_IMAGES=1): Open on the local JupyterLab shows a real JupyterLab. Their pods reach
 the portal's API through a relay on the nodes' bridge gateway (PORTAL_POD_API_URL, for `gpuportal checkpoint`).
+PORT is bound first, before anything else starts, and handed to the proxy as a listening socket: a port another
+process serves is refused at once, as is a cluster state directory another `make run` of this checkout holds
+(a second portal wants a checkout of its own).
 Environment: PORT (default 8000), LOCALCLUSTER_STATE_DIR (default var/cluster), GPUPORTAL_REAL_NODES.
 """
 
@@ -72,9 +75,12 @@ class Children:
     def __init__(self) -> None:
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
 
-    def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    def start(
+        self, name: str, argv: list[str], env: dict[str, str], pass_fds: tuple[int, ...] = ()
+    ) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
             argv,
+            pass_fds=pass_fds,
             cwd=REPO,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -133,6 +139,7 @@ def start_cluster(env: dict[str, str], stack: contextlib.ExitStack) -> str:
     if supervisor_pid(state_dir) and state.get("state") == "ready":
         say(f"using the cluster `make cluster-up` started ({state['kubeconfig']})")
         return str(state["kubeconfig"])
+    refuse_a_held_state_dir(state_dir)
     say("checking the Kubernetes binaries (built once and cached; the first build takes ~5 minutes)")
     build = subprocess.run(["bash", str(REPO / "localcluster" / "build.sh")], cwd=REPO, stdout=subprocess.PIPE)
     if build.returncode != 0:
@@ -152,8 +159,34 @@ def start_cluster(env: dict[str, str], stack: contextlib.ExitStack) -> str:
             cluster.start()
         except ClusterError as exc2:
             raise ServiceError(f"the local GPU cluster did not start:\n{exc2}") from exc2
-    stack.callback(cluster.stop)
+    stack.callback(_stop_cluster, cluster)
     return str(cluster.kubeconfig)
+
+
+def _stop_cluster(cluster) -> None:
+    # Tens of seconds with real nodes: said, so a Ctrl-C'd run does not look stuck after its processes stop.
+    say("stopping the local cluster (real nodes first, then the control plane)")
+    cluster.stop()
+
+
+def refuse_a_held_state_dir(state_dir: Path) -> None:
+    """A cluster state directory whose lock another process holds is another `make run` of this checkout (a
+    `make cluster-up` cluster is reused above): said in words, before anything is built or started. The
+    cluster's own message would follow "real nodes did not start" and name `localcluster down` as the fix,
+    which stops the first portal's cluster."""
+    import fcntl
+
+    with contextlib.suppress(FileNotFoundError), open(state_dir / "lock") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ServiceError(
+                f"the local cluster's state directory {state_dir} is in use by another `make run` of this checkout "
+                "(or a `make cluster-up` still starting); "
+                "a second portal needs a checkout of its own (its cluster, database and keys live in its var/): "
+                f"`git worktree add ../gpuportal-2 && cd ../gpuportal-2 && PORT={PORT if PORT != 8000 else 8001} make run`"
+            ) from None
+        fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -224,6 +257,27 @@ def relay_for_pods(env: dict[str, str], stack: contextlib.ExitStack) -> None:
     # The pods' requests name that address as their Host.
     env["ALLOWED_HOSTS"] = ",".join([env.get("ALLOWED_HOSTS") or "127.0.0.1,localhost,[::1]", gateway])
     say(f"pods reach the portal's API at {env['PORTAL_POD_API_URL']} (a relay to 127.0.0.1:{PORT})")
+
+
+def hold_port(port: int) -> socket.socket:
+    """The portal's port, bound and listening from the moment `make run` starts until the proxy serves on it
+    (it inherits the socket): a port another process serves, most often a first `make run` on the default
+    8000 (even one still setting up), is refused in one line that says who holds it and how to pick another,
+    rather than after a cluster and a database were set up for a proxy that then cannot listen."""
+    from localcluster.procs import port_owner
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: TIME_WAIT does not block
+    try:
+        listener.bind(("127.0.0.1", port))
+        listener.listen(2048)
+    except OSError as exc:
+        listener.close()
+        raise ServiceError(
+            f"port {port} is in use by {port_owner(port)} (another `make run`?); "
+            f"serve this portal on another port: PORT={port + 1} make run"
+        ) from exc
+    return listener
 
 
 def seal_keys(env: dict[str, str]) -> dict[str, str]:
@@ -331,6 +385,9 @@ def main() -> int:
 
     with contextlib.ExitStack() as stack:
         try:
+            listener = hold_port(PORT)
+            stack.callback(say, "stopped: nothing this run started is left running")  # the last word
+            stack.callback(listener.close)  # the proxy holds its own copy
             worker_only = seal_keys(env)  # before the identities' environments are copied from env
             # The broker and cache before any process's environment is copied from env: every process of this
             # portal, and only this portal's, uses this Redis (settings have no default broker).
@@ -390,10 +447,12 @@ def main() -> int:
             _wait_for_port(web_port, children)
             children.start(
                 "proxy",
-                [python, "-m", "proxy", "--host", "127.0.0.1", "--port", str(PORT),
+                [python, "-m", "proxy", "--fd", str(listener.fileno()),
                  "--portal-upstream", f"http://127.0.0.1:{web_port}"],
                 env_of("proxy"),
+                pass_fds=(listener.fileno(),),
             )  # fmt: skip
+            listener.close()  # the proxy's now: its port frees when the proxy ends
             connect_telemetry(env_of("engine"), stack, python)
             _announce(seeded, env)
             while True:

@@ -639,9 +639,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 timeout=max(1.0, deadline - time.monotonic()),
                 what="ready",
             )
+        if self.images:  # a minute or more on a busy machine: say what is going on
+            size = sum(archive.stat().st_size for archive in self.images) // (1024 * 1024)
+            self._log(f"importing {len(self.images)} images ({size} MiB) into each real node's containerd")
         for spec in self.specs:
+            began = time.monotonic()
             for archive in self.images:
                 self.import_image(spec, archive)
+            if self.images:
+                self._log(f"{spec.name}: images imported in {time.monotonic() - began:.0f} s")
         for spec in self.specs:
             self.health_file(spec.name).unlink(missing_ok=True)
             self.kubelets[spec.name].start()

@@ -1,4 +1,7 @@
-"""`python -m proxy [--host H] [--port P] [--portal-upstream URL]`: serve the proxy with uvicorn.
+"""`python -m proxy [--host H] [--port P | --fd N] [--portal-upstream URL]`: serve the proxy with uvicorn.
+
+`--fd` serves on a listening socket the caller bound and passed down (`make run` holds its port from the
+moment it starts, so a second run on that port is refused at once rather than after its whole setup).
 
 `--portal-upstream` (development only) makes the proxy pass every path outside /w/ to the Django server,
 so that one origin serves the portal and its services (this is what `make run` does).
@@ -7,8 +10,11 @@ so that one origin serves the portal and its services (this is what `make run` d
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
+import socket
+import sys
 
 import uvicorn
 
@@ -24,13 +30,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m proxy", description=__doc__)
     parser.add_argument("--host", default=os.environ.get("PROXY_HOST", "0.0.0.0"))  # noqa: S104
     parser.add_argument("--port", type=int, default=int(os.environ.get("PROXY_PORT", "8080")))
+    parser.add_argument("--fd", type=int, default=None, help="serve on this inherited listening socket instead")
     parser.add_argument("--portal-upstream", default=None, help="development: where paths outside /w/ go")
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info").lower())
     options = parser.parse_args()
     if options.portal_upstream is not None:
         os.environ["PROXY_PORTAL_UPSTREAM"] = options.portal_upstream
     _raise_open_files_limit()
-    uvicorn.run(
+    config = uvicorn.Config(
         "proxy.asgi:application",
         host=options.host,
         port=options.port,
@@ -42,6 +49,14 @@ def main() -> None:
         timeout_keep_alive=30,
         lifespan="on",
     )
+    server = uvicorn.Server(config)
+    # An inherited socket as what it is (TCP, so accepted connections get TCP_NODELAY), not as uvicorn's own
+    # --fd takes it (a Unix socket).
+    sockets = [socket.socket(fileno=options.fd)] if options.fd is not None else None
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=sockets)
+    if not server.started:
+        sys.exit(3)  # as uvicorn.run: it could not start (the port taken, the app failed to load)
 
 
 if __name__ == "__main__":

@@ -59,25 +59,11 @@ async def pump(
                 return "pod"
             await send({"type": "websocket.send", "bytes": data})
 
-    async def watch() -> str:
-        while True:
-            await asyncio.sleep(recheck_seconds)
-            if not await still_open():
-                return "revoked"
-            touch()
-
-    tasks = [asyncio.ensure_future(f()) for f in (from_client, from_pod, watch)]
-    why = "client"
     try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        finished = next(iter(done))
-        why = "pod" if finished.exception() is not None else finished.result()
+        why = await first_to_end(
+            (from_client, from_pod), on_error="pod", still_open=still_open, recheck_seconds=recheck_seconds, touch=touch
+        )
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
         writer.close()
         with contextlib.suppress(Exception):
             await writer.wait_closed()
@@ -89,3 +75,36 @@ async def pump(
         with contextlib.suppress(Exception):
             await send({"type": "websocket.close", "code": 1000, "reason": "The service closed the connection."})
     return why
+
+
+async def first_to_end(
+    sides: tuple[Callable[[], Awaitable[str]], ...],
+    *,
+    on_error: str,
+    still_open: Callable[[], Awaitable[bool]],
+    recheck_seconds: float,
+    touch: Callable[[], None],
+) -> str:
+    """Run each side of a session (a coroutine function that returns why it ended) beside a watch that asks
+    `still_open()` every `recheck_seconds` (each yes counts as activity, `touch()`); once one ends, stop the
+    others and return why: the side's answer, `on_error` when it raised, or "revoked" when access ended.
+    The SSH tunnel and the browser's Terminal share it."""
+
+    async def watch() -> str:
+        while True:
+            await asyncio.sleep(recheck_seconds)
+            if not await still_open():
+                return "revoked"
+            touch()
+
+    tasks = [asyncio.ensure_future(side()) for side in (*sides, watch)]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finished = next(iter(done))
+        return on_error if finished.exception() is not None else finished.result()
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task

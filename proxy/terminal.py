@@ -27,6 +27,7 @@ from typing import Any
 import asyncssh
 
 from jobs.services.ssh_access import terminal_private_key_pem
+from proxy.ssh_tunnel import first_to_end
 
 log = logging.getLogger(__name__)
 
@@ -83,25 +84,15 @@ async def pump(
             await send({"type": "websocket.send", "bytes": data})
         return "shell"
 
-    async def watch() -> str:
-        while True:
-            await asyncio.sleep(recheck_seconds)
-            if not await still_open():
-                return "revoked"
-            touch()
-
-    tasks = [asyncio.ensure_future(f()) for f in (from_page, from_shell, watch)]
-    why = "page"
     try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        finished = next(iter(done))
-        why = "shell" if finished.exception() is not None else finished.result()
+        why = await first_to_end(
+            (from_page, from_shell),
+            on_error="shell",
+            still_open=still_open,
+            recheck_seconds=recheck_seconds,
+            touch=touch,
+        )
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
         process.close()
         conn.close()
     with contextlib.suppress(Exception):

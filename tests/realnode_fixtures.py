@@ -8,6 +8,10 @@
   ends, so tests after it (node counts, inventory, telemetry) see only the simulated nodes.
 - `real_engine` (function): the `engine` fixture plus the real nodes' GPU types (images.catalog_seed), a
   quota of 4 on each for the test's team, and the inventory read again.
+- `api_as(user)` and `submit_real(api, **spec)`: the REST API as a person, and a batch job submitted through
+  it on one real-p100 GPU in the local python image (201, or the test fails with the answer).
+- `real_borrower` (function): `real_engine`'s team and a second team in one cohort, 2 real-p100 GPUs each,
+  the second free to borrow the first's 2; returns that second team's member, who borrows.
 """
 
 from __future__ import annotations
@@ -19,6 +23,25 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+
+def api_as(user: Any) -> Any:
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def submit_real(api: Any, **spec: Any) -> Any:
+    from jobs.models import Workload
+    from localcluster.images import IMAGES
+
+    body = {"gpu_type": "real-p100", "gpu_count": 1, "image": IMAGES["python"], **spec}
+    response = api.post("/api/v1/workloads/", body, format="json")
+    assert response.status_code == 201, response.content
+    return Workload.objects.get(uid=response.json()["uid"])
+
 
 REAL_IMAGES = ("sandbox", "python", "jupyterlab", "tensorboard")
 
@@ -116,6 +139,21 @@ def real_engine(engine: Any, real_nodes: Any) -> Any:
     assert Quota.objects.filter(team=engine.team, gpu_type__slug="real-p100").exists()
     engine.real_nodes = real_nodes
     return engine
+
+
+@pytest.fixture
+def real_borrower(real_engine: Any) -> Any:
+    from jobs.models import Cohort, GpuType, Quota, Team
+    from tests.engine.factories import MembershipFactory, TeamFactory, UserFactory
+
+    lender = real_engine.team
+    cohort = Cohort.objects.create(name=f"cohort-{lender.slug}")
+    Team.objects.filter(id=lender.id).update(cohort=cohort)
+    p100 = GpuType.objects.get(slug="real-p100")
+    Quota.objects.filter(team=lender, gpu_type=p100).update(max_gpus=2)
+    borrower = TeamFactory(slug=f"b-{lender.slug}", cohort=cohort)
+    Quota.objects.create(team=borrower, gpu_type=p100, max_gpus=2, borrowing_limit=2)
+    return MembershipFactory(team=borrower, user=UserFactory(username=f"bob-{lender.slug}")).user
 
 
 @pytest.fixture

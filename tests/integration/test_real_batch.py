@@ -15,14 +15,12 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from kubernetes import client as k8s
-from rest_framework.test import APIClient
 
-from jobs.models import Cohort, Dataset, GpuType, Quota, State, Team, Workload
+from jobs.models import Dataset, State, Workload
 from jobs.services.logs.container_logs import follow_logs, workload_logs
-from localcluster.images import IMAGES
 from tests.cluster.helpers import wait_for
-from tests.engine.factories import MembershipFactory, TeamFactory, UserFactory
 from tests.integration.test_secrets import store
+from tests.realnode_fixtures import api_as, submit_real
 
 pytestmark = [pytest.mark.cluster, pytest.mark.celery, pytest.mark.slow]
 
@@ -65,19 +63,6 @@ while True:
 """
 
 
-def _api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
-
-
-def _submit(api: APIClient, **spec) -> Workload:
-    body = {"gpu_type": "real-p100", "gpu_count": 1, "image": IMAGES["python"], **spec}
-    response = api.post("/api/v1/workloads/", body, format="json")
-    assert response.status_code == 201, response.content
-    return Workload.objects.get(uid=response.json()["uid"])
-
-
 def _stage_dataset(kube_api, engine) -> None:
     """What an admin does before a team can pick a dataset: a claim in the team's namespace (the local
     cluster's hostPath class), its files put there from the host, and the Dataset row naming it."""
@@ -107,10 +92,12 @@ def _stage_dataset(kube_api, engine) -> None:
 def test_a_batch_job_runs_on_a_real_node_sees_what_the_portal_gave_it_and_its_exit_code_is_recorded(
     real_engine, kube_api
 ):
-    api = _api(real_engine.owner)
+    api = api_as(real_engine.owner)
     store(api, "wandb", "wandb-key-42")  # the first call for a new team: its namespace is made here
     _stage_dataset(kube_api, real_engine)
-    workload = _submit(api, command=["python", "-c", REPORT_AND_EXIT], secrets=[{"name": "wandb"}], datasets=[DATASET])
+    workload = submit_real(
+        api, command=["python", "-c", REPORT_AND_EXIT], secrets=[{"name": "wandb"}], datasets=[DATASET]
+    )
     real_engine.wait_for(workload, State.FAILED, State.SUCCEEDED, timeout=240)
 
     assert workload.state == State.FAILED
@@ -133,8 +120,8 @@ def test_a_batch_job_runs_on_a_real_node_sees_what_the_portal_gave_it_and_its_ex
 
 
 def test_a_missing_image_is_a_real_pull_error_in_words(real_engine):
-    api = _api(real_engine.owner)
-    workload = _submit(api, image="localhost/gpuportal/no-such-image:1", command=["python", "-c", "pass"])
+    api = api_as(real_engine.owner)
+    workload = submit_real(api, image="localhost/gpuportal/no-such-image:1", command=["python", "-c", "pass"])
     real_engine.wait_until(
         workload, lambda w: w.reason in ("ErrImagePull", "ImagePullBackOff"), "refused its image", timeout=120
     )
@@ -170,8 +157,8 @@ def _handled_sigterm_cleanly(thread: threading.Thread, lines: list[str]) -> None
 
 
 def test_sigterm_at_cancel_reaches_the_process_which_gets_its_grace_period(real_engine):
-    api = _api(real_engine.owner)
-    workload = _submit(api, command=["python", "-c", HANDLE_SIGTERM])
+    api = api_as(real_engine.owner)
+    workload = submit_real(api, command=["python", "-c", HANDLE_SIGTERM])
     thread, lines = _follow_while_training(real_engine, workload)
 
     assert api.post(f"/api/v1/workloads/{workload.uid}/cancel/").status_code in (200, 202)
@@ -180,24 +167,16 @@ def test_sigterm_at_cancel_reaches_the_process_which_gets_its_grace_period(real_
     assert workload.state == State.CANCELLED
 
 
-def test_sigterm_at_preemption_reaches_the_borrowers_process_which_gets_its_grace_period(real_engine):
+def test_sigterm_at_preemption_reaches_the_borrowers_process_which_gets_its_grace_period(real_engine, real_borrower):
     """Two teams in a cohort share the real P100 node's 4 GPUs, 2 each; B borrows A's 2 for a job, A asks
     for them back: B's borrowed job is preempted, and its process gets SIGTERM and the grace period."""
-    a = real_engine.team
-    cohort = Cohort.objects.create(name=f"cohort-{a.slug}")
-    Team.objects.filter(id=a.id).update(cohort=cohort)
-    p100 = GpuType.objects.get(slug="real-p100")
-    Quota.objects.filter(team=a, gpu_type=p100).update(max_gpus=2)
-    b = TeamFactory(slug=f"b-{a.slug}", cohort=cohort)
-    bob = MembershipFactory(team=b, user=UserFactory(username=f"bob-{a.slug}")).user
-    Quota.objects.create(team=b, gpu_type=p100, max_gpus=2, borrowing_limit=2)
-    bob_api = _api(bob)
-    own = _submit(bob_api, gpu_count=2, command=["python", "-c", "import time; time.sleep(3600)"])
-    borrowed = _submit(bob_api, gpu_count=2, command=["python", "-c", HANDLE_SIGTERM])
+    bob_api = api_as(real_borrower)
+    own = submit_real(bob_api, gpu_count=2, command=["python", "-c", "import time; time.sleep(3600)"])
+    borrowed = submit_real(bob_api, gpu_count=2, command=["python", "-c", HANDLE_SIGTERM])
     assert (own.borrowed, borrowed.borrowed) == (False, True)
     thread, lines = _follow_while_training(real_engine, borrowed)
 
-    lender = _submit(_api(real_engine.owner), gpu_count=2, command=["python", "-c", "print('mine again')"])
+    lender = submit_real(api_as(real_engine.owner), gpu_count=2, command=["python", "-c", "print('mine again')"])
     _handled_sigterm_cleanly(thread, lines)
     real_engine.wait_for(lender, State.SUCCEEDED, State.FAILED, timeout=180)
     assert lender.state == State.SUCCEEDED, lender.message
@@ -209,7 +188,7 @@ def test_sigterm_at_preemption_reaches_the_borrowers_process_which_gets_its_grac
 
 def test_a_container_over_its_memory_limit_is_oom_killed_by_the_kernel(real_engine):
     # real-p100 gives 1024 MiB per GPU, as a limit equal to the request; the script takes 64 MiB at a time.
-    workload = _submit(_api(real_engine.owner), command=["python", "-c", EAT_MEMORY])
+    workload = submit_real(api_as(real_engine.owner), command=["python", "-c", EAT_MEMORY])
     real_engine.wait_for(workload, State.FAILED, State.SUCCEEDED, timeout=180)
 
     assert (workload.state, workload.reason) == (State.FAILED, "OOMKilled"), workload.message

@@ -17,12 +17,10 @@ import re
 import time
 
 import pytest
-from rest_framework.test import APIClient
 
-from jobs.models import Checkpoint, Cohort, GpuType, Quota, RunSegment, State, Team, Workload, WorkloadEvent
+from jobs.models import Checkpoint, RunSegment, State, Workload, WorkloadEvent
 from jobs.services.logs.container_logs import LogsUnavailable, workload_logs
-from localcluster.images import IMAGES
-from tests.engine.factories import MembershipFactory, TeamFactory, UserFactory
+from tests.realnode_fixtures import api_as, submit_real
 
 pytestmark = [pytest.mark.cluster, pytest.mark.celery, pytest.mark.slow]
 
@@ -55,19 +53,6 @@ print(f"finished at step {{step}}", flush=True)
 """
 
 
-def _api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
-
-
-def _submit(api: APIClient, **spec) -> Workload:
-    body = {"gpu_type": "real-p100", "gpu_count": 1, "image": IMAGES["python"], **spec}
-    response = api.post("/api/v1/workloads/", body, format="json")
-    assert response.status_code == 201, response.content
-    return Workload.objects.get(uid=response.json()["uid"])
-
-
 def _until(what: str, check, timeout: float, workload: Workload):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -86,20 +71,12 @@ def _until(what: str, check, timeout: float, workload: Workload):
 
 
 def test_a_preempted_job_resumes_from_the_checkpoint_it_wrote_and_loses_only_the_work_since(
-    real_engine, pods_reach_portal, settings
+    real_engine, real_borrower, pods_reach_portal, settings
 ):
     settings.WORKSPACE_STORAGE_CLASS = "gpuportal-local"  # the home workspace, where the checkpoints go
-    a = real_engine.team
-    cohort = Cohort.objects.create(name=f"cohort-{a.slug}")
-    Team.objects.filter(id=a.id).update(cohort=cohort)
-    p100 = GpuType.objects.get(slug="real-p100")
-    Quota.objects.filter(team=a, gpu_type=p100).update(max_gpus=2)
-    b = TeamFactory(slug=f"b-{a.slug}", cohort=cohort)
-    bob = MembershipFactory(team=b, user=UserFactory(username=f"bob-{a.slug}")).user
-    Quota.objects.create(team=b, gpu_type=p100, max_gpus=2, borrowing_limit=2)
-    bob_api = _api(bob)
-    own = _submit(bob_api, gpu_count=2, command=["python", "-c", "import time; time.sleep(3600)"])
-    job = _submit(bob_api, name="train", gpu_count=2, restartable=True, command=["python", "-c", TRAIN])
+    bob_api = api_as(real_borrower)
+    own = submit_real(bob_api, gpu_count=2, command=["python", "-c", "import time; time.sleep(3600)"])
+    job = submit_real(bob_api, name="train", gpu_count=2, restartable=True, command=["python", "-c", TRAIN])
     assert job.borrowed
     assert job.mounts  # the home workspace, where GPUPORTAL_CHECKPOINT_DIR lies
 
@@ -122,7 +99,7 @@ def test_a_preempted_job_resumes_from_the_checkpoint_it_wrote_and_loses_only_the
 
     # The lender takes its GPUs back: the borrowed job is preempted and requeued, not failed.
     time.sleep(EVERY / 2)  # between two checkpoints: some work since the last one is lost
-    lender = _submit(_api(real_engine.owner), gpu_count=2, command=["python", "-c", "import time; time.sleep(5)"])
+    lender = submit_real(api_as(real_engine.owner), gpu_count=2, command=["python", "-c", "import time; time.sleep(5)"])
     preempted = _until(
         "the preemption on the job's timeline",
         lambda: WorkloadEvent.objects.filter(workload=job, reason="Preempted").first(),

@@ -199,43 +199,36 @@ def test_the_idle_policy_leaves_a_service_alone_while_an_ssh_session_is_open(tun
     assert f"since {connected_until:%Y-%m-%d %H:%M} UTC" in warning.message
 
 
-def test_gpuportal_ssh_proxy_carries_stdin_to_the_pod_and_back(tunnel):
-    """The ProxyCommand itself, as ssh runs it: stdin in, stdout out; it ends when stdin ends."""
-    env = {**os.environ, "GPUPORTAL_URL": tunnel.http_base, "GPUPORTAL_TOKEN": tunnel.tokens["owner"]}
+def _ssh_proxy_echoes(tunnel, portal_url: str, args: list[str], line: bytes) -> None:
+    """Run `gpuportal ssh-proxy ARGS` as ssh would: `line` on stdin comes back on stdout from the pod's echo,
+    and the command exits 0 once stdin ends."""
+    env = {**os.environ, "GPUPORTAL_URL": portal_url, "GPUPORTAL_TOKEN": tunnel.tokens["owner"]}
     child = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "ssh-proxy", f"gpuportal-{tunnel.workload.uid}"],
+        [sys.executable, "-m", "cli.main", "ssh-proxy", *args],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
     )  # fmt: skip
     try:
-        child.stdin.write(b"through the portal\n")
+        child.stdin.write(line)
         child.stdin.flush()
-        assert child.stdout.read(len(b"through the portal\n")) == b"through the portal\n"
+        assert child.stdout.read(len(line)) == line
         child.stdin.close()
         assert child.wait(timeout=60) == 0, child.stderr.read().decode()
     finally:
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+def test_gpuportal_ssh_proxy_carries_stdin_to_the_pod_and_back(tunnel):
+    """The ProxyCommand itself, as ssh runs it: stdin in, stdout out; it ends when stdin ends."""
+    _ssh_proxy_echoes(tunnel, tunnel.http_base, [f"gpuportal-{tunnel.workload.uid}"], b"through the portal\n")
 
 
 def test_gpuportal_ssh_proxy_dials_the_services_origin_when_they_have_their_own(tunnel):
     """With services on an origin of their own the portal's host has no /w/: `--origin` (which ssh-config
     writes from the API's ssh_origin) is where the tunnel goes, whatever GPUPORTAL_URL says."""
-    env = {**os.environ, "GPUPORTAL_URL": "http://127.0.0.1:9", "GPUPORTAL_TOKEN": tunnel.tokens["owner"]}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "ssh-proxy", "--origin", tunnel.http_base, tunnel.workload.uid],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-    )  # fmt: skip
-    try:
-        child.stdin.write(b"over the apps origin\n")
-        child.stdin.flush()
-        assert child.stdout.read(len(b"over the apps origin\n")) == b"over the apps origin\n"
-        child.stdin.close()
-        assert child.wait(timeout=60) == 0, child.stderr.read().decode()
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    args = ["--origin", tunnel.http_base, tunnel.workload.uid]
+    _ssh_proxy_echoes(tunnel, "http://127.0.0.1:9", args, b"over the apps origin\n")
 
 
 def test_gpuportal_ssh_proxy_says_404_for_someone_else_s_service(tunnel):
