@@ -10,10 +10,7 @@ from typing import Any
 from django.db.models import (
     Case,
     Count,
-    DateTimeField,
     F,
-    FloatField,
-    Func,
     IntegerField,
     OuterRef,
     Q,
@@ -27,7 +24,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from identity.models import Membership, Role
-from jobs import policy
+from jobs import policy, queue_order
 from jobs.models import GpuNode, GpuType, Quota, RunSegment, State, Team, Workload, Workspace
 from jobs.models.workloads import segment_gpu_seconds
 
@@ -62,25 +59,6 @@ def _queued_ahead(condition: Q) -> Coalesce:
     return Coalesce(Subquery(rows, output_field=IntegerField()), Value(0))
 
 
-class AgedWeight(Func):
-    """GPUs x seconds waited at `now` (`aging.aged_weight`) of the row (or the outer row, given OuterRefs)."""
-
-    output_field = FloatField()
-
-    def __init__(self, gpus: Any, created: Any, now: datetime) -> None:
-        super().__init__(gpus, created, Value(now, output_field=DateTimeField()))
-
-    def as_sql(self, compiler, connection, **extra_context):  # type: ignore[override]
-        (gpus, gpus_params), (created, created_params), (now, now_params) = (
-            compiler.compile(e) for e in self.get_source_expressions()
-        )
-        if connection.vendor == "postgresql":
-            sql = f"(GREATEST({gpus}, 1) * GREATEST(EXTRACT(EPOCH FROM ({now}::timestamptz - {created})), 0))"
-        else:  # SQLite in development
-            sql = f"(MAX({gpus}, 1) * MAX((julianday({now}) - julianday({created})) * 86400.0, 0))"
-        return sql, [*gpus_params, *now_params, *created_params]
-
-
 def queue_position_expression() -> Case:
     """The one queue-position computation: 1 + the queued workloads of the same team and GPU type ahead
     in admission order (higher priority; then, where the GPU type ages, more GPUs x time waited; then
@@ -92,36 +70,35 @@ def queue_position_expression() -> Case:
     of ~200 ms a page). Under CASE, PostgreSQL runs the subqueries for queued rows alone. Where the type
     ages, the same priority is one range, filtered by the aged order (the GPU type's queue_aging).
     """
-    higher = _queued_ahead(Q(priority__gt=OuterRef("priority")))
-    earlier = _queued_ahead(Q(priority=OuterRef("priority"), created_at__lt=OuterRef("created_at")))
-    tied = _queued_ahead(Q(priority=OuterRef("priority"), created_at=OuterRef("created_at"), id__lt=OuterRef("id")))
+    plain = [_queued_ahead(q) for q in queue_order.ahead_q(queue_order.INDEX_ORDER, _outer)]
     return Case(
-        When(state=State.QUEUED, gpu_type__queue_aging=True, then=higher + _aged_ahead() + Value(1)),
-        When(state=State.QUEUED, then=higher + earlier + tied + Value(1)),
+        When(state=State.QUEUED, gpu_type__queue_aging=True, then=plain[0] + _aged_ahead() + Value(1)),
+        When(state=State.QUEUED, then=sum(plain[1:], plain[0]) + Value(1)),
         default=None,
         output_field=IntegerField(),
     )
 
 
+def _outer(key: queue_order.Key) -> tuple[str, Any]:
+    """A key's field on the row, held against the outer row's; GPUs x time waited as annotated (`_aged_ahead`)."""
+    if key is queue_order.AGED:
+        return "theirs", F("mine")
+    field = queue_order.FIELDS[key.name]
+    return field, OuterRef(field)
+
+
 def _aged_ahead() -> Coalesce:
-    """Of the same priority, those ahead in the aged order: more GPUs x time waited, then earlier, then
-    lower id (`sharing_plan.team_order_key`, fair share and requeues aside)."""
+    """Of the same priority, those ahead in the aged order (queue_order.POSITION_ORDER after priority: more
+    GPUs x time waited, then earlier, then lower id), in one count: the weight is no column of an index."""
     now = timezone.now()
-    mine = AgedWeight(OuterRef("gpu_count"), OuterRef("created_at"), now)
-    theirs = AgedWeight(F("gpu_count"), F("created_at"), now)
+    _, same_priority = queue_order.ahead_q(queue_order.POSITION_ORDER, _outer, split=1)
     rows = (
-        Workload.objects.filter(
-            team_id=OuterRef("team_id"),
-            gpu_type_id=OuterRef("gpu_type_id"),
-            state=State.QUEUED,
-            priority=OuterRef("priority"),
+        Workload.objects.filter(team_id=OuterRef("team_id"), gpu_type_id=OuterRef("gpu_type_id"), state=State.QUEUED)
+        .annotate(
+            theirs=queue_order.AgedWeight(F("gpu_count"), F("created_at"), now),
+            mine=queue_order.AgedWeight(OuterRef("gpu_count"), OuterRef("created_at"), now),
         )
-        .annotate(theirs=theirs, mine=mine)
-        .filter(
-            Q(theirs__gt=F("mine"))
-            | Q(theirs=F("mine"), created_at__lt=OuterRef("created_at"))
-            | Q(theirs=F("mine"), created_at=OuterRef("created_at"), id__lt=OuterRef("id"))
-        )
+        .filter(same_priority)
         .order_by()
         .values("team_id")
         .annotate(n=Count("team_id"))
@@ -130,21 +107,16 @@ def _aged_ahead() -> Coalesce:
     return Coalesce(Subquery(rows, output_field=IntegerField()), Value(0))
 
 
-# queue_position_expression for one workload whose fields are known (just stored): the same three range
-# counts, with its values as parameters, and its GPU type's slug, in one cheap statement. Where the type
+# queue_position_expression for one workload whose fields are known (just stored): the same range counts
+# (queue_order.INDEX_ORDER), with its values as parameters, and its GPU type's slug, in one cheap statement. Where the type
 # ages the count is the same: a workload submitted now has waited nothing, so every earlier one of its
 # priority has waited more GPU-seconds (at least 1 GPU x its wait) and is ahead of it.
-_POSITION_SQL = """
-SELECT (SELECT slug FROM {gpu_type} WHERE id = %(type)s),
-       1 + (SELECT count(team_id) FROM {workload}
-            WHERE team_id = %(team)s AND gpu_type_id = %(type)s AND state = %(queued)s AND priority > %(priority)s)
-         + (SELECT count(team_id) FROM {workload}
-            WHERE team_id = %(team)s AND gpu_type_id = %(type)s AND state = %(queued)s AND priority = %(priority)s
-                  AND created_at < %(created)s)
-         + (SELECT count(team_id) FROM {workload}
-            WHERE team_id = %(team)s AND gpu_type_id = %(type)s AND state = %(queued)s AND priority = %(priority)s
-                  AND created_at = %(created)s AND id < %(id)s)
-"""
+_POSITION_SQL = "SELECT (SELECT slug FROM {gpu_type} WHERE id = %(type)s), 1 + {ahead}"
+_POSITION_COUNT = """(SELECT count(team_id) FROM {workload}
+    WHERE team_id = %(team)s AND gpu_type_id = %(type)s AND state = %(queued)s AND {ahead})"""
+_POSITION_AHEAD = queue_order.ahead_sql(
+    queue_order.FIELDS, {"priority": "%(priority)s", "created": "%(created)s", "id": "%(id)s"}
+)
 
 
 def queued_position_and_type(workload: Workload) -> tuple[GpuType, int]:
@@ -152,7 +124,8 @@ def queued_position_and_type(workload: Workload) -> tuple[GpuType, int]:
     queue position, as `with_queue_position` would give it, in one statement."""
     from django.db import connection
 
-    sql = _POSITION_SQL.format(workload=Workload._meta.db_table, gpu_type=GpuType._meta.db_table)
+    counts = (_POSITION_COUNT.format(workload=Workload._meta.db_table, ahead=ahead) for ahead in _POSITION_AHEAD)
+    sql = _POSITION_SQL.format(gpu_type=GpuType._meta.db_table, ahead="\n + ".join(counts))
     params = {
         "type": workload.gpu_type_id, "team": workload.team_id, "queued": State.QUEUED,
         # As stored: SQLite keeps datetimes as text without the zone, which a raw parameter would compare against.
@@ -176,21 +149,12 @@ def with_queue_position(queryset: QuerySet[Workload]) -> QuerySet[Workload]:
 # Where the GPU type ages, GPUs x seconds waited (to the time given) comes after priority, as in admission.
 _QUEUE_NUMBERED_SQL = """
 SELECT id, position FROM (
-    SELECT w.id, row_number() OVER (
-        PARTITION BY w.team_id, w.gpu_type_id
-        ORDER BY w.priority DESC,
-                 CASE WHEN g.queue_aging THEN -{aged} END,
-                 w.created_at ASC, w.id ASC
-    ) AS position
+    SELECT w.id, row_number() OVER (PARTITION BY w.team_id, w.gpu_type_id ORDER BY {order}) AS position
     FROM {workload} w JOIN {gpu_type} g ON g.id = w.gpu_type_id
     WHERE w.state = %s AND ({queues})
 ) AS numbered
 WHERE id IN ({ids})
 """
-_AGED_SQL = {
-    "postgresql": "greatest(w.gpu_count, 1) * greatest(extract(epoch FROM %s::timestamptz - w.created_at), 0)",
-    "sqlite": "max(w.gpu_count, 1) * max((julianday(%s) - julianday(w.created_at)) * 86400.0, 0)",
-}
 
 
 def queue_positions(workloads: Iterable[Workload]) -> dict[int, int]:
@@ -207,7 +171,7 @@ def queue_positions(workloads: Iterable[Workload]) -> dict[int, int]:
     sql = _QUEUE_NUMBERED_SQL.format(
         workload=connection.ops.quote_name(Workload._meta.db_table),
         gpu_type=connection.ops.quote_name(GpuType._meta.db_table),
-        aged=_AGED_SQL["postgresql" if connection.vendor == "postgresql" else "sqlite"],
+        order=_position_order_sql(connection.vendor),
         queues=" OR ".join(["(w.team_id = %s AND w.gpu_type_id = %s)"] * len(queues)),
         ids=", ".join(["%s"] * len(ids)),
     )
@@ -218,6 +182,14 @@ def queue_positions(workloads: Iterable[Workload]) -> dict[int, int]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return dict(cursor.fetchall())
+
+
+def _position_order_sql(vendor: str) -> str:
+    """queue_order.POSITION_ORDER over `_QUEUE_NUMBERED_SQL`'s columns: GPUs x seconds waited (to the time
+    given) where the type ages, none elsewhere."""
+    aged = queue_order.aged_sql(gpus="w.gpu_count", created="w.created_at", vendor=vendor)
+    columns = {"priority": "w.priority", "aged": f"CASE WHEN g.queue_aging THEN {aged} END"}
+    return queue_order.order_by_sql(columns | {"created": "w.created_at", "id": "w.id"}, queue_order.POSITION_ORDER)
 
 
 def with_related_names(queryset: QuerySet[Workload]) -> QuerySet[Workload]:

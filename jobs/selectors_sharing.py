@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import connection
-from django.db.models import Case, Count, F, FloatField, Sum, Value, When
-from django.db.models.expressions import RawSQL
+from django.db.models import Count, Sum
 from django.utils import timezone
 
+from jobs import queue_order
 from jobs.models import GpuType, Quota, State, Team, Workload
 from jobs.services.queue.cohort_facts import cohort_team_ids, team_fair_share, team_quotas
 from jobs.services.queue.forecast import about
@@ -186,8 +186,9 @@ def _stored_views(
 
 # The candidates for a team's first `first` waiting of a type, without ordering its whole queue: within one
 # person the fair-share key is the same, so a person's first in the team's order are their first by
-# priority and age (the queue index's order, read `first` deep); requeued work goes first and is read
-# whole (it is rare); everyone without recent usage shares the key 0 and is read as one.
+# priority and age (queue_order.INDEX_ORDER, the queue index's order, read `first` deep); requeued work
+# goes first and is read whole (it is rare); everyone without recent usage shares the key 0 and is read
+# as one.
 _HEAD_CANDIDATES_SQL = """
 SELECT id FROM {workload}
 WHERE team_id = %s AND gpu_type_id = %s AND state = %s AND requeued_at IS NOT NULL
@@ -196,38 +197,28 @@ SELECT c.id FROM unnest(%s::bigint[]) AS o(owner_id) CROSS JOIN LATERAL (
     SELECT id FROM {workload} w
     WHERE w.team_id = %s AND w.gpu_type_id = %s AND w.state = %s AND w.requeued_at IS NULL
       AND w.owner_id = o.owner_id
-    ORDER BY w.priority DESC, w.created_at, w.id LIMIT %s
+    ORDER BY {order} LIMIT %s
 ) AS c
 UNION ALL
 (SELECT id FROM {workload}
  WHERE team_id = %s AND gpu_type_id = %s AND state = %s AND requeued_at IS NULL AND owner_id <> ALL(%s::bigint[])
- ORDER BY priority DESC, created_at, id LIMIT %s)
+ ORDER BY {order} LIMIT %s)
 """
 
 
 def _team_head(team: Team, gpu_type_id: int, share: dict[int, float], *, aging: bool, first: int):
-    """The team's queued workloads of the type in the team's own queue order (`sharing_plan.team_order_key`:
-    priority, requeued first, the person's fair-share usage, GPU-seconds waited where the type ages, age),
-    as admission's SQL orders them; the first `first` of them are right (where the type does not age,
+    """The team's queued workloads of the type in the team's own queue order (`queue_order.TEAM_ORDER`), as
+    admission's SQL orders them; the first `first` of them are right (where the type does not age,
     only the candidates for them are ordered: `_HEAD_CANDIDATES_SQL`)."""
-    order = [F("priority").desc(), F("requeued_at").asc(nulls_last=True)]
-    if share:
-        whens = [When(owner_id=owner, then=Value(hours)) for owner, hours in share.items()]
-        order.append(Case(*whens, default=Value(0.0), output_field=FloatField()).asc())
-    if aging:
-        order.append(
-            RawSQL(
-                "-greatest(gpu_count, 1) * greatest(extract(epoch FROM %s::timestamptz - created_at), 0)",
-                (timezone.now(),),
-                output_field=FloatField(),
-            ).asc()
-        )
-    order += [F("created_at").asc(), F("id").asc()]
+    order = queue_order.orm_order(fair_share=share, aging_now=timezone.now() if aging else None)
     rows = Workload.objects.filter(team=team, gpu_type_id=gpu_type_id, state=State.QUEUED)
     if not aging:  # aging orders by a weight of each row's own: the whole queue is ordered
         queue = [team.id, gpu_type_id, State.QUEUED.value]
         owners = sorted(share)
-        sql = _HEAD_CANDIDATES_SQL.format(workload=connection.ops.quote_name(Workload._meta.db_table))
+        sql = _HEAD_CANDIDATES_SQL.format(
+            workload=connection.ops.quote_name(Workload._meta.db_table),
+            order=queue_order.order_by_sql(queue_order.FIELDS, queue_order.INDEX_ORDER),
+        )
         with connection.cursor() as cursor:
             cursor.execute(sql, [*queue, owners, *queue, first, *queue, owners, first])
             rows = rows.filter(id__in=[row[0] for row in cursor.fetchall()])

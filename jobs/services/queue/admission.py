@@ -27,6 +27,7 @@ from django.db.models import Case, F, Q, Sum, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from jobs import queue_order
 from jobs.models import GpuType, Quota, State, Team, Workload, WorkloadEvent
 from jobs.services.dispatch import enqueue_estimate, enqueue_submits
 from jobs.services.queue import borrow_share, reservation_plan, sharing_plan
@@ -39,8 +40,6 @@ from jobs.services.transitions import note
 from jobs.services.usage.accounting import counted_start
 
 log = logging.getLogger(__name__)
-
-QUEUE_ORDER = ("-priority", "created_at", "id")
 
 
 def gpus_held(*, team_id: int, gpu_type_id: int) -> int:
@@ -318,10 +317,9 @@ def _budgets_spent(teams: Iterable[Team]) -> set[int]:
 QueueHeads = dict[GroupKey, list[tuple[int, QueueEntry]]]
 
 # The head of every team's queue per GPU type (sharing_plan.queue_head, in SQL): each queued workload's
-# place in its team's own order (priority, requeued first, the person's fair-share usage, age), and its
+# place in its team's own order (`_TEAM_ORDER_SQL`: queue_order.TEAM_ORDER), and its
 # number among the team's queued workloads of its size (per person where the team caps people), kept
 # where a plan could reach it. The first of each team is always kept, with the team's queue length.
-# Where a type ages (GpuType.queue_aging), GPUs x seconds waited comes before age (aging.aged_weight).
 # Where a type reserves (GpuType.reserve_after_seconds), the first `depth` of each team's queue are kept
 # too, whether or not they fit: backfill reserves for them (reservation_plan.RESERVE_DEPTH); left out, a
 # large workload behind another got no reservation until the first started, and everything that came
@@ -339,10 +337,7 @@ WITH room AS (
            r.gpus AS room, r.per_person, r.depth,
            row_number() OVER (
                PARTITION BY w.team_id, w.gpu_type_id
-               ORDER BY w.priority DESC, w.requeued_at ASC NULLS LAST, coalesce(u.gpu_hours, 0),
-                        CASE WHEN r.aging THEN -greatest(w.gpu_count, 1)
-                             * greatest(extract(epoch FROM %s::timestamptz - w.created_at), 0) END,
-                        w.created_at, w.id
+               ORDER BY {order}
            ) - 1 AS place,
            count(*) OVER (PARTITION BY w.team_id, w.gpu_type_id) AS queued
     FROM {workload} w
@@ -361,6 +356,14 @@ FROM numbered
 WHERE place = 0 OR place < depth OR room IS NULL OR gpu_count = 0
    OR (gpu_count <= room AND (nth - 1) * gpu_count <= room)
 """
+
+# The team's own order over the queue's columns: the person's usage from `usage`, GPUs x seconds waited (to
+# the time given) where the type ages (r.aging), none elsewhere.
+_TEAM_ORDER_SQL = queue_order.order_by_sql({
+    "priority": "w.priority", "requeued": "w.requeued_at", "fair_share": "coalesce(u.gpu_hours, 0)",
+    "aged": f"CASE WHEN r.aging THEN {queue_order.aged_sql(gpus='w.gpu_count', created='w.created_at')} END",
+    "created": "w.created_at", "id": "w.id",
+})  # fmt: skip
 
 
 def aging_gpu_types(gpu_type_ids: Iterable[int]) -> set[int]:
@@ -392,7 +395,7 @@ def _queue_heads(
     params = _queue_heads_params(rooms, pairs, fair, aging_types, reserving_types or set())
     queued: dict[tuple[int, int], int] = {}
     with connection.cursor() as cursor:
-        cursor.execute(_QUEUE_HEADS_SQL.format(workload=Workload._meta.db_table), params)
+        cursor.execute(_QUEUE_HEADS_SQL.format(workload=Workload._meta.db_table, order=_TEAM_ORDER_SQL), params)
         for w_id, team_id, gpu_type_id, owner_id, gpus, priority, created, requeued, place, count in cursor:
             key = (cohort_of[team_id], gpu_type_id)
             heads.setdefault(key, []).append(

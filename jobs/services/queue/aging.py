@@ -5,8 +5,8 @@ it once it has waited a fraction of their wait (an 8-GPU job that has waited 30 
 that has waited 3 h), so it becomes the head a reservation is made for instead of waiting behind a stream
 of small ones. Off (the default): first come, first served within those keys, as before.
 
-Pure: the admission pass's SQL (admission._QUEUE_HEADS_SQL) orders by the same key; the functions here are
-the Python order (`sharing_plan.team_order_key`) and the queue page's explanation.
+Pure: the weight and its place in the order are `jobs.queue_order`'s (`aged_weight`, `TEAM_ORDER`), which
+every reading of the queue renders; here is the queue page's explanation of what aging did.
 """
 
 from __future__ import annotations
@@ -14,10 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-
-def aged_weight(gpus: int, created: float, now: float) -> float:
-    """GPU-seconds waited: the larger, the earlier in the team's queue (after priority and fair share)."""
-    return max(1, gpus) * max(0.0, now - created)
+from jobs.queue_order import AGED, CREATED, ID, Key, aged_weight, sort_key
 
 
 @dataclass(frozen=True)
@@ -49,13 +46,16 @@ def overtaken(
     """For `mine` as (id, GPUs, created, priority): how many of `others` (the team's other queued workloads
     of the GPU type, same shape) submitted before it of the same priority it goes ahead of by aging."""
     w_id, gpus, created, priority = mine
-    weight = aged_weight(gpus, created, now)
+
+    def key(w_id: int, gpus: int, created: float, *keys: Key) -> tuple:
+        return sort_key({"aged": aged_weight(gpus, created, now), "created": created, "id": w_id}, keys)
+
     passed = sum(
         1
         for o_id, o_gpus, o_created, o_priority in others
         if o_id != w_id
         and o_priority == priority
-        and (o_created, o_id) < (created, w_id)
-        and (-weight, created, w_id) < (-aged_weight(o_gpus, o_created, now), o_created, o_id)
+        and key(o_id, o_gpus, o_created, CREATED, ID) < key(w_id, gpus, created, CREATED, ID)
+        and key(w_id, gpus, created, AGED, CREATED, ID) < key(o_id, o_gpus, o_created, AGED, CREATED, ID)
     )
     return Overtaken(waited_s=max(0.0, now - created), passed=passed)

@@ -17,7 +17,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from jobs.services.queue import aging
+from jobs import queue_order
 from jobs.services.queue.sharing_plan import Held, Holding, Plan, TeamQuota, Waiting, plan
 
 HORIZON_SECONDS = 7 * 24 * 3600.0
@@ -264,16 +264,20 @@ class Aging:
 
     def order(self, team_id: int, queue: list[Waiting], at: float) -> None:
         """Sort one team's queue in place as admission would order it `at` seconds from the start:
-        priority, requeued work first (kept in its order), fair share, GPUs x time waited, age."""
+        `queue_order.TEAM_ORDER`, requeued work kept in its order."""
         usage = self.usage.get(team_id) or {}
         moment = self.start + at
         place = {w.id: i for i, w in enumerate(queue)}
 
         def key(w: Waiting) -> tuple:
-            if w.requeued:
-                return (-w.priority, 0, place[w.id], 0.0, 0.0, 0)
-            weight = aging.aged_weight(w.gpus, w.created, moment)
-            return (-w.priority, 1, usage.get(w.user_id, 0.0), -weight, w.created, w.id)
+            return queue_order.sort_key({
+                "priority": w.priority,
+                "requeued": place[w.id] if w.requeued else None,  # requeued work keeps its order
+                "fair_share": usage.get(w.user_id, 0.0),
+                "aged": queue_order.aged_weight(w.gpus, w.created, moment),
+                "created": w.created,
+                "id": w.id,
+            })  # fmt: skip
 
         queue.sort(key=key)
 

@@ -22,7 +22,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from jobs.services.queue import aging
+from jobs.queue_order import team_order_key
 
 
 class Reason:
@@ -297,17 +297,6 @@ class QueueEntry:
     priority: int
     created: float
     requeued: float | None = None
-
-
-def team_order_key(
-    entry: QueueEntry, user_usage: Mapping[int, float] | None, *, aging_now: float | None = None
-) -> tuple:
-    """Priority first; a job requeued after preemption goes to the front of its priority; then the user
-    with the least recent usage (fair share); then, where the GPU type ages (`aging_now`: the time to age
-    to), the most GPU-seconds waited (`aging.aged_weight`); then plain FIFO."""
-    share = (user_usage or {}).get(entry.user_id, 0.0) if user_usage is not None else 0.0
-    aged = -aging.aged_weight(entry.gpus, entry.created, aging_now) if aging_now is not None else 0.0
-    return (-entry.priority, entry.requeued is None, entry.requeued or 0.0, share, aged, entry.created, entry.id)
 
 
 def team_queues(
