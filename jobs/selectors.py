@@ -108,9 +108,9 @@ def _aged_ahead() -> Coalesce:
 
 
 # queue_position_expression for one workload whose fields are known (just stored): the same range counts
-# (queue_order.INDEX_ORDER), with its values as parameters, and its GPU type's slug, in one cheap statement. Where the type
-# ages the count is the same: a workload submitted now has waited nothing, so every earlier one of its
-# priority has waited more GPU-seconds (at least 1 GPU x its wait) and is ahead of it.
+# (queue_order.INDEX_ORDER), with its values as parameters, and its GPU type's slug, in one cheap statement.
+# Where the type ages the count is the same: a workload submitted now has waited nothing, so every earlier
+# one of its priority has waited more GPU-seconds (at least 1 GPU x its wait) and is ahead of it.
 _POSITION_SQL = "SELECT (SELECT slug FROM {gpu_type} WHERE id = %(type)s), 1 + {ahead}"
 _POSITION_COUNT = """(SELECT count(team_id) FROM {workload}
     WHERE team_id = %(team)s AND gpu_type_id = %(type)s AND state = %(queued)s AND {ahead})"""

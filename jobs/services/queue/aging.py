@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from jobs.queue_order import AGED, CREATED, ID, Key, aged_weight, sort_key
+from jobs.queue_order import POSITION_ORDER, aged_weight, sort_key
 
 
 @dataclass(frozen=True)
@@ -47,15 +47,16 @@ def overtaken(
     of the GPU type, same shape) submitted before it of the same priority it goes ahead of by aging."""
     w_id, gpus, created, priority = mine
 
-    def key(w_id: int, gpus: int, created: float, *keys: Key) -> tuple:
-        return sort_key({"aged": aged_weight(gpus, created, now), "created": created, "id": w_id}, keys)
+    def aged_order(i: int, g: int, c: float) -> tuple:  # the team's order within one priority, aged to `now`
+        return sort_key({"aged": aged_weight(g, c, now), "created": c, "id": i}, POSITION_ORDER[1:])
 
+    mine_aged = aged_order(w_id, gpus, created)
     passed = sum(
         1
         for o_id, o_gpus, o_created, o_priority in others
         if o_id != w_id
         and o_priority == priority
-        and key(o_id, o_gpus, o_created, CREATED, ID) < key(w_id, gpus, created, CREATED, ID)
-        and key(w_id, gpus, created, AGED, CREATED, ID) < key(o_id, o_gpus, o_created, AGED, CREATED, ID)
+        and (o_created, o_id) < (created, w_id)
+        and mine_aged < aged_order(o_id, o_gpus, o_created)
     )
     return Overtaken(waited_s=max(0.0, now - created), passed=passed)
