@@ -522,7 +522,9 @@ class TeamViewSet(ApiViewMixin, viewsets.GenericViewSet):
         queued = with_queue_position(
             Workload.objects.filter(team=team, state=State.QUEUED).select_related("team", "owner", "gpu_type")
         ).order_by("gpu_type__slug", "-priority", "created_at", "id")[: settings.API_QUEUE_LIMIT]
-        queued = list(queued)
+        # Read in index order (the limit stays cheap), listed as the positions number them: where a GPU type
+        # ages, waiting longer with more GPUs moves a workload ahead within its priority.
+        queued = sorted(queued, key=lambda w: (w.gpu_type.slug, w.queue_position, w.id))
         with_earlier_runs(queued)  # requeued work shows the GPU time of the runs it already had
         body = {
             "team": team.slug,

@@ -114,6 +114,7 @@ def test_the_queue_position_and_the_estimate_follow_the_order_admission_will_use
         listed = queue_positions(Workload.objects.filter(name__startswith="large"))
         page = client.get(f"/workloads/{b['first'].uid}/").content.decode()
         detail = api.get(f"/api/v1/workloads/{b['first'].uid}/").json()
+        team_queue = api.get(f"/api/v1/teams/{b['first'].team.slug}/queue/").json()["queued"]
         start_estimates.estimate(team_id=b["first"].team_id, gpu_type_id=b["first"].gpu_type_id)
         admit_all()  # nothing is free: the order is only shown, nothing starts
     second = Workload.objects.get(id=b["second"].id)
@@ -136,3 +137,6 @@ def test_the_queue_position_and_the_estimate_follow_the_order_admission_will_use
         assert second.estimated_start_at == NOON + timedelta(hours=4)
     assert detail["queue_position"] == positions["large-1"]
     assert listed == {b["first"].id: positions["large-1"], b["second"].id: positions["large-2"]}
+    # The team's queue in the API is listed in the order its positions number it.
+    assert [w["queue_position"] for w in team_queue] == list(range(1, 9))
+    assert team_queue[positions["large-1"] - 1]["name"] == "large-1"
