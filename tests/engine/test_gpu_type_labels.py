@@ -7,6 +7,7 @@ import pytest
 from django.db import IntegrityError
 
 from jobs.models import GpuType
+from jobs.services.queue.reservation_plan import RESERVE_DEEPER_AFTER_SECONDS
 from jobs.services.seeding import SeedError, apply_seed
 
 pytestmark = pytest.mark.django_db
@@ -57,3 +58,11 @@ def test_the_database_refuses_it_too():
     GpuType.objects.create(slug="p100", display_name="Tesla P100", node_label_value="p100")
     with pytest.raises(IntegrityError):
         GpuType.objects.create(slug="p100-big", display_name="Big", node_label_value="p100")
+
+
+def test_the_type_page_says_how_long_workloads_behind_the_head_wait_before_they_are_reserved_for(admin_client):
+    # The plan reserves for the head after reserve_after_seconds, for those behind it only after
+    # RESERVE_DEEPER_AFTER_SECONDS too (issue 38): the admin setting the first reads the second beside it.
+    page = admin_client.get("/admin/jobs/gputype/add/").content.decode()
+    assert "How long the head of a team's queue" in page
+    assert f"once they have waited {RESERVE_DEEPER_AFTER_SECONDS / 3600:g} h, or this when longer" in page

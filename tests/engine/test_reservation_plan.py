@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from jobs.services.queue.reservation_plan import (
     END_SLACK_SECONDS,
+    RESERVE_DEEPER_AFTER_SECONDS,
     RESERVED,
     START_SLACK_SECONDS,
     Block,
@@ -292,13 +293,15 @@ def test_a_promise_is_brought_forward_when_the_work_ahead_ends_before_its_limit(
 
 def test_a_held_back_head_is_reserved_for_before_those_behind_it():
     # The head (1 GPU, 5 h) is held back by a promise due at 1 h; the 2-GPU job behind it does not fit now.
+    # All have waited long enough to be reserved for beyond the head.
+    now = RESERVE_DEEPER_AFTER_SECONDS + 10.0
     promised = Waiting(9, TEAM, 4, created=0.0)
     head = Waiting(10, TEAM, 1, created=1.0)
     behind = Waiting(11, TEAM, 2, created=2.0)
     done = plan_and_backfill(
-        QUOTA, [Held(1, TEAM, 3)], [head, behind], running={TEAM: [Running(3, HOUR)]},
-        time_limits={9: HOUR, 10: 5 * HOUR, 11: HOUR}, now=10.0, reserve_after=0.0,
-        standing={TEAM: [(promised, HOUR)]},
+        QUOTA, [Held(1, TEAM, 3)], [head, behind], running={TEAM: [Running(3, now + HOUR)]},
+        time_limits={9: HOUR, 10: 5 * HOUR, 11: HOUR}, now=now, reserve_after=0.0,
+        standing={TEAM: [(promised, now + HOUR)]},
     )  # fmt: skip
     assert done.refused == [head.id]
     reserved = [r.workload_id for r in done.reservations[TEAM]]
@@ -306,3 +309,47 @@ def test_a_held_back_head_is_reserved_for_before_those_behind_it():
     assert reserved == [promised.id, head.id, behind.id]
     due = {r.workload_id: r.due_at for r in done.reservations[TEAM]}
     assert due[head.id] <= due[behind.id]
+
+
+def test_a_large_job_ahead_in_the_order_starts_before_a_small_one_promised_earlier_when_the_promise_allows():
+    # A 1-GPU, 4-hour job was promised 3 h; a 4-GPU, 1-hour job is now ahead of it in the queue's order
+    # (aging). All 4 GPUs are free: the large one starts now, the small one is still due by its promise.
+    small = Waiting(10, TEAM, 1, created=0.0)
+    large = Waiting(11, TEAM, 4, created=60.0)
+    done = plan_and_backfill(
+        QUOTA, [], [large, small], running={}, time_limits={10: 4 * HOUR, 11: HOUR}, now=HOUR,
+        reserve_after=0.0, standing={TEAM: [(small, 3 * HOUR)]},
+    )  # fmt: skip
+    assert done.plan.admit == [large.id]
+    due = {r.workload_id: r.due_at for r in done.reservations[TEAM]}
+    assert HOUR < due[small.id] <= 3 * HOUR  # after the large one ends by its limit, not after its promise
+
+
+def test_a_promise_still_holds_back_a_large_job_ahead_of_it_that_would_make_it_late():
+    # The same, but the large job's limit (5 h) would run past the small one's promise: the promise holds,
+    # the small one starts now and the large one is reserved for after it.
+    small = Waiting(10, TEAM, 1, created=0.0)
+    large = Waiting(11, TEAM, 4, created=60.0)
+    done = plan_and_backfill(
+        QUOTA, [], [large, small], running={}, time_limits={10: 4 * HOUR, 11: 5 * HOUR}, now=HOUR,
+        reserve_after=0.0, standing={TEAM: [(small, 3 * HOUR)]},
+    )  # fmt: skip
+    assert done.plan.admit == [small.id]
+    assert done.plan.waiting[large.id] == RESERVED
+    due = {r.workload_id: r.due_at for r in done.reservations[TEAM]}
+    assert due[large.id] >= HOUR + 4 * HOUR  # once the small one has ended by its limit
+
+
+def test_beyond_the_head_a_workload_is_reserved_for_only_once_it_has_waited_long_enough():
+    # 4 of 4 GPUs held for an hour; the head and the one behind it wait. Only the head is promised GPUs
+    # until the one behind it has waited RESERVE_DEEPER_AFTER_SECONDS: a small job promised at once held
+    # its GPU against a large one that came ahead of it in the order minutes later.
+    now = 10 * HOUR
+    head = Waiting(10, TEAM, 2, created=now - 600.0)
+    for waited, promised in ((600.0, [head.id]), (RESERVE_DEEPER_AFTER_SECONDS, [head.id, 11])):
+        behind = Waiting(11, TEAM, 1, created=now - waited)
+        done = plan_and_backfill(
+            QUOTA, [Held(1, TEAM, 4)], [head, behind], running={TEAM: [Running(4, now + HOUR)]},
+            time_limits={10: HOUR, 11: HOUR}, now=now, reserve_after=0.0,
+        )  # fmt: skip
+        assert [r.workload_id for r in done.reservations[TEAM]] == promised

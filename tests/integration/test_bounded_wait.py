@@ -205,7 +205,7 @@ def test_a_promised_workload_behind_two_of_its_size_is_admitted_when_its_gpus_fr
     assert big.admitted_at <= promised
 
 
-def test_a_second_large_job_is_promised_at_once_and_promises_move_earlier_when_work_ends_early(lab):
+def test_a_second_large_job_is_promised_when_the_first_starts_and_promises_move_earlier_when_work_ends_early(lab):
     # 4 of 4 GPUs held until noon by their limit (4 h); two 4-GPU jobs of an hour queue behind.
     GpuType.objects.filter(id=lab["gpu"].id).update(reserve_after_seconds=0)
     with time_machine.travel(MORNING, tick=False):
@@ -216,21 +216,20 @@ def test_a_second_large_job_is_promised_at_once_and_promises_move_earlier_when_w
         first, second = queue(lab, "first", 4, HOUR), queue(lab, "second", 4, HOUR)
         admit_all()
         promised = dict(QueueReservation.objects.values_list("workload_id", "starts_by"))
-    # Both are promised GPUs now, the second after the first's hour: the pass reads the first few of the
-    # queue where the type reserves, not only what could start (else the second would wait unpromised
-    # until the first started, and everything queued meanwhile would be promised GPUs before it).
-    assert set(promised) == {first.id, second.id}
-    assert MORNING + timedelta(hours=4) <= promised[first.id] < promised[second.id]
-    assert promised[second.id] >= promised[first.id] + timedelta(hours=1)
-    # The running job ends at 9:00, three hours before its limit: the first starts, and the second's
-    # promise moves to the end of the first's hour (by its limit), no longer after noon.
+    # The head is promised GPUs at noon; the second, behind it, not yet (beyond the head, a workload is
+    # promised GPUs once it has waited RESERVE_DEEPER_AFTER_SECONDS, or once it is the head).
+    assert set(promised) == {first.id}
+    assert promised[first.id] >= MORNING + timedelta(hours=4)
+    # The running job ends at 9:00, three hours before its limit: the first starts, and in the same pass
+    # the second, now the head, is promised GPUs at the end of the first's hour (by its limit), not after
+    # noon as the first's promise said.
     with time_machine.travel(MORNING + timedelta(hours=1), tick=False):
         Workload.objects.filter(id=running.id).update(state=State.SUCCEEDED, finished_at=timezone.now())
         admit_all()
         assert Workload.objects.get(id=first.id).state == State.SUBMITTING
         now_promised = QueueReservation.objects.get(workload_id=second.id).starts_by
     assert now_promised <= MORNING + timedelta(hours=2, minutes=10)
-    assert now_promised < promised[second.id] - timedelta(hours=2)
+    assert now_promised < promised[first.id]
     with time_machine.travel(MORNING + timedelta(hours=1, minutes=30), tick=False):
         watch_loop()
         Workload.objects.filter(id=first.id).update(state=State.SUCCEEDED, finished_at=timezone.now())

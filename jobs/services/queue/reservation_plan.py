@@ -41,6 +41,12 @@ END_SLACK_SECONDS = 60.0
 # 15 s; a workload's end triggers one at once).
 PROMISE_SLACK_SECONDS = 60.0
 RESERVE_DEPTH = 4  # workloads reserved for per team and GPU type at most (each pass checks them all)
+# Beyond the head of a team's queue (the first workload in its order the plan does not admit), a workload is
+# reserved for only once it has waited this long. A promise stands whatever comes later: made at once for
+# every workload of the first RESERVE_DEPTH, a 1-GPU job with a 4-hour limit promised minutes before an
+# 8-GPU job arrived held that one back until it ended. Tuned on the replay's seeds (benchmarks/README.md,
+# against 0, 1, 2, 3 and 5 h); the GPU type admin page states it beside reserve_after_seconds.
+RESERVE_DEEPER_AFTER_SECONDS = 4 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -155,17 +161,83 @@ def _backfill_team(
     reserve_after: float,
     held_before: Collection[int] = (),
 ) -> list[Reservation]:
-    """One team's reservations (its promises kept first, then its queue in order); the admissions that
-    would delay one are added to `held_back`."""
-    timeline = Timeline(team.quota, [Block(r.gpus, now, r.ends_by) for r in running])
-    reserved: list[Reservation] = []
-    _keep_promises(timeline, reserved, held_back, promises, admitted, time_limits=time_limits, now=now)
-    sticky = {w.id for w, _ in promises}
-    for w in queued:
-        if w.id not in sticky:
-            _backfill_one(timeline, reserved, held_back, w, result, admitted, time_limits=time_limits, now=now,
-                          reserve_after=reserve_after, held_before=held_before)  # fmt: skip
-    return reserved
+    """One team's reservations, made in queue order with its promised workloads in their places (those
+    the pass did not read last); the admissions that would delay one are added to `held_back`. A promised
+    workload that its place would start after its promise is pinned (kept where it stood, ahead of the
+    order) and the order planned again: so every promise holds, and one made before a workload that is
+    now ahead of it in the order holds that one back only where it must."""
+    due_of = {w.id: due for w, due in promises}
+    in_queue = {w.id for w in queued}
+    order = [*queued, *(w for w, _ in sorted(promises, key=lambda p: p[1]) if w.id not in in_queue)]
+    head = next((w.id for w in order if w.id not in admitted), None)
+    pinned: set[int] = set()
+    while True:
+        timeline = Timeline(team.quota, [Block(r.gpus, now, r.ends_by) for r in running])
+        reserved: list[Reservation] = []
+        back: set[int] = set()
+        kept = [p for p in promises if p[0].id in pinned]
+        _keep_promises(timeline, reserved, back, kept, admitted, time_limits=time_limits, now=now)
+        late = None
+        for w in order:
+            deeper = w.id != head  # beyond the head, reserved for once it has waited long enough
+            wait = max(reserve_after, RESERVE_DEEPER_AFTER_SECONDS) if deeper else reserve_after
+            if w.id not in pinned and not _in_order(timeline, reserved, back, w, due_of.get(w.id), result, admitted,
+                                                    time_limits=time_limits, now=now, reserve_after=wait,
+                                                    held_before=held_before):  # fmt: skip
+                late = w
+                break
+        if late is None:
+            held_back |= back
+            return reserved
+        pinned.add(late.id)
+
+
+def _in_order(
+    timeline: Timeline,
+    reserved: list[Reservation],
+    held_back: set[int],
+    w: Waiting,
+    due: float | None,
+    result: Plan,
+    admitted: set[int],
+    *,
+    time_limits: Mapping[int, float],
+    now: float,
+    reserve_after: float,
+    held_before: Collection[int],
+) -> bool:
+    """One workload in its place in the team's order; False: promised (`due`), it would start late."""
+    if due is not None:
+        return _promised_in_order(timeline, reserved, held_back, w, due, admitted, time_limits=time_limits, now=now)
+    _backfill_one(timeline, reserved, held_back, w, result, admitted, time_limits=time_limits, now=now,
+                  reserve_after=reserve_after, held_before=held_before)  # fmt: skip
+    return True
+
+
+def _promised_in_order(
+    timeline: Timeline,
+    reserved: list[Reservation],
+    held_back: set[int],
+    w: Waiting,
+    due: float,
+    admitted: set[int],
+    *,
+    time_limits: Mapping[int, float],
+    now: float,
+) -> bool:
+    """A promised workload in its place in the order: started now where the plan admits it and it fits,
+    else reserved at the first moment it fits, not after its promise. False: it would start late (pin it)."""
+    if w.id in admitted and timeline.take(w.gpus, now, _admitted_now(w, time_limits, now).ends_by):
+        return True
+    length = _length(w, time_limits)
+    at = timeline.earliest(w.gpus, length, now, latest=due, after_now=True) if due > now else None
+    if at is None:
+        return False
+    if w.id in admitted:
+        held_back.add(w.id)
+    timeline.take(w.gpus, at, at + length)
+    reserved.append(Reservation(w.id, w.team_id, w.gpus, at))
+    return True
 
 
 def _keep_promises(
@@ -332,15 +404,16 @@ def plan_and_backfill(
 ) -> Backfilled:
     """The admission plan (`sharing_plan.plan`) with backfill, planned again without what backfill held
     back until nothing more is, so that the GPUs a held-back workload would have taken go to the next
-    one that may have them (a short job behind a long one). Workloads with a promise are planned first.
-    `capacity`: as `sharing_plan.plan`'s (forecasts only)."""
+    one that may have them (a short job behind a long one). The queue is planned in its order, promised
+    workloads in their places: a promise is kept by backfill (one that would start late is pinned and
+    what would delay it held back), not by going first, which let a small job promised before a large
+    one was ahead of it in the order take the GPUs the large one waited for. Promised workloads the pass
+    did not read (it reads each team's queue head and first RESERVE_DEPTH) come after those it read,
+    earliest due first. `capacity`: as `sharing_plan.plan`'s (forecasts only)."""
     held_back: list[int] = []
-    # Promised workloads go first, earliest due first, whether or not the pass read them (it reads only
-    # each team's queue head, which a promised workload behind others of its size may fall out of).
     promised = sorted((p for rows in (standing or {}).values() for p in rows), key=lambda p: p[1])
-    ids = {w.id for w, _ in promised}
-    in_queue = {w.id: w for w in queue if w.id in ids}
-    waiting = [*(in_queue.get(w.id, w) for w, _ in promised), *(w for w in queue if w.id not in ids)]
+    in_queue = {w.id for w in queue}
+    waiting = [*queue, *(w for w, _ in promised if w.id not in in_queue)]
     everyone = list(waiting)  # in order, for the reservations: those held back keep their turn
     while True:
         done = backfill(
