@@ -157,8 +157,8 @@ def report_services_left(python: str, env: dict[str, str]) -> None:
         return  # a database that is not there: nothing to say
     if left:
         say(
-            f"{left} service(s) not ended: the next `make run` starts them again with its cluster. To end them, "
-            "Cancel on their pages (or `gpuportal cancel UID`; `gpuportal list --kind service --state RUNNING`)."
+            f"{left} service(s) not ended: the next `make run` starts them again with its cluster; end them "
+            "there with Cancel on their pages (or `gpuportal list --kind service`, `gpuportal cancel UID`)."
         )
 
 
