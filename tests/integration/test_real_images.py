@@ -11,6 +11,8 @@ import pytest
 from kubernetes import client as k8s
 
 from jobs.models import GpuNode, State, Workload
+from jobs.services.cluster.inventory import inventory_sync
+from localcluster import images
 from localcluster.images import IMAGES
 from localcluster.realnode import PULLS_IMAGES_LABEL
 from tests.realnode_fixtures import api_as, submit_real
@@ -48,5 +50,26 @@ def test_an_image_the_real_nodes_lack_is_refused_naming_the_local_ones(real_engi
 
 def test_the_local_image_is_taken_and_runs(real_engine):
     workload = submit_real(api_as(real_engine.owner), command=["python", "-c", "print('ran')"])
+    real_engine.wait_for(workload, State.SUCCEEDED, State.FAILED, timeout=240)
+    assert workload.state == State.SUCCEEDED, (workload.reason, workload.message)
+
+
+def test_an_image_imported_later_is_taken_once_the_kubelet_lists_it(real_engine):
+    api = api_as(real_engine.owner)
+    body = {
+        "gpu_type": "real-p100",
+        "gpu_count": 1,
+        "image": IMAGES["tensorboard"],
+        "command": ["python", "-c", "pass"],
+    }
+    assert api.post("/api/v1/workloads/", body, format="json").status_code == 400  # not on the nodes yet
+    path = images.ensure(["tensorboard"])["tensorboard"]
+    for spec in real_engine.real_nodes.specs:
+        real_engine.real_nodes.import_image(spec, path)
+    real_engine.real_nodes.wait_until_listed()  # the kubelet refreshes its list every 30 s
+    inventory_sync()  # as beat's inventory task does every minute
+    workload = submit_real(
+        api, image=IMAGES["tensorboard"], command=["python", "-c", "pass"]
+    )  # the entry's default args follow
     real_engine.wait_for(workload, State.SUCCEEDED, State.FAILED, timeout=240)
     assert workload.state == State.SUCCEEDED, (workload.reason, workload.message)
