@@ -257,6 +257,7 @@ def _scp_on_real_nodes(ctx: Any) -> float:
         path = images.ensure(["devenv"], progress=_log)["devenv"]
         for spec in cluster.real.specs:
             cluster.real.import_image(spec, path)
+        cluster.real.wait_until_listed()  # the portal refuses images its nodes do not list
     try:
         return _scp_ratio(ctx)
     finally:

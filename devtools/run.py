@@ -125,6 +125,43 @@ def run_once(name: str, argv: list[str], env: dict[str, str]) -> list[str]:
     return lines
 
 
+# Celery warns at length when a worker runs as root. Here every process of the run does (the real nodes'
+# kubelet and containerd need root, and `make run` is one process tree); what the warning is about, code run
+# from a message, cannot happen: the workers accept JSON only (portal/settings.py CELERY_ACCEPT_CONTENT), and
+# as root Celery refuses pickle outright. So this one warning is silenced for `make run`'s workers only, and
+# the run says so in one line. The chart and compose run every process as a non-root user.
+ROOT_WARNING_FILTER = "ignore:You're running the worker with superuser privileges:UserWarning"
+
+
+def celery_argv(python: str, argv: list[str]) -> list[str]:
+    """`python -m celery ...` (argv: what follows `-m celery`), without the root warning when run as root."""
+    quiet = ["-W", ROOT_WARNING_FILTER] if os.geteuid() == 0 else []
+    return [python, *quiet, "-m", "celery", *argv]
+
+
+# Services outlive `make run`: their Deployments stay in the cluster's store, and the next run's cluster
+# starts their pods again. Counted at Ctrl-C, so that nobody is surprised.
+_COUNT_SERVICES = (
+    "from jobs.models import State, Workload; "
+    "print(Workload.objects.filter(kind='service').exclude(state__in=State.final()).count())"
+)
+
+
+def report_services_left(python: str, env: dict[str, str]) -> None:
+    """Say how many services have not ended, that they come back with the next run, and how to end them."""
+    try:
+        out = subprocess.run([python, "manage.py", "shell", "-c", _COUNT_SERVICES], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=30, check=True).stdout  # fmt: skip
+        left = int(out.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return  # a database that is not there: nothing to say
+    if left:
+        say(
+            f"{left} service(s) not ended: the next `make run` starts them again with its cluster; end them "
+            "there with Cancel on their pages (or `gpuportal list --kind service`, `gpuportal cancel UID`)."
+        )
+
+
 def management_command_exists(name: str) -> bool:
     return any(REPO.glob(f"*/management/commands/{name}.py"))
 
@@ -416,24 +453,18 @@ def main() -> int:
             if management_command_exists("seed_demo"):
                 seeded = run_once("seed", [python, "manage.py", "seed_demo", *local_images_seed(env)], env_of("engine"))
             stack.callback(children.stop)
-            worker = [python, "-m", "celery", "-A", "portal", "worker", "-l", "info"]
+            if os.geteuid() == 0:
+                say(
+                    "the workers run as root, as every process of this run (see ROOT_WARNING_FILTER in devtools/run.py)"
+                )
+            worker = celery_argv(python, ["-A", "portal", "worker", "-l", "info"])
             children.start("worker", worker, {**env_of("engine"), **worker_only})  # the private key: its alone
             # Team namespaces are made only by the provisioner, a worker on its own queue (as in the chart).
-            children.start("provisioner", provisioner_argv(python), env_of("provisioner"))
+            children.start("provisioner", celery_argv(python, provisioner_argv(python)[3:]), env_of("provisioner"))
+            schedule = str(Path(env.get("PORTAL_VAR_DIR") or VAR) / "celerybeat-schedule")
             children.start(
                 "beat",
-                [
-                    python,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "portal",
-                    "beat",
-                    "-l",
-                    "info",
-                    "-s",
-                    str(Path(env.get("PORTAL_VAR_DIR") or VAR) / "celerybeat-schedule"),
-                ],
+                celery_argv(python, ["-A", "portal", "beat", "-l", "info", "-s", schedule]),
                 env_of("web"),  # as in the chart: beat only schedules, and holds the web's (read-only) identity
             )
             if management_command_exists("track"):
@@ -463,6 +494,7 @@ def main() -> int:
                     return 1
         except Stop:
             say("stopping (Ctrl-C)")
+            report_services_left(python, env_of("web"))
             return 0
         except ServiceError as exc:
             say(f"ERROR: {exc}")

@@ -65,6 +65,9 @@ SYSTEM_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "iptable
 NODE_BUILD_HINT = "run `bash localcluster/build.sh` (or `make cluster-build`); it builds the kubelet"
 PACKAGES_HINT = f"`bash devtools/system-deps.sh {' '.join(SYSTEM_PACKAGES)}`"
 REAL_LABEL = "gpuportal.io/real-node"
+# These nodes reach no registry: only the images imported into their containerd run there. The portal reads
+# the label (jobs/services/cluster/inventory.py) and refuses other images at submission.
+PULLS_IMAGES_LABEL = "gpuportal.io/pulls-images"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -382,6 +385,8 @@ class RealNodes:
         self.containerds: dict[str, Component] = {}
         self.kubelets: dict[str, Component] = {}
         self.plugins: dict[str, Component] = {}
+        # Per node, the references its containerd holds (after the imports), which its kubelet must list.
+        self.held_images: dict[str, set[str]] = {}
 
     @property
     def names(self) -> list[str]:
@@ -573,6 +578,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 "imagefs.available": "1%",
                 "nodefs.inodesFree": "1%",
             },
+            # Every image in the node's status, not the 50 largest: the portal judges submissions by that list,
+            # and images of earlier builds stay (never collected).
+            "nodeStatusMaxImages": -1,
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
             "runtimeRequestTimeout": "2m",
@@ -594,7 +602,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             f"containerd-{spec.name}", lambda: ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", setup],
             log_dir=logs, run_dir=run,
         )  # fmt: skip
-        labels = ",".join([f"gputype={spec.label_value}", f"{REAL_LABEL}=true"])
+        labels = ",".join([f"gputype={spec.label_value}", f"{REAL_LABEL}=true", f"{PULLS_IMAGES_LABEL}=false"])
 
         def kubelet_argv(spec: NodeSpec = spec) -> list[str]:
             ns_pid = self.containerds[spec.name].pid
@@ -648,6 +656,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 self.import_image(spec, archive)
             if self.images:
                 self._log(f"{spec.name}: images imported in {time.monotonic() - began:.0f} s")
+            self.held_images[spec.name] = self.containerd_images(spec)
         for spec in self.specs:
             self.health_file(spec.name).unlink(missing_ok=True)
             self.kubelets[spec.name].start()
@@ -662,8 +671,33 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             )
 
     def import_image(self, spec: NodeSpec, archive: Path) -> None:
+        """Import an OCI archive into the node's containerd. A node already running lists it in its status
+        (where the portal learns what it may run there) within about 30 s: `wait_until_listed`."""
         _run(["ctr", "--address", str(self.containerd_socket(spec)), "-n", "k8s.io", "images", "import",
               str(archive)], timeout=300)  # fmt: skip
+        self.held_images[spec.name] = self.containerd_images(spec)
+
+    def containerd_images(self, spec: NodeSpec) -> set[str]:
+        """The references the node's containerd holds, as its kubelet lists them in `.status.images`: tags
+        and repository digests (not the bare `sha256:` image ids the CRI plugin also records)."""
+        out = _run(["ctr", "--address", str(self.containerd_socket(spec)), "-n", "k8s.io", "images", "ls", "-q"])
+        return {line for line in out.stdout.split() if not line.startswith("sha256:")}
+
+    @staticmethod
+    def _lists_images(node: dict, held: set[str]) -> bool:
+        listed = {name for image in node.get("status", {}).get("images") or [] for name in image.get("names") or []}
+        return held <= listed
+
+    def wait_until_listed(self, timeout: float = 90) -> None:
+        """Wait until every node's status lists the images its containerd holds: the kubelet refreshes its
+        image list every 30 s, and the portal judges submissions to these nodes by that list."""
+        for spec in self.specs:
+            held = self.held_images.get(spec.name, set())
+            self.kubelets[spec.name].wait_until(
+                lambda spec=spec, held=held: self._lists_images(self._api("GET", f"/api/v1/nodes/{spec.name}", None)[1], held),
+                timeout=timeout,
+                what="listing its images",
+            )  # fmt: skip
 
     def _make_bridge(self) -> None:
         net = self.network
@@ -700,6 +734,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         gpus = (node.get("status", {}).get("allocatable") or {}).get(offer.resource, "0")
         if gpus != str(len(offer.devices)):
             return False
+        if (node["metadata"].get("labels") or {}).get(PULLS_IMAGES_LABEL) != "false":
+            # A Node object kept from a run before the label existed: the kubelet sets --node-labels only
+            # when it creates the Node.
+            path = "/metadata/labels/" + PULLS_IMAGES_LABEL.replace("/", "~1")
+            self._api("PATCH", f"/api/v1/nodes/{spec.name}", [{"op": "add", "path": path, "value": "false"}])
+            return False
+        if not self._lists_images(node, self.held_images.get(spec.name, set())):
+            return False  # listed soon after the kubelet starts; the portal judges submissions by that list
         taints = node.get("spec", {}).get("taints") or []
         kept = [t for t in taints if t.get("key") != "node.kubernetes.io/not-ready"]
         if len(kept) != len(taints):

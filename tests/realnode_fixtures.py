@@ -59,6 +59,7 @@ def real_nodes(
         for spec in kube_cluster.real.specs:
             for name in REAL_IMAGES[2:]:
                 kube_cluster.real.import_image(spec, images.ensure([name])[name])
+        kube_cluster.real.wait_until_listed()  # the portal refuses images its nodes do not list
         yield kube_cluster.real
         return
     count = getattr(request.module, "REAL_NODE_COUNT", 2)

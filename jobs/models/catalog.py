@@ -175,6 +175,12 @@ class GpuNode(models.Model):
     schedulable = models.BooleanField(default=True)
     cuda_driver_version = models.CharField(max_length=8, blank=True)
     labels = models.JSONField(default=dict, blank=True)
+    # False where the node is labelled gpuportal.io/pulls-images=false: it reaches no registry (the local
+    # cluster's real nodes, an air-gapped site), so only the images it already has run there.
+    pulls_images = models.BooleanField(default=True)
+    # The images such a node has (its kubelet's `.status.images`, canonical references); empty for a node
+    # that pulls, whose images matter to nobody.
+    images = models.JSONField(default=list, blank=True)
     last_seen_at = models.DateTimeField()
 
     class Meta:

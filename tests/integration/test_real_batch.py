@@ -119,7 +119,29 @@ def test_a_batch_job_runs_on_a_real_node_sees_what_the_portal_gave_it_and_its_ex
     assert "dataset write: EROFS Read-only file system" in log  # the kernel's own refusal (a ro bind mount)
 
 
-def test_a_missing_image_is_a_real_pull_error_in_words(real_engine):
+@pytest.fixture
+def nodes_that_pull(real_engine, kube_api):
+    """The real nodes labelled as nodes that pull (as at a site whose nodes reach a registry), so that the
+    portal takes an image they lack; labelled back afterwards (tests/integration/test_real_images.py)."""
+    from jobs.services.cluster.inventory import inventory_sync
+    from localcluster.realnode import PULLS_IMAGES_LABEL
+
+    core = k8s.CoreV1Api(kube_api)
+
+    def label(value: str) -> None:
+        for name in real_engine.real_nodes.names:
+            core.patch_node(name, {"metadata": {"labels": {PULLS_IMAGES_LABEL: value}}})
+        inventory_sync()
+
+    label("true")
+    try:
+        yield real_engine
+    finally:
+        label("false")
+
+
+def test_a_missing_image_is_a_real_pull_error_in_words(nodes_that_pull):
+    real_engine = nodes_that_pull
     api = api_as(real_engine.owner)
     workload = submit_real(api, image="localhost/gpuportal/no-such-image:1", command=["python", "-c", "pass"])
     real_engine.wait_until(

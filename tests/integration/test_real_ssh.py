@@ -48,6 +48,7 @@ def devenv_on_real_nodes(real_nodes):
     path = images.ensure(["devenv"])["devenv"]
     for spec in real_nodes.specs:
         real_nodes.import_image(spec, path)
+    real_nodes.wait_until_listed()  # the portal refuses images its nodes do not list
     return real_nodes
 
 

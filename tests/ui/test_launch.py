@@ -244,6 +244,23 @@ def test_the_form_says_which_images_need_root_and_refuses_an_unallowed_one(login
     assert Workload.objects.count() == before
 
 
+def test_on_nodes_that_pull_no_images_the_form_refuses_an_image_they_lack_and_names_those_they_have(login, world):
+    # The k2 nodes reach no registry (gpuportal.io/pulls-images=false) and hold one image, the catalog's trainer.
+    GpuNode.objects.filter(gpu_type=world.k2).update(pulls_images=False, images=["docker.io/library/python:3.12"])
+    client = login(world.owner)
+    before = Workload.objects.count()
+    response = post(client, image="docker.io/library/ubuntu:24.04", gpu_type="k2", command="true")
+    assert response.status_code == 400
+    assert field_errors(response)["image"] == [
+        "The Grid K2 nodes pull no images (they reach no registry), and none of them has "
+        "docker.io/library/ubuntu:24.04. Images that run there: Python 3.12 (docker.io/library/python:3.12)."
+    ]
+    assert Workload.objects.count() == before
+    assert post(client, catalog_image=str(world.trainer.id), gpu_type="k2").status_code == 302
+    # The p100 nodes pull: the same image is taken there.
+    assert post(client, image="docker.io/library/ubuntu:24.04", command="true").status_code == 302
+
+
 def test_copies_of_names_each_and_tells_them_apart():
     spec = {"name": "", "kind": "batch", "env": [{"name": "LR", "value": "0.1"}]}
     copies = copies_of(spec, 12, base_name="sweep")

@@ -10,9 +10,13 @@ from django.utils import timezone
 
 from jobs.kube import client as kube
 from jobs.models import GpuNode, GpuType
+from jobs.services.validation import canonical_image
 
 CUDA_MAJOR = "nvidia.com/cuda.driver.major"
 CUDA_MINOR = "nvidia.com/cuda.driver.minor"
+# "false" on a node that reaches no registry (localcluster's real nodes; an air-gapped site labels its own):
+# only the images it has run there, and the intake refuses the others (validation.check_image_on_nodes).
+PULLS_IMAGES = "gpuportal.io/pulls-images"
 
 
 def _quantity(value: str | int | None) -> int:
@@ -70,6 +74,13 @@ def _gpus_in_use(pods: dict, resources: set[str]) -> dict[str, int]:
     return in_use
 
 
+def _node_images(status: dict) -> list[str]:
+    """The images the kubelet says the node has (`.status.images`, at most its nodeStatusMaxImages, 50 by
+    default), as canonical references, tags and digests alike."""
+    names = {canonical_image(name) for image in status.get("images") or [] for name in image.get("names") or []}
+    return sorted(name for name in names if name)
+
+
 def _gpu_node_fields(node: dict, resources: set[str], types: list[GpuType]) -> dict | None:
     """A node's GpuNode fields (all but GPUs in use and when seen); None for a node without GPUs."""
     meta, status, spec = node["metadata"], node.get("status") or {}, node.get("spec") or {}
@@ -84,7 +95,9 @@ def _gpu_node_fields(node: dict, resources: set[str], types: list[GpuType]) -> d
         "ready": _ready(status),
         "schedulable": not spec.get("unschedulable", False),
         "labels": labels,
+        "pulls_images": labels.get(PULLS_IMAGES) != "false",
     }
+    fields["images"] = [] if fields["pulls_images"] else _node_images(status)
     # GPU Feature Discovery's labels, when present; otherwise keep what the node agent reported.
     if CUDA_MAJOR in labels:
         fields["cuda_driver_version"] = f"{labels[CUDA_MAJOR]}.{labels.get(CUDA_MINOR, '0')}"

@@ -216,16 +216,38 @@ def gpu_type_max_cuda(gpu_type: GpuType, node_cuda: Mapping[int, list[str]]) -> 
     return min(versions, key=cuda_tuple)
 
 
+@dataclass(frozen=True)
+class NodeFacts:
+    """What the intake learns from the GPU nodes, per GPU type id (one read of the inventory)."""
+
+    cuda: Mapping[int, list[str]]  # the driver CUDA of each ready node that reported one
+    # For each type none of whose nodes pulls images: the images its nodes have between them (a type with
+    # a node that pulls, or whose nodes listed no image yet, is left out: nothing is judged there).
+    local_images: Mapping[int, frozenset[str]]
+
+
+def read_node_facts() -> NodeFacts:
+    cuda: dict[int, list[str]] = {}
+    pulling: set[int] = set()
+    found: dict[int, set[str]] = {}
+    rows = GpuNode.objects.exclude(gpu_type=None).values_list(
+        "gpu_type_id", "ready", "cuda_driver_version", "pulls_images", "images"
+    )
+    for type_id, ready, version, pulls, images in rows:
+        if ready and version:
+            cuda.setdefault(type_id, []).append(version)
+        if pulls:
+            pulling.add(type_id)
+        else:
+            found.setdefault(type_id, set()).update(images or ())
+    local = {type_id: frozenset(images) for type_id, images in found.items() if images and type_id not in pulling}
+    return NodeFacts(cuda=cuda, local_images=local)
+
+
 def read_site_facts() -> SiteFacts:
     types = list(GpuType.objects.all())
     capacity = cluster_capacity(types)
-    node_cuda: dict[int, list[str]] = {}
-    for type_id, version in (
-        GpuNode.objects.filter(ready=True)
-        .exclude(cuda_driver_version="")
-        .values_list("gpu_type_id", "cuda_driver_version")
-    ):
-        node_cuda.setdefault(type_id, []).append(version)
+    nodes = read_node_facts()
     gpu_types = {
         t.slug: GpuTypeFacts(
             slug=t.slug,
@@ -233,7 +255,7 @@ def read_site_facts() -> SiteFacts:
             enabled=t.enabled,
             quota=None,
             largest_node=capacity[t.id].largest_node,
-            max_cuda=gpu_type_max_cuda(t, node_cuda),
+            max_cuda=gpu_type_max_cuda(t, nodes.cuda),
             cpu_per_gpu=t.cpu_per_gpu_millicores,
             max_cpu_per_gpu=t.max_cpu_per_gpu_millicores,
             memory_per_gpu=t.memory_per_gpu_mib,
@@ -241,6 +263,7 @@ def read_site_facts() -> SiteFacts:
             per_container=t.share.per_container_limit,
             unit=t.share.kind,
             nodes=capacity[t.id].nodes,
+            local_images=nodes.local_images.get(t.id),
         )
         for t in types
     }
@@ -256,6 +279,7 @@ def read_site_facts() -> SiteFacts:
             default_port=c.default_port,
             needs_root=c.needs_root,
             root_allowed=c.root_allowed,
+            title=c.title,
         )
         for c in CatalogImage.objects.all()
     }

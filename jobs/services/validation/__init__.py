@@ -43,8 +43,10 @@ from jobs.services.validation.images import (
     NOT_A_REFERENCE,
     ImageChoice,
     ImageReference,
+    canonical_image,
     check_cuda_fit,
     check_image,
+    check_image_on_nodes,
     check_root,
     cuda_tuple,
     parse_image_reference,
@@ -112,6 +114,7 @@ __all__ = [
     "ImageReference",
     "Problem",
     "SubmissionInvalid",
+    "canonical_image",
     "check_arguments",
     "check_budget",
     "check_command_total",
@@ -122,6 +125,7 @@ __all__ = [
     "check_gpu_count",
     "check_gpu_type",
     "check_image",
+    "check_image_on_nodes",
     "check_kind",
     "check_name",
     "check_nodes",
@@ -170,6 +174,7 @@ def validate_submission(raw: Mapping[str, Any], facts: Facts) -> CleanSubmission
     nodes = take(check_nodes(raw.get("nodes", 1), kind=kind, gpu=gpu, per_node=gpu_count))
     topology = take(check_topology(raw.get("topology", ""), nodes=nodes))
     take(check_cuda_fit(catalog, gpu, facts.gpu_types))
+    take(check_image_on_nodes(chosen.image, gpu, facts.catalog, kind=kind))
     command = take(check_arguments(raw.get("command"), "command", catalog.default_command if catalog else ()))
     args = take(check_arguments(raw.get("args"), "args", catalog.default_args if catalog else ()))
     take(check_command_total(command, args))

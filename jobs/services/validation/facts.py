@@ -22,6 +22,9 @@ class GpuTypeFacts:
     per_container: int | None = None  # most devices one container may take (slices: 1 unless allowed more)
     unit: str = "whole"  # whole | mig | time_sliced (jobs.gpu_shares): how a refusal names one device
     nodes: int = 0  # ready, schedulable nodes of this type: the most ranks a gang job may have
+    # None: the type's nodes pull images (or nothing is known of them). A set: none of its nodes pulls
+    # (gpuportal.io/pulls-images=false), and these are the images they have (canonical references).
+    local_images: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class CatalogFacts:
     default_port: int | None = None
     needs_root: bool = False  # the image only works as root
     root_allowed: bool = False  # and an admin approved that for this entry
+    title: str = ""
 
 
 @dataclass(frozen=True)

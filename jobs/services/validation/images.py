@@ -146,3 +146,64 @@ def check_cuda_fit(
         f"This image needs CUDA {catalog.cuda_version}, but {gpu.display_name} drivers support "
         f"up to CUDA {gpu.max_cuda}.{hint}",
     )
+
+
+# --- images on nodes that pull none -----------------------------------------------------------------
+def canonical_image(reference: str) -> str | None:
+    """A reference as a node's kubelet lists it in `.status.images`: registry and whole path (docker.io's
+    one-part names under `library/`), then `@digest`, else `:tag` (`latest` when none). None when it is
+    not a reference."""
+    parsed = parse_image_reference(reference)
+    if parsed is None:
+        return None
+    name = parsed.name
+    if parsed.registry == DEFAULT_REGISTRY and "/" not in name:
+        name = f"library/{name}"
+    if parsed.digest:
+        return f"{parsed.registry}/{name}@{parsed.digest}"
+    return f"{parsed.registry}/{name}:{parsed.tag or 'latest'}"
+
+
+def _pulled_always(reference: ImageReference) -> bool:
+    """The kubelet's default pull policy is Always for `:latest` (or no tag) without a digest: such an
+    image is pulled again even where it is present."""
+    return not reference.digest and (reference.tag or "latest") == "latest"
+
+
+def runs_without_pull(image: str, local_images: frozenset[str]) -> bool:
+    """Whether a node with these images, which pulls none, starts `image`."""
+    parsed = parse_image_reference(image)
+    return parsed is not None and not _pulled_always(parsed) and canonical_image(image) in local_images
+
+
+def check_image_on_nodes(
+    image: str, gpu: GpuTypeFacts | None, catalog: Mapping[int, CatalogFacts], *, kind: str
+) -> Checked[None]:
+    """On a GPU type whose nodes pull no images, only an image they already have starts: any other would
+    wait in ImagePullBackOff until its time limit. The refusal names the images that would run there."""
+    if gpu is None or not gpu.enabled or gpu.quota is None or not gpu.local_images or not image:
+        return Checked(None)  # a type that is already wrong, or whose nodes pull (or are not known)
+    parsed = parse_image_reference(image)
+    if parsed is None or runs_without_pull(image, gpu.local_images):
+        return Checked(None)  # an invalid reference is refused as such
+    nodes = f"The {gpu.display_name} nodes pull no images (they reach no registry)"
+    if _pulled_always(parsed) and canonical_image(image) in gpu.local_images:
+        why = f"{nodes}, and {image} would be pulled: the kubelet always pulls an untagged or :latest image."
+    else:
+        why = f"{nodes}, and none of them has {image}."
+    return refused(None, "image", f"{why} {_images_that_run(gpu.local_images, catalog, kind=kind)}")
+
+
+def _images_that_run(local_images: frozenset[str], catalog: Mapping[int, CatalogFacts], *, kind: str) -> str:
+    """The catalog's entries for this kind that the nodes have, else every tagged image they have."""
+    entries = sorted(
+        (c.title or c.reference, c.reference)
+        for c in catalog.values()
+        if c.enabled and c.suits in ("any", kind) and runs_without_pull(c.reference, local_images)
+    )
+    if entries:
+        return "Images that run there: " + ", ".join(f"{title} ({ref})" for title, ref in entries) + "."
+    tagged = sorted(name for name in local_images if "@" not in name)
+    if tagged:
+        return "Images that run there: " + ", ".join(tagged) + "."
+    return "No image is known to run there."
