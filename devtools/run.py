@@ -251,7 +251,7 @@ def choose_real_nodes(env: dict[str, str]) -> int:
         return 0
     env.setdefault("GPUPORTAL_LOCAL_IMAGES", "1")
     # The cluster reads this from our own environment when it imports images into each node.
-    os.environ.setdefault("GPUPORTAL_REAL_NODE_IMAGES", "python,jupyterlab,tensorboard")
+    os.environ.setdefault("GPUPORTAL_REAL_NODE_IMAGES", "python,jupyterlab,tensorboard,devenv")
     say(f"{count} real nodes (kubelet + containerd, GPUs from our device plugin); the first run builds their images")
     return count
 

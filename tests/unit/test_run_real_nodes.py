@@ -32,7 +32,7 @@ def test_real_nodes_by_default_with_the_local_catalog_and_images():
     env: dict[str, str] = {}
     assert run.choose_real_nodes(env) == 2
     assert env["GPUPORTAL_LOCAL_IMAGES"] == "1"
-    assert os.environ["GPUPORTAL_REAL_NODE_IMAGES"] == "python,jupyterlab,tensorboard"
+    assert os.environ["GPUPORTAL_REAL_NODE_IMAGES"] == "python,jupyterlab,tensorboard,devenv"
 
 
 def test_turned_off_says_so_and_keeps_the_catalog_off_localhost(capsys):
