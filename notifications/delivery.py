@@ -45,11 +45,12 @@ class TransientFailure(Exception):
 
 
 def _personal_deliveries(event: Event, topic: str | None) -> list[Delivery]:
-    """The recipient's own deliveries of the event: by e-mail and to their webhook, as their settings ask."""
+    """The recipient's own deliveries of the event: by e-mail and to their webhook, as their settings ask
+    (read with the event: `_event_read`)."""
     person = event.recipient
     if person is None or not person.is_active:
         return []
-    preference = Preference.objects.filter(user=person).first() or Preference(user=person)
+    preference = getattr(person, "notification_preference", None) or Preference(user=person)
     if topic not in preference.topics:
         return []
     rows: list[Delivery] = []
@@ -60,26 +61,74 @@ def _personal_deliveries(event: Event, topic: str | None) -> list[Delivery]:
     return rows
 
 
+def _event_read(event_id: int) -> Event | None:
+    """The event with everything its fan-out decides on, in one statement: its recipient and their
+    preferences (none when they never chose), and its team's webhook (none when the team has none)."""
+    return (
+        Event.objects.select_related("recipient__notification_preference", "team__webhook").filter(id=event_id).first()
+    )
+
+
+def _team_hook(event: Event) -> TeamWebhook | None:
+    if event.team_id is None:
+        return None
+    hook = getattr(event.team, "webhook", None)
+    return hook if hook is not None and hook.enabled else None
+
+
 def event_fan_out(event_id: int) -> int:
-    """Create the event's deliveries (idempotent); returns how many are new."""
-    event = Event.objects.select_related("recipient").filter(id=event_id).first()
+    """Create the event's deliveries (idempotent); returns how many are new. On PostgreSQL two statements,
+    no transaction: the read (`_event_read`), then the deliveries stored and the event marked in one."""
+    event = _event_read(event_id)
     if event is None:
         return 0
     topic = KINDS.get(event.kind)
     rows = _personal_deliveries(event, topic)
-    if event.team_id is not None:
-        hook = TeamWebhook.objects.filter(team_id=event.team_id, enabled=True).first()
-        if hook is not None and topic in hook.topics:
-            rows.append(Delivery(event=event, channel=Delivery.Channel.WEBHOOK, recipient=f"team:{event.team_id}"))
-    with transaction.atomic():
-        # One statement stores the new ones (a delivery an earlier attempt stored is left alone and not
-        # counted); none when nobody is to hear of it.
-        jobs_sql.insert_many(rows, unless_taken=("event", "channel", "recipient"))
-        created = sum(1 for row in rows if row.pk is not None)
-        pending = _mark_fanned_out(event.id)
+    hook = _team_hook(event)
+    if hook is not None and topic in hook.topics:
+        rows.append(Delivery(event=event, channel=Delivery.Channel.WEBHOOK, recipient=f"team:{event.team_id}"))
+    if connection.vendor == "postgresql":
+        pending = _store_and_mark(event.id, rows)
+    else:
+        with transaction.atomic():
+            # A delivery an earlier attempt stored is left alone and not counted.
+            jobs_sql.insert_many(rows, unless_taken=_ONE_PER_RECIPIENT)
+            pending = _mark_fanned_out(event.id)
+    created = sum(1 for row in rows if row.pk is not None)
     for delivery_id in pending:
         transaction.on_commit(lambda delivery_id=delivery_id: enqueue("notifications.tasks.send", delivery_id))
     return created
+
+
+_ONE_PER_RECIPIENT = ("event", "channel", "recipient")
+# The new deliveries stored (a delivery an earlier attempt stored is left alone: ON CONFLICT DO NOTHING),
+# the event marked fanned out (once), and the deliveries still to send: those stored now (the statement's
+# own inserts, which its SELECT does not see: they come from `stored`) and any an earlier attempt stored
+# but did not hand over. One statement, so no transaction of its own: all or nothing as one.
+_STORE_AND_MARK_SQL = """
+WITH stored AS ({insert}),
+marked AS (UPDATE notifications_event SET fanned_out_at = %s WHERE id = %s AND fanned_out_at IS NULL)
+SELECT stored.*, true FROM stored
+UNION ALL
+SELECT id, event_id, channel, recipient, false FROM notifications_delivery WHERE event_id = %s AND status = %s
+ORDER BY 1 DESC
+"""
+
+
+def _store_and_mark(event_id: int, rows: list[Delivery]) -> list[int]:
+    """PostgreSQL: `rows` stored (their primary keys set where new), the event marked, in one statement;
+    returns the ids of its deliveries still to send, newest first. Without rows: the event marked alone."""
+    if not rows:
+        return _mark_fanned_out(event_id)
+    insert, values = jobs_sql.insert_many_statement(rows, unless_taken=_ONE_PER_RECIPIENT)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _STORE_AND_MARK_SQL.format(insert=insert),
+            [*values, timezone.now(), event_id, event_id, Delivery.Status.PENDING],
+        )
+        found = cursor.fetchall()
+    jobs_sql.stored_set(rows, [row[:-1] for row in found if row[-1]], unless_taken=_ONE_PER_RECIPIENT)
+    return [row[0] for row in found]
 
 
 def _mark_fanned_out(event_id: int) -> list[int]:

@@ -48,7 +48,7 @@ PATH = {
     "create": 8,
     "running": 2,
     "succeeded": 3,
-    "notified": 5,
+    "notified": 2,
 }
 
 
