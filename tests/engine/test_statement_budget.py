@@ -44,7 +44,7 @@ from tests.engine.factories import GpuTypeFactory, MembershipFactory, QuotaFacto
 # Statements per stage of one workload's path (see the module's docstring).
 PATH = {
     "submit": 8,
-    "admit": 9,
+    "admit": 5,
     "create": 8,
     "running": 2,
     "succeeded": 3,
