@@ -1,9 +1,10 @@
 """Reservations in an admission pass: reads what the pure backfill (reservation_plan) needs for the GPU
 types that reserve, and keeps the reservations that stand as rows, so a promise outlives the pass.
 
-An admission pass loads one `ReservationBook` (no query when no GPU type reserves, which is the
-default: the pass has read its GPU types with its quota rows), plans each cohort through it (`ReservationBook.plan`), and `save`s the book before it commits: all under
-the pass's quota locks, so two passes never make two promises for the same GPUs.
+An admission pass loads one `ReservationBook` (no query when no GPU type reserves, which is the default:
+the pass read its GPU types with its quota rows), plans each cohort through it (`ReservationBook.plan`),
+and `save`s the book before it commits: all under the pass's quota locks, so two passes never make two
+promises for the same GPUs.
 """
 
 from __future__ import annotations
