@@ -107,6 +107,31 @@ def insert(instance: models.Model, *, unless_taken: tuple[str, ...] = ()) -> boo
     return True
 
 
+# `insert`'s statement as the CTE `stored`, and a data-modifying statement of the caller's that reads the
+# stored row's primary key from it (and so does nothing when the row was not stored).
+_INSERT_THEN_SQL = "WITH stored AS ({insert}), following AS ({following}) SELECT * FROM stored"
+
+
+def insert_then(
+    instance: models.Model, following: str, params: Sequence[Any], *, unless_taken: tuple[str, ...] = ()
+) -> bool:
+    """`insert`, and in the same statement `following` with its `params`: an INSERT ... SELECT ... FROM
+    stored (the stored row's primary key, under its column's name), for a row that belongs to the new one
+    (a workload's first timeline entry). One round trip instead of two; on PostgreSQL only."""
+    model = type(instance)
+    sql, fields = _insert_sql(model, connection.vendor, unless_taken)
+    values = [f.get_db_prep_save(f.pre_save(instance, True), connection) for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(_INSERT_THEN_SQL.format(insert=sql, following=following), [*values, *params])
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    instance.pk = row[0]
+    instance._state.adding = False
+    instance._state.db = connection.alias
+    return True
+
+
 def _stored(instances: Sequence[models.Model], returned: list[tuple], keys: list) -> list[tuple[models.Model, Any]]:
     """(instance, primary key) of each row the insert returned: matched by the constraint's values when it
     left some out (`keys`), else in order."""

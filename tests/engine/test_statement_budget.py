@@ -43,7 +43,7 @@ from tests.engine.factories import GpuTypeFactory, MembershipFactory, QuotaFacto
 
 # Statements per stage of one workload's path (see the module's docstring).
 PATH = {
-    "submit": 8,
+    "submit": 7,
     "admit": 5,
     "create": 8,
     "running": 2,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
 import spec_rules
 from identity.models import Membership
@@ -203,13 +204,37 @@ def _first_event(workload: Workload, *, owner, gpu_type_name: str) -> WorkloadEv
 
 
 def _store(*, team: Team, owner, clean, shared: bool, gpu_type: tuple[int, str]) -> Workload:
-    """Insert one judged submission QUEUED with its first timeline entry (two statements)."""
+    """Insert one judged submission QUEUED with its first timeline entry: one statement on PostgreSQL
+    (the entry inserted from the workload's insert, `_FIRST_EVENT_SQL`), two elsewhere."""
     home = workspace_mounts(team=team, owner=owner)
-    workload = create_with_fresh_uid(
-        **_fields(team=team, owner=owner, clean=clean, shared=shared, gpu_type_id=gpu_type[0], home=home)
-    )
-    jobs_sql.insert(_first_event(workload, owner=owner, gpu_type_name=gpu_type[1]))
-    return workload
+    fields = _fields(team=team, owner=owner, clean=clean, shared=shared, gpu_type_id=gpu_type[0], home=home)
+    if connection.vendor != "postgresql":
+        workload = create_with_fresh_uid(**fields)
+        jobs_sql.insert(_first_event(workload, owner=owner, gpu_type_name=gpu_type[1]))
+        return workload
+    workload = Workload(uid=workloads_model.new_uid(), **fields)
+    first = _first_event(workload, owner=owner, gpu_type_name=gpu_type[1])
+    params = [first.at, first.source, first.from_state, first.to_state, first.reason, first.message]
+    for _ in range(UID_ATTEMPTS):
+        if jobs_sql.insert_then(workload, _first_event_sql(), params, unless_taken=("uid",)):
+            return workload
+        log.warning("workload uid %s was taken; drawing another", workload.uid)
+        workload.uid = workloads_model.new_uid()
+    raise RuntimeError(f"no free workload uid in {UID_ATTEMPTS} draws")
+
+
+# A new workload's first timeline entry, from the workload's insert (`jobs.sql.insert_then`): nothing when
+# its uid was taken and it was not stored.
+_FIRST_EVENT_SQL = (
+    "INSERT INTO {event} (workload_id, at, source, from_state, to_state, reason, message)"
+    " SELECT stored.{pk}, %s, %s, %s, %s, %s, %s FROM stored"
+)
+
+
+@functools.cache
+def _first_event_sql() -> str:
+    quote = connection.ops.quote_name
+    return _FIRST_EVENT_SQL.format(event=quote(WorkloadEvent._meta.db_table), pk=quote(Workload._meta.pk.column))
 
 
 def _store_many(
