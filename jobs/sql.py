@@ -108,28 +108,39 @@ def insert(instance: models.Model, *, unless_taken: tuple[str, ...] = ()) -> boo
 
 
 # `insert`'s statement as the CTE `stored`, and a data-modifying statement of the caller's that reads the
-# stored row's primary key from it (and so does nothing when the row was not stored).
-_INSERT_THEN_SQL = "WITH stored AS ({insert}), following AS ({following}) SELECT * FROM stored"
+# stored row's primary key from it (and so does nothing when the row was not stored); `{also}`: more
+# values the caller reads beside the primary key (expressions that may name `stored`).
+_INSERT_THEN_SQL = "WITH stored AS ({insert}), following AS ({following}) SELECT stored.*{also} FROM stored"
 
 
 def insert_then(
-    instance: models.Model, following: str, params: Sequence[Any], *, unless_taken: tuple[str, ...] = ()
-) -> bool:
+    instance: models.Model,
+    following: str,
+    params: Sequence[Any],
+    *,
+    unless_taken: tuple[str, ...] = (),
+    also: str = "",
+    also_params: Sequence[Any] = (),
+) -> tuple | None:
     """`insert`, and in the same statement `following` with its `params`: an INSERT ... SELECT ... FROM
     stored (the stored row's primary key, under its column's name), for a row that belongs to the new one
-    (a workload's first timeline entry). One round trip instead of two; on PostgreSQL only."""
+    (a workload's first timeline entry). One round trip instead of two; on PostgreSQL only. `also`: a
+    select list of more values to read in the same statement (with `also_params`; they see the database as
+    it was before the statement, without the new row). Returns those values (empty without `also`), or
+    None when nothing was stored (`unless_taken`)."""
     model = type(instance)
     sql, fields = _insert_sql(model, connection.vendor, unless_taken)
     values = [f.get_db_prep_save(f.pre_save(instance, True), connection) for f in fields]
+    statement = _INSERT_THEN_SQL.format(insert=sql, following=following, also=f", {also}" if also else "")
     with connection.cursor() as cursor:
-        cursor.execute(_INSERT_THEN_SQL.format(insert=sql, following=following), [*values, *params])
+        cursor.execute(statement, [*values, *params, *also_params])
         row = cursor.fetchone()
     if row is None:
-        return False
+        return None
     instance.pk = row[0]
     instance._state.adding = False
     instance._state.db = connection.alias
-    return True
+    return tuple(row[1:])
 
 
 def _stored(instances: Sequence[models.Model], returned: list[tuple], keys: list) -> list[tuple[models.Model, Any]]:

@@ -42,9 +42,9 @@ from notifications.models import Event
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, QuotaFactory, TeamFactory, UserFactory
 
 # Statements per stage of one workload's path (see the module's docstring), and what each is:
-#   submit 7: the token with its user; the team with the role and the facts' fingerprints; the workload
-#     with its first timeline row (one WITH: was two); its queue position; the idempotency record; the
-#     queue caps' locks; their counts.
+#   submit 6: the token with its user; the team with the role and the facts' fingerprints; the workload
+#     with its first timeline row and its queue position (one WITH: was three statements); the idempotency
+#     record; the queue caps' locks; their counts.
 #   admit 5: the cohorts; the quota rows locked (with their teams and GPU types); what the teams hold; the
 #     queue heads; the move to SUBMITTING with its timeline rows (one WITH: was two). Was 9: the minimum
 #     runtimes (two reads) are read only when something borrowed is held, and the GPU types' reservation
@@ -56,7 +56,7 @@ from tests.engine.factories import GpuTypeFactory, MembershipFactory, QuotaFacto
 #     reads); the deliveries stored and the event marked (one WITH, autocommit: was an insert and an
 #     update in a transaction). A burst's events (`fan_out_many`) cost the same two, whatever their number.
 PATH = {
-    "submit": 7,
+    "submit": 6,
     "admit": 5,
     "create": 8,
     "running": 2,
