@@ -270,10 +270,18 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     def get_serializer_context(self):
         return {**super().get_serializer_context(), "now": timezone.now()}
 
-    def _render_stored(self, workload: Workload) -> dict:
+    def _render_stored(self, workload: Workload, snapshot) -> dict:
         """A workload this request just stored QUEUED (its team and owner at hand): rendered from memory
-        with its queue position and GPU type read in one statement, not read back whole."""
-        workload.gpu_type, workload.queue_position = queued_position_and_type(workload)
+        with its queue position as the store read it (PostgreSQL) and its GPU type from the facts it was
+        judged by, else both read in one statement; never read back whole."""
+        stored_position = getattr(workload, "queue_position_at_store", None)
+        slugs = {type_id: slug for slug, type_id in snapshot.site.gpu_type_ids.items()} if snapshot else {}
+        if stored_position is None or workload.gpu_type_id not in slugs:
+            workload.gpu_type, workload.queue_position = queued_position_and_type(workload)
+        else:  # read with the store (workload_submit's `with_queue_position`), the type from the facts
+            slug = slugs[workload.gpu_type_id]
+            workload.gpu_type = GpuType.from_db(workload._state.db, ["id", "slug"], [workload.gpu_type_id, slug])
+            workload.queue_position = stored_position
         return self.get_serializer(workload).data
 
     def _render(self, workload: Workload) -> dict:
@@ -313,11 +321,11 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
             # With a key this runs in the record's transaction, which any error rolls back whole.
             workload = workload_submit(
                 team=team, owner=request.user, spec=spec, snapshot=snapshot, admit_in_line=key is None,
-                all_or_nothing=key is not None, queue_slot_later=key is not None,
+                all_or_nothing=key is not None, queue_slot_later=key is not None, with_queue_position=key is not None,
             )  # fmt: skip
             if key is not None:  # still QUEUED: the admission comes after the commit
                 stored[:] = [workload]  # this attempt's (create_once may run it again after a rollback)
-                return status.HTTP_201_CREATED, self._render_stored(workload)
+                return status.HTTP_201_CREATED, self._render_stored(workload, snapshot)
             return status.HTTP_201_CREATED, self._render(workload)
 
         if key is None:

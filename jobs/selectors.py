@@ -138,6 +138,36 @@ def queued_position_and_type(workload: Workload) -> tuple[GpuType, int]:
     return GpuType.from_db(connection.alias, ["id", "slug"], [workload.gpu_type_id, slug]), position
 
 
+# `_POSITION_SQL`'s count for a workload being stored by the same statement (`jobs.sql.insert_then`'s
+# `also`): its id is `stored`'s, and the counts see the queue as it was before the statement, which is
+# what they count (those ahead of it, never itself).
+_STORED_POSITION_SQL = """
+1 + (SELECT count(team_id) FROM {workload}
+     WHERE team_id = %s AND gpu_type_id = %s AND state = %s AND priority > %s)
+  + (SELECT count(team_id) FROM {workload}
+     WHERE team_id = %s AND gpu_type_id = %s AND state = %s AND priority = %s AND created_at < %s)
+  + (SELECT count(team_id) FROM {workload}
+     WHERE team_id = %s AND gpu_type_id = %s AND state = %s AND priority = %s AND created_at = %s
+           AND id < stored.id)
+"""
+
+
+def stored_position_sql(workload: Workload) -> tuple[str, list]:
+    """The select list and parameters that give a workload's queue position from the statement that
+    stores it QUEUED (PostgreSQL), as `queued_position_and_type` would give it after the insert."""
+    from django.db import connection
+
+    created = connection.ops.adapt_datetimefield_value(workload.created_at)
+    queue = [workload.team_id, workload.gpu_type_id, State.QUEUED, workload.priority]
+    return _STORED_POSITION_SQL.format(workload=connection.ops.quote_name(Workload._meta.db_table)), [
+        *queue,
+        *queue,
+        created,
+        *queue,
+        created,
+    ]
+
+
 def with_queue_position(queryset: QuerySet[Workload]) -> QuerySet[Workload]:
     """Annotate `queue_position` (queue_position_expression) on every row of the queryset."""
     return queryset.annotate(queue_position=queue_position_expression())

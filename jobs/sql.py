@@ -107,6 +107,42 @@ def insert(instance: models.Model, *, unless_taken: tuple[str, ...] = ()) -> boo
     return True
 
 
+# `insert`'s statement as the CTE `stored`, and a data-modifying statement of the caller's that reads the
+# stored row's primary key from it (and so does nothing when the row was not stored); `{also}`: more
+# values the caller reads beside the primary key (expressions that may name `stored`).
+_INSERT_THEN_SQL = "WITH stored AS ({insert}), following AS ({following}) SELECT stored.*{also} FROM stored"
+
+
+def insert_then(
+    instance: models.Model,
+    following: str,
+    params: Sequence[Any],
+    *,
+    unless_taken: tuple[str, ...] = (),
+    also: str = "",
+    also_params: Sequence[Any] = (),
+) -> tuple | None:
+    """`insert`, and in the same statement `following` with its `params`: an INSERT ... SELECT ... FROM
+    stored (the stored row's primary key, under its column's name), for a row that belongs to the new one
+    (a workload's first timeline entry). One round trip instead of two; on PostgreSQL only. `also`: a
+    select list of more values to read in the same statement (with `also_params`; they see the database as
+    it was before the statement, without the new row). Returns those values (empty without `also`), or
+    None when nothing was stored (`unless_taken`)."""
+    model = type(instance)
+    sql, fields = _insert_sql(model, connection.vendor, unless_taken)
+    values = [f.get_db_prep_save(f.pre_save(instance, True), connection) for f in fields]
+    statement = _INSERT_THEN_SQL.format(insert=sql, following=following, also=f", {also}" if also else "")
+    with connection.cursor() as cursor:
+        cursor.execute(statement, [*values, *params, *also_params])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    instance.pk = row[0]
+    instance._state.adding = False
+    instance._state.db = connection.alias
+    return tuple(row[1:])
+
+
 def _stored(instances: Sequence[models.Model], returned: list[tuple], keys: list) -> list[tuple[models.Model, Any]]:
     """(instance, primary key) of each row the insert returned: matched by the constraint's values when it
     left some out (`keys`), else in order."""
@@ -124,20 +160,38 @@ def insert_many(instances: Sequence[models.Model], *, unless_taken: tuple[str, .
     already holds (or an earlier instance of the same call) is left out, its primary key left None."""
     if not instances:
         return
+    sql, values = insert_many_statement(instances, unless_taken=unless_taken)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        returned = cursor.fetchall()
+    stored_set(instances, returned, unless_taken=unless_taken)
+
+
+def insert_many_statement(
+    instances: Sequence[models.Model], *, unless_taken: tuple[str, ...] = ()
+) -> tuple[str, list[Any]]:
+    """`insert_many`'s statement and its values, not run: for a caller that runs it inside a statement of
+    its own (a WITH). It returns the primary key first, then the constraint's columns where one is given;
+    `stored_set` takes those rows."""
     model = type(instances[0])
     one_row, fields = _insert_sql(model, connection.vendor, unless_taken)
     head, rest = one_row.split(" VALUES ", 1)
     row = rest[: rest.index(")") + 1]
     tail = rest[len(row) :]
-    keys = [model._meta.get_field(name) for name in unless_taken]
-    if keys:  # the rows stored are told apart by the constraint's values, not by their order
+    if unless_taken:  # the rows stored are told apart by the constraint's values, not by their order
         quote = connection.ops.quote_name
-        tail += ", " + ", ".join(quote(f.column) for f in keys)
+        tail += ", " + ", ".join(quote(model._meta.get_field(name).column) for name in unless_taken)
     sql = f"{head} VALUES {', '.join([row] * len(instances))}{tail}"
     values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for obj in instances for f in fields]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, values)
-        returned = cursor.fetchall()
+    return sql, values
+
+
+def stored_set(instances: Sequence[models.Model], returned: list[tuple], *, unless_taken: tuple[str, ...] = ()) -> None:
+    """Set the primary key of each instance `insert_many_statement`'s rows say was stored."""
+    if not instances:
+        return
+    model = type(instances[0])
+    keys = [model._meta.get_field(name) for name in unless_taken]
     for obj, pk in _stored(instances, returned, keys):
         obj.pk = pk
         obj._state.adding = False

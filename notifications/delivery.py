@@ -45,11 +45,12 @@ class TransientFailure(Exception):
 
 
 def _personal_deliveries(event: Event, topic: str | None) -> list[Delivery]:
-    """The recipient's own deliveries of the event: by e-mail and to their webhook, as their settings ask."""
+    """The recipient's own deliveries of the event: by e-mail and to their webhook, as their settings ask
+    (read with the event: `_event_read`)."""
     person = event.recipient
     if person is None or not person.is_active:
         return []
-    preference = Preference.objects.filter(user=person).first() or Preference(user=person)
+    preference = getattr(person, "notification_preference", None) or Preference(user=person)
     if topic not in preference.topics:
         return []
     rows: list[Delivery] = []
@@ -60,45 +61,118 @@ def _personal_deliveries(event: Event, topic: str | None) -> list[Delivery]:
     return rows
 
 
-def event_fan_out(event_id: int) -> int:
-    """Create the event's deliveries (idempotent); returns how many are new."""
-    event = Event.objects.select_related("recipient").filter(id=event_id).first()
-    if event is None:
-        return 0
+def _events_read(event_ids: list[int]) -> list[Event]:
+    """The events with everything their fan-out decides on, in one statement: each one's recipient and
+    their preferences (none when they never chose), and its team's webhook (none when the team has none)."""
+    return list(
+        Event.objects.select_related("recipient__notification_preference", "team__webhook")
+        .filter(id__in=event_ids)
+        .order_by("id")
+    )
+
+
+def _team_hook(event: Event) -> TeamWebhook | None:
+    if event.team_id is None:
+        return None
+    hook = getattr(event.team, "webhook", None)
+    return hook if hook is not None and hook.enabled else None
+
+
+def _deliveries(event: Event) -> list[Delivery]:
+    """Who is to hear of the event: the recipient as their settings ask, and the team's webhook."""
     topic = KINDS.get(event.kind)
     rows = _personal_deliveries(event, topic)
-    if event.team_id is not None:
-        hook = TeamWebhook.objects.filter(team_id=event.team_id, enabled=True).first()
-        if hook is not None and topic in hook.topics:
-            rows.append(Delivery(event=event, channel=Delivery.Channel.WEBHOOK, recipient=f"team:{event.team_id}"))
+    hook = _team_hook(event)
+    if hook is not None and topic in hook.topics:
+        rows.append(Delivery(event=event, channel=Delivery.Channel.WEBHOOK, recipient=f"team:{event.team_id}"))
+    return rows
+
+
+def event_fan_out(event_id: int) -> int:
+    """Create the event's deliveries (idempotent); returns how many are new."""
+    return events_fan_out([event_id])
+
+
+def events_fan_out(event_ids: list[int]) -> int:
+    """Create the deliveries of each event (idempotent: a retried task, the sweep); returns how many are
+    new. On PostgreSQL two statements for all of them, whatever their number, and no transaction: the
+    read (`_events_read`), then every delivery stored and every event marked in one (`_store_and_mark`).
+    Elsewhere one transaction per event."""
+    events = _events_read(list(event_ids))
+    if not events:
+        return 0
+    if connection.vendor != "postgresql":
+        return sum(_fan_out_apart(event) for event in events)
+    rows = [row for event in events for row in _deliveries(event)]
+    pending = _store_and_mark([event.id for event in events], rows)
+    _hand_over(pending)
+    return sum(1 for row in rows if row.pk is not None)
+
+
+def _fan_out_apart(event: Event) -> int:
+    rows = _deliveries(event)
     with transaction.atomic():
-        # One statement stores the new ones (a delivery an earlier attempt stored is left alone and not
-        # counted); none when nobody is to hear of it.
-        jobs_sql.insert_many(rows, unless_taken=("event", "channel", "recipient"))
-        created = sum(1 for row in rows if row.pk is not None)
-        pending = _mark_fanned_out(event.id)
+        # A delivery an earlier attempt stored is left alone and not counted.
+        jobs_sql.insert_many(rows, unless_taken=_ONE_PER_RECIPIENT)
+        pending = _mark_fanned_out([event.id])
+    _hand_over(pending)
+    return sum(1 for row in rows if row.pk is not None)
+
+
+def _hand_over(pending: list[int]) -> None:
     for delivery_id in pending:
         transaction.on_commit(lambda delivery_id=delivery_id: enqueue("notifications.tasks.send", delivery_id))
-    return created
 
 
-def _mark_fanned_out(event_id: int) -> list[int]:
-    """Mark the event fanned out (once) and return its deliveries still to send, those stored just now and any
-    an earlier attempt stored but did not hand over: one statement on PostgreSQL (the UPDATE in a WITH runs
-    whether or not the SELECT reads it, and the SELECT sees the rows this transaction inserted before)."""
+_ONE_PER_RECIPIENT = ("event", "channel", "recipient")
+# The new deliveries stored (a delivery an earlier attempt stored is left alone: ON CONFLICT DO NOTHING),
+# the events marked fanned out (once), and the deliveries still to send: those stored now (the statement's
+# own inserts, which its SELECT does not see: they come from `stored`) and any an earlier attempt stored
+# but did not hand over. One statement, so no transaction of its own: all or nothing as one.
+_STORE_AND_MARK_SQL = """
+WITH stored AS ({insert}),
+marked AS (UPDATE notifications_event SET fanned_out_at = %s WHERE id = ANY(%s) AND fanned_out_at IS NULL)
+SELECT stored.*, true FROM stored
+UNION ALL
+SELECT id, event_id, channel, recipient, false FROM notifications_delivery WHERE event_id = ANY(%s) AND status = %s
+ORDER BY 1 DESC
+"""
+
+
+def _store_and_mark(event_ids: list[int], rows: list[Delivery]) -> list[int]:
+    """PostgreSQL: `rows` stored (their primary keys set where new), the events marked, in one statement;
+    returns the ids of their deliveries still to send, newest first. Without rows: the events marked alone."""
+    if not rows:
+        return _mark_fanned_out(event_ids)
+    insert, values = jobs_sql.insert_many_statement(rows, unless_taken=_ONE_PER_RECIPIENT)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _STORE_AND_MARK_SQL.format(insert=insert),
+            [*values, timezone.now(), event_ids, event_ids, Delivery.Status.PENDING],
+        )
+        found = cursor.fetchall()
+    jobs_sql.stored_set(rows, [row[:-1] for row in found if row[-1]], unless_taken=_ONE_PER_RECIPIENT)
+    return [row[0] for row in found]
+
+
+def _mark_fanned_out(event_ids: list[int]) -> list[int]:
+    """Mark the events fanned out (once) and return their deliveries still to send, those stored just now and
+    any an earlier attempt stored but did not hand over: one statement on PostgreSQL (the UPDATE in a WITH
+    runs whether or not the SELECT reads it, and the SELECT sees the rows this transaction inserted before)."""
     now = timezone.now()
     if connection.vendor != "postgresql":
-        Event.objects.filter(id=event_id, fanned_out_at=None).update(fanned_out_at=now)
+        Event.objects.filter(id__in=event_ids, fanned_out_at=None).update(fanned_out_at=now)
         return list(
-            Delivery.objects.filter(event_id=event_id, status=Delivery.Status.PENDING)
+            Delivery.objects.filter(event_id__in=event_ids, status=Delivery.Status.PENDING)
             .order_by("-id")
             .values_list("id", flat=True)
         )
     with connection.cursor() as cursor:
         cursor.execute(
-            "WITH marked AS (UPDATE notifications_event SET fanned_out_at = %s WHERE id = %s AND fanned_out_at IS NULL)"
-            " SELECT id FROM notifications_delivery WHERE event_id = %s AND status = %s ORDER BY id DESC",
-            [now, event_id, event_id, Delivery.Status.PENDING],
+            "WITH marked AS (UPDATE notifications_event SET fanned_out_at = %s"
+            " WHERE id = ANY(%s) AND fanned_out_at IS NULL)"
+            " SELECT id FROM notifications_delivery WHERE event_id = ANY(%s) AND status = %s ORDER BY id DESC",
+            [now, event_ids, event_ids, Delivery.Status.PENDING],
         )
         return [row[0] for row in cursor.fetchall()]
 

@@ -128,3 +128,19 @@ def test_a_new_gpu_type_and_its_quota_are_usable_at_once(world):
         name="gpu-k2-1", gpu_type=k2, gpus_capacity=8, gpus_allocatable=8, ready=True, last_seen_at=timezone.now()
     )
     assert submit(world, gpu_type="k2").gpu_type_id == k2.id
+
+
+def test_a_submission_whose_uid_is_taken_is_stored_under_another_with_one_first_entry(world, monkeypatch):
+    from jobs.models import Workload, WorkloadEvent
+    from jobs.models import workloads as workloads_model
+
+    taken = submit(world)
+    draws = iter([taken.uid, taken.uid, "0123456789abcdef"])
+    monkeypatch.setattr(workloads_model, "new_uid", lambda: next(draws))
+    fresh = submit(world, name="second")
+    assert fresh.uid == "0123456789abcdef"
+    assert Workload.objects.count() == 2
+    # The store that met the taken uid wrote no timeline entry: each workload has its own "Submitted" only.
+    assert WorkloadEvent.objects.filter(workload=taken, reason="Submitted").count() == 1
+    assert WorkloadEvent.objects.filter(workload=fresh, reason="Submitted").count() == 1
+    assert "Tesla P100" in WorkloadEvent.objects.get(workload=fresh, reason="Submitted").message

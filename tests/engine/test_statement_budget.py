@@ -41,14 +41,27 @@ from notifications.events import SUCCEEDED
 from notifications.models import Event
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, QuotaFactory, TeamFactory, UserFactory
 
-# Statements per stage of one workload's path (see the module's docstring).
+# Statements per stage of one workload's path (see the module's docstring), and what each is:
+#   submit 6: the token with its user; the team with the role and the facts' fingerprints; the workload
+#     with its first timeline row and its queue position (one WITH: was three statements); the idempotency
+#     record; the queue caps' locks; their counts.
+#   admit 5: the cohorts; the quota rows locked (with their teams and GPU types); what the teams hold; the
+#     queue heads; the move to SUBMITTING with its timeline rows (one WITH: was two). Was 9: the minimum
+#     runtimes (two reads) are read only when something borrowed is held, and the GPU types' reservation
+#     delays come with the quota rows instead of a read of their own.
+#   create 8: uid -> id; the workload, its team, GPU type and owner; registries; unhealthy GPU marks; the
+#     move to PENDING with its timeline rows (autocommit on PostgreSQL: no BEGIN/COMMIT around it).
+#   running 2, succeeded 3: the tracker's load, the guarded move with its timeline row; the event.
+#   notified 2: the event with its recipient's preferences and its team's webhook (one join: was three
+#     reads); the deliveries stored and the event marked (one WITH, autocommit: was an insert and an
+#     update in a transaction). A burst's events (`fan_out_many`) cost the same two, whatever their number.
 PATH = {
-    "submit": 8,
-    "admit": 9,
+    "submit": 6,
+    "admit": 5,
     "create": 8,
     "running": 2,
     "succeeded": 3,
-    "notified": 5,
+    "notified": 2,
 }
 
 

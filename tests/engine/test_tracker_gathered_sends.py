@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from benchmarks.profile_tracker import _objects
@@ -76,8 +77,13 @@ def test_a_burst_of_ends_sends_one_fan_out_and_the_worker_fans_out_every_event(s
     assert len(events) == 3
     assert len(inserts) == 1  # the burst's events stored together, in its transaction
     assert sent == [("notifications.tasks.fan_out_many", events)]
-    assert notifications_tasks.fan_out_many(events) == 3  # an email to the owner for each
+    with CaptureQueriesContext(connection) as fanning_out:
+        assert notifications_tasks.fan_out_many(events) == 3  # an email to the owner for each
+    # The burst's events read together, their deliveries stored and the events marked together.
+    assert len(fanning_out.captured_queries) == 2, [q["sql"] for q in fanning_out.captured_queries]
     assert Event.objects.filter(id__in=events, fanned_out_at=None).count() == 0
+    assert Delivery.objects.filter(event_id__in=events).count() == 3
+    assert notifications_tasks.fan_out_many(events) == 0  # again (a retried task): nothing new
     assert Delivery.objects.filter(event_id__in=events).count() == 3
 
 

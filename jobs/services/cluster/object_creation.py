@@ -663,11 +663,12 @@ def _timeline_created(rows: list[Workload], moved: set[int], now: datetime) -> N
 def _mark_created(created: list[Workload], specs: dict[int, objects.WorkloadSpec]) -> int:
     """SUBMITTING -> PENDING for the batch's successes, as `transition` would move each (guarded by the
     state, timestamped, a timeline row each; the move tells nobody and releases nothing), in one
-    transaction. Those someone else moved meanwhile are handled one by one, as a single create does."""
+    transaction (on PostgreSQL one statement, which needs no BEGIN and COMMIT of its own). Those someone else
+    moved meanwhile are handled one by one, as a single create does."""
     if not created:
         return 0
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic() if connection.vendor != "postgresql" else contextlib.nullcontext():
         # One UPDATE, guarded by the state and returning the ids it moved (their rows locked until the
         # commit): what all of them share as values, what differs (name, message, namespace) from arrays
         # joined by id. Django's UPDATE needed a CASE per field and row, which cost the worker more CPU

@@ -1,9 +1,10 @@
 """Reservations in an admission pass: reads what the pure backfill (reservation_plan) needs for the GPU
 types that reserve, and keeps the reservations that stand as rows, so a promise outlives the pass.
 
-An admission pass loads one `ReservationBook` (one query when no GPU type reserves, which is the
-default), plans each cohort through it (`ReservationBook.plan`), and `save`s the book before it commits: all under
-the pass's quota locks, so two passes never make two promises for the same GPUs.
+An admission pass loads one `ReservationBook` (no query when no GPU type reserves, which is the default:
+the pass read its GPU types with its quota rows), plans each cohort through it (`ReservationBook.plan`),
+and `save`s the book before it commits: all under the pass's quota locks, so two passes never make two
+promises for the same GPUs.
 """
 
 from __future__ import annotations
@@ -34,13 +35,28 @@ class ReservationBook:
     admitted: set[int] = field(default_factory=set)
 
     @classmethod
-    def load(cls, team_ids: Iterable[int], gpu_type_ids: Iterable[int], *, now: datetime) -> ReservationBook:
+    def load(
+        cls,
+        team_ids: Iterable[int],
+        gpu_type_ids: Iterable[int],
+        *,
+        now: datetime,
+        gpu_types: Iterable[GpuType] = (),
+    ) -> ReservationBook:
+        """`gpu_types`: GPU type rows the caller read already (the pass's, with its quota rows); when they
+        cover every one of `gpu_type_ids`, their `reserve_after_seconds` is taken from them, not read again."""
         types = list(gpu_type_ids)
-        reserve_after = dict(
-            GpuType.objects.filter(id__in=types, reserve_after_seconds__isnull=False).values_list(
-                "id", "reserve_after_seconds"
+        known = {t.id: t for t in gpu_types}
+        if known and known.keys() >= set(types):
+            reserve_after = {
+                t: known[t].reserve_after_seconds for t in types if known[t].reserve_after_seconds is not None
+            }
+        else:
+            reserve_after = dict(
+                GpuType.objects.filter(id__in=types, reserve_after_seconds__isnull=False).values_list(
+                    "id", "reserve_after_seconds"
+                )
             )
-        )
         book = cls(now=now, reserve_after=reserve_after)
         if not reserve_after:
             return book

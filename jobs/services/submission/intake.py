@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
 import spec_rules
 from identity.models import Membership
@@ -16,6 +17,7 @@ from jobs import policy
 from jobs import sql as jobs_sql
 from jobs.models import GpuType, Team, Workload, WorkloadEvent
 from jobs.models import workloads as workloads_model
+from jobs.selectors import stored_position_sql
 from jobs.services.dispatch import enqueue_admission, request_admission
 from jobs.services.storage.secrets import secrets_unusable
 from jobs.services.storage.workspaces import dataset_mounts, workspace_mounts
@@ -70,6 +72,7 @@ def workload_submit(
     admit_in_line: bool = True,
     all_or_nothing: bool = False,
     queue_slot_later: bool = False,
+    with_queue_position: bool = False,
 ) -> Workload:
     """Validate and store a submission as QUEUED, then trigger admission.
 
@@ -85,6 +88,8 @@ def workload_submit(
     `queue_slot_later` (with `all_or_nothing`): the caller takes the queue slot itself
     (the call `queue_slots_later` gives it) as its last statement before the commit, after its own writes: the caps' locks, which every submission of the team waits for, are then held only for the
     count and the commit.
+    `with_queue_position`: on PostgreSQL the store also reads the workload's queue position as it is
+    stored, kept on it as `queue_position_at_store` (the REST create renders it without a read of its own).
     """
     if queue_slot_later and not all_or_nothing:
         raise ValueError("queue_slot_later needs the caller's transaction (all_or_nothing)")
@@ -103,7 +108,10 @@ def workload_submit(
     else:
         gpu_type_id, gpu_type_name = GpuType.objects.values_list("id", "display_name").get(slug=clean.gpu_type)
     with transaction.atomic(savepoint=not all_or_nothing):
-        workload = _store(team=team, owner=owner, clean=clean, shared=shared, gpu_type=(gpu_type_id, gpu_type_name))
+        workload = _store(
+            team=team, owner=owner, clean=clean, shared=shared, gpu_type=(gpu_type_id, gpu_type_name),
+            with_queue_position=with_queue_position,
+        )  # fmt: skip
         if not queue_slot_later:
             queue_slot_take(team=team, owner=owner, stored=workload)  # locked until commit: the caps are hard
         if admit_in_line:
@@ -202,14 +210,47 @@ def _first_event(workload: Workload, *, owner, gpu_type_name: str) -> WorkloadEv
     )
 
 
-def _store(*, team: Team, owner, clean, shared: bool, gpu_type: tuple[int, str]) -> Workload:
-    """Insert one judged submission QUEUED with its first timeline entry (two statements)."""
+def _store(
+    *, team: Team, owner, clean, shared: bool, gpu_type: tuple[int, str], with_queue_position: bool = False
+) -> Workload:
+    """Insert one judged submission QUEUED with its first timeline entry: one statement on PostgreSQL
+    (the entry inserted from the workload's insert, `_FIRST_EVENT_SQL`), two elsewhere. `with_queue_position`
+    (PostgreSQL): the same statement reads its queue position, kept as `queue_position_at_store`."""
     home = workspace_mounts(team=team, owner=owner)
-    workload = create_with_fresh_uid(
-        **_fields(team=team, owner=owner, clean=clean, shared=shared, gpu_type_id=gpu_type[0], home=home)
-    )
-    jobs_sql.insert(_first_event(workload, owner=owner, gpu_type_name=gpu_type[1]))
-    return workload
+    fields = _fields(team=team, owner=owner, clean=clean, shared=shared, gpu_type_id=gpu_type[0], home=home)
+    if connection.vendor != "postgresql":
+        workload = create_with_fresh_uid(**fields)
+        jobs_sql.insert(_first_event(workload, owner=owner, gpu_type_name=gpu_type[1]))
+        return workload
+    workload = Workload(uid=workloads_model.new_uid(), **fields)
+    first = _first_event(workload, owner=owner, gpu_type_name=gpu_type[1])
+    params = [first.at, first.source, first.from_state, first.to_state, first.reason, first.message]
+    for _ in range(UID_ATTEMPTS):
+        also, also_params = stored_position_sql(workload) if with_queue_position else ("", [])
+        stored = jobs_sql.insert_then(
+            workload, _first_event_sql(), params, unless_taken=("uid",), also=also, also_params=also_params
+        )
+        if stored is not None:
+            if with_queue_position:
+                workload.queue_position_at_store = stored[0]
+            return workload
+        log.warning("workload uid %s was taken; drawing another", workload.uid)
+        workload.uid = workloads_model.new_uid()
+    raise RuntimeError(f"no free workload uid in {UID_ATTEMPTS} draws")
+
+
+# A new workload's first timeline entry, from the workload's insert (`jobs.sql.insert_then`): nothing when
+# its uid was taken and it was not stored.
+_FIRST_EVENT_SQL = (
+    "INSERT INTO {event} (workload_id, at, source, from_state, to_state, reason, message)"
+    " SELECT stored.{pk}, %s, %s, %s, %s, %s, %s FROM stored"
+)
+
+
+@functools.cache
+def _first_event_sql() -> str:
+    quote = connection.ops.quote_name
+    return _FIRST_EVENT_SQL.format(event=quote(WorkloadEvent._meta.db_table), pk=quote(Workload._meta.pk.column))
 
 
 def _store_many(
