@@ -132,9 +132,18 @@ def _watch_path(n: int) -> None:
     )
 
 
+def _bursts(workloads: list, size: int) -> list[list]:
+    return [workloads[start : start + size] for start in range(0, len(workloads), size)]
+
+
 def main(argv: list[str]) -> int:
     profiling = "--cprofile" in argv
     argv = [arg for arg in argv if arg != "--cprofile"]
+    size = 0
+    if "--bursts-of" in argv:
+        at = argv.index("--bursts-of")
+        size = int(argv[at + 1])
+        del argv[at : at + 2]
     n = int(argv[0]) if argv else 100
     profiles: dict[str, cProfile.Profile] = {}
     ctx = BenchContext()
@@ -170,7 +179,11 @@ def main(argv: list[str]) -> int:
             statements[0] += 1
             return execute(sql, params, many, context)
 
-        print(f"# {n} workloads a burst; per workload: thread CPU, wall, PostgreSQL backend CPU, statements")
+        burst_size = size or n
+        print(
+            f"# {n} workloads in bursts of {burst_size}, each recorded as the tracker records a burst; "
+            "per workload: thread CPU, wall, PostgreSQL backend CPU, statements"
+        )
         for round_number in range(3):
             started = timezone.now() - timedelta(seconds=5)
             burst = []
@@ -201,7 +214,12 @@ def main(argv: list[str]) -> int:
                 with connection.execute_wrapper(count):
                     if profile is not None:
                         profile.enable()
-                    changed = watch_loop.sync_workloads(view, None if full else {w.uid for w in burst}, full=full)
+                    if full:
+                        changed = watch_loop.sync_workloads(view, None, full=True)
+                    else:
+                        changed = sum(
+                            watch_loop.record_burst(view, {w.uid for w in part}) for part in _bursts(burst, burst_size)
+                        )
                     if profile is not None:
                         profile.disable()
                         profiles[phase] = profile

@@ -17,7 +17,7 @@ import logging
 import queue
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -436,6 +436,12 @@ def _may_change(view: ClusterView, row) -> bool:
     return obs is not None and would_change(row, obs)
 
 
+def record_burst(view: ClusterView, dirty: set[str]) -> int:
+    """What the watches changed in one batch window, recorded; returns how many workloads changed."""
+    close_old_connections()
+    return sync_workloads(view, dirty, full=False)
+
+
 class Tracker:
     """The long-running loop behind `manage.py track`."""
 
@@ -449,6 +455,10 @@ class Tracker:
         # Watches of an earlier list may still deliver a few events; they are older than the new list
         # and must not overwrite it, so each event carries the generation of the list it belongs to.
         self.generation = 0
+        # What the watches delivered since the last resync, for one log line per resync: events by kind, type
+        # and whether they changed what the tracker reads, and the bursts they made.
+        self.tally: Counter[tuple[str, str, bool]] = Counter()
+        self.bursts = 0
 
     def _watch(self, kind: str, resource_version: str, generation: int) -> str | None:
         """Stream changes for one kind into the queue until told to stop or the stream ends. Returns the
@@ -553,9 +563,23 @@ class Tracker:
         """The periodic safety net, from the view the watches keep: every active workload against its
         objects (what the database changed meanwhile, objects deleted outside the portal), and pods that
         outlived their workload."""
+        self._log_tally()
         close_old_connections()
         sync_workloads(self.view, None, full=True)
         reap_finished(self.view)
+
+    def _log_tally(self) -> None:
+        """One line per resync of what the watches delivered meanwhile (nothing when they delivered nothing)."""
+        if not self.tally:
+            return
+        events = sum(self.tally.values())
+        kinds = ", ".join(
+            f"{kind} {event} {count}" + (" (changed nothing)" if not changed else "")
+            for (kind, event, changed), count in sorted(self.tally.items())
+        )
+        log.info("tracker: %d watch events (%s) in %d bursts since the last resync", events, kinds, self.bursts)
+        self.tally.clear()
+        self.bursts = 0
 
     def _stream_until_relist(self, started: float, max_seconds: float | None) -> None:
         next_resync = time.monotonic() + settings.PORTAL_RESYNC_SECONDS
@@ -576,6 +600,7 @@ class Tracker:
             while True:
                 if generation == self.generation:
                     uid = self.view.put(kind, obj or {}, deleted=kind_event == "DELETED", if_changed=True)
+                    self.tally[kind, kind_event, bool(uid)] += 1
                     if uid:
                         dirty.add(uid)
                 remaining = deadline - time.monotonic()
@@ -585,8 +610,8 @@ class Tracker:
                     generation, kind, kind_event, obj = self.events.get(timeout=remaining)
                 except queue.Empty:
                     break
-            close_old_connections()
-            sync_workloads(self.view, dirty, full=False)
+            self.bursts += 1
+            record_burst(self.view, dirty)
 
     def _stop_watches(self) -> None:
         # Watches end on their own at timeoutSeconds; we only drop our references and drain the queue.
