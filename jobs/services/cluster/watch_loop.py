@@ -75,7 +75,7 @@ def report_stranger(kind: str, obj: dict[str, Any], *, expected_namespace: str) 
     )
 
 
-def workload_namespace(workload: Workload) -> str:
+def workload_namespace(workload: Workload | Placement) -> str:
     return workload.namespace or workload.team.namespace
 
 
@@ -88,6 +88,17 @@ def in_namespace(kind: str, obj: dict[str, Any], namespace: str) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class Placement:
+    """What `ClusterView.objects_for` reads of a workload: its uid, name, kind, attempt and own namespace."""
+
+    uid: str
+    name: str
+    kind: str
+    attempt: int
+    namespace: str
+
+
 @dataclass
 class ClusterView:
     """The latest Jobs and Pods per workload uid, keyed by "namespace/name": of each, the fields the tracker
@@ -96,6 +107,9 @@ class ClusterView:
     jobs: dict[str, dict[str, dict[str, Any]]] = field(default_factory=lambda: defaultdict(dict))
     pods: dict[str, dict[str, dict[str, Any]]] = field(default_factory=lambda: defaultdict(dict))
     listed_at: float = 0.0
+    # Per workload uid, what its row said when the tracker last recorded it and found it as its objects say:
+    # the placement its objects were read by, their keys then, and the observation (see `already_recorded`).
+    recorded: dict[str, tuple[Placement, tuple[str, ...], Observation]] = field(default_factory=dict)
 
     def put(self, kind: str, obj: dict[str, Any], deleted: bool = False, *, if_changed: bool = False) -> str | None:
         """Keep (or forget) an object; returns its workload's uid, None when it is not ours, or (`if_changed`,
@@ -110,6 +124,8 @@ class ClusterView:
         objects = self.jobs[uid] if kind == "Job" else self.pods[uid]
         if deleted:
             objects.pop(where, None)
+            if not self.jobs.get(uid) and not self.pods.get(uid):
+                self.recorded.pop(uid, None)
             return uid
         kept = essentials(kind, obj)
         if if_changed and objects.get(where) == kept:
@@ -117,14 +133,14 @@ class ClusterView:
         objects[where] = kept
         return uid
 
-    def in_own_namespace(self, workload: Workload) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def in_own_namespace(self, workload: Workload | Placement) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The workload's Jobs and pods of every attempt, in its own namespace only."""
         namespace = workload_namespace(workload)
         jobs = [j for j in self.jobs.get(workload.uid, {}).values() if in_namespace("Job", j, namespace)]
         pods = [p for p in self.pods.get(workload.uid, {}).values() if in_namespace("Pod", p, namespace)]
         return jobs, pods
 
-    def objects_for(self, workload: Workload) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    def objects_for(self, workload: Workload | Placement) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """The workload's Job and pods, counting only those in its own namespace."""
         jobs, pods = self.in_own_namespace(workload)
         if workload.attempt:
@@ -143,6 +159,41 @@ class ClusterView:
         if self.pods.get(uid):
             return True
         return any(_finished(job) for job in self.jobs.get(uid, {}).values())
+
+    def keys(self, uid: str) -> tuple[str, ...]:
+        """The workload's objects held, by kind and key: a new attempt's or a replacement's shows as a new key."""
+        return (*(f"Job {key}" for key in self.jobs.get(uid, ())), *(f"Pod {key}" for key in self.pods.get(uid, ())))
+
+    def remember(self, workload: Workload, obs: Observation | None) -> None:
+        """After a workload was recorded: keep what its row says, when it says what its objects say (a single
+        pod's workload; the row as the database returned or took it), else forget what was kept."""
+        namespace = workload_namespace(workload)
+        if (
+            obs is None
+            or workload.nodes > 1
+            or obs.state in State.final()
+            or not namespace
+            or would_change(workload, obs)
+        ):
+            self.recorded.pop(workload.uid, None)
+            return
+        place = Placement(workload.uid, workload.name, workload.kind, workload.attempt, namespace)
+        self.recorded[workload.uid] = (place, self.keys(workload.uid), obs)
+
+    def already_recorded(self, uid: str) -> bool:
+        """Whether the workload's objects, as they are now, say exactly what its row said when it was last
+        recorded, with the same objects (no new attempt, no replacement pod): a Job's start time, a pod's
+        Ready or Initialized condition, a container's id... changed the view but not the observation, so
+        loading the row would find nothing to write. (Another writer that changed the row meanwhile either
+        moved it where the tracker does not write (queued again, ended) or is caught by the next resync.)"""
+        kept = self.recorded.get(uid)
+        if kept is None:
+            return False
+        place, keys, obs = kept
+        if keys != self.keys(uid):
+            return False
+        job, pods = self.objects_for(place)
+        return observe(kind=place.kind, job=job, pods=pods) == obs
 
     def holds_own_job(self, uid: str, namespace: str) -> bool:
         """Whether the view holds the workload's Job in its own namespace (first attempt)."""
@@ -265,7 +316,7 @@ def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> i
     """Apply the view to active workloads (all of them on a full sync); returns how many changed."""
     grace = timezone.now() - timedelta(seconds=max(10, settings.PORTAL_RESYNC_SECONDS))
     if uids is not None:
-        uids = set(filter(view.may_say_something, uids))
+        uids = {uid for uid in uids if view.may_say_something(uid) and (full or not view.already_recorded(uid))}
         if not uids and not full:
             return 0
     # The burst's notifications go to the worker as one message after it (each still committed with its
@@ -288,15 +339,23 @@ def _sync_each(view: ClusterView, uids: set[str] | None, *, full: bool, grace) -
     changed = 0
     for start in range(0, len(workloads), CHUNK):
         chunk = workloads[start : start + CHUNK]
+        seen: list[tuple[Workload, Observation | None]] = []
         try:
             with transaction.atomic(), transitions.moves_share_the_transaction():
-                changed += sum(_sync_one(view, workload, full=full, grace=grace, alone=False) for workload in chunk)
+                changed += sum(
+                    _sync_one(view, workload, full=full, grace=grace, alone=False, seen=seen) for workload in chunk
+                )
         except Exception as exc:
             log.warning(
                 "%d workload(s) could not be recorded together (%s); recording them one at a time", len(chunk), exc
             )
+            seen = []
             fresh = Workload.objects.filter(id__in=[w.id for w in chunk]).select_related("team", "gpu_type")
-            changed += sum(_sync_one(view, workload, full=full, grace=grace, alone=True) for workload in fresh)
+            changed += sum(
+                _sync_one(view, workload, full=full, grace=grace, alone=True, seen=seen) for workload in fresh
+            )
+        for workload, obs in seen:  # committed: what the rows now say
+            view.remember(workload, obs)
     return changed
 
 
@@ -351,21 +410,31 @@ def _load(wanted: tuple[str, list[Any]]) -> list[Workload]:
     return loaded
 
 
-def _sync_one(view: ClusterView, workload: Workload, *, full: bool, grace, alone: bool) -> int:
+def _sync_one(
+    view: ClusterView, workload: Workload, *, full: bool, grace, alone: bool, seen: list[tuple[Workload, Any]]
+) -> int:
     """Apply the view to one workload; `alone`, in a transaction of its own, where a failure is logged and
-    counts as no change (else it is raised, for the caller's transaction to be redone)."""
+    counts as no change (else it is raised, for the caller's transaction to be redone). What was observed of
+    a workload recorded without a failure goes to `seen`, for the view to remember once committed."""
     if workload.nodes > 1:
+        seen.append((workload, None))
         return int(_sync_gang(view, workload, missing_since=grace if full else None, alone=alone))
     obs = _observe_one(view, workload, full=full, grace=grace)
     if obs is None:
+        seen.append((workload, None))
         return 0
     if not alone:
-        return int(apply_observation(workload, obs))
+        changed = int(apply_observation(workload, obs))
+        seen.append((workload, obs))
+        return changed
     try:
-        return int(apply_observation(workload, obs))
+        changed = int(apply_observation(workload, obs))
     except Exception:
         log.exception("workload %s: could not apply observation", workload.uid)
+        seen.append((workload, None))
         return 0
+    seen.append((workload, obs))
+    return changed
 
 
 def _observe_one(view: ClusterView, workload: Workload, *, full: bool, grace: datetime) -> Observation | None:
