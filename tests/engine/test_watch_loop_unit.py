@@ -222,6 +222,9 @@ def test_a_change_that_says_nothing_new_costs_the_tracker_no_database_read(
     fake_kube.watch_events["Pod"] = [{"type": "MODIFIED", "object": pod(running, "Succeeded")}]
     _stream(tracker, "Pod")  # what does say something new is recorded as before
     assert Workload.objects.get(id=running.id).state == State.SUCCEEDED
+    fake_kube.watch_events["Job"] = [{"type": "MODIFIED", "object": job(running, complete=True)}]
+    with django_assert_num_queries(0):  # an end is final: what its objects say after it changes nothing
+        _stream(tracker, "Job")
 
 
 def test_a_new_pod_is_never_taken_for_a_resend_of_what_was_recorded(fake_kube, tracker, running):

@@ -88,6 +88,9 @@ def in_namespace(kind: str, obj: dict[str, Any], namespace: str) -> bool:
     return False
 
 
+ENDED = "ended"  # what the view keeps of a workload whose row it saw end
+
+
 @dataclass(frozen=True)
 class Placement:
     """What `ClusterView.objects_for` reads of a workload: its uid, name, kind, attempt and own namespace."""
@@ -108,8 +111,8 @@ class ClusterView:
     pods: dict[str, dict[str, dict[str, Any]]] = field(default_factory=lambda: defaultdict(dict))
     listed_at: float = 0.0
     # Per workload uid, what its row said when the tracker last recorded it and found it as its objects say:
-    # the placement its objects were read by, their keys then, and the observation (see `already_recorded`).
-    recorded: dict[str, tuple[Placement, tuple[str, ...], Observation]] = field(default_factory=dict)
+    # the placement its objects were read by, their keys then, and the observation; or ENDED (see `remember`).
+    recorded: dict[str, Any] = field(default_factory=dict)
 
     def put(self, kind: str, obj: dict[str, Any], deleted: bool = False, *, if_changed: bool = False) -> str | None:
         """Keep (or forget) an object; returns its workload's uid, None when it is not ours, or (`if_changed`,
@@ -164,12 +167,17 @@ class ClusterView:
         """The workload's objects held, by kind and key: a new attempt's or a replacement's shows as a new key."""
         return (*(f"Job {key}" for key in self.jobs.get(uid, ())), *(f"Pod {key}" for key in self.pods.get(uid, ())))
 
-    def remember(self, workload: Workload, obs: Observation | None) -> None:
-        """After a workload was recorded: keep what its row says, when it says what its objects say (a single
-        pod's workload; the row as the database returned or took it), else forget what was kept."""
+    def remember(self, workload: Workload, obs: Observation | None, *, recorded: bool = True) -> None:
+        """After a workload's row was committed (`recorded`: without a failure): keep what it says when it
+        says what its objects say (a single pod's workload), or that it has ended (an end is final: no later
+        event can change it); else forget what was kept."""
+        if recorded and workload.state in State.final():
+            self.recorded[workload.uid] = ENDED
+            return
         namespace = workload_namespace(workload)
         if (
-            obs is None
+            not recorded
+            or obs is None
             or workload.nodes > 1
             or obs.state in State.final()
             or not namespace
@@ -181,14 +189,17 @@ class ClusterView:
         self.recorded[workload.uid] = (place, self.keys(workload.uid), obs)
 
     def already_recorded(self, uid: str) -> bool:
-        """Whether the workload's objects, as they are now, say exactly what its row said when it was last
-        recorded, with the same objects (no new attempt, no replacement pod): a Job's start time, a pod's
-        Ready or Initialized condition, a container's id... changed the view but not the observation, so
-        loading the row would find nothing to write. (Another writer that changed the row meanwhile either
-        moved it where the tracker does not write (queued again, ended) or is caught by the next resync.)"""
+        """Whether loading the workload's row could find nothing to write: it has ended (the burst would not
+        load it), or its objects, as they are now, say exactly what its row said when it was last recorded,
+        with the same objects (no new attempt, no replacement pod): a Job's start time or completion, a pod's
+        Ready or Initialized condition changed the view but not the observation. (Another writer that
+        changed the row meanwhile either moved it where the tracker does not write (queued again, ended)
+        or is caught by the next resync, which reads every row.)"""
         kept = self.recorded.get(uid)
         if kept is None:
             return False
+        if kept is ENDED:
+            return True
         place, keys, obs = kept
         if keys != self.keys(uid):
             return False
@@ -339,7 +350,7 @@ def _sync_each(view: ClusterView, uids: set[str] | None, *, full: bool, grace) -
     changed = 0
     for start in range(0, len(workloads), CHUNK):
         chunk = workloads[start : start + CHUNK]
-        seen: list[tuple[Workload, Observation | None]] = []
+        seen: list[tuple[Workload, Observation | None, bool]] = []
         try:
             with transaction.atomic(), transitions.moves_share_the_transaction():
                 changed += sum(
@@ -354,8 +365,8 @@ def _sync_each(view: ClusterView, uids: set[str] | None, *, full: bool, grace) -
             changed += sum(
                 _sync_one(view, workload, full=full, grace=grace, alone=True, seen=seen) for workload in fresh
             )
-        for workload, obs in seen:  # committed: what the rows now say
-            view.remember(workload, obs)
+        for workload, obs, recorded in seen:  # committed: what the rows now say
+            view.remember(workload, obs, recorded=recorded)
     return changed
 
 
@@ -411,29 +422,30 @@ def _load(wanted: tuple[str, list[Any]]) -> list[Workload]:
 
 
 def _sync_one(
-    view: ClusterView, workload: Workload, *, full: bool, grace, alone: bool, seen: list[tuple[Workload, Any]]
+    view: ClusterView, workload: Workload, *, full: bool, grace, alone: bool, seen: list[tuple[Workload, Any, bool]]
 ) -> int:
     """Apply the view to one workload; `alone`, in a transaction of its own, where a failure is logged and
     counts as no change (else it is raised, for the caller's transaction to be redone). What was observed of
     a workload recorded without a failure goes to `seen`, for the view to remember once committed."""
     if workload.nodes > 1:
-        seen.append((workload, None))
-        return int(_sync_gang(view, workload, missing_since=grace if full else None, alone=alone))
+        moved = _sync_gang(view, workload, missing_since=grace if full else None, alone=alone)
+        seen.append((workload, None, moved is not None))
+        return int(bool(moved))
     obs = _observe_one(view, workload, full=full, grace=grace)
     if obs is None:
-        seen.append((workload, None))
+        seen.append((workload, None, True))
         return 0
     if not alone:
         changed = int(apply_observation(workload, obs))
-        seen.append((workload, obs))
+        seen.append((workload, obs, True))
         return changed
     try:
         changed = int(apply_observation(workload, obs))
     except Exception:
         log.exception("workload %s: could not apply observation", workload.uid)
-        seen.append((workload, None))
+        seen.append((workload, None, False))
         return 0
-    seen.append((workload, obs))
+    seen.append((workload, obs, True))
     return changed
 
 
@@ -449,9 +461,10 @@ def _observe_one(view: ClusterView, workload: Workload, *, full: bool, grace: da
     return None
 
 
-def _sync_gang(view: ClusterView, workload: Workload, *, missing_since=None, alone: bool = True) -> bool:
+def _sync_gang(view: ClusterView, workload: Workload, *, missing_since=None, alone: bool = True) -> bool | None:
     """A gang job: all its ranks' Jobs and pods (its own namespace only) make one state. On a full sync
-    (`missing_since`), one made before then with nothing left in the cluster ends FAILED, as a job does."""
+    (`missing_since`), one made before then with nothing left in the cluster ends FAILED, as a job does.
+    Whether it changed; None when it could not be recorded (`alone`: logged)."""
     jobs, pods = view.in_own_namespace(workload)
     try:
         if (
@@ -465,7 +478,7 @@ def _sync_gang(view: ClusterView, workload: Workload, *, missing_since=None, alo
         if not alone:
             raise
         log.exception("gang %s: could not apply its ranks", workload.uid)
-        return False
+        return None
 
 
 def _to_sync(view: ClusterView, uids: set[str] | None, *, full: bool, grace) -> tuple[str, list[Any]]:
