@@ -526,7 +526,11 @@ SEND_HELD_SECONDS = 1.0
 
 
 def record_burst(view: ClusterView, dirty: set[str]) -> int:
-    """What the watches changed in one batch window, recorded; returns how many workloads changed."""
+    """What the watches changed in one batch window, recorded; returns how many workloads changed. A burst
+    in which no workload's objects say anything new touches neither the database nor the broker."""
+    dirty = {uid for uid in dirty if view.may_say_something(uid) and not view.already_recorded(uid)}
+    if not dirty:
+        return 0
     close_old_connections()
     return sync_workloads(view, dirty, full=False)
 
