@@ -1,6 +1,6 @@
 """What the tracker spends to record a burst of state changes, per workload, in this process.
 
-    python -m devtools.testenv -- python -m benchmarks.profile_tracker [N] [--cprofile]
+    python -m devtools.testenv -- python -m benchmarks.profile_tracker [N] [--cprofile] [--bursts-of K]
     (GPUPORTAL_PG_DURABLE=1 as `make bench`)
 
 N workloads (default 100) wait PENDING in one team; the tracker's own `sync_workloads` is handed a view
@@ -9,7 +9,10 @@ would leave it; between the two, a full resync that finds nothing to change. Pri
 wall time, the CPU of the PostgreSQL backend serving it, and the statements sent. No API server and no
 worker: only the tracker's own writes (the timeline, accounting, notifications, the requests it
 enqueues), so a change to that path can be weighed before the tracking-lag benchmark takes it whole.
-With --cprofile, the last round's bursts run under cProfile, timed by this thread's CPU clock, and its top functions (own CPU, and CPU
+With --bursts-of K, each phase's N workloads are recorded K at a time, each K as the tracker records one
+burst (`watch_loop.record_burst`): under a busy cluster a 50 ms batch window holds one or two workloads,
+and what a burst costs whatever it holds (its load, transaction, connection check, sends) is then paid per
+workload. With --cprofile, the last round's bursts run under cProfile, timed by this thread's CPU clock, and its top functions (own CPU, and CPU
 with what they call) are printed after the figures (the profiler's overhead is in that round's figures).
 """
 
