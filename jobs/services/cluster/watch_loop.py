@@ -575,9 +575,9 @@ class Tracker:
             for chunk in response.stream(amt=65536, decode_content=False):
                 if self.stop_event.is_set() or generation != self.generation:
                     break
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
+                # Every whole line of what arrived at once; the last, unfinished one waits for the next chunk.
+                *lines, buffer = (buffer + chunk).split(b"\n")
+                for line in lines:
                     if not line.strip():
                         continue
                     event = decode_event(line)
