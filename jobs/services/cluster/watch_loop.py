@@ -206,6 +206,10 @@ class ClusterView:
         job, pods = self.objects_for(place)
         return observe(kind=place.kind, job=job, pods=pods) == obs
 
+    def worth_loading(self, uids: set[str]) -> set[str]:
+        """Those of the workloads whose objects may say something their row does not say yet."""
+        return {uid for uid in uids if self.may_say_something(uid) and not self.already_recorded(uid)}
+
     def holds_own_job(self, uid: str, namespace: str) -> bool:
         """Whether the view holds the workload's Job in its own namespace (first attempt)."""
         return any((job.get("metadata") or {}).get("namespace") == namespace for job in self.jobs.get(uid, {}).values())
@@ -327,7 +331,7 @@ def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> i
     """Apply the view to active workloads (all of them on a full sync); returns how many changed."""
     grace = timezone.now() - timedelta(seconds=max(10, settings.PORTAL_RESYNC_SECONDS))
     if uids is not None:
-        uids = {uid for uid in uids if view.may_say_something(uid) and (full or not view.already_recorded(uid))}
+        uids = set(filter(view.may_say_something, uids)) if full else view.worth_loading(uids)
         if not uids and not full:
             return 0
     # The burst's notifications go to the worker as one message after it (each still committed with its
@@ -528,7 +532,7 @@ SEND_HELD_SECONDS = 1.0
 def record_burst(view: ClusterView, dirty: set[str]) -> int:
     """What the watches changed in one batch window, recorded; returns how many workloads changed. A burst
     in which no workload's objects say anything new touches neither the database nor the broker."""
-    dirty = {uid for uid in dirty if view.may_say_something(uid) and not view.already_recorded(uid)}
+    dirty = view.worth_loading(dirty)
     if not dirty:
         return 0
     close_old_connections()
@@ -551,7 +555,7 @@ class Tracker:
         # What the watches delivered since the last resync, for one log line per resync: events by kind, type
         # and whether they changed what the tracker reads, and the bursts they made.
         self.tally: Counter[tuple[str, str, bool]] = Counter()
-        self.bursts = 0
+        self.bursts = self.loaded = 0
 
     def _watch(self, kind: str, resource_version: str, generation: int) -> str | None:
         """Stream changes for one kind into the queue until told to stop or the stream ends. Returns the
@@ -672,7 +676,7 @@ class Tracker:
         )
         log.info("tracker: %d watch events (%s) in %d bursts since the last resync", events, kinds, self.bursts)
         self.tally.clear()
-        self.bursts = 0
+        self.bursts = self.loaded = 0
 
     def _stream_until_relist(self, started: float, max_seconds: float | None) -> None:
         with dispatch.gathered_ids_held():
@@ -713,7 +717,10 @@ class Tracker:
                 except queue.Empty:
                     break
             self.bursts += 1
-            record_burst(self.view, dirty)
+            dirty = self.view.worth_loading(dirty)
+            if dirty:
+                self.loaded += 1
+                record_burst(self.view, dirty)
 
     def _stop_watches(self) -> None:
         # Watches end on their own at timeoutSeconds; we only drop our references and drain the queue.
