@@ -674,7 +674,10 @@ class Tracker:
             f"{kind} {event} {count}" + (" (changed nothing)" if not changed else "")
             for (kind, event, changed), count in sorted(self.tally.items())
         )
-        log.info("tracker: %d watch events (%s) in %d bursts since the last resync", events, kinds, self.bursts)
+        log.info(
+            "tracker: %d watch events (%s) in %d bursts, %d of them with something new to record, since the last resync",
+            events, kinds, self.bursts, self.loaded,
+        )  # fmt: skip
         self.tally.clear()
         self.bursts = self.loaded = 0
 
