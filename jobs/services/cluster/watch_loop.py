@@ -529,13 +529,22 @@ def _may_change(view: ClusterView, row) -> bool:
 SEND_HELD_SECONDS = 1.0
 
 
+# The connection is checked (Django's health check: one `SELECT 1` round trip, and CONN_MAX_AGE) before a
+# burst at most this often: under a busy cluster bursts come every few tens of milliseconds. A connection
+# lost in between fails the next burst's load, and the loop relists (and reconnects) as on any failure.
+CONNECTION_CHECK_SECONDS = 1.0
+_checked_at = [float("-inf")]
+
+
 def record_burst(view: ClusterView, dirty: set[str]) -> int:
     """What the watches changed in one batch window, recorded; returns how many workloads changed. A burst
     in which no workload's objects say anything new touches neither the database nor the broker."""
     dirty = view.worth_loading(dirty)
     if not dirty:
         return 0
-    close_old_connections()
+    if time.monotonic() - _checked_at[0] >= CONNECTION_CHECK_SECONDS:
+        close_old_connections()
+        _checked_at[0] = time.monotonic()
     return sync_workloads(view, dirty, full=False)
 
 
