@@ -1,6 +1,6 @@
 """What the tracker spends to record a burst of state changes, per workload, in this process.
 
-    python -m devtools.testenv -- python -m benchmarks.profile_tracker [N] [--cprofile]
+    python -m devtools.testenv -- python -m benchmarks.profile_tracker [N] [--cprofile] [--bursts-of K]
     (GPUPORTAL_PG_DURABLE=1 as `make bench`)
 
 N workloads (default 100) wait PENDING in one team; the tracker's own `sync_workloads` is handed a view
@@ -9,7 +9,10 @@ would leave it; between the two, a full resync that finds nothing to change. Pri
 wall time, the CPU of the PostgreSQL backend serving it, and the statements sent. No API server and no
 worker: only the tracker's own writes (the timeline, accounting, notifications, the requests it
 enqueues), so a change to that path can be weighed before the tracking-lag benchmark takes it whole.
-With --cprofile, the last round's bursts run under cProfile, timed by this thread's CPU clock, and its top functions (own CPU, and CPU
+With --bursts-of K, each phase's N workloads are recorded K at a time, each K as the tracker records one
+burst (`watch_loop.record_burst`): under a busy cluster a 50 ms batch window holds one or two workloads,
+and what a burst costs whatever it holds (its load, transaction, connection check, sends) is then paid per
+workload. With --cprofile, the last round's bursts run under cProfile, timed by this thread's CPU clock, and its top functions (own CPU, and CPU
 with what they call) are printed after the figures (the profiler's overhead is in that round's figures).
 """
 
@@ -132,9 +135,18 @@ def _watch_path(n: int) -> None:
     )
 
 
+def _bursts(workloads: list, size: int) -> list[list]:
+    return [workloads[start : start + size] for start in range(0, len(workloads), size)]
+
+
 def main(argv: list[str]) -> int:
     profiling = "--cprofile" in argv
     argv = [arg for arg in argv if arg != "--cprofile"]
+    size = 0
+    if "--bursts-of" in argv:
+        at = argv.index("--bursts-of")
+        size = int(argv[at + 1])
+        del argv[at : at + 2]
     n = int(argv[0]) if argv else 100
     profiles: dict[str, cProfile.Profile] = {}
     ctx = BenchContext()
@@ -170,7 +182,11 @@ def main(argv: list[str]) -> int:
             statements[0] += 1
             return execute(sql, params, many, context)
 
-        print(f"# {n} workloads a burst; per workload: thread CPU, wall, PostgreSQL backend CPU, statements")
+        burst_size = size or n
+        print(
+            f"# {n} workloads in bursts of {burst_size}, each recorded as the tracker records a burst; "
+            "per workload: thread CPU, wall, PostgreSQL backend CPU, statements"
+        )
         for round_number in range(3):
             started = timezone.now() - timedelta(seconds=5)
             burst = []
@@ -201,7 +217,12 @@ def main(argv: list[str]) -> int:
                 with connection.execute_wrapper(count):
                     if profile is not None:
                         profile.enable()
-                    changed = watch_loop.sync_workloads(view, None if full else {w.uid for w in burst}, full=full)
+                    if full:
+                        changed = watch_loop.sync_workloads(view, None, full=True)
+                    else:
+                        changed = sum(
+                            watch_loop.record_burst(view, {w.uid for w in part}) for part in _bursts(burst, burst_size)
+                        )
                     if profile is not None:
                         profile.disable()
                         profiles[phase] = profile

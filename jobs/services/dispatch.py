@@ -51,10 +51,40 @@ def sends_gathered() -> Iterator[None]:
     finally:
         gathered, _gathering.ids = _gathering.ids, None
         once, _gathering.once = _gathering.once, None
+        held = getattr(_gathering, "held", None)
         for task_name, ids in gathered.items():
-            _send_ids(task_name, ids)
+            if held is None:
+                _send_ids(task_name, ids)
+            else:
+                held.setdefault(task_name, []).extend(ids)
         for send in once.values():
             send()
+
+
+@contextmanager
+def gathered_ids_held() -> Iterator[None]:
+    """Inside the block, what this thread's `sends_gathered` blocks gathered (committed work named by id) is
+    kept until `send_held()` (or the block's end) instead of sent at each one's end: the tracker, whose
+    bursts under a busy cluster hold one or two ends each, publishes their notifications' fan-out once a
+    second, not once a burst. (The `once_after_gathering` sends, an admission pass asked for, still go
+    at each block's end.) Work whose message is lost with the process is found by its sweep."""
+    _gathering.held = {}
+    try:
+        yield
+    finally:
+        send_held()
+        _gathering.held = None
+
+
+def send_held() -> int:
+    """Send what `gathered_ids_held` kept so far, one message per kind; returns how many ids went."""
+    held = getattr(_gathering, "held", None)
+    if not held:
+        return 0
+    _gathering.held = {}
+    for task_name, ids in held.items():
+        _send_ids(task_name, ids)
+    return sum(len(ids) for ids in held.values())
 
 
 def once_after_gathering(key: tuple, send) -> None:

@@ -134,7 +134,7 @@ def transition(
         entry = {"at": at or now, "source": source, "from_state": from_state, "to_state": to_state,
                  "reason": reason, "message": message}  # fmt: skip
         if connection.vendor == "postgresql":
-            moved = _move_with_entry(workload.id, from_state, {"updated_at": now, **changes}, entry)
+            moved = move_with_entry(workload.id, from_state, {"updated_at": now, **changes}, entry)
         else:
             moved = Workload.objects.filter(id=workload.id, state=from_state).update(updated_at=now, **changes)
             if moved:
@@ -192,7 +192,7 @@ def _plain(value: Any) -> bool:
     return not (hasattr(value, "resolve_expression") or hasattr(value, "prepare_database_save"))
 
 
-def _update_sql(workload_id: int, from_state: str, values: dict[str, Any]) -> tuple[str, list[Any]]:
+def update_sql(workload_id: int, from_state: str, values: dict[str, Any]) -> tuple[str, list[Any]]:
     compiled = _guarded_update(tuple(values)) if all(_plain(v) for v in values.values()) else None
     if compiled is None:
         query = Workload.objects.filter(id=workload_id, state=from_state).query.chain(UpdateQuery)
@@ -207,14 +207,14 @@ def _update_sql(workload_id: int, from_state: str, values: dict[str, Any]) -> tu
     return sql, [*params, workload_id, from_state]
 
 
-def _move_with_entry(workload_id: int, from_state: str, values: dict[str, Any], entry: dict[str, Any]) -> bool:
+def move_with_entry(workload_id: int, from_state: str, values: dict[str, Any], entry: dict[str, Any]) -> bool:
     """The guarded UPDATE and its timeline entry in one statement (PostgreSQL: the UPDATE's RETURNING feeds
     the INSERT of _TIMELINE_APPEND_SQL's row); whether the workload moved. Every state change of every
     workload goes through here, most of them the tracker's: one round trip and one statement less each."""
-    update_sql, update_params = _update_sql(workload_id, from_state, values)
+    update, update_params = update_sql(workload_id, from_state, values)
     moment = WorkloadEvent._meta.get_field("at").get_db_prep_save(entry["at"], connection)
     event = connection.ops.quote_name(WorkloadEvent._meta.db_table)
-    sql = _MOVE_WITH_ENTRY_SQL.format(update=update_sql, event=event)
+    sql = _MOVE_WITH_ENTRY_SQL.format(update=update, event=event)
     params = [*update_params, workload_id, moment, moment, entry["source"], entry["from_state"], entry["to_state"],
               entry["reason"], entry["message"], workload_id]  # fmt: skip
     with connection.cursor() as cursor:

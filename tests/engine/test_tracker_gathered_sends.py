@@ -153,3 +153,17 @@ def test_a_workload_that_cannot_be_recorded_holds_back_none_of_the_others(monkey
     events = list(Event.objects.filter(workload__in=burst).order_by("id").values_list("id", flat=True))
     assert len(events) == 2  # the rolled-back attempt left no event behind
     assert sent == [("notifications.tasks.fan_out_many", events)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bursts_within_a_second_hand_over_their_notifications_together(sent):
+    """The tracker holds what its bursts gathered and publishes it once a second (under a busy cluster a
+    burst holds one or two ends): one message for both bursts here, every event fanned out."""
+    first, second = _running(2)
+    with dispatch.gathered_ids_held():
+        assert watch_loop.sync_workloads(_ended_view([first]), {first.uid}, full=False) == 1
+        assert watch_loop.sync_workloads(_ended_view([second]), {second.uid}, full=False) == 1
+        assert sent == []  # held, committed
+    events = list(Event.objects.filter(workload__in=[first, second]).order_by("id").values_list("id", flat=True))
+    assert sent == [("notifications.tasks.fan_out_many", events)]
+    assert notifications_tasks.fan_out_many(events) == 2

@@ -196,6 +196,49 @@ def test_jobs_without_pods_cost_the_tracker_no_database_read(fake_kube, tracker,
     assert Workload.objects.get(id=running.id).state == State.PENDING
 
 
+def test_a_change_that_says_nothing_new_costs_the_tracker_no_database_read(
+    fake_kube, tracker, running, django_assert_num_queries
+):
+    """A running pod turning Ready, its Job's start time: the view changes, what the workload is does not."""
+    fake_kube.add("Job", job(running))
+    fake_kube.add("Pod", pod(running))
+    tracker.relist()
+    timeline = running.events.count()
+    ready = pod(running)
+    ready["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:06Z"}]
+    started = job(running)
+    started["status"]["startTime"] = "2026-01-01T00:00:01Z"
+    fake_kube.watch_events["Pod"] = [{"type": "MODIFIED", "object": ready}]
+    fake_kube.watch_events["Job"] = [{"type": "MODIFIED", "object": started}]
+    with django_assert_num_queries(0):
+        _stream(tracker, "Pod")
+        _stream(tracker, "Job")
+    running.refresh_from_db()
+    assert (running.state, running.message, running.events.count()) == (
+        State.RUNNING,
+        "Running on gpu-p100-1.",
+        timeline,
+    )
+    fake_kube.watch_events["Pod"] = [{"type": "MODIFIED", "object": pod(running, "Succeeded")}]
+    _stream(tracker, "Pod")  # what does say something new is recorded as before
+    assert Workload.objects.get(id=running.id).state == State.SUCCEEDED
+    fake_kube.watch_events["Job"] = [{"type": "MODIFIED", "object": job(running, complete=True)}]
+    with django_assert_num_queries(0):  # an end is final: what its objects say after it changes nothing
+        _stream(tracker, "Job")
+
+
+def test_a_new_pod_is_never_taken_for_a_resend_of_what_was_recorded(fake_kube, tracker, running):
+    """Another pod of the same workload (a replacement): its row is read and written as before."""
+    fake_kube.add("Job", job(running))
+    fake_kube.add("Pod", pod(running))
+    tracker.relist()
+    other = pod(running, name=f"{running.k8s_name}-fghij")
+    other["metadata"]["creationTimestamp"] = "2026-01-01T00:00:30Z"
+    fake_kube.watch_events["Pod"] = [{"type": "ADDED", "object": other}]
+    _stream(tracker, "Pod")
+    assert Workload.objects.get(id=running.id).pod_name == f"{running.k8s_name}-fghij"
+
+
 def test_a_full_sync_reads_one_row_per_workload_whose_job_waits_for_its_pod(
     fake_kube, tracker, running, django_assert_num_queries
 ):

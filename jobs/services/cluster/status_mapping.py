@@ -13,14 +13,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from jobs.models import Kind, State, Workload, WorkloadEvent
 from jobs.services.cluster import replaced_pods
 from jobs.services.cluster.pull_errors import image_pull_message
-from jobs.services.transitions import can_move, note, transition
+from jobs.services.transitions import can_move, move_with_entry, note, transition, update_sql
 
 log = logging.getLogger(__name__)
 
@@ -357,15 +357,32 @@ def _update_in_place(workload: Workload, obs: Observation, fields: dict[str, Any
         return False
     # The row and its timeline entry together, and only while the state is still the one this observation
     # was read against: a state change that slipped in between wrote its own entry, and this one is stale.
-    with transaction.atomic(savepoint=False) if new_reason else contextlib.nullcontext():
-        if not Workload.objects.filter(id=workload.id, state=workload.state).update(
-            updated_at=timezone.now(), **fields
-        ):
-            return False
-        if new_reason:
-            note(workload, reason=obs.reason, message=obs.message)
+    if not _write_in_place(workload, fields, new_reason=new_reason):
+        return False
     for key, value in fields.items():
         setattr(workload, key, value)
+    return True
+
+
+def _write_in_place(workload: Workload, fields: dict[str, Any], *, new_reason: bool) -> bool:
+    """The guarded UPDATE of a workload staying in its state and, for a new reason, its timeline entry; on
+    PostgreSQL one statement (the UPDATE's RETURNING feeding the entry's INSERT, as a move's), which the
+    tracker sends for every reason a pending pod goes through. Whether the row was still in that state."""
+    now = timezone.now()
+    if connection.vendor == "postgresql":
+        if not new_reason:
+            sql, params = update_sql(workload.id, workload.state, {"updated_at": now, **fields})
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                return cursor.rowcount > 0
+        entry = {"at": now, "source": WorkloadEvent.Source.KUBERNETES, "from_state": workload.state,
+                 "to_state": workload.state, "reason": fields["reason"], "message": fields["message"]}  # fmt: skip
+        return move_with_entry(workload.id, workload.state, {"updated_at": now, **fields}, entry)
+    with transaction.atomic(savepoint=False) if new_reason else contextlib.nullcontext():
+        if not Workload.objects.filter(id=workload.id, state=workload.state).update(updated_at=now, **fields):
+            return False
+        if new_reason:
+            note(workload, reason=fields["reason"], message=fields["message"])
     return True
 
 

@@ -17,7 +17,7 @@ import logging
 import queue
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -75,7 +75,7 @@ def report_stranger(kind: str, obj: dict[str, Any], *, expected_namespace: str) 
     )
 
 
-def workload_namespace(workload: Workload) -> str:
+def workload_namespace(workload: Workload | Placement) -> str:
     return workload.namespace or workload.team.namespace
 
 
@@ -88,6 +88,20 @@ def in_namespace(kind: str, obj: dict[str, Any], namespace: str) -> bool:
     return False
 
 
+ENDED = "ended"  # what the view keeps of a workload whose row it saw end
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What `ClusterView.objects_for` reads of a workload: its uid, name, kind, attempt and own namespace."""
+
+    uid: str
+    name: str
+    kind: str
+    attempt: int
+    namespace: str
+
+
 @dataclass
 class ClusterView:
     """The latest Jobs and Pods per workload uid, keyed by "namespace/name": of each, the fields the tracker
@@ -96,6 +110,9 @@ class ClusterView:
     jobs: dict[str, dict[str, dict[str, Any]]] = field(default_factory=lambda: defaultdict(dict))
     pods: dict[str, dict[str, dict[str, Any]]] = field(default_factory=lambda: defaultdict(dict))
     listed_at: float = 0.0
+    # Per workload uid, what its row said when the tracker last recorded it and found it as its objects say:
+    # the placement its objects were read by, their keys then, and the observation; or ENDED (see `remember`).
+    recorded: dict[str, Any] = field(default_factory=dict)
 
     def put(self, kind: str, obj: dict[str, Any], deleted: bool = False, *, if_changed: bool = False) -> str | None:
         """Keep (or forget) an object; returns its workload's uid, None when it is not ours, or (`if_changed`,
@@ -110,6 +127,8 @@ class ClusterView:
         objects = self.jobs[uid] if kind == "Job" else self.pods[uid]
         if deleted:
             objects.pop(where, None)
+            if not self.jobs.get(uid) and not self.pods.get(uid):
+                self.recorded.pop(uid, None)
             return uid
         kept = essentials(kind, obj)
         if if_changed and objects.get(where) == kept:
@@ -117,14 +136,14 @@ class ClusterView:
         objects[where] = kept
         return uid
 
-    def in_own_namespace(self, workload: Workload) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def in_own_namespace(self, workload: Workload | Placement) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The workload's Jobs and pods of every attempt, in its own namespace only."""
         namespace = workload_namespace(workload)
         jobs = [j for j in self.jobs.get(workload.uid, {}).values() if in_namespace("Job", j, namespace)]
         pods = [p for p in self.pods.get(workload.uid, {}).values() if in_namespace("Pod", p, namespace)]
         return jobs, pods
 
-    def objects_for(self, workload: Workload) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    def objects_for(self, workload: Workload | Placement) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """The workload's Job and pods, counting only those in its own namespace."""
         jobs, pods = self.in_own_namespace(workload)
         if workload.attempt:
@@ -143,6 +162,53 @@ class ClusterView:
         if self.pods.get(uid):
             return True
         return any(_finished(job) for job in self.jobs.get(uid, {}).values())
+
+    def keys(self, uid: str) -> tuple[str, ...]:
+        """The workload's objects held, by kind and key: a new attempt's or a replacement's shows as a new key."""
+        return (*(f"Job {key}" for key in self.jobs.get(uid, ())), *(f"Pod {key}" for key in self.pods.get(uid, ())))
+
+    def remember(self, workload: Workload, obs: Observation | None, *, recorded: bool = True) -> None:
+        """After a workload's row was committed (`recorded`: without a failure): keep what it says when it
+        says what its objects say (a single pod's workload), or that it has ended (an end is final: no later
+        event can change it); else forget what was kept."""
+        if recorded and workload.state in State.final():
+            self.recorded[workload.uid] = ENDED
+            return
+        namespace = workload_namespace(workload)
+        if (
+            not recorded
+            or obs is None
+            or workload.nodes > 1
+            or obs.state in State.final()
+            or not namespace
+            or would_change(workload, obs)
+        ):
+            self.recorded.pop(workload.uid, None)
+            return
+        place = Placement(workload.uid, workload.name, workload.kind, workload.attempt, namespace)
+        self.recorded[workload.uid] = (place, self.keys(workload.uid), obs)
+
+    def already_recorded(self, uid: str) -> bool:
+        """Whether loading the workload's row could find nothing to write: it has ended (the burst would not
+        load it), or its objects, as they are now, say exactly what its row said when it was last recorded,
+        with the same objects (no new attempt, no replacement pod): a Job's start time or completion, a pod's
+        Ready or Initialized condition changed the view but not the observation. (Another writer that
+        changed the row meanwhile either moved it where the tracker does not write (queued again, ended)
+        or is caught by the next resync, which reads every row.)"""
+        kept = self.recorded.get(uid)
+        if kept is None:
+            return False
+        if kept is ENDED:
+            return True
+        place, keys, obs = kept
+        if keys != self.keys(uid):
+            return False
+        job, pods = self.objects_for(place)
+        return observe(kind=place.kind, job=job, pods=pods) == obs
+
+    def worth_loading(self, uids: set[str]) -> set[str]:
+        """Those of the workloads whose objects may say something their row does not say yet."""
+        return {uid for uid in uids if self.may_say_something(uid) and not self.already_recorded(uid)}
 
     def holds_own_job(self, uid: str, namespace: str) -> bool:
         """Whether the view holds the workload's Job in its own namespace (first attempt)."""
@@ -265,7 +331,7 @@ def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> i
     """Apply the view to active workloads (all of them on a full sync); returns how many changed."""
     grace = timezone.now() - timedelta(seconds=max(10, settings.PORTAL_RESYNC_SECONDS))
     if uids is not None:
-        uids = set(filter(view.may_say_something, uids))
+        uids = set(filter(view.may_say_something, uids)) if full else view.worth_loading(uids)
         if not uids and not full:
             return 0
     # The burst's notifications go to the worker as one message after it (each still committed with its
@@ -288,15 +354,23 @@ def _sync_each(view: ClusterView, uids: set[str] | None, *, full: bool, grace) -
     changed = 0
     for start in range(0, len(workloads), CHUNK):
         chunk = workloads[start : start + CHUNK]
+        seen: list[tuple[Workload, Observation | None, bool]] = []
         try:
             with transaction.atomic(), transitions.moves_share_the_transaction():
-                changed += sum(_sync_one(view, workload, full=full, grace=grace, alone=False) for workload in chunk)
+                changed += sum(
+                    _sync_one(view, workload, full=full, grace=grace, alone=False, seen=seen) for workload in chunk
+                )
         except Exception as exc:
             log.warning(
                 "%d workload(s) could not be recorded together (%s); recording them one at a time", len(chunk), exc
             )
+            seen = []
             fresh = Workload.objects.filter(id__in=[w.id for w in chunk]).select_related("team", "gpu_type")
-            changed += sum(_sync_one(view, workload, full=full, grace=grace, alone=True) for workload in fresh)
+            changed += sum(
+                _sync_one(view, workload, full=full, grace=grace, alone=True, seen=seen) for workload in fresh
+            )
+        for workload, obs, recorded in seen:  # committed: what the rows now say
+            view.remember(workload, obs, recorded=recorded)
     return changed
 
 
@@ -351,21 +425,32 @@ def _load(wanted: tuple[str, list[Any]]) -> list[Workload]:
     return loaded
 
 
-def _sync_one(view: ClusterView, workload: Workload, *, full: bool, grace, alone: bool) -> int:
+def _sync_one(
+    view: ClusterView, workload: Workload, *, full: bool, grace, alone: bool, seen: list[tuple[Workload, Any, bool]]
+) -> int:
     """Apply the view to one workload; `alone`, in a transaction of its own, where a failure is logged and
-    counts as no change (else it is raised, for the caller's transaction to be redone)."""
+    counts as no change (else it is raised, for the caller's transaction to be redone). What was observed of
+    a workload recorded without a failure goes to `seen`, for the view to remember once committed."""
     if workload.nodes > 1:
-        return int(_sync_gang(view, workload, missing_since=grace if full else None, alone=alone))
+        moved = _sync_gang(view, workload, missing_since=grace if full else None, alone=alone)
+        seen.append((workload, None, moved is not None))
+        return int(bool(moved))
     obs = _observe_one(view, workload, full=full, grace=grace)
     if obs is None:
+        seen.append((workload, None, True))
         return 0
     if not alone:
-        return int(apply_observation(workload, obs))
+        changed = int(apply_observation(workload, obs))
+        seen.append((workload, obs, True))
+        return changed
     try:
-        return int(apply_observation(workload, obs))
+        changed = int(apply_observation(workload, obs))
     except Exception:
         log.exception("workload %s: could not apply observation", workload.uid)
+        seen.append((workload, None, False))
         return 0
+    seen.append((workload, obs, True))
+    return changed
 
 
 def _observe_one(view: ClusterView, workload: Workload, *, full: bool, grace: datetime) -> Observation | None:
@@ -380,9 +465,10 @@ def _observe_one(view: ClusterView, workload: Workload, *, full: bool, grace: da
     return None
 
 
-def _sync_gang(view: ClusterView, workload: Workload, *, missing_since=None, alone: bool = True) -> bool:
+def _sync_gang(view: ClusterView, workload: Workload, *, missing_since=None, alone: bool = True) -> bool | None:
     """A gang job: all its ranks' Jobs and pods (its own namespace only) make one state. On a full sync
-    (`missing_since`), one made before then with nothing left in the cluster ends FAILED, as a job does."""
+    (`missing_since`), one made before then with nothing left in the cluster ends FAILED, as a job does.
+    Whether it changed; None when it could not be recorded (`alone`: logged)."""
     jobs, pods = view.in_own_namespace(workload)
     try:
         if (
@@ -396,7 +482,7 @@ def _sync_gang(view: ClusterView, workload: Workload, *, missing_since=None, alo
         if not alone:
             raise
         log.exception("gang %s: could not apply its ranks", workload.uid)
-        return False
+        return None
 
 
 def _to_sync(view: ClusterView, uids: set[str] | None, *, full: bool, grace) -> tuple[str, list[Any]]:
@@ -436,6 +522,32 @@ def _may_change(view: ClusterView, row) -> bool:
     return obs is not None and would_change(row, obs)
 
 
+# A burst's notifications (the fan-out of its ends' events, committed with them) are handed to the worker at
+# most this long after it: under a busy cluster a burst holds one or two ends, and one publish a second
+# instead of one a burst is a large share of the tracker's CPU per workload. Within the notification
+# sweep's grace (5 s), so the sweep never takes them for lost.
+SEND_HELD_SECONDS = 1.0
+
+
+# The connection is checked (Django's health check: one `SELECT 1` round trip, and CONN_MAX_AGE) before a
+# burst at most this often: under a busy cluster bursts come every few tens of milliseconds. A connection
+# lost in between fails the next burst's load, and the loop relists (and reconnects) as on any failure.
+CONNECTION_CHECK_SECONDS = 1.0
+_checked_at = [float("-inf")]
+
+
+def record_burst(view: ClusterView, dirty: set[str]) -> int:
+    """What the watches changed in one batch window, recorded; returns how many workloads changed. A burst
+    in which no workload's objects say anything new touches neither the database nor the broker."""
+    dirty = view.worth_loading(dirty)
+    if not dirty:
+        return 0
+    if time.monotonic() - _checked_at[0] >= CONNECTION_CHECK_SECONDS:
+        close_old_connections()
+        _checked_at[0] = time.monotonic()
+    return sync_workloads(view, dirty, full=False)
+
+
 class Tracker:
     """The long-running loop behind `manage.py track`."""
 
@@ -449,6 +561,10 @@ class Tracker:
         # Watches of an earlier list may still deliver a few events; they are older than the new list
         # and must not overwrite it, so each event carries the generation of the list it belongs to.
         self.generation = 0
+        # What the watches delivered since the last resync, for one log line per resync: events by kind, type
+        # and whether they changed what the tracker reads, and the bursts they made.
+        self.tally: Counter[tuple[str, str, bool]] = Counter()
+        self.bursts = self.loaded = 0
 
     def _watch(self, kind: str, resource_version: str, generation: int) -> str | None:
         """Stream changes for one kind into the queue until told to stop or the stream ends. Returns the
@@ -472,9 +588,9 @@ class Tracker:
             for chunk in response.stream(amt=65536, decode_content=False):
                 if self.stop_event.is_set() or generation != self.generation:
                     break
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
+                # Every whole line of what arrived at once; the last, unfinished one waits for the next chunk.
+                *lines, buffer = (buffer + chunk).split(b"\n")
+                for line in lines:
                     if not line.strip():
                         continue
                     event = decode_event(line)
@@ -553,13 +669,38 @@ class Tracker:
         """The periodic safety net, from the view the watches keep: every active workload against its
         objects (what the database changed meanwhile, objects deleted outside the portal), and pods that
         outlived their workload."""
+        self._log_tally()
         close_old_connections()
         sync_workloads(self.view, None, full=True)
         reap_finished(self.view)
 
+    def _log_tally(self) -> None:
+        """One line per resync of what the watches delivered meanwhile (nothing when they delivered nothing)."""
+        if not self.tally:
+            return
+        events = sum(self.tally.values())
+        kinds = ", ".join(
+            f"{kind} {event} {count}" + (" (changed nothing)" if not changed else "")
+            for (kind, event, changed), count in sorted(self.tally.items())
+        )
+        log.info(
+            "tracker: %d watch events (%s) in %d bursts, %d of them with something new to record, since the last resync",
+            events, kinds, self.bursts, self.loaded,
+        )  # fmt: skip
+        self.tally.clear()
+        self.bursts = self.loaded = 0
+
     def _stream_until_relist(self, started: float, max_seconds: float | None) -> None:
+        with dispatch.gathered_ids_held():
+            self._record_until_relist(started, max_seconds)
+
+    def _record_until_relist(self, started: float, max_seconds: float | None) -> None:
         next_resync = time.monotonic() + settings.PORTAL_RESYNC_SECONDS
+        next_send = time.monotonic() + SEND_HELD_SECONDS
         while not self.stop_event.is_set():
+            if time.monotonic() >= next_send:
+                dispatch.send_held()
+                next_send = time.monotonic() + SEND_HELD_SECONDS
             if max_seconds is not None and time.monotonic() - started > max_seconds:
                 return
             if self.relist_needed.is_set():
@@ -569,13 +710,15 @@ class Tracker:
                 next_resync = time.monotonic() + settings.PORTAL_RESYNC_SECONDS
             dirty: set[str] = set()
             try:
-                generation, kind, kind_event, obj = self.events.get(timeout=0.5)
+                generation, kind, kind_event, obj = self.events.get(timeout=min(0.5, SEND_HELD_SECONDS))
             except queue.Empty:
+                dispatch.send_held()  # quiet: nothing waits for company
                 continue
             deadline = time.monotonic() + self.batch_seconds
             while True:
                 if generation == self.generation:
                     uid = self.view.put(kind, obj or {}, deleted=kind_event == "DELETED", if_changed=True)
+                    self.tally[kind, kind_event, bool(uid)] += 1
                     if uid:
                         dirty.add(uid)
                 remaining = deadline - time.monotonic()
@@ -585,8 +728,11 @@ class Tracker:
                     generation, kind, kind_event, obj = self.events.get(timeout=remaining)
                 except queue.Empty:
                     break
-            close_old_connections()
-            sync_workloads(self.view, dirty, full=False)
+            self.bursts += 1
+            dirty = self.view.worth_loading(dirty)
+            if dirty:
+                self.loaded += 1
+                record_burst(self.view, dirty)
 
     def _stop_watches(self) -> None:
         # Watches end on their own at timeoutSeconds; we only drop our references and drain the queue.
