@@ -10,6 +10,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -101,6 +102,62 @@ def _gpus_released(workload: Workload) -> None:
     request_admission(team_id=workload.team_id, gpu_type_id=workload.gpu_type_id)
 
 
+@dataclass
+class PlannedWrite:
+    """A guarded write of one workload's row, decided but not yet sent: `values` set while the row is still in
+    `from_state`, with its timeline `entry` (None: no entry); `done()` once it was written (the in-memory
+    object and the follow-ups), `missed()` when the row was no longer in that state."""
+
+    workload: Workload
+    from_state: str
+    values: dict[str, Any]
+    entry: dict[str, Any] | None
+    done: Callable[[], None]
+    missed: Callable[[], None]
+
+
+def plan_transition(
+    workload: Workload,
+    to_state: str,
+    *,
+    reason: str = "",
+    message: str = "",
+    at: datetime | None = None,
+    source: str = WorkloadEvent.Source.PORTAL,
+    actor: Any = None,
+    **fields: Any,
+) -> PlannedWrite | None:
+    """The write of `transition` and what follows it, for the caller to send (alone or with others); None
+    when the move is not allowed from the state we saw."""
+    from_state = workload.state
+    if not can_move(from_state, to_state):
+        log.info("workload %s: refusing %s -> %s", workload.uid, from_state, to_state)
+        return None
+    now = timezone.now()
+    from jobs.services.usage.accounting import counted_interval, note_interval_changed
+
+    counted_before = counted_interval(workload)
+    changes = {"state": to_state, "reason": reason, "message": message, "state_changed_at": now, **fields}
+    if _needs_end(workload, to_state, changes):
+        # A workload that ever started stops counting GPU time when it ends, whoever ends it (the
+        # database refuses a final, started workload without an end).
+        changes["finished_at"] = now
+    entry = {"at": at or now, "source": source, "from_state": from_state, "to_state": to_state,
+             "reason": reason, "message": message}  # fmt: skip
+
+    def done() -> None:
+        for key, value in changes.items():
+            setattr(workload, key, value)
+        if from_state in State.holding() and to_state not in State.holding():
+            _gpus_released(workload)
+        if to_state in State.final() or changes.keys() & {"started_at", "finished_at", "counted_from"}:
+            note_interval_changed(workload, before=counted_before)
+        # The one place workload news is announced: in this transaction (notifications records it, sent on commit).
+        workload_transitioned.send(sender=Workload, workload=workload, from_state=from_state, actor=actor)
+
+    return PlannedWrite(workload, from_state, {"updated_at": now, **changes}, entry, done, workload.refresh_from_db)
+
+
 def transition(
     workload: Workload,
     to_state: str,
@@ -117,39 +174,33 @@ def transition(
     On success the in-memory object is updated too; on failure it is refreshed from the database.
     `actor` is the person who asked for the move, if one did (a cancel): nobody is told of their own act.
     """
-    from_state = workload.state
-    if not can_move(from_state, to_state):
-        log.info("workload %s: refusing %s -> %s", workload.uid, from_state, to_state)
+    plan = plan_transition(
+        workload, to_state, reason=reason, message=message, at=at, source=source, actor=actor, **fields
+    )
+    if plan is None:
         return False
-    now = timezone.now()
-    from jobs.services.usage.accounting import counted_interval, note_interval_changed
-
-    counted_before = counted_interval(workload)
-    changes = {"state": to_state, "reason": reason, "message": message, "state_changed_at": now, **fields}
-    if _needs_end(workload, to_state, changes):
-        # A workload that ever started stops counting GPU time when it ends, whoever ends it (the
-        # database refuses a final, started workload without an end).
-        changes["finished_at"] = now
     with transaction.atomic(savepoint=not getattr(_shared, "active", False)):
-        entry = {"at": at or now, "source": source, "from_state": from_state, "to_state": to_state,
-                 "reason": reason, "message": message}  # fmt: skip
-        if connection.vendor == "postgresql":
-            moved = move_with_entry(workload.id, from_state, {"updated_at": now, **changes}, entry)
-        else:
-            moved = Workload.objects.filter(id=workload.id, state=from_state).update(updated_at=now, **changes)
-            if moved:
-                timeline_append(workload.id, **entry)
-        if not moved:
-            workload.refresh_from_db()
+        if not write_one(plan):
+            plan.missed()
             return False
-        for key, value in changes.items():
-            setattr(workload, key, value)
-        if from_state in State.holding() and to_state not in State.holding():
-            _gpus_released(workload)
-        if to_state in State.final() or changes.keys() & {"started_at", "finished_at", "counted_from"}:
-            note_interval_changed(workload, before=counted_before)
-        # The one place workload news is announced: in this transaction (notifications records it, sent on commit).
-        workload_transitioned.send(sender=Workload, workload=workload, from_state=from_state, actor=actor)
+        plan.done()
+    return True
+
+
+def write_one(plan: PlannedWrite) -> bool:
+    """Send one planned write; whether the row was still in its state (and so was written)."""
+    if connection.vendor == "postgresql":
+        if plan.entry is None:
+            sql, params = update_sql(plan.workload.id, plan.from_state, plan.values)
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                return cursor.rowcount > 0
+        return move_with_entry(plan.workload.id, plan.from_state, plan.values, plan.entry)
+    with transaction.atomic(savepoint=False):
+        if not Workload.objects.filter(id=plan.workload.id, state=plan.from_state).update(**plan.values):
+            return False
+        if plan.entry is not None:
+            timeline_append(plan.workload.id, **plan.entry)
     return True
 
 
@@ -239,3 +290,95 @@ def note(workload: Workload, *, reason: str, message: str, source: str = Workloa
         workload.id, at=timezone.now(), source=source, from_state=workload.state, to_state=workload.state,
         reason=reason, message=message,
     )  # fmt: skip
+
+
+# The columns a batch of planned writes may set (those the tracker's moves and in-place updates set), each
+# by a bit of the row's mask: a row leaves the others as they are. `updated_at` is always set.
+_BATCH_COLUMNS = ("state", "reason", "message", "state_changed_at", "node_name", "pod_name", "pod_uid",
+                  "started_at", "finished_at", "exit_code")  # fmt: skip
+
+# Every row of the batch in one statement: the rows still in the state each was read in are locked in id
+# order (the order other multi-row writers lock in), updated, and those that moved get their timeline entry,
+# each never before its workload's latest (as _TIMELINE_APPEND_SQL); the ids of the rows written come back.
+_WRITE_MANY_SQL = """
+WITH v AS MATERIALIZED (
+  SELECT * FROM unnest({arrays}) AS v(id, from_state, mask, updated_at, {columns}, e_at, e_source)
+),
+locked AS MATERIALIZED (
+  SELECT w.{pk} AS id FROM {table} w JOIN v ON v.id = w.{pk} AND w.{state} = v.from_state
+  ORDER BY w.{pk} FOR UPDATE OF w
+),
+moved AS (
+  UPDATE {table} w SET {updated_at} = v.updated_at, {sets}
+  FROM v JOIN locked ON locked.id = v.id
+  WHERE w.{pk} = v.id AND w.{state} = v.from_state
+  RETURNING w.{pk} AS id, w.{state} AS to_state, w.{reason} AS reason, w.{message} AS message
+),
+entries AS (
+  INSERT INTO {event} (workload_id, at, source, from_state, to_state, reason, message)
+  SELECT m.id, CASE WHEN latest.at > v.e_at THEN latest.at ELSE v.e_at END, v.e_source, v.from_state,
+         m.to_state, m.reason, m.message
+  FROM moved m JOIN v ON v.id = m.id
+  CROSS JOIN LATERAL (SELECT max(e.at) AS at FROM {event} e WHERE e.workload_id = m.id) AS latest
+  WHERE v.e_at IS NOT NULL
+)
+SELECT id FROM moved
+"""
+
+
+@lru_cache(maxsize=1)
+def _write_many_sql() -> str:
+    qn, field = connection.ops.quote_name, Workload._meta.get_field
+    event_field = WorkloadEvent._meta.get_field
+    fixed = ["bigint", field("state").db_type(connection), "integer", field("updated_at").db_type(connection)]
+    types = [*fixed, *(field(name).db_type(connection) for name in _BATCH_COLUMNS),
+             event_field("at").db_type(connection), event_field("source").db_type(connection)]  # fmt: skip
+    sets = ", ".join(
+        f"{qn(field(name).column)} = CASE WHEN v.mask & {1 << bit} <> 0 THEN v.c_{name} "
+        f"ELSE w.{qn(field(name).column)} END"
+        for bit, name in enumerate(_BATCH_COLUMNS)
+    )
+    return _WRITE_MANY_SQL.format(
+        arrays=", ".join(f"%s::{kind}[]" for kind in types),
+        columns=", ".join(f"c_{name}" for name in _BATCH_COLUMNS),
+        table=qn(Workload._meta.db_table), event=qn(WorkloadEvent._meta.db_table), pk=qn(Workload._meta.pk.column),
+        state=qn(field("state").column), reason=qn(field("reason").column), message=qn(field("message").column),
+        updated_at=qn(field("updated_at").column), sets=sets,
+    )  # fmt: skip
+
+
+def _batchable(plan: PlannedWrite) -> bool:
+    return "updated_at" in plan.values and all(
+        (name == "updated_at" or name in _BATCH_COLUMNS) and _plain(value) for name, value in plan.values.items()
+    )
+
+
+def write_many(plans: list[PlannedWrite]) -> list[bool]:
+    """Send planned writes of distinct workloads, in id order, together (the tracker's chunk of a burst):
+    on PostgreSQL one statement for all of them (the rows and the timeline entries of those written),
+    elsewhere one at a time. Whether each was written, in order; the caller runs its `done` or `missed`."""
+    if not plans:
+        return []
+    if connection.vendor != "postgresql" or len(plans) == 1 or not all(map(_batchable, plans)):
+        return [write_one(plan) for plan in plans]
+    field, event_field = Workload._meta.get_field, WorkloadEvent._meta.get_field
+    columns: list[list[Any]] = [[] for _ in range(6 + len(_BATCH_COLUMNS))]
+    for plan in plans:
+        mask, row = 0, []
+        for bit, name in enumerate(_BATCH_COLUMNS):
+            if name in plan.values:
+                mask |= 1 << bit
+                row.append(field(name).get_db_prep_save(plan.values[name], connection=connection))
+            else:
+                row.append(None)
+        entry = plan.entry or {}
+        at = event_field("at").get_db_prep_save(entry["at"], connection) if plan.entry else None
+        updated_at = field("updated_at").get_db_prep_save(plan.values["updated_at"], connection=connection)
+        for column, value in zip(
+            columns, [plan.workload.id, plan.from_state, mask, updated_at, *row, at, entry.get("source")], strict=True
+        ):
+            column.append(value)
+    with connection.cursor() as cursor:
+        cursor.execute(_write_many_sql(), columns)
+        written = {row[0] for row in cursor.fetchall()}
+    return [plan.workload.id in written for plan in plans]

@@ -138,15 +138,21 @@ def test_a_workload_that_cannot_be_recorded_holds_back_none_of_the_others(monkey
 
     burst = _running(3)
     bad = burst[1]
-    apply = status_mapping.apply_observation
+    apply, plan = status_mapping.apply_observation, status_mapping.plan_observation
 
-    def failing_for_one(workload, obs):
-        if workload.uid == bad.uid:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT 1 / 0")
-        return apply(workload, obs)
+    def failing_for_one(original):
+        def failing(workload, obs):
+            if workload.uid == bad.uid:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT 1 / 0")
+            return original(workload, obs)
 
-    monkeypatch.setattr(watch_loop, "apply_observation", failing_for_one)
+        return failing
+
+    # One at a time (and elsewhere than PostgreSQL) the observation is applied; in a chunk on PostgreSQL,
+    # planned for the chunk's one statement.
+    monkeypatch.setattr(watch_loop, "apply_observation", failing_for_one(apply))
+    monkeypatch.setattr(status_mapping, "plan_observation", failing_for_one(plan))
     assert watch_loop.sync_workloads(_ended_view(burst), {w.uid for w in burst}, full=False) == 2
     states = dict(Workload.objects.filter(id__in=[w.id for w in burst]).values_list("uid", "state"))
     assert states == {w.uid: State.RUNNING if w.uid == bad.uid else State.SUCCEEDED for w in burst}

@@ -7,20 +7,18 @@ periodic full list; nothing here makes one API call per workload.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from jobs.models import Kind, State, Workload, WorkloadEvent
 from jobs.services.cluster import replaced_pods
 from jobs.services.cluster.pull_errors import image_pull_message
-from jobs.services.transitions import can_move, move_with_entry, note, transition, update_sql
+from jobs.services.transitions import PlannedWrite, can_move, plan_transition, transition, write_one
 
 log = logging.getLogger(__name__)
 
@@ -348,42 +346,62 @@ def _move(workload: Workload, obs: Observation, fields: dict[str, Any]) -> bool:
     return moved
 
 
-def _update_in_place(workload: Workload, obs: Observation, fields: dict[str, Any]) -> bool:
-    """The same state with new facts or a new reason or message."""
+def _plan_in_place(workload: Workload, obs: Observation, fields: dict[str, Any]) -> PlannedWrite | None:
+    """The same state with new facts or a new reason or message (None: nothing to write). The row and, for a
+    new reason, its timeline entry, written only while the state is still the one this observation was read
+    against: a state change that slipped in between wrote its own entry, and this one is stale."""
     new_reason = obs.reason != workload.reason
     if new_reason or obs.message != workload.message:
         fields.update(reason=obs.reason, message=obs.message)
     if not fields:
-        return False
-    # The row and its timeline entry together, and only while the state is still the one this observation
-    # was read against: a state change that slipped in between wrote its own entry, and this one is stale.
-    if not _write_in_place(workload, fields, new_reason=new_reason):
-        return False
-    for key, value in fields.items():
-        setattr(workload, key, value)
-    return True
-
-
-def _write_in_place(workload: Workload, fields: dict[str, Any], *, new_reason: bool) -> bool:
-    """The guarded UPDATE of a workload staying in its state and, for a new reason, its timeline entry; on
-    PostgreSQL one statement (the UPDATE's RETURNING feeding the entry's INSERT, as a move's), which the
-    tracker sends for every reason a pending pod goes through. Whether the row was still in that state."""
+        return None
     now = timezone.now()
-    if connection.vendor == "postgresql":
-        if not new_reason:
-            sql, params = update_sql(workload.id, workload.state, {"updated_at": now, **fields})
-            with connection.cursor() as cursor:
-                cursor.execute(sql, params)
-                return cursor.rowcount > 0
+    entry = None
+    if new_reason:
         entry = {"at": now, "source": WorkloadEvent.Source.KUBERNETES, "from_state": workload.state,
                  "to_state": workload.state, "reason": fields["reason"], "message": fields["message"]}  # fmt: skip
-        return move_with_entry(workload.id, workload.state, {"updated_at": now, **fields}, entry)
-    with transaction.atomic(savepoint=False) if new_reason else contextlib.nullcontext():
-        if not Workload.objects.filter(id=workload.id, state=workload.state).update(updated_at=now, **fields):
-            return False
-        if new_reason:
-            note(workload, reason=fields["reason"], message=fields["message"])
+
+    def done() -> None:
+        for key, value in fields.items():
+            setattr(workload, key, value)
+
+    return PlannedWrite(workload, workload.state, {"updated_at": now, **fields}, entry, done, lambda: None)
+
+
+def _update_in_place(workload: Workload, obs: Observation, fields: dict[str, Any]) -> bool:
+    """The same state with new facts or a new reason or message (on PostgreSQL one statement, the guarded
+    UPDATE's RETURNING feeding its timeline entry's INSERT, as a move's)."""
+    plan = _plan_in_place(workload, obs, fields)
+    if plan is None or not write_one(plan):
+        return False
+    plan.done()
     return True
+
+
+# What `plan_observation` answers for an observation whose write cannot be planned ahead (a replacement pod,
+# a failure that may be retried instead): the caller applies it alone, with `apply_observation`.
+ALONE = object()
+
+
+def plan_observation(workload: Workload, obs: Observation) -> PlannedWrite | object | None:
+    """What `apply_observation` would write, planned for the caller to send together with other workloads'
+    (`transitions.write_many`); None when it would write nothing, ALONE when it must be applied alone."""
+    if workload.is_final:
+        return None
+    if replaced_pods.is_replacement(workload, obs):
+        return ALONE
+    fields = _changed_fields(workload, obs)
+    if obs.state == workload.state:
+        return _plan_in_place(workload, obs, fields)
+    if not can_move(workload.state, obs.state):
+        return None
+    if obs.state == State.FAILED:
+        return ALONE
+    at = obs.started_at if obs.state == State.RUNNING else obs.finished_at if obs.state in State.final() else None
+    return plan_transition(
+        workload, obs.state, reason=obs.reason, message=obs.message, at=at, source=WorkloadEvent.Source.KUBERNETES,
+        **fields,
+    )  # fmt: skip
 
 
 def would_change(workload: Any, obs: Observation) -> bool:

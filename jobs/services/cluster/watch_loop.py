@@ -31,6 +31,7 @@ from jobs.kube import client as kube
 from jobs.kube import names
 from jobs.models import Kind, State, Workload
 from jobs.services import dispatch, transitions
+from jobs.services.cluster import status_mapping
 from jobs.services.cluster.gang_tracking import attempt_object_name, sync_gang
 from jobs.services.cluster.status_mapping import Observation, apply_observation, observe, would_change
 from jobs.services.cluster.watch_events import decode_event, essentials
@@ -357,9 +358,12 @@ def _sync_each(view: ClusterView, uids: set[str] | None, *, full: bool, grace) -
         seen: list[tuple[Workload, Observation | None, bool]] = []
         try:
             with transaction.atomic(), transitions.moves_share_the_transaction():
-                changed += sum(
-                    _sync_one(view, workload, full=full, grace=grace, alone=False, seen=seen) for workload in chunk
-                )
+                if connection.vendor == "postgresql":
+                    changed += _sync_together(view, chunk, full=full, grace=grace, seen=seen)
+                else:
+                    changed += sum(
+                        _sync_one(view, workload, full=full, grace=grace, alone=False, seen=seen) for workload in chunk
+                    )
         except Exception as exc:
             log.warning(
                 "%d workload(s) could not be recorded together (%s); recording them one at a time", len(chunk), exc
@@ -372,6 +376,46 @@ def _sync_each(view: ClusterView, uids: set[str] | None, *, full: bool, grace) -
         for workload, obs, recorded in seen:  # committed: what the rows now say
             view.remember(workload, obs, recorded=recorded)
     return changed
+
+
+def _sync_together(view: ClusterView, chunk: list[Workload], *, full: bool, grace, seen: list) -> int:
+    """A chunk's workloads in the chunk's transaction, their moves and in-place updates sent together
+    (`transitions.write_many`: one statement on PostgreSQL for the rows and the timeline entries of those
+    that moved), then each written one's follow-ups (its in-memory object, the notification, the accounting,
+    the admission request), as one at a time would. A workload that must be applied alone (a gang, a
+    replacement pod, a failure that may be retried) is, in id order: what was planned before it is sent first,
+    so the rows are still locked in id order."""
+    planned: list[tuple[transitions.PlannedWrite, Observation]] = []
+    changed = 0
+
+    def send() -> int:
+        written = transitions.write_many([plan for plan, _ in planned])
+        for (plan, obs), moved in zip(planned, written, strict=True):
+            if moved:
+                plan.done()
+            else:
+                plan.missed()
+            seen.append((plan.workload, obs, True))
+        planned.clear()
+        return sum(written)
+
+    for workload in chunk:
+        obs = None if workload.nodes > 1 else _observe_one(view, workload, full=full, grace=grace)
+        if workload.nodes > 1:
+            plan = status_mapping.ALONE
+        elif obs is None:
+            seen.append((workload, None, True))
+            continue
+        else:
+            plan = status_mapping.plan_observation(workload, obs)
+        if plan is status_mapping.ALONE:
+            changed += send()
+            changed += _sync_one(view, workload, full=full, grace=grace, alone=False, seen=seen)
+        elif plan is None:
+            seen.append((workload, obs, True))
+        else:
+            planned.append((plan, obs))
+    return changed + send()
 
 
 # A burst's rows with their team and GPU type, as fixed SQL (PostgreSQL): the ORM compiled the same
