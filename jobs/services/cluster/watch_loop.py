@@ -400,17 +400,16 @@ def _sync_together(view: ClusterView, chunk: list[Workload], *, full: bool, grac
         return sum(written)
 
     for workload in chunk:
-        obs = None if workload.nodes > 1 else _observe_one(view, workload, full=full, grace=grace)
-        if workload.nodes > 1:
-            plan = status_mapping.ALONE
-        elif obs is None:
-            seen.append((workload, None, True))
-            continue
-        else:
-            plan = status_mapping.plan_observation(workload, obs)
-        if plan is status_mapping.ALONE:
+        if workload.nodes > 1:  # a gang: all its ranks' objects make one state, recorded alone
             changed += send()
             changed += _sync_one(view, workload, full=full, grace=grace, alone=False, seen=seen)
+            continue
+        obs = _observe_one(view, workload, full=full, grace=grace)
+        plan = None if obs is None else status_mapping.plan_observation(workload, obs)
+        if plan is status_mapping.ALONE:
+            changed += send()
+            changed += int(apply_observation(workload, obs))
+            seen.append((workload, obs, True))
         elif plan is None:
             seen.append((workload, obs, True))
         else:
