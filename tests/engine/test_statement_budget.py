@@ -51,7 +51,9 @@ from tests.engine.factories import GpuTypeFactory, MembershipFactory, QuotaFacto
 #     delays come with the quota rows instead of a read of their own.
 #   create 8: uid -> id; the workload, its team, GPU type and owner; registries; unhealthy GPU marks; the
 #     move to PENDING with its timeline rows (autocommit on PostgreSQL: no BEGIN/COMMIT around it).
-#   running 2, succeeded 3: the tracker's load, the guarded move with its timeline row; the event.
+#   running 2, succeeded 3: the tracker's load, the guarded move with its timeline row; the event. A burst
+#     of one workload, as here, costs the same since its chunk's writes became one statement (tracker5);
+#     a burst of N costs these too, not N times them (tests/engine/test_tracker_chunk_writes.py).
 #   notified 2: the event with its recipient's preferences and its team's webhook (one join: was three
 #     reads); the deliveries stored and the event marked (one WITH, autocommit: was an insert and an
 #     update in a transaction). A burst's events (`fan_out_many`) cost the same two, whatever their number.
