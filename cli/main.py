@@ -231,6 +231,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_UNREACHABLE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`gpuportal list | head`): stop quietly, as other command-line tools do, and
+        # keep Python from complaining again when it flushes stdout on the way out.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by the signal
 
 
 # --- commands ---------------------------------------------------------------------------------------

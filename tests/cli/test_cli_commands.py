@@ -157,3 +157,25 @@ def test_managers_keep_their_team_from_the_terminal(run_cli, world):
     }  # fmt: skip
     made_here = MembershipChange.objects.filter(team=world.team).exclude(changed_by=None).order_by("id")
     assert [(c.username, c.changed_by_name) for c in made_here] == [("nina", "maria")] * 2 + [("maria", "maria")]
+
+
+def test_list_into_a_reader_that_stops_early_ends_quietly(live_server, world, tmp_path):
+    """`gpuportal list | head -1`: the reader closes the pipe after one line; no traceback follows."""
+    import os
+    import subprocess
+
+    from tests.cli.test_cli_e2e import gpuportal_binary
+
+    for i in range(400):  # more than a pipe's buffer holds, so the CLI is still writing when head leaves
+        _workload(world, name=f"many-{i}")
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "GPUPORTAL_URL": live_server.url,
+           "GPUPORTAL_TOKEN": world.tokens["owner"]}  # fmt: skip
+    cli = subprocess.Popen([gpuportal_binary(), "list", "--limit", "400"], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)  # fmt: skip
+    assert cli.stdout is not None
+    first = cli.stdout.readline()
+    cli.stdout.close()
+    _, stderr = cli.communicate(timeout=60)
+    assert first.startswith(b"UID")
+    assert b"Traceback" not in stderr, stderr.decode()
+    assert cli.returncode in (0, 141)
