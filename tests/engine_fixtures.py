@@ -208,6 +208,16 @@ class Engine:
 
 
 @pytest.fixture
+def hand_overs_kept(settings: Any) -> None:
+    """Nothing this test commits is handed to a worker: every send finds no broker and is skipped. For the
+    service tests that commit workloads and then make up their state (RUNNING with an UPDATE): had their
+    creates gone to the broker, the suite's running engine (started by an earlier test) would create their
+    objects and its tracker move the made-up rows to PENDING under the test. Made-up rows that no worker
+    placed (no `submitted_at`) are not taken for lost by its resync either."""
+    settings.CELERY_BROKER_URL = settings.NO_BROKER
+
+
+@pytest.fixture
 def portal_account(portal_identity: PortalIdentity) -> PortalIdentity:
     """The session's portal identity. Nothing needs re-asserting before a test: tests/settings_guard.py fails
     any test that leaves the settings changed, and drops the cached cluster clients when a test's own

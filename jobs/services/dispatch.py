@@ -18,12 +18,18 @@ from django.db import transaction
 log = logging.getLogger(__name__)
 
 
-def _send(task_name: str, *args: int | str, countdown: float = 0.0) -> None:
+def _no_broker() -> bool:
+    """No broker configured (REDIS_URL unset outside development): every send is skipped with a warning and
+    the sweeps pick the work up once one is."""
     from django.conf import settings
 
+    return settings.CELERY_BROKER_URL == settings.NO_BROKER
+
+
+def _send(task_name: str, *args: int | str, countdown: float = 0.0) -> None:
     from portal.celery import app
 
-    if settings.CELERY_BROKER_URL == settings.NO_BROKER:
+    if _no_broker():
         log.warning("could not enqueue %s%s: no broker (set REDIS_URL to this portal's Redis)", task_name, args)
         return
     try:
@@ -111,6 +117,9 @@ def gather(task_name: str, object_id: int) -> bool:
 def _send_ids(task_name: str, ids: list[int]) -> None:
     from portal.celery import app
 
+    if _no_broker():
+        log.warning("could not enqueue %s for %d object(s): no broker (set REDIS_URL)", task_name, len(ids))
+        return
     try:
         app.send_task(task_name, args=[ids])
     except Exception as exc:  # kombu raises several types; any of them means "not now": the sweep retries
@@ -257,11 +266,9 @@ def enqueue_submits(uids: list[str]) -> None:
         return
 
     def send() -> None:
-        from django.conf import settings
-
         from portal.celery import app
 
-        if settings.CELERY_BROKER_URL == settings.NO_BROKER:
+        if _no_broker():
             log.warning("could not enqueue %d submission(s): no broker (set REDIS_URL)", sum(map(len, batches)))
             return
         try:
@@ -291,6 +298,9 @@ def enqueue_rollup(day_iso: str) -> None:
     from portal.celery import app
 
     def send() -> None:
+        if _no_broker():
+            log.warning("could not enqueue usage roll-up for %s: no broker (set REDIS_URL)", day_iso)
+            return
         try:
             app.send_task("jobs.tasks.rollup_day", args=[day_iso])
         except Exception as exc:

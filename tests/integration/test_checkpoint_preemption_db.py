@@ -15,7 +15,9 @@ from jobs.services.usage.reports import day_range, usage_build
 from notifications.models import Event
 from tests.integration.test_sharing_db import cohort, submit  # noqa: F401  (the fixture and the helper)
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Committed (admission runs as in production), but kept from the suite's running engine: these tests make up
+# RUNNING workloads after submitting them (tests/engine_fixtures.py, `hand_overs_kept`).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("hand_overs_kept")]
 
 
 def _borrowed_running(b, bob, *, started_minutes_ago: int, checkpoint_minutes_ago: int | None) -> Workload:

@@ -20,7 +20,9 @@ from jobs.services.validation import SubmissionInvalid
 from tests.engine.factories import MembershipFactory
 from tests.world import Node, make_user, node_present, world_build
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Committed, but kept from the suite's running engine (`hand_overs_kept`, tests/engine_fixtures.py): these
+# tests make up running workloads that no worker may create or its tracker move.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("hand_overs_kept")]
 THREADS = 30
 
 

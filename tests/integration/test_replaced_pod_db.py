@@ -15,7 +15,9 @@ from jobs.services.checkpoints.reports import record_checkpoint
 from jobs.services.cluster.status_mapping import Observation, apply_observation
 from tests.integration.test_sharing_db import cohort, submit  # noqa: F401  (the fixture and the helper)
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Committed, but kept from the suite's running engine (`hand_overs_kept`, tests/engine_fixtures.py): these
+# tests make up running workloads that no worker may create or its tracker move.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("hand_overs_kept")]
 
 
 def _running(team, user, *, restartable: bool, minutes: int) -> Workload:

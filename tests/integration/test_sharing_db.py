@@ -24,7 +24,9 @@ from jobs.services.submission.intake import workload_submit
 from jobs.services.validation import SubmissionInvalid
 from tests.world import Node, node_present, world_build
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Committed, but kept from the suite's running engine (`hand_overs_kept`, tests/engine_fixtures.py): these
+# tests make up running workloads that no worker may create or its tracker move.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("hand_overs_kept")]
 
 
 # A ready 16-GPU node. Re-asserted before every submission: these tests commit their rows, and when the

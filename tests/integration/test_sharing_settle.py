@@ -33,7 +33,9 @@ from jobs.services.submission.intake import workload_submit
 from jobs.services.transitions import transition
 from tests.world import Node, node_present, world_build
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Committed, but kept from the suite's running engine (`hand_overs_kept`, tests/engine_fixtures.py): these
+# tests make up running workloads that no worker may create or its tracker move.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("hand_overs_kept")]
 
 # A fixed local morning, so that every interval below falls on one day.
 MORNING = timezone.make_aware(datetime(2026, 3, 10, 8, 0))
