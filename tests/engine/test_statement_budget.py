@@ -60,7 +60,7 @@ from tests.engine.factories import GpuTypeFactory, MembershipFactory, QuotaFacto
 PATH = {
     "submit": 6,
     "admit": 5,
-    "create": 8,
+    "create": 4,
     "running": 2,
     "succeeded": 3,
     "notified": 2,
