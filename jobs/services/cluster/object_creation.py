@@ -352,7 +352,9 @@ class BatchProfile:
         return f"submit batch: {moved} of {batch} created; {self.queries} SQL queries; s wall/cpu: {phases}"
 
 
-def workloads_create_objects(workload_ids: list, *, by: str = "id", unknown: Callable[[list], None] | None = None) -> int:
+def workloads_create_objects(
+    workload_ids: list, *, by: str = "id", unknown: Callable[[list], None] | None = None
+) -> int:
     """Create the objects of a batch of admitted workloads, in the given order; returns how many moved to
     PENDING. The same guarantees as one at a time (deterministic names, 409 adopts, a workload cancelled
     or preempted meanwhile loses its objects again), with the per-workload cost cut to the API calls:
