@@ -89,16 +89,46 @@ def _portal_side(engine, api, n: int, *, sweeps: bool) -> tuple[dict[str, float]
     own = OwnStatements()
     quiet()
     pgstat.reset(force=True)
-    before, began = cpu.snapshot(), time.monotonic()
+    tables = _table_writes()
+    before, roles, began = cpu.snapshot(), cpu.postgres_snapshot(), time.monotonic()
     with connection.execute_wrapper(own):
         (_rest_submit_arrays if sweeps else _rest_submit)(api, token, team.slug, n, {"SIM_RUN_SECONDS": "1"})
         wait_until(lambda: _all_succeeded(team, n), 600, f"{n} workloads did not all succeed", interval=0.5)
         quiet()
     spent, length = cpu.spent(before, cpu.snapshot()), time.monotonic() - began
+    roles = cpu.spent(roles, cpu.postgres_snapshot())
     calls, top = pgstat.window(f"budget {'sweep' if sweeps else 'rest'} side", n)
+    top = [_roles_line(roles, n), *_writes_lines(tables, _table_writes(), n), *top]
     engine.delete_namespace(namespace)
     engine.settle(namespace, team=team)
     return spent, (calls - own.count) / n if calls is not None else float("nan"), top, length
+
+
+def _table_writes() -> dict[str, tuple[int, int, int]]:
+    """Rows inserted, updated and updated HOT (no index written) so far per table (pg_stat_user_tables)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+        cursor.execute("SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables")
+        return {name: (ins, upd, hot) for name, ins, upd, hot in cursor.fetchall()}
+
+
+def _writes_lines(before: dict, after: dict, n: int) -> list[str]:
+    """`#` lines: the window's busiest tables by rows written, per workload, and how many updates were HOT."""
+    spent = {
+        name: tuple(a - b for a, b in zip(row, before.get(name, (0, 0, 0)), strict=True)) for name, row in after.items()
+    }
+    busiest = sorted((row for row in spent.items() if row[1][0] + row[1][1]), key=lambda row: -(row[1][0] + row[1][1]))
+    return [
+        f"#   rows per workload: {name} {ins / n:.2f} inserted, {upd / n:.2f} updated ({hot / n:.2f} HOT)"
+        for name, (ins, upd, hot) in busiest[:5]
+    ]
+
+
+def _roles_line(spent: dict[str, float], n: int) -> str:
+    parts = ", ".join(f"{role} {1000 * s / n:.2f}" for role, s in sorted(spent.items(), key=lambda kv: -kv[1]))
+    return f"#   postgres ms per workload by process: {parts}"
 
 
 def _idle_window(seconds: float) -> dict[str, float]:

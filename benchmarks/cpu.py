@@ -106,3 +106,38 @@ def per_object(seconds: dict[str, float], n: int, what: str = "Job") -> str:
         if value >= 0.05
     )
     return f"{describe(seconds)}; ms per {what}: {each}"
+
+
+def _postgres_role(pid: int) -> str | None:
+    """A PostgreSQL process's role from its title ("postgres: walwriter", "postgres: user db host idle"); the
+    postmaster (its reaped children's times: autovacuum workers, closed connections) as "exited"."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    title = " ".join(a.decode(errors="replace") for a in argv if a).strip()
+    if title.startswith("postgres:"):
+        role = title.split(":", 1)[1].strip()
+    elif title and os.path.basename(title.split()[0]) == "postgres":
+        return "exited"
+    else:
+        return None
+    for kind in ("walwriter", "checkpointer", "background writer", "autovacuum", "logical replication", "stats"):
+        if role.startswith(kind):
+            return kind
+    return "backends"
+
+
+def postgres_snapshot(root: int | None = None) -> dict[str, float]:
+    """CPU seconds so far of the run's PostgreSQL processes, by role (`_postgres_role`)."""
+    root = os.getppid() if root is None else root
+    children = _children()
+    totals: dict[str, float] = {}
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        stack.extend(children.get(pid, ()))
+        role = _postgres_role(pid)
+        if role is not None:
+            totals[role] = totals.get(role, 0.0) + _seconds(pid)
+    return totals

@@ -16,7 +16,7 @@ import os
 
 from django.db import connection
 
-TOP = 25
+TOP = int(os.environ.get("BENCH_PG_TOP", "25"))  # `#` lines of statements per window
 
 
 def enabled() -> bool:

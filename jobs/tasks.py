@@ -55,19 +55,20 @@ def _origin(task) -> str:
     return f"{getattr(request, 'origin', None) or 'an unknown sender'} (task {request.id})"
 
 
-def _ids_of(task, uids: list) -> list[int]:
-    """This database's row ids of the workloads named by uid, in the order given. Anything not a uid (a
-    row id from an older portal's message) is skipped, saying so: the sweep hands real work over again."""
+def _create_named(task, uids: list) -> int:
+    """Create the objects of the workloads named by uid, in the order given (object_creation loads them by
+    uid with their related rows in one statement). Anything not a uid (a row id from an older portal's
+    message) is skipped, saying so: the sweep hands real work over again."""
     named = [uid for uid in uids if isinstance(uid, str)]
     if len(named) != len(uids):
         log.warning("%s: ignored %d workload(s) not named by uid, from %s", task.name, len(uids) - len(named),
                     _origin(task))  # fmt: skip
-    id_of = dict(Workload.objects.filter(uid__in=named).values_list("uid", "id"))
-    unknown = [uid for uid in dict.fromkeys(named) if uid not in id_of]
-    if unknown:
+
+    def unknown(missing: list) -> None:
         log.warning("%s: workload(s) %s unknown here (another portal's?), from %s; nothing to do", task.name,
-                    ", ".join(unknown[:5]) + (" ..." if len(unknown) > 5 else ""), _origin(task))  # fmt: skip
-    return [id_of[uid] for uid in dict.fromkeys(named) if uid in id_of]
+                    ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else ""), _origin(task))  # fmt: skip
+
+    return object_creation.workloads_create_objects(named, by="uid", unknown=unknown) if named else 0
 
 
 def _workload(task, uid) -> Workload | None:
@@ -84,13 +85,13 @@ def _workload(task, uid) -> Workload | None:
 @shared_task(name="jobs.tasks.submit", bind=True, acks_late=True, **{**RETRY, "autoretry_for": SUBMIT_RETRY})
 def submit(self, uid: str) -> None:
     """Creates objects only for an admitted workload that has none yet (object_creation checks its state)."""
-    object_creation.workloads_create_objects(_ids_of(self, [uid]))
+    _create_named(self, [uid])
 
 
 @shared_task(name="jobs.tasks.submit_batch", bind=True, acks_late=True, **RETRY)
 def submit_batch(self, uids: list[str]) -> int:
     """An admission pass's creates, a batch at a time (see dispatch.enqueue_submits)."""
-    return object_creation.workloads_create_objects(_ids_of(self, uids))
+    return _create_named(self, uids)
 
 
 @shared_task(name="jobs.tasks.provision_namespace", acks_late=True, **RETRY)

@@ -53,6 +53,19 @@ def _statements(n: int) -> list[str]:
     return lines
 
 
+def _hot_updates() -> list[str]:
+    """Updates per table and how many were HOT (no index written: the new row version fits the page and no
+    indexed column changed), for the tables the path writes."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+        cursor.execute(
+            "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+            "WHERE n_tup_upd > 0 ORDER BY n_tup_upd DESC LIMIT 6"
+        )
+        rows = cursor.fetchall()
+    return [f"  {name}: {ins} inserted, {upd} updated, {hot} of them HOT" for name, ins, upd, hot in rows]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_profile(path):  # noqa: F811 - the fixture imported above
     one, stages = path
@@ -89,3 +102,4 @@ def test_profile(path):  # noqa: F811 - the fixture imported above
         sent = len(stages.sent.get(name, [])) / n
         print(f"  {name:10s} {spent.get(name, 0) / n / 1e6:6.3f} ms  {sent:4.1f} statements")
     print("\n".join(_statements(n)))
+    print("\n".join(_hot_updates()))

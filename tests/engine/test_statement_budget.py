@@ -49,8 +49,9 @@ from tests.engine.factories import GpuTypeFactory, MembershipFactory, QuotaFacto
 #     queue heads; the move to SUBMITTING with its timeline rows (one WITH: was two). Was 9: the minimum
 #     runtimes (two reads) are read only when something borrowed is held, and the GPU types' reservation
 #     delays come with the quota rows instead of a read of their own.
-#   create 8: uid -> id; the workload, its team, GPU type and owner; registries; unhealthy GPU marks; the
-#     move to PENDING with its timeline rows (autocommit on PostgreSQL: no BEGIN/COMMIT around it).
+#   create 4: the workload by uid with its team, GPU type, owner and catalog image (one join, fixed SQL: was
+#     five statements, the ids by uid and four prefetch reads); registries; unhealthy GPU marks; the move to
+#     PENDING with its timeline rows (autocommit on PostgreSQL: no BEGIN/COMMIT around it).
 #   running 2, succeeded 3: the tracker's load, the guarded move with its timeline row; the event. A burst
 #     of one workload, as here, costs the same since its chunk's writes became one statement (tracker5);
 #     a burst of N costs these too, not N times them (tests/engine/test_tracker_chunk_writes.py).
@@ -60,7 +61,7 @@ from tests.engine.factories import GpuTypeFactory, MembershipFactory, QuotaFacto
 PATH = {
     "submit": 6,
     "admit": 5,
-    "create": 8,
+    "create": 4,
     "running": 2,
     "succeeded": 3,
     "notified": 2,

@@ -175,3 +175,33 @@ def test_a_namespace_not_yet_set_up_reads_as_words_never_as_kubernetes_text(fake
     page = client.get(f"/workloads/{submitting[0].uid}/").content.decode()
     assert "preparing your team&#x27;s space" in page or "preparing your team's space" in page
     assert "forbidden" not in page.lower()
+
+
+def test_a_batch_named_by_uid_creates_each_known_workload_with_its_catalog_entry_and_reports_the_unknown(
+    fake_kube, submitting
+):
+    """The worker's tasks name workloads by uid; one statement loads them with their team, GPU type, owner and
+    catalog entry. What the entry says reaches the Job (here: a read-only root filesystem), a uid this
+    database does not hold is reported, and the others are created all the same."""
+    from jobs.models import CatalogImage
+
+    entry = CatalogImage.objects.create(reference="docker.io/x:1", title="X", read_only_root=True)
+    Workload.objects.filter(id=submitting[1].id).update(catalog_image=entry)
+    unknown: list[list[str]] = []
+    uids = [submitting[1].uid, "nosuchuid0000000", submitting[0].uid]
+
+    assert object_creation.workloads_create_objects(uids, by="uid", unknown=unknown.append) == 2
+
+    assert unknown == [["nosuchuid0000000"]]
+    jobs = {name: body for (kind, _, name), body in fake_kube.objects.items() if kind == "Job"}
+    assert len(jobs) == 2
+    read_only = {
+        name: any(
+            (c.get("securityContext") or {}).get("readOnlyRootFilesystem")
+            for c in body["spec"]["template"]["spec"]["containers"]
+        )
+        for name, body in jobs.items()
+    }
+    mine = Workload.objects.get(id=submitting[1].id)
+    assert read_only == {mine.k8s_name: True, Workload.objects.get(id=submitting[0].id).k8s_name: False}
+    assert Workload.objects.get(id=submitting[2].id).state == State.SUBMITTING  # not named: untouched

@@ -10,16 +10,18 @@ same workload uid, and a workload cancelled while we were creating gets its obje
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from datetime import datetime
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
@@ -350,34 +352,98 @@ class BatchProfile:
         return f"submit batch: {moved} of {batch} created; {self.queries} SQL queries; s wall/cpu: {phases}"
 
 
-def workloads_create_objects(workload_ids: list[int]) -> int:
+def workloads_create_objects(
+    workload_ids: list, *, by: str = "id", unknown: Callable[[list], None] | None = None
+) -> int:
     """Create the objects of a batch of admitted workloads, in the given order; returns how many moved to
     PENDING. The same guarantees as one at a time (deterministic names, 409 adopts, a workload cancelled
     or preempted meanwhile loses its objects again), with the per-workload cost cut to the API calls:
     one query loads the batch, namespaces, workspaces and pull Secrets are checked once per batch, and
     the successes move to PENDING in one transaction. A transient API failure stops the batch after the
-    successes so far are recorded and propagates (the task retries what is still SUBMITTING)."""
+    successes so far are recorded and propagates (the task retries what is still SUBMITTING).
+
+    `by`: what the batch names its workloads by, their row "id" or their "uid" (a task's message); those
+    this database does not hold go to `unknown`, in the given order."""
     profile = BatchProfile()
     with connection.execute_wrapper(profile.count_query):
-        batch, moved = _create_batch(workload_ids, profile)
+        batch, moved = _create_batch(workload_ids, profile, by=by, unknown=unknown)
     if batch:
         log.info(profile.line(batch=batch, moved=moved))
     return moved
 
 
-def _to_create(workload_ids: list[int]) -> list[Workload]:
+# A batch's rows with their team, GPU type, owner and catalog image, in one statement (PostgreSQL): was a
+# read of the ids by uid and four of the ORM's prefetch queries, one round trip each per batch (and an
+# admission pass of one workload makes a batch of one). Its plan is kept (prepared statements, generic plan),
+# so the join is planned once per connection, not per batch as when the ORM sent it as new text. Table and
+# column names from the models; every value is a parameter.
+_BATCH_SQL = """
+SELECT {workload}, {team}, {gpu_type}, {owner}, {image} FROM {workload_table} w
+JOIN {team_table} t ON t.{pk} = w.{team_id} JOIN {gpu_type_table} g ON g.{pk} = w.{gpu_type_id}
+JOIN {owner_table} o ON o.{pk} = w.{owner_id} LEFT JOIN {image_table} c ON c.{pk} = w.{image_id}
+WHERE w.{key} = ANY(%s)
+"""
+
+
+@functools.cache
+def _batch_sql(key: str) -> str:
+    from jobs import sql as jobs_sql
+    from jobs.models import CatalogImage, GpuType
+
+    quote, field = connection.ops.quote_name, Workload._meta.get_field
+    return _BATCH_SQL.format(
+        workload=jobs_sql.select_list(Workload, "w"), team=jobs_sql.select_list(Team, "t"),
+        gpu_type=jobs_sql.select_list(GpuType, "g"), owner=jobs_sql.select_list(get_user_model(), "o"),
+        image=jobs_sql.select_list(CatalogImage, "c"), workload_table=quote(Workload._meta.db_table),
+        team_table=quote(Team._meta.db_table), gpu_type_table=quote(GpuType._meta.db_table),
+        owner_table=quote(get_user_model()._meta.db_table), image_table=quote(CatalogImage._meta.db_table),
+        pk=quote("id"), team_id=quote(field("team").column), gpu_type_id=quote(field("gpu_type").column),
+        owner_id=quote(field("owner").column), image_id=quote(field("catalog_image").column),
+        key=quote(field(key).column),
+    )  # fmt: skip
+
+
+def _load_batch(keys: list, by: str) -> list[Workload]:
+    """The workloads named, with their team, GPU type, owner and catalog image (no order)."""
+    if connection.vendor != "postgresql":
+        # The related rows in queries of their own (prefetch), as on PostgreSQL before the fixed SQL above.
+        return list(
+            Workload.objects.prefetch_related("team", "gpu_type", "owner", "catalog_image")
+            .filter(**{f"{by}__in": keys})
+            .order_by()
+        )
+    from jobs import sql as jobs_sql
+    from jobs.models import CatalogImage, GpuType
+
+    models = (Workload, Team, GpuType, get_user_model(), CatalogImage)
+    with connection.cursor() as cursor:
+        cursor.execute(_batch_sql(by), [list(keys)])
+        rows = cursor.fetchall()
+    loaded = []
+    for row in rows:
+        parts, start = [], 0
+        for model in models:
+            parts.append(row[start : start + jobs_sql.width(model)])
+            start += jobs_sql.width(model)
+        workload = jobs_sql.instance(Workload, parts[0])
+        Workload.team.field.set_cached_value(workload, jobs_sql.instance(Team, parts[1]))
+        Workload.gpu_type.field.set_cached_value(workload, jobs_sql.instance(GpuType, parts[2]))
+        Workload.owner.field.set_cached_value(workload, jobs_sql.instance(get_user_model(), parts[3]))
+        image = None if workload.catalog_image_id is None else jobs_sql.instance(CatalogImage, parts[4])
+        Workload.catalog_image.field.set_cached_value(workload, image)
+        loaded.append(workload)
+    return loaded
+
+
+def _to_create(keys: list, *, by: str = "id", unknown: Callable[[list], None] | None = None) -> list[Workload]:
     """The batch's workloads still to be created, in the given order: submitting, or moved on without
     objects' names recorded."""
-    # The related rows in queries of their own (prefetch), not joined: PostgreSQL spent 5-8 ms planning
-    # the four-way join each time (its estimates probe the ends of the workload table's foreign-key
-    # indexes, where a burst of new and just-updated rows of the same team and person lies).
-    by_id = {
-        w.id: w
-        for w in Workload.objects.prefetch_related("team", "gpu_type", "owner", "catalog_image")
-        .filter(id__in=workload_ids)
-        .order_by()  # the batch's own order is kept below
-    }
-    return [by_id[i] for i in dict.fromkeys(workload_ids) if i in by_id and _still_to_create(by_id[i])]
+    by_key = {getattr(w, by): w for w in _load_batch(keys, by)}
+    named = list(dict.fromkeys(keys))
+    missing = [key for key in named if key not in by_key]
+    if missing and unknown is not None:
+        unknown(missing)
+    return [by_key[key] for key in named if key in by_key and _still_to_create(by_key[key])]
 
 
 def _still_to_create(workload: Workload) -> bool:
@@ -424,9 +490,11 @@ def _say_waiting(batch: list[Workload], created: list[Workload], message: str) -
     )
 
 
-def _create_batch(workload_ids: list[int], profile: BatchProfile) -> tuple[int, int]:
+def _create_batch(
+    workload_ids: list, profile: BatchProfile, *, by: str = "id", unknown: Callable[[list], None] | None = None
+) -> tuple[int, int]:
     with profile.phase("load"):
-        batch = _to_create(workload_ids)
+        batch = _to_create(workload_ids, by=by, unknown=unknown)
         if not batch:
             return 0, 0
         # Being created now: the sweep leaves workloads touched within PORTAL_STUCK_SUBMIT_SECONDS alone.
