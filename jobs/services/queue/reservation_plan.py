@@ -45,7 +45,7 @@ RESERVE_DEPTH = 4  # workloads reserved for per team and GPU type at most (each 
 # reserved for only once it has waited this long. A promise stands whatever comes later: made at once for
 # every workload of the first RESERVE_DEPTH, a 1-GPU job with a 4-hour limit promised minutes before an
 # 8-GPU job arrived held that one back until it ended. Tuned on the replay's seeds (benchmarks/README.md,
-# against 0, 1, 2, 3 and 5 h); the GPU type admin page states it beside reserve_after_seconds.
+# against 0, 1, 2, 3 and 5 h). The default of GpuType.reserve_deeper_after_seconds, the admin's setting per type.
 RESERVE_DEEPER_AFTER_SECONDS = 4 * 3600.0
 
 
@@ -97,6 +97,7 @@ def backfill(
     reserve_after: float | None,
     standing: Mapping[int, Sequence[tuple[Waiting, float]]] | None = None,
     held_before: Collection[int] = (),
+    reserve_deeper_after: float = RESERVE_DEEPER_AFTER_SECONDS,
 ) -> Backfilled:
     """The plan with GPUs reserved for each team's first workloads that do not fit, and the admissions
     that could delay a reservation held back (conservative backfill, as Slurm's: every reservation is
@@ -108,7 +109,9 @@ def backfill(
     best effort as the plan decided; 0: at once); `standing`: per team, the workloads reservations already
     stand for with the time each is due (kept while they wait, whether or not `queue` holds them: an
     admission pass reads only the head of each team's queue); `held_before`: workloads of `queue` held back
-    by backfill already (not planned again): they are reserved for in their turn like any that waits."""
+    by backfill already (not planned again): they are reserved for in their turn like any that waits;
+    `reserve_deeper_after`: how long a workload beyond the head of its team's queue waits before it is
+    reserved for (or `reserve_after`, when longer)."""
     if reserve_after is None:
         return Backfilled(plan=result)
     admitted = set(result.admit)
@@ -131,6 +134,7 @@ def backfill(
             time_limits=time_limits,
             now=now,
             reserve_after=reserve_after,
+            reserve_deeper_after=reserve_deeper_after,
             held_before=held_before,
         )
         if reserved:
@@ -159,6 +163,7 @@ def _backfill_team(
     time_limits: Mapping[int, float],
     now: float,
     reserve_after: float,
+    reserve_deeper_after: float = RESERVE_DEEPER_AFTER_SECONDS,
     held_before: Collection[int] = (),
 ) -> list[Reservation]:
     """One team's reservations, made in queue order with its promised workloads in their places (those
@@ -180,7 +185,7 @@ def _backfill_team(
         late = None
         for w in order:
             deeper = w.id != head  # beyond the head, reserved for once it has waited long enough
-            wait = max(reserve_after, RESERVE_DEEPER_AFTER_SECONDS) if deeper else reserve_after
+            wait = max(reserve_after, reserve_deeper_after) if deeper else reserve_after
             if w.id not in pinned and not _in_order(timeline, reserved, back, w, due_of.get(w.id), result, admitted,
                                                     time_limits=time_limits, now=now, reserve_after=wait,
                                                     held_before=held_before):  # fmt: skip
@@ -401,6 +406,7 @@ def plan_and_backfill(
     standing: Mapping[int, Sequence[tuple[Waiting, float]]] | None = None,
     borrowed_hours: Mapping[int, float] | None = None,
     capacity: int | None = None,
+    reserve_deeper_after: float = RESERVE_DEEPER_AFTER_SECONDS,
 ) -> Backfilled:
     """The admission plan (`sharing_plan.plan`) with backfill, planned again without what backfill held
     back until nothing more is, so that the GPUs a held-back workload would have taken go to the next
@@ -409,7 +415,8 @@ def plan_and_backfill(
     what would delay it held back), not by going first, which let a small job promised before a large
     one was ahead of it in the order take the GPUs the large one waited for. Promised workloads the pass
     did not read (it reads each team's queue head and first RESERVE_DEPTH) come after those it read,
-    earliest due first. `capacity`: as `sharing_plan.plan`'s (forecasts only)."""
+    earliest due first. `capacity`: as `sharing_plan.plan`'s (forecasts only); `reserve_deeper_after`: as
+    `backfill`'s (the GPU type's `reserve_deeper_after_seconds`)."""
     held_back: list[int] = []
     promised = sorted((p for rows in (standing or {}).values() for p in rows), key=lambda p: p[1])
     in_queue = {w.id for w in queue}
@@ -426,6 +433,7 @@ def plan_and_backfill(
             reserve_after=reserve_after,
             standing=standing,
             held_before=set(held_back),
+            reserve_deeper_after=reserve_deeper_after,
         )
         if not done.refused:
             break
