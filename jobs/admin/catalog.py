@@ -5,21 +5,21 @@ from django.contrib import admin
 
 from jobs.models import AllowedRegistry, CatalogImage, GpuNode, GpuType
 from jobs.services.provisioning import forget_namespaces
-from jobs.services.queue.reservation_plan import RESERVE_DEEPER_AFTER_SECONDS, RESERVE_DEPTH
+from jobs.services.queue.reservation_plan import RESERVE_DEPTH, SMALL_HEAD_AFTER_SECONDS
 from jobs.services.queue.settings_changes import gpu_type_changed
 from portal import sealing
 
-# What reserve_after_seconds does, with the wait beyond the head that the plan adds (issue 38): shown in
-# admin from the plan's own constants, so that the page says what the plan does (the model's help text
-# names the head's wait only).
+# What reserve_after_seconds does, with the wait beyond the head (reserve_deeper_after_seconds) and the
+# plan's depth (issue 38): shown in admin from the plan's own constant, so that the page says what it does.
 RESERVE_AFTER_HELP = (
     "How long the head of a team's queue (its first workload of this type that does not fit the team's "
     "quota) waits before GPUs are reserved for it as they free up (smaller work then passes it only where "
     f"it ends before they are due). The next {RESERVE_DEPTH - 1} behind the head are reserved for once they "
-    f"have waited {RESERVE_DEEPER_AFTER_SECONDS / 3600:g} h, or this when longer: a reservation is a promise "
-    "that stands, and one made at once for a small job held its GPUs against a large job that came ahead of "
-    "it minutes later. 0: reserve for the head at once. Empty: no reservations, smaller work always passes "
-    "larger work that does not fit."
+    "have waited as long as 'reserve deeper after seconds' says, or this when longer. Where the queue ages, a "
+    "head of fewer than half its team's quota is reserved for once it has waited "
+    f"{SMALL_HEAD_AFTER_SECONDS / 3600:g} h (or that wait, when shorter; this, when longer), and the next is "
+    "reserved for as the head until then. 0: reserve for the head "
+    "at once. Empty: no reservations, smaller work always passes larger work that does not fit."
 )
 
 
@@ -35,6 +35,7 @@ class GpuTypeAdmin(admin.ModelAdmin):
         "share_in_words",
         "billing_weight",
         "reserve_after_seconds",
+        "reserve_deeper_after_seconds",
         "queue_aging",
         "enabled",
     ]

@@ -70,6 +70,17 @@ class GpuType(models.Model):
         "due). 0: reserve for the head of each team's queue at once. Empty: no reservations, smaller work "
         "always passes larger work that does not fit.",
     )
+    # Beyond the head of a team's queue, a reservation waits this long (issue 38): a promise stands whatever
+    # comes later, so one made at once for a small job held its GPUs against a large job that came ahead of
+    # it minutes later. The default is reservation_plan.RESERVE_DEEPER_AFTER_SECONDS (tuned on the replay).
+    reserve_deeper_after_seconds = models.PositiveIntegerField(
+        default=4 * 3600,
+        help_text="Where reservations are on: how long a queued workload behind the head of its team's queue "
+        "(the next few that do not fit) waits before GPUs are promised to it too, or the wait above when "
+        "longer. 0: promise them at once, in queue order. A promise stands whatever comes later, so a short "
+        "wait lets small work promised first hold GPUs against a larger workload that comes ahead of it. "
+        "Default 14400 (4 h).",
+    )
     queue_aging = models.BooleanField(
         default=False,
         help_text="Aging: each team's queue of this type goes, after priority and fair share, by GPUs × time "

@@ -47,10 +47,11 @@ def _share_fields(entry: dict, where: str) -> dict:
     return fields
 
 
-def _reserve_after(value: Any, where: str) -> int:
-    """A GPU type's bounded wait (issue 38): seconds a workload waits before GPUs are reserved for it."""
+def _reserve_after(value: Any, where: str, name: str = "reserve_after_seconds") -> int:
+    """A GPU type's bounded wait (issue 38): seconds a workload waits before GPUs are reserved for it (`name`:
+    the head's wait, or reserve_deeper_after_seconds, the wait of those behind it)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise SeedError(f"{where}: 'reserve_after_seconds' must be a whole number of seconds, 0 or more")
+        raise SeedError(f"{where}: {name!r} must be a whole number of seconds, 0 or more")
     return value
 
 
@@ -154,10 +155,13 @@ def _seed_registry(host: Any, where: str) -> bool:
 
 
 def _queue_fields(entry: dict[str, Any], where: str) -> dict[str, Any]:
-    """A GPU type's queue settings (issue 38): its bounded wait and aging, where the entry gives them."""
+    """A GPU type's queue settings (issue 38): its bounded waits and aging, where the entry gives them."""
     fields: dict[str, Any] = {}
     if entry.get("reserve_after_seconds") is not None:
         fields["reserve_after_seconds"] = _reserve_after(entry["reserve_after_seconds"], where)
+    if entry.get("reserve_deeper_after_seconds") is not None:
+        value = entry["reserve_deeper_after_seconds"]
+        fields["reserve_deeper_after_seconds"] = _reserve_after(value, where, "reserve_deeper_after_seconds")
     if entry.get("queue_aging") is not None:
         if not isinstance(entry["queue_aging"], bool):
             raise SeedError(f"{where}: 'queue_aging' must be true or false")

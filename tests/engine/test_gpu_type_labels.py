@@ -7,7 +7,7 @@ import pytest
 from django.db import IntegrityError
 
 from jobs.models import GpuType
-from jobs.services.queue.reservation_plan import RESERVE_DEEPER_AFTER_SECONDS
+from jobs.services.queue.reservation_plan import RESERVE_DEEPER_AFTER_SECONDS, SMALL_HEAD_AFTER_SECONDS
 from jobs.services.seeding import SeedError, apply_seed
 
 pytestmark = pytest.mark.django_db
@@ -19,6 +19,7 @@ def add_form(**overrides) -> dict:
         "node_label_value": "p100", "resource_name": "nvidia.com/gpu", "cpu_per_gpu_millicores": "4000",
         "memory_per_gpu_mib": "16384", "billing_weight": "1", "ephemeral_storage_request_mib": "1024",
         "ephemeral_storage_limit_mib": "20480", "min_runtime_seconds": "0", "enabled": "on",
+        "reserve_deeper_after_seconds": "14400",
         "kind": "whole", "share_parts": "1", "share_of": "1",
     } | overrides  # fmt: skip
 
@@ -62,7 +63,36 @@ def test_the_database_refuses_it_too():
 
 def test_the_type_page_says_how_long_workloads_behind_the_head_wait_before_they_are_reserved_for(admin_client):
     # The plan reserves for the head after reserve_after_seconds, for those behind it only after
-    # RESERVE_DEEPER_AFTER_SECONDS too (issue 38): the admin setting the first reads the second beside it.
+    # reserve_deeper_after_seconds too (issue 38): an admin setting, 4 h unless changed, beside the first.
     page = admin_client.get("/admin/jobs/gputype/add/").content.decode()
     assert "How long the head of a team's queue" in page
-    assert f"once they have waited {RESERVE_DEEPER_AFTER_SECONDS / 3600:g} h, or this when longer" in page
+    assert "once they have waited as long as 'reserve deeper after seconds' says" in page
+    assert "how long a queued workload behind the head of its team's queue" in page
+    assert "Where the queue ages, a head of fewer than half its team" in page
+    assert f"once it has waited {SMALL_HEAD_AFTER_SECONDS / 3600:g} h" in page
+    assert f'name="reserve_deeper_after_seconds" value="{RESERVE_DEEPER_AFTER_SECONDS:.0f}"' in page
+
+
+def test_admin_sets_the_wait_beyond_the_head_and_refuses_a_negative_one_naming_the_field(admin_client):
+    page = admin_client.post("/admin/jobs/gputype/add/", add_form(reserve_deeper_after_seconds="-60"))
+    assert page.status_code == 200  # the form again, with the error
+    errors = page.context["adminform"].form.errors
+    assert list(errors) == ["reserve_deeper_after_seconds"]
+    assert "greater than or equal to 0" in errors["reserve_deeper_after_seconds"][0]
+    assert not GpuType.objects.filter(slug="p100-big").exists()
+    ok = admin_client.post(
+        "/admin/jobs/gputype/add/", add_form(reserve_after_seconds="0", reserve_deeper_after_seconds="0")
+    )
+    assert ok.status_code == 302
+    assert GpuType.objects.get(slug="p100-big").reserve_deeper_after_seconds == 0
+    assert "Reserve deeper after seconds" in admin_client.get("/admin/jobs/gputype/").content.decode()
+
+
+def test_the_seed_sets_the_wait_beyond_the_head_and_names_a_bad_value():
+    apply_seed({"gpu_types": [{"slug": "a10", "reserve_after_seconds": 0, "reserve_deeper_after_seconds": 1800}]})
+    assert GpuType.objects.get(slug="a10").reserve_deeper_after_seconds == 1800
+    with pytest.raises(SeedError, match=r"gpu_types\[0\]: 'reserve_deeper_after_seconds' must be .* 0 or more"):
+        apply_seed({"gpu_types": [{"slug": "a100", "reserve_deeper_after_seconds": -1}]})
+    assert not GpuType.objects.filter(slug="a100").exists()
+    apply_seed({"gpu_types": [{"slug": "h100"}]})
+    assert GpuType.objects.get(slug="h100").reserve_deeper_after_seconds == RESERVE_DEEPER_AFTER_SECONDS

@@ -123,6 +123,7 @@ def test_quota_and_gpu_type_changes_reach_the_namespace_through_the_provisioner(
         "ephemeral_storage_request_mib": str(k2.ephemeral_storage_request_mib),
         "ephemeral_storage_limit_mib": str(k2.ephemeral_storage_limit_mib), "min_runtime_seconds": "0", "enabled": "on",
         "kind": k2.kind, "share_parts": str(k2.share_parts), "share_of": str(k2.share_of),
+        "reserve_deeper_after_seconds": str(k2.reserve_deeper_after_seconds),
     }  # fmt: skip
     assert admin_client.post(f"/admin/jobs/gputype/{k2.pk}/change/", form).status_code == 302
     wait_for_cpu(kube_api, namespace, 16 + 2 * 3 + 48)

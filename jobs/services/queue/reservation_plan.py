@@ -45,8 +45,16 @@ RESERVE_DEPTH = 4  # workloads reserved for per team and GPU type at most (each 
 # reserved for only once it has waited this long. A promise stands whatever comes later: made at once for
 # every workload of the first RESERVE_DEPTH, a 1-GPU job with a 4-hour limit promised minutes before an
 # 8-GPU job arrived held that one back until it ended. Tuned on the replay's seeds (benchmarks/README.md,
-# against 0, 1, 2, 3 and 5 h); the GPU type admin page states it beside reserve_after_seconds.
+# against 0, 1, 2, 3 and 5 h). The default of GpuType.reserve_deeper_after_seconds, the admin's setting per type.
 RESERVE_DEEPER_AFTER_SECONDS = 4 * 3600.0
+# Where the queue ages (queue_aging), a small workload (fewer GPUs than half its team's quota) at the head is
+# promised GPUs only once it has waited this long (or reserve_deeper_after, when shorter; reserve_after, when longer), and until then the
+# head's turn passes to the next in the order. A small workload rarely needs a promise to start (it fits
+# where work ends, or backfills), but a promise made to one stands: a 1-GPU job with a 4-hour limit promised
+# at the head held its GPU against an 8-GPU job that arrived minutes later and went ahead of it by aging,
+# which then waited for that whole limit. Tuned on the replay's seeds 3961-4020 (benchmarks/README.md, fourth
+# round: against 1, 2 and 4 h).
+SMALL_HEAD_AFTER_SECONDS = 3 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,8 @@ def backfill(
     reserve_after: float | None,
     standing: Mapping[int, Sequence[tuple[Waiting, float]]] | None = None,
     held_before: Collection[int] = (),
+    reserve_deeper_after: float = RESERVE_DEEPER_AFTER_SECONDS,
+    ages: bool = False,
 ) -> Backfilled:
     """The plan with GPUs reserved for each team's first workloads that do not fit, and the admissions
     that could delay a reservation held back (conservative backfill, as Slurm's: every reservation is
@@ -108,7 +118,10 @@ def backfill(
     best effort as the plan decided; 0: at once); `standing`: per team, the workloads reservations already
     stand for with the time each is due (kept while they wait, whether or not `queue` holds them: an
     admission pass reads only the head of each team's queue); `held_before`: workloads of `queue` held back
-    by backfill already (not planned again): they are reserved for in their turn like any that waits."""
+    by backfill already (not planned again): they are reserved for in their turn like any that waits;
+    `reserve_deeper_after`: how long a workload beyond the head of its team's queue waits before it is
+    reserved for (or `reserve_after`, when longer); `ages`: the type's queue ages (`queue_aging`), where a
+    small head's turn passes on until it has waited SMALL_HEAD_AFTER_SECONDS."""
     if reserve_after is None:
         return Backfilled(plan=result)
     admitted = set(result.admit)
@@ -131,7 +144,9 @@ def backfill(
             time_limits=time_limits,
             now=now,
             reserve_after=reserve_after,
+            reserve_deeper_after=reserve_deeper_after,
             held_before=held_before,
+            ages=ages,
         )
         if reserved:
             reservations[team_id] = reserved
@@ -159,7 +174,9 @@ def _backfill_team(
     time_limits: Mapping[int, float],
     now: float,
     reserve_after: float,
+    reserve_deeper_after: float = RESERVE_DEEPER_AFTER_SECONDS,
     held_before: Collection[int] = (),
+    ages: bool = False,
 ) -> list[Reservation]:
     """One team's reservations, made in queue order with its promised workloads in their places (those
     the pass did not read last); the admissions that would delay one are added to `held_back`. A promised
@@ -178,9 +195,11 @@ def _backfill_team(
         kept = [p for p in promises if p[0].id in pinned]
         _keep_promises(timeline, reserved, back, kept, admitted, time_limits=time_limits, now=now)
         late = None
-        for w in order:
-            deeper = w.id != head  # beyond the head, reserved for once it has waited long enough
-            wait = max(reserve_after, RESERVE_DEEPER_AFTER_SECONDS) if deeper else reserve_after
+        head_now = head
+        for place, w in enumerate(order):
+            wait, head_now = _wait_in_place(team, order, place, head_now, due_of, admitted, now=now,
+                                            reserve_after=reserve_after, reserve_deeper_after=reserve_deeper_after,
+                                            ages=ages)  # fmt: skip
             if w.id not in pinned and not _in_order(timeline, reserved, back, w, due_of.get(w.id), result, admitted,
                                                     time_limits=time_limits, now=now, reserve_after=wait,
                                                     held_before=held_before):  # fmt: skip
@@ -190,6 +209,34 @@ def _backfill_team(
             held_back |= back
             return reserved
         pinned.add(late.id)
+
+
+def _wait_in_place(
+    team: TeamQuota,
+    order: Sequence[Waiting],
+    place: int,
+    head: int | None,
+    due_of: Mapping[int, float],
+    admitted: Collection[int],
+    *,
+    now: float,
+    reserve_after: float,
+    reserve_deeper_after: float,
+    ages: bool,
+) -> tuple[float, int | None]:
+    """How long the workload at `place` of the team's order waits before it is reserved for, and the head
+    from there on: beyond the head, the longer of both waits; at the head, `reserve_after`, except that where
+    the queue ages a small head (fewer GPUs than half the quota) waits SMALL_HEAD_AFTER_SECONDS (or the wait
+    beyond the head, when shorter) and, until it has, passes the head's turn to the next."""
+    w = order[place]
+    if w.id != head:
+        return max(reserve_after, reserve_deeper_after), head
+    if not ages or w.id in due_of or 2 * w.gpus >= team.quota:
+        return reserve_after, head
+    wait = max(reserve_after, min(SMALL_HEAD_AFTER_SECONDS, reserve_deeper_after))
+    if now - w.created < wait:
+        head = next((x.id for x in order[place + 1 :] if x.id not in admitted), None)
+    return wait, head
 
 
 def _in_order(
@@ -401,6 +448,8 @@ def plan_and_backfill(
     standing: Mapping[int, Sequence[tuple[Waiting, float]]] | None = None,
     borrowed_hours: Mapping[int, float] | None = None,
     capacity: int | None = None,
+    reserve_deeper_after: float = RESERVE_DEEPER_AFTER_SECONDS,
+    ages: bool = False,
 ) -> Backfilled:
     """The admission plan (`sharing_plan.plan`) with backfill, planned again without what backfill held
     back until nothing more is, so that the GPUs a held-back workload would have taken go to the next
@@ -409,7 +458,8 @@ def plan_and_backfill(
     what would delay it held back), not by going first, which let a small job promised before a large
     one was ahead of it in the order take the GPUs the large one waited for. Promised workloads the pass
     did not read (it reads each team's queue head and first RESERVE_DEPTH) come after those it read,
-    earliest due first. `capacity`: as `sharing_plan.plan`'s (forecasts only)."""
+    earliest due first. `capacity`: as `sharing_plan.plan`'s (forecasts only); `reserve_deeper_after`: as
+    `backfill`'s (the GPU type's `reserve_deeper_after_seconds`); `ages`: as `backfill`'s."""
     held_back: list[int] = []
     promised = sorted((p for rows in (standing or {}).values() for p in rows), key=lambda p: p[1])
     in_queue = {w.id for w in queue}
@@ -426,6 +476,8 @@ def plan_and_backfill(
             reserve_after=reserve_after,
             standing=standing,
             held_before=set(held_back),
+            reserve_deeper_after=reserve_deeper_after,
+            ages=ages,
         )
         if not done.refused:
             break

@@ -29,6 +29,8 @@ class ReservationBook:
 
     now: datetime
     reserve_after: dict[int, int]
+    reserve_deeper_after: dict[int, int] = field(default_factory=dict)  # per type; absent: the plan's default
+    ages: set[int] = field(default_factory=set)  # the types whose queues age (queue_aging)
     standing: dict[tuple[int, int], list[QueueReservation]] = field(default_factory=dict)  # (team, type)
     made: dict[tuple[int, int], list[Reservation]] = field(default_factory=dict)
     seen: set[tuple[int, int]] = field(default_factory=set)  # (team, type) whose plan went through
@@ -48,16 +50,23 @@ class ReservationBook:
         types = list(gpu_type_ids)
         known = {t.id: t for t in gpu_types}
         if known and known.keys() >= set(types):
-            reserve_after = {
-                t: known[t].reserve_after_seconds for t in types if known[t].reserve_after_seconds is not None
+            waits = {
+                t: (known[t].reserve_after_seconds, known[t].reserve_deeper_after_seconds, known[t].queue_aging)
+                for t in types
+                if known[t].reserve_after_seconds is not None
             }
         else:
-            reserve_after = dict(
-                GpuType.objects.filter(id__in=types, reserve_after_seconds__isnull=False).values_list(
-                    "id", "reserve_after_seconds"
-                )
+            rows = GpuType.objects.filter(id__in=types, reserve_after_seconds__isnull=False).values_list(
+                "id", "reserve_after_seconds", "reserve_deeper_after_seconds", "queue_aging"
             )
-        book = cls(now=now, reserve_after=reserve_after)
+            waits = {t: (head, deeper, ages) for t, head, deeper, ages in rows}
+        book = cls(
+            now=now,
+            reserve_after={t: head for t, (head, _, _) in waits.items()},
+            reserve_deeper_after={t: deeper for t, (_, deeper, _) in waits.items()},
+            ages={t for t, (_, _, ages) in waits.items() if ages},
+        )
+        reserve_after = book.reserve_after
         if not reserve_after:
             return book
         rows = QueueReservation.objects.filter(
@@ -122,6 +131,10 @@ class ReservationBook:
             reserve_after=float(reserve_after),
             standing=standing,
             borrowed_hours=borrowed_hours,
+            reserve_deeper_after=float(
+                self.reserve_deeper_after.get(gpu_type_id, reservation_plan.RESERVE_DEEPER_AFTER_SECONDS)
+            ),
+            ages=gpu_type_id in self.ages,
         )
         for team_id, made in done.reservations.items():
             self.made[(team_id, gpu_type_id)] = made
