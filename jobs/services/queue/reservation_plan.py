@@ -197,9 +197,13 @@ def _backfill_team(
         late = None
         head_now = head
         for place, w in enumerate(order):
-            wait, head_now = _wait_in_place(team, order, place, head_now, due_of, admitted, now=now,
-                                            reserve_after=reserve_after, reserve_deeper_after=reserve_deeper_after,
-                                            ages=ages)  # fmt: skip
+            deeper = w.id != head_now  # beyond the head, reserved for once it has waited long enough
+            wait = max(reserve_after, reserve_deeper_after) if deeper else reserve_after
+            if ages and not deeper and w.id not in due_of and 2 * w.gpus < team.quota:
+                # A small head is promised GPUs once it has waited; until then the head's turn passes on.
+                wait = max(reserve_after, min(SMALL_HEAD_AFTER_SECONDS, reserve_deeper_after))
+                if now - w.created < wait:
+                    head_now = next((x.id for x in order[place + 1 :] if x.id not in admitted), None)
             if w.id not in pinned and not _in_order(timeline, reserved, back, w, due_of.get(w.id), result, admitted,
                                                     time_limits=time_limits, now=now, reserve_after=wait,
                                                     held_before=held_before):  # fmt: skip
@@ -209,34 +213,6 @@ def _backfill_team(
             held_back |= back
             return reserved
         pinned.add(late.id)
-
-
-def _wait_in_place(
-    team: TeamQuota,
-    order: Sequence[Waiting],
-    place: int,
-    head: int | None,
-    due_of: Mapping[int, float],
-    admitted: Collection[int],
-    *,
-    now: float,
-    reserve_after: float,
-    reserve_deeper_after: float,
-    ages: bool,
-) -> tuple[float, int | None]:
-    """How long the workload at `place` of the team's order waits before it is reserved for, and the head
-    from there on: beyond the head, the longer of both waits; at the head, `reserve_after`, except that where
-    the queue ages a small head (fewer GPUs than half the quota) waits SMALL_HEAD_AFTER_SECONDS (or the wait
-    beyond the head, when shorter) and, until it has, passes the head's turn to the next."""
-    w = order[place]
-    if w.id != head:
-        return max(reserve_after, reserve_deeper_after), head
-    if not ages or w.id in due_of or 2 * w.gpus >= team.quota:
-        return reserve_after, head
-    wait = max(reserve_after, min(SMALL_HEAD_AFTER_SECONDS, reserve_deeper_after))
-    if now - w.created < wait:
-        head = next((x.id for x in order[place + 1 :] if x.id not in admitted), None)
-    return wait, head
 
 
 def _in_order(
