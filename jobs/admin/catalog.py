@@ -5,7 +5,7 @@ from django.contrib import admin
 
 from jobs.models import AllowedRegistry, CatalogImage, GpuNode, GpuType
 from jobs.services.provisioning import forget_namespaces
-from jobs.services.queue.reservation_plan import RESERVE_DEPTH, SMALL_HEAD_AFTER_SECONDS
+from jobs.services.queue.reservation_plan import RESERVE_DEPTH
 from jobs.services.queue.settings_changes import gpu_type_changed
 from portal import sealing
 
@@ -15,10 +15,7 @@ RESERVE_AFTER_HELP = (
     "How long the head of a team's queue (its first workload of this type that does not fit the team's "
     "quota) waits before GPUs are reserved for it as they free up (smaller work then passes it only where "
     f"it ends before they are due). The next {RESERVE_DEPTH - 1} behind the head are reserved for once they "
-    "have waited as long as 'reserve deeper after seconds' says, or this when longer. Where the queue ages, a "
-    "head of fewer than half its team's quota is reserved for once it has waited "
-    f"{SMALL_HEAD_AFTER_SECONDS / 3600:g} h (or that wait, when shorter; this, when longer), and the next is "
-    "reserved for as the head until then. 0: reserve for the head "
+    "have waited as long as 'reserve deeper after seconds' says, or this when longer. 0: reserve for the head "
     "at once. Empty: no reservations, smaller work always passes larger work that does not fit."
 )
 
