@@ -100,7 +100,7 @@ def _pass(jobs, team_id, queued, running, promises, day, *, at, reserve, aging, 
         if t == team_id
     ]
     done = plan_and_backfill(teams, held, waiting, running={team_id: ends_by}, time_limits=limits, now=at,
-                             reserve_after=0.0, standing=standing, ages=aging)  # fmt: skip
+                             reserve_after=0.0, standing=standing)  # fmt: skip
     made = {r.workload_id: r for r in done.reservations.get(team_id, [])}
     for i in [i for i, p in promises.items() if p[0] == team_id and i not in done.plan.admit and i not in made]:
         del promises[i]  # no longer planned: the book drops the row
@@ -124,8 +124,7 @@ def figures(jobs: list[Job], day: Day) -> dict[str, float]:
     large = [day.admitted.get(i, DAY + DRAIN) - j.at for i, j in enumerate(jobs) if j.gpus >= LARGE]
     small = [day.admitted.get(i, DAY + DRAIN) - j.at for i, j in enumerate(jobs) if j.gpus < LARGE]
     used = sum(j.gpus * (min(s + j.run, DAY) - s) for i, j in enumerate(jobs) if (s := day.admitted.get(i, DAY)) < DAY)
-    return {"large_p95": p95(large), "large_mean": statistics.mean(large), "small_p95": p95(small), "used": used,
-            "broken": len(day.broken)}  # fmt: skip
+    return {"large_p95": p95(large), "large_mean": statistics.mean(large), "small_p95": p95(small), "used": used}
 
 
 SIDES = {"best-effort": {"reserve": False, "aging": False}, "reservations": {"reserve": True, "aging": False},
@@ -157,7 +156,7 @@ def main(argv: list[str]) -> None:
         print(f"seed {seed}: " + "; ".join(
             f"{name} large p95 {f['large_p95'] / 3600:.1f} h (÷ best-effort {f['large_p95'] / max(1.0, base['large_p95']):.2f}),"
             f" large mean {f['large_mean'] / 3600:.1f} h, small p95 {f['small_p95'] / 3600:.1f} h,"
-            f" used {f['used'] / max(1.0, base['used']):.3f}, broken {f['broken']}"
+            f" used {f['used'] / max(1.0, base['used']):.3f}"
             for name, f in got.items()
         ), flush=True)  # fmt: skip
     for name in ("reservations", "reservations+aging"):

@@ -12,7 +12,6 @@ from jobs.services.queue.reservation_plan import (
     END_SLACK_SECONDS,
     RESERVE_DEEPER_AFTER_SECONDS,
     RESERVED,
-    SMALL_HEAD_AFTER_SECONDS,
     START_SLACK_SECONDS,
     Block,
     Running,
@@ -196,7 +195,6 @@ def simulate(quota: int, trace: list[tuple[float, int, float, float]], *, reserv
             now=now,
             reserve_after=0.0 if reserve else None,
             standing={TEAM: standing},
-            ages=aging,
         )
         standing = []
         for r in done.reservations.get(TEAM, []):
@@ -355,31 +353,3 @@ def test_beyond_the_head_a_workload_is_reserved_for_only_once_it_has_waited_long
             time_limits={10: HOUR, 11: HOUR}, now=now, reserve_after=0.0,
         )  # fmt: skip
         assert [r.workload_id for r in done.reservations[TEAM]] == promised
-
-
-def _small_head_then_large(now: float, *, ages: bool):
-    """4 of 4 GPUs held for 2 h more; queued: a 1-GPU job of 4 h at the head, a 4-GPU job of 1 h behind it."""
-    small, large = Waiting(10, TEAM, 1, created=0.0), Waiting(11, TEAM, 4, created=60.0)
-    done = plan_and_backfill(
-        QUOTA, [Held(1, TEAM, 4)], [small, large], running={TEAM: [Running(4, now + 2 * HOUR)]},
-        time_limits={10: 4 * HOUR, 11: HOUR}, now=now, reserve_after=0.0, ages=ages,
-    )  # fmt: skip
-    return {r.workload_id: r.due_at for r in done.reservations.get(TEAM, [])}
-
-
-def test_where_the_queue_ages_a_small_head_lets_the_large_job_behind_it_be_promised_first():
-    # A promise to the small head would hold a GPU from 2 h to 6 h, and the 4-GPU job could not start
-    # before 6 h; a small job needs no promise to start soon (it fits where work ends).
-    promised = _small_head_then_large(600.0, ages=True)
-    assert list(promised) == [11]
-    assert promised[11] == 600.0 + 2 * HOUR
-    # Once it has waited SMALL_HEAD_AFTER_SECONDS, the small head is promised GPUs, and first.
-    now = SMALL_HEAD_AFTER_SECONDS + 10.0
-    later = _small_head_then_large(now, ages=True)
-    assert list(later) == [10]
-    assert later[10] == now + 2 * HOUR
-
-
-def test_first_come_first_served_the_head_is_promised_at_once_whatever_its_size():
-    promised = _small_head_then_large(600.0, ages=False)
-    assert list(promised) == [10]  # the 4-GPU job behind it waits RESERVE_DEEPER_AFTER_SECONDS for a promise

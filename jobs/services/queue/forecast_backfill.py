@@ -35,7 +35,6 @@ class BackfillPlanner:
     standing: dict[int, list[tuple[Waiting, float]]] = field(default_factory=dict)
     borrowed_hours: Mapping[int, float] | None = None  # a cohort with fair borrowing (`borrow_share`)
     reserve_deeper_after: float = reservation_plan.RESERVE_DEEPER_AFTER_SECONDS  # the type's wait beyond the head
-    ages: bool = False  # the type's queue ages (queue_aging)
 
     def __call__(
         self,
@@ -65,7 +64,6 @@ class BackfillPlanner:
             capacity=capacity,
             borrowed_hours=self.borrowed_hours,
             reserve_deeper_after=self.reserve_deeper_after,
-            ages=self.ages,
         )
         admitted = set(done.plan.admit)
         for workload_id in admitted:

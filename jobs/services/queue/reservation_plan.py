@@ -47,14 +47,6 @@ RESERVE_DEPTH = 4  # workloads reserved for per team and GPU type at most (each 
 # 8-GPU job arrived held that one back until it ended. Tuned on the replay's seeds (benchmarks/README.md,
 # against 0, 1, 2, 3 and 5 h). The default of GpuType.reserve_deeper_after_seconds, the admin's setting per type.
 RESERVE_DEEPER_AFTER_SECONDS = 4 * 3600.0
-# Where the queue ages (queue_aging), a small workload (fewer GPUs than half its team's quota) at the head is
-# promised GPUs only once it has waited this long (or reserve_deeper_after, when shorter; reserve_after, when longer), and until then the
-# head's turn passes to the next in the order. A small workload rarely needs a promise to start (it fits
-# where work ends, or backfills), but a promise made to one stands: a 1-GPU job with a 4-hour limit promised
-# at the head held its GPU against an 8-GPU job that arrived minutes later and went ahead of it by aging,
-# which then waited for that whole limit. Tuned on the replay's seeds 3961-4020 (benchmarks/README.md, fourth
-# round: against 1, 2 and 4 h).
-SMALL_HEAD_AFTER_SECONDS = 3 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -106,7 +98,6 @@ def backfill(
     standing: Mapping[int, Sequence[tuple[Waiting, float]]] | None = None,
     held_before: Collection[int] = (),
     reserve_deeper_after: float = RESERVE_DEEPER_AFTER_SECONDS,
-    ages: bool = False,
 ) -> Backfilled:
     """The plan with GPUs reserved for each team's first workloads that do not fit, and the admissions
     that could delay a reservation held back (conservative backfill, as Slurm's: every reservation is
@@ -120,8 +111,7 @@ def backfill(
     admission pass reads only the head of each team's queue); `held_before`: workloads of `queue` held back
     by backfill already (not planned again): they are reserved for in their turn like any that waits;
     `reserve_deeper_after`: how long a workload beyond the head of its team's queue waits before it is
-    reserved for (or `reserve_after`, when longer); `ages`: the type's queue ages (`queue_aging`), where a
-    small head's turn passes on until it has waited SMALL_HEAD_AFTER_SECONDS."""
+    reserved for (or `reserve_after`, when longer)."""
     if reserve_after is None:
         return Backfilled(plan=result)
     admitted = set(result.admit)
@@ -146,7 +136,6 @@ def backfill(
             reserve_after=reserve_after,
             reserve_deeper_after=reserve_deeper_after,
             held_before=held_before,
-            ages=ages,
         )
         if reserved:
             reservations[team_id] = reserved
@@ -176,7 +165,6 @@ def _backfill_team(
     reserve_after: float,
     reserve_deeper_after: float = RESERVE_DEEPER_AFTER_SECONDS,
     held_before: Collection[int] = (),
-    ages: bool = False,
 ) -> list[Reservation]:
     """One team's reservations, made in queue order with its promised workloads in their places (those
     the pass did not read last); the admissions that would delay one are added to `held_back`. A promised
@@ -195,15 +183,9 @@ def _backfill_team(
         kept = [p for p in promises if p[0].id in pinned]
         _keep_promises(timeline, reserved, back, kept, admitted, time_limits=time_limits, now=now)
         late = None
-        head_now = head
-        for place, w in enumerate(order):
-            deeper = w.id != head_now  # beyond the head, reserved for once it has waited long enough
+        for w in order:
+            deeper = w.id != head  # beyond the head, reserved for once it has waited long enough
             wait = max(reserve_after, reserve_deeper_after) if deeper else reserve_after
-            if ages and not deeper and w.id not in due_of and 2 * w.gpus < team.quota:
-                # A small head is promised GPUs once it has waited; until then the head's turn passes on.
-                wait = max(reserve_after, min(SMALL_HEAD_AFTER_SECONDS, reserve_deeper_after))
-                if now - w.created < wait:
-                    head_now = next((x.id for x in order[place + 1 :] if x.id not in admitted), None)
             if w.id not in pinned and not _in_order(timeline, reserved, back, w, due_of.get(w.id), result, admitted,
                                                     time_limits=time_limits, now=now, reserve_after=wait,
                                                     held_before=held_before):  # fmt: skip
@@ -425,7 +407,6 @@ def plan_and_backfill(
     borrowed_hours: Mapping[int, float] | None = None,
     capacity: int | None = None,
     reserve_deeper_after: float = RESERVE_DEEPER_AFTER_SECONDS,
-    ages: bool = False,
 ) -> Backfilled:
     """The admission plan (`sharing_plan.plan`) with backfill, planned again without what backfill held
     back until nothing more is, so that the GPUs a held-back workload would have taken go to the next
@@ -435,7 +416,7 @@ def plan_and_backfill(
     one was ahead of it in the order take the GPUs the large one waited for. Promised workloads the pass
     did not read (it reads each team's queue head and first RESERVE_DEPTH) come after those it read,
     earliest due first. `capacity`: as `sharing_plan.plan`'s (forecasts only); `reserve_deeper_after`: as
-    `backfill`'s (the GPU type's `reserve_deeper_after_seconds`); `ages`: as `backfill`'s."""
+    `backfill`'s (the GPU type's `reserve_deeper_after_seconds`)."""
     held_back: list[int] = []
     promised = sorted((p for rows in (standing or {}).values() for p in rows), key=lambda p: p[1])
     in_queue = {w.id for w in queue}
@@ -453,7 +434,6 @@ def plan_and_backfill(
             standing=standing,
             held_before=set(held_back),
             reserve_deeper_after=reserve_deeper_after,
-            ages=ages,
         )
         if not done.refused:
             break

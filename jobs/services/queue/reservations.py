@@ -30,7 +30,6 @@ class ReservationBook:
     now: datetime
     reserve_after: dict[int, int]
     reserve_deeper_after: dict[int, int] = field(default_factory=dict)  # per type; absent: the plan's default
-    ages: set[int] = field(default_factory=set)  # the types whose queues age (queue_aging)
     standing: dict[tuple[int, int], list[QueueReservation]] = field(default_factory=dict)  # (team, type)
     made: dict[tuple[int, int], list[Reservation]] = field(default_factory=dict)
     seen: set[tuple[int, int]] = field(default_factory=set)  # (team, type) whose plan went through
@@ -51,22 +50,17 @@ class ReservationBook:
         known = {t.id: t for t in gpu_types}
         if known and known.keys() >= set(types):
             waits = {
-                t: (known[t].reserve_after_seconds, known[t].reserve_deeper_after_seconds, known[t].queue_aging)
+                t: (known[t].reserve_after_seconds, known[t].reserve_deeper_after_seconds)
                 for t in types
                 if known[t].reserve_after_seconds is not None
             }
         else:
             rows = GpuType.objects.filter(id__in=types, reserve_after_seconds__isnull=False).values_list(
-                "id", "reserve_after_seconds", "reserve_deeper_after_seconds", "queue_aging"
+                "id", "reserve_after_seconds", "reserve_deeper_after_seconds"
             )
-            waits = {t: (head, deeper, ages) for t, head, deeper, ages in rows}
-        book = cls(
-            now=now,
-            reserve_after={t: head for t, (head, _, _) in waits.items()},
-            reserve_deeper_after={t: deeper for t, (_, deeper, _) in waits.items()},
-            ages={t for t, (_, _, ages) in waits.items() if ages},
-        )
-        reserve_after = book.reserve_after
+            waits = {t: (head, deeper) for t, head, deeper in rows}
+        reserve_after = {t: head for t, (head, _) in waits.items()}
+        book = cls(now=now, reserve_after=reserve_after, reserve_deeper_after={t: d for t, (_, d) in waits.items()})
         if not reserve_after:
             return book
         rows = QueueReservation.objects.filter(
@@ -134,7 +128,6 @@ class ReservationBook:
             reserve_deeper_after=float(
                 self.reserve_deeper_after.get(gpu_type_id, reservation_plan.RESERVE_DEEPER_AFTER_SECONDS)
             ),
-            ages=gpu_type_id in self.ages,
         )
         for team_id, made in done.reservations.items():
             self.made[(team_id, gpu_type_id)] = made

@@ -200,10 +200,8 @@ def backfill_planner(
     """Where the GPU type reserves, the forecast's planner that keeps its reservations and backfills as
     admission does (`forecast_backfill`); else None (best effort, as admission is), or where the cohort
     shares borrowed GPUs fairly, best effort in that order."""
-    waits = GpuType.objects.filter(id=gpu_type_id).values_list(
-        "reserve_after_seconds", "reserve_deeper_after_seconds", "queue_aging"
-    )
-    reserve_after, reserve_deeper_after, ages = waits.first() or (None, None, False)
+    waits = GpuType.objects.filter(id=gpu_type_id).values_list("reserve_after_seconds", "reserve_deeper_after_seconds")
+    reserve_after, reserve_deeper_after = waits.first() or (None, None)
     if reserve_after is None:
         return forecast_backfill.FairBorrowingPlanner(borrowed_hours) if borrowed_hours else None
     at = now.timestamp()
@@ -229,7 +227,6 @@ def backfill_planner(
         standing=standing,
         borrowed_hours=borrowed_hours,
         reserve_deeper_after=float(reserve_deeper_after),
-        ages=ages,
     )
 
 
