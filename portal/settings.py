@@ -476,6 +476,7 @@ REST_FRAMEWORK = {
     },
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["api.parsers.SafeJSONParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "api.renderers.PortalContentNegotiation",
     "DEFAULT_SCHEMA_CLASS": "api.schema.PortalAutoSchema",
     "DEFAULT_METADATA_CLASS": None,  # no OPTIONS introspection: the OpenAPI schema is the description
     "EXCEPTION_HANDLER": "api.errors.api_exception_handler",
