@@ -95,3 +95,12 @@ def test_cli_refuses_a_sweep_over_the_one_cap(capsys, count):
     code, err = run_cli(capsys, "--array", str(count))
     assert code == cli_main.EXIT_USAGE
     assert f"1 to {spec_rules.SWEEP_AT_MOST} copies" in err
+
+
+@pytest.mark.parametrize("limit", ["0", "-5"])
+def test_list_with_a_limit_below_one_is_a_usage_error_not_an_empty_table(capsys, limit):
+    """`gpuportal list --limit 0` printed an empty table and exit 0, which reads as "nothing there"."""
+    with pytest.raises(SystemExit) as usage:
+        cli_main.main([*NOWHERE, "list", "--limit", limit])
+    assert usage.value.code == cli_main.EXIT_USAGE
+    assert "--limit" in capsys.readouterr().err
