@@ -434,6 +434,9 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     def share(self, request: Request, uid: str) -> Response:
         workload = self.get_object()
         shared = request.data.get("shared_with_team") if isinstance(request.data, dict) else None
+        unknown = set(request.data) - {"shared_with_team"} if isinstance(request.data, dict) else set()
+        if unknown:
+            raise Invalid({name: ["Unknown field."] for name in sorted(unknown)})
         if not isinstance(shared, bool):
             raise Invalid({"shared_with_team": ["Must be true or false."]})
         if workload.kind != Kind.SERVICE:
