@@ -40,7 +40,8 @@ def resolve_team(user, slug: str | None) -> Team:
     if slug:
         if not isinstance(slug, str):
             raise Invalid({"team": ["Give the team's slug as text."]})
-        team = visible_teams(user).filter(slug=slug).first()
+        # No slug holds a NUL, and PostgreSQL cannot even compare one: the same answer as for any other.
+        team = None if "\x00" in slug else visible_teams(user).filter(slug=slug).first()
         if team is None:
             raise Invalid({"team": [f"You are not a member of a team {slug!r}."]})
         return team

@@ -161,3 +161,14 @@ def test_unknown_api_paths_answer_in_the_error_format(world):
     for path in ("/api/v1/nothing-here/", "/api/v1/workloads/%0Abad/events/", "/api/v1/workloads/UPPER/"):
         error = _error(world.client("owner").get(path), 404)
         assert error["code"] == "not_found"
+
+
+def test_a_team_slug_with_a_nul_character_is_a_400_naming_team(world):
+    """PostgreSQL cannot compare text holding a NUL: the lookup of such a `team` was a 500."""
+    from jobs.models import TeamSecret
+
+    client = world.client("manager")
+    stored = client.post("/api/v1/secrets/", {"name": "hf-token", "value": "x", "team": "vis\x00ion"}, format="json")
+    assert stored.status_code == 400, stored.content
+    assert list(stored.json()["error"]["fields"]) == ["team"]
+    assert not TeamSecret.objects.exists()
