@@ -172,3 +172,19 @@ def test_a_team_slug_with_a_nul_character_is_a_400_naming_team(world):
     assert stored.status_code == 400, stored.content
     assert list(stored.json()["error"]["fields"]) == ["team"]
     assert not TeamSecret.objects.exists()
+
+
+def test_a_query_parameter_with_a_nul_character_is_a_400_naming_it_on_pages_admin_and_api(world, client):
+    """PostgreSQL cannot compare text holding a NUL: Django admin's list filter and autocomplete passed
+    one straight to a query (a 500). Every such parameter is refused before any view runs."""
+    client.force_login(world.admin)
+    for url in (
+        "/admin/jobs/workload/?state__exact=RUN%00",
+        "/admin/autocomplete/?term=vis%00&app_label=telemetry&model_name=idlepolicy&field_name=team",
+    ):
+        refused = client.get(url)
+        assert refused.status_code == 400, (url, refused.status_code)
+    api = world.client("manager").get("/api/v1/workloads/?owner=tom%00")
+    assert api.status_code == 400
+    assert api.json()["error"]["fields"] == {"owner": ["May not contain NUL characters."]}
+    assert world.client("manager").get("/api/v1/workloads/?owner=tom").status_code == 200
