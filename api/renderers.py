@@ -6,7 +6,6 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 
 from api.errors import Invalid
-
 from jobs.services.usage.csv_export import SafeCsvWriter
 
 

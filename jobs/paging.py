@@ -13,7 +13,6 @@ from functools import cached_property
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
 
-
 _FURTHEST_PAGE_ROWS = 2**40  # far beyond any list, far within a 64-bit LIMIT
 
 
