@@ -188,3 +188,20 @@ def test_a_query_parameter_with_a_nul_character_is_a_400_naming_it_on_pages_admi
     assert api.status_code == 400
     assert api.json()["error"]["fields"] == {"owner": ["May not contain NUL characters."]}
     assert world.client("manager").get("/api/v1/workloads/?owner=tom").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"name": "hf-token", "value": "abc\ud800"}, "value"),  # sealing encodes it as UTF-8: was a 500
+        ({"name": "hf-token", "value": "x", "team": "vision\ud800"}, "team"),  # PostgreSQL cannot compare it
+    ],
+)
+def test_a_secret_with_a_lone_surrogate_is_a_400_naming_the_field(world, body, field):
+    from jobs.models import TeamSecret
+
+    raw = json.dumps(body)  # "\\ud800" on the wire, a lone surrogate once parsed
+    stored = world.client("manager").generic("POST", "/api/v1/secrets/", raw, content_type="application/json")
+    assert stored.status_code == 400, stored.content
+    assert list(stored.json()["error"]["fields"]) == [field]
+    assert not TeamSecret.objects.exists()
