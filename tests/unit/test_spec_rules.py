@@ -104,3 +104,14 @@ def test_list_with_a_limit_below_one_is_a_usage_error_not_an_empty_table(capsys,
         cli_main.main([*NOWHERE, "list", "--limit", limit])
     assert usage.value.code == cli_main.EXIT_USAGE
     assert "--limit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given", ["https://gpus.example.org/api/v1", "https://gpus.example.org/api/v1/",
+                                   "https://gpus.example.org/"])  # fmt: skip
+def test_the_portal_url_may_be_given_as_the_api_address_the_readme_names(monkeypatch, given):
+    """`--url https://host/api/v1` (the REST API's address, as api/README.md names it) made every command
+    answer 404 "No such API endpoint": the client adds /api/v1 itself."""
+    from cli import config
+
+    monkeypatch.setenv("GPUPORTAL_CONFIG", "/nonexistent/config.toml")
+    assert config.load(url=given, token="gpp_x").url == "https://gpus.example.org"
