@@ -5,7 +5,6 @@ import io
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 
-from api.errors import Invalid
 from jobs.services.usage.csv_export import SafeCsvWriter
 
 
@@ -16,6 +15,9 @@ class PortalContentNegotiation(DefaultContentNegotiation):
     def filter_renderers(self, renderers, format):
         matching = [renderer for renderer in renderers if renderer.format == format]
         if not matching:
+            # Here, not at the top: DRF imports this class while api.errors (which imports DRF) loads.
+            from api.errors import Invalid
+
             formats = ", ".join(dict.fromkeys(renderer.format for renderer in renderers))
             raise Invalid({"format": [f"One of: {formats}."]})
         return matching
