@@ -229,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     client = PortalClient(settings.url, settings.token)
     try:
-        return COMMANDS[args.command](client, args)
+        code = COMMANDS[args.command](client, args)
+        sys.stdout.flush()  # here, where a reader that has gone is a quiet 141, not a failed flush at exit (120)
+        return code
     except ApiError as exc:
         print(f"gpuportal: {exc.message} (HTTP {exc.status})", file=sys.stderr)
         for field, messages in exc.fields.items():

@@ -115,3 +115,28 @@ def test_the_portal_url_may_be_given_as_the_api_address_the_readme_names(monkeyp
 
     monkeypatch.setenv("GPUPORTAL_CONFIG", "/nonexistent/config.toml")
     assert config.load(url=given, token="gpp_x").url == "https://gpus.example.org"
+
+
+def test_output_still_buffered_when_the_reader_has_gone_ends_quietly_with_141(monkeypatch):
+    """`gpuportal list | head -1` on a busy machine: the command's last lines were still in Python's
+    buffer when head left, so the flush at exit failed and the CLI ended 120. It flushes while it can
+    still say 141 (as for a pipe broken mid-write)."""
+    import io
+    import os
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone
+    stdout = io.TextIOWrapper(io.FileIO(write_end, "w"), encoding="utf-8")  # block-buffered, as into a pipe
+
+    def short_listing(client, args):
+        print("UID  NAME")  # fits the buffer: nothing reaches the pipe before the command returns
+        return cli_main.EXIT_OK
+
+    monkeypatch.setitem(cli_main.COMMANDS, "list", short_listing)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    try:
+        assert cli_main.main([*NOWHERE, "list"]) == 141
+    finally:
+        monkeypatch.undo()
+        stdout.close()
