@@ -35,12 +35,24 @@ def team_by_slug(user, slug: str) -> Team:
     return team
 
 
+def _storable(text: str) -> bool:
+    """Text PostgreSQL can hold or compare: no NUL, and valid UTF-8 (no lone surrogate)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def resolve_team(user, slug: str | None) -> Team:
     """The team a request is about: the one named, else the caller's only team (400 naming `team`)."""
     if slug:
         if not isinstance(slug, str):
             raise Invalid({"team": ["Give the team's slug as text."]})
-        team = visible_teams(user).filter(slug=slug).first()
+        # No slug holds a NUL or a lone surrogate, and PostgreSQL cannot even compare them: the same answer.
+        team = None if not _storable(slug) else visible_teams(user).filter(slug=slug).first()
         if team is None:
             raise Invalid({"team": [f"You are not a member of a team {slug!r}."]})
         return team

@@ -26,6 +26,8 @@ def tokens(request: HttpRequest) -> HttpResponse:
             error = "Give the token a name, e.g. the machine or script that will use it."
         elif len(name) > 100:
             error = "At most 100 characters."
+        elif "\x00" in name:  # PostgreSQL stores no NUL in text: refused here, not a 500 there
+            error = "The name may not contain NUL characters."
         else:
             try:
                 issued = token_create(user=request.user, name=name)

@@ -2,9 +2,25 @@ from __future__ import annotations
 
 import io
 
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 
 from jobs.services.usage.csv_export import SafeCsvWriter
+
+
+class PortalContentNegotiation(DefaultContentNegotiation):
+    """`?format=` that the endpoint does not answer in is a 400 naming `format` and the formats it has
+    (DRF's own answer is a 404 "Not found." for an address that exists)."""
+
+    def filter_renderers(self, renderers, format):
+        matching = [renderer for renderer in renderers if renderer.format == format]
+        if not matching:
+            # Here, not at the top: DRF imports this class while api.errors (which imports DRF) loads.
+            from api.errors import Invalid
+
+            formats = ", ".join(dict.fromkeys(renderer.format for renderer in renderers))
+            raise Invalid({"format": [f"One of: {formats}."]})
+        return matching
 
 
 class PlainTextRenderer(BaseRenderer):

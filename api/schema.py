@@ -42,9 +42,9 @@ class PortalAutoSchema(AutoSchema):
 
 
 def forbid_unknown_request_fields(result, generator, request, public):
-    """The submission refuses unknown fields; say so in the schema."""
+    """The submission and the notification preferences refuse unknown fields; say so in the schema."""
     schemas = result.get("components", {}).get("schemas", {})
-    for name in ("WorkloadCreateRequest", "EnvVarRequest"):
+    for name in ("WorkloadCreateRequest", "EnvVarRequest", "PreferenceRequest", "PatchedPreferenceRequest"):
         if name in schemas:
             schemas[name]["additionalProperties"] = False
     return result

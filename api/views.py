@@ -236,6 +236,20 @@ TEAM_PARAM = OpenApiParameter(
 
 
 # --- workloads ------------------------------------------------------------------------------------
+def _check_list_filters(request: Request) -> None:
+    """A team or GPU type filter that names nothing the caller could see is refused (400 naming it), as
+    /usage/ and /secrets/ refuse such a team: an empty list would read as "nothing there"."""
+    errors = {}
+    team = request.query_params.get("team")
+    if team and not access.visible_teams(request.user).filter(slug=team).exists():
+        errors["team"] = [f"You are not a member of a team {team!r}."]
+    gpu_type = request.query_params.get("gpu_type")
+    if gpu_type and not GpuType.objects.filter(slug=gpu_type).exists():
+        errors["gpu_type"] = [f"No GPU type {gpu_type!r}; GET /api/v1/gpu-types/ lists them."]
+    if errors:
+        raise Invalid(errors)
+
+
 @extend_schema_view(
     list=extend_schema(summary="List workloads in your teams", description="Newest first, cursor-paginated."),
     retrieve=extend_schema(summary="Get a workload"),
@@ -259,6 +273,7 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         return policy.workload_or_404(self.request.user, self.kwargs["uid"], self.get_queryset())
 
     def list(self, request: Request) -> Response:
+        _check_list_filters(request)
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
         attach_related_names(page)
         positions = queue_positions(page)
@@ -419,6 +434,9 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     def share(self, request: Request, uid: str) -> Response:
         workload = self.get_object()
         shared = request.data.get("shared_with_team") if isinstance(request.data, dict) else None
+        unknown = set(request.data) - {"shared_with_team"} if isinstance(request.data, dict) else set()
+        if unknown:
+            raise Invalid({name: ["Unknown field."] for name in sorted(unknown)})
         if not isinstance(shared, bool):
             raise Invalid({"shared_with_team": ["Must be true or false."]})
         if workload.kind != Kind.SERVICE:

@@ -9,6 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from api.errors import Invalid
 from api.views import ApiViewMixin
 from notifications.models import Topic, WebhookFormat
 from notifications.preferences import preference_of, preference_update
@@ -60,6 +61,10 @@ class NotificationPreferenceView(ApiViewMixin, APIView):
 
     def _save(self, request: Request, *, partial: bool) -> Response:
         current = _as_dict(preference_of(request.user))
+        if isinstance(request.data, dict):  # a misspelt field would otherwise be dropped with a 200
+            unknown = set(request.data) - set(PreferenceSerializer().fields)
+            if unknown:
+                raise Invalid({name: ["Unknown field."] for name in sorted(unknown)})
         serializer = PreferenceSerializer(data=request.data, partial=partial)
         serializer.is_valid(raise_exception=True)
         try:

@@ -63,4 +63,5 @@ def load(*, url: str | None = None, token: str | None = None) -> Settings:
         )
     if not str(url).startswith(("http://", "https://")):
         raise ConfigError(f"the portal URL must start with http:// or https:// (got {url!r})")
-    return Settings(url=str(url).rstrip("/"), token=str(token))
+    # The REST API's address (https://host/api/v1) names the same portal: the client adds /api/v1 itself.
+    return Settings(url=str(url).rstrip("/").removesuffix("/api/v1"), token=str(token))

@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--gpu-type")
     listing.add_argument("--owner", help="username")
     listing.add_argument("--kind", choices=["batch", "service"])
-    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--limit", type=_at_least_one, default=50, help="at most this many (default 50)")
 
     logs = commands.add_parser("logs", help="print a workload's container logs")
     logs.add_argument("uid")
@@ -205,6 +205,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _at_least_one(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number, got {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"at least 1, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -219,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     client = PortalClient(settings.url, settings.token)
     try:
-        return COMMANDS[args.command](client, args)
+        code = COMMANDS[args.command](client, args)
+        sys.stdout.flush()  # here, where a reader that has gone is a quiet 141, not a failed flush at exit (120)
+        return code
     except ApiError as exc:
         print(f"gpuportal: {exc.message} (HTTP {exc.status})", file=sys.stderr)
         for field, messages in exc.fields.items():

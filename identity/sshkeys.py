@@ -116,6 +116,8 @@ def key_add(*, user, name: str, public_key: str) -> SshKey:
         raise KeyRefused("name", "Give the key a name, e.g. the machine it lives on.")
     if len(name) > NAME_MAX:
         raise KeyRefused("name", f"At most {NAME_MAX} characters.")
+    if "\x00" in name:  # PostgreSQL stores no NUL in text: refused here, not a 500 there
+        raise KeyRefused("name", "The name may not contain NUL characters.")
     parsed = parse_public_key(public_key)
     if SshKey.objects.filter(user=user).count() >= settings.SSH_MAX_KEYS_PER_USER:
         raise KeyRefused(

@@ -13,6 +13,8 @@ from functools import cached_property
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
 
+_FURTHEST_PAGE_ROWS = 2**40  # far beyond any list, far within a 64-bit LIMIT
+
 
 class CappedPaginator(Paginator):
     """A Paginator whose count stops `cap` rows past the requested page (`exact` says whether it did)."""
@@ -28,6 +30,9 @@ class CappedPaginator(Paginator):
             self.wanted_page = max(1, int(number))
         except (TypeError, ValueError):
             self.wanted_page = 1
+        # A hand-typed ?page=99999999999999999999 would make the count's LIMIT overflow the database's
+        # integers (a 500); no count reaches this far, so the page shown is the last one all the same.
+        self.wanted_page = min(self.wanted_page, _FURTHEST_PAGE_ROWS // self.per_page)
         return super().get_page(number)
 
     @cached_property

@@ -9,6 +9,7 @@ dodge a lockout). They are believed only from the addresses in TRUSTED_PROXIES a
 from __future__ import annotations
 
 import ipaddress
+import json
 import secrets
 from collections.abc import Callable
 from functools import lru_cache
@@ -121,3 +122,30 @@ def with_sign_in_provider(policy: str) -> str:
         return policy
     origin = f"{issuer.scheme}://{issuer.netloc}"
     return policy.replace("form-action ", f"form-action {origin} ", 1)
+
+
+class NulQueryMiddleware:
+    """A query parameter holding a NUL character is refused (400 naming it): no page or endpoint has a use
+    for one, and PostgreSQL cannot compare text holding one, so a filter given one (an admin list's
+    `?state__exact=%00`, its autocomplete's `term`, an API filter) was a 500 where it reached a query."""
+
+    MESSAGE = "May not contain NUL characters."
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if "%00" in request.META.get("QUERY_STRING", ""):
+            bad = sorted({name for name, values in request.GET.lists() for v in [name, *values] if "\x00" in v})
+            if bad:
+                return _nul_refused(request, bad, self.MESSAGE)
+        return self.get_response(request)
+
+
+def _nul_refused(request: HttpRequest, names: list[str], message: str) -> HttpResponse:
+    shown = [name.replace("\x00", "\\0") for name in names]
+    if request.path.startswith("/api/"):  # the API's error format (api/README.md, Errors)
+        body = {"error": {"status": 400, "code": "invalid", "message": "The request is not valid.",
+                          "fields": {name: [message] for name in shown}}}  # fmt: skip
+        return HttpResponse(json.dumps(body), status=400, content_type="application/json")
+    return HttpResponse(f"Bad request: {', '.join(shown)}: {message}\n", status=400, content_type="text/plain")

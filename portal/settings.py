@@ -63,6 +63,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "portal.security.TrustedProxyMiddleware",
+    "portal.security.NulQueryMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "portal.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -405,6 +406,8 @@ CELERY_RESULT_BACKEND = None  # tasks report through the database, never through
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_TRACK_STARTED = True
+# What a task prints (the console mail backend of `make run`, say) is logged at INFO, not Celery's WARNING.
+CELERY_WORKER_REDIRECT_STDOUTS_LEVEL = "INFO"
 # Each task's first query would otherwise pay PostgreSQL a new backend (a fork, authentication, a cold
 # catalog cache: more CPU on the one primary than most tasks' own statements, issue 41). Celery's Django
 # fix-up keeps a worker's connection for this many tasks (0: a new one per task, Celery's default);
@@ -476,6 +479,7 @@ REST_FRAMEWORK = {
     },
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["api.parsers.SafeJSONParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "api.renderers.PortalContentNegotiation",
     "DEFAULT_SCHEMA_CLASS": "api.schema.PortalAutoSchema",
     "DEFAULT_METADATA_CLASS": None,  # no OPTIONS introspection: the OpenAPI schema is the description
     "EXCEPTION_HANDLER": "api.errors.api_exception_handler",

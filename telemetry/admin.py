@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.utils import timezone
 
+from portal.admin_widgets import SafeAutocompleteAdmin
 from telemetry.models import AgentToken, GpuState, IdlePolicy, IdleWarning, TelemetryNode
 from telemetry.services.tokens import TOKEN_PREFIX, token_digest
 
@@ -81,7 +82,7 @@ class TelemetryNodeAdmin(admin.ModelAdmin):
 
 
 @admin.register(IdlePolicy)
-class IdlePolicyAdmin(admin.ModelAdmin):
+class IdlePolicyAdmin(SafeAutocompleteAdmin, admin.ModelAdmin):
     list_display = [
         "team", "enabled", "threshold_percent", "warn_after_hours", "stop_after_hours", "browser_activity_counts",
         "updated_at",

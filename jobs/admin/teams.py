@@ -9,6 +9,7 @@ from identity.signals import changes_by
 from identity.teams import membership_edited_by_hand
 from jobs.models import Quota, QuotaChange, State, Team, Workload
 from jobs.services.queue.settings_changes import quota_change_record, sharing_changed
+from portal.admin_widgets import SafeAutocompleteAdmin
 
 
 def _gpus(states) -> Coalesce:
@@ -27,7 +28,7 @@ def quotas_with_use(queryset):
     return queryset.annotate(gpus_used=_gpus(State.holding()), gpus_queued=_gpus([State.QUEUED]))
 
 
-class MembershipInline(admin.TabularInline):
+class MembershipInline(SafeAutocompleteAdmin, admin.TabularInline):
     """Members by hand, except in teams the identity provider keeps (shown read-only there)."""
 
     model = Membership

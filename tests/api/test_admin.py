@@ -219,3 +219,24 @@ def test_admin_revokes_tokens(admin_client, world):
     assert token.revoked_at is not None
     assert token.revoked_by == world.admin
     assert world.client("owner").get("/api/v1/workloads/").status_code == 401
+
+
+@pytest.mark.parametrize("team", ["not-a-number", "99999999999999999999999"])
+def test_an_idle_policy_for_a_team_that_is_not_a_team_is_a_form_error(admin_client, world, team):
+    """The team box is an autocomplete: a value that is no team's id (a crafted or stale POST) shows the
+    form again with the error, never a 500 while the widget looks the value up."""
+    from telemetry.models import IdlePolicy
+
+    data = {"team": team, "enabled": "on", "threshold_percent": "5", "warn_after_hours": "2", "stop_after_hours": "4"}
+    page = admin_client.post("/admin/telemetry/idlepolicy/add/", data)
+    assert page.status_code == 200
+    assert "Select a valid choice" in page.content.decode()
+    assert not IdlePolicy.objects.exists()
+
+
+def test_a_team_member_row_naming_no_user_is_a_form_error(admin_client, world):
+    quotas = list(Quota.objects.filter(team=world.team).order_by("id"))
+    data = _team_form(world, quotas, {}) | {"memberships-0-user": "olivia"}  # a username where an id goes
+    page = admin_client.post(f"/admin/jobs/team/{world.team.id}/change/", data)
+    assert page.status_code == 200
+    assert "Select a valid choice" in page.content.decode()

@@ -161,3 +161,47 @@ def test_unknown_api_paths_answer_in_the_error_format(world):
     for path in ("/api/v1/nothing-here/", "/api/v1/workloads/%0Abad/events/", "/api/v1/workloads/UPPER/"):
         error = _error(world.client("owner").get(path), 404)
         assert error["code"] == "not_found"
+
+
+def test_a_team_slug_with_a_nul_character_is_a_400_naming_team(world):
+    """PostgreSQL cannot compare text holding a NUL: the lookup of such a `team` was a 500."""
+    from jobs.models import TeamSecret
+
+    client = world.client("manager")
+    stored = client.post("/api/v1/secrets/", {"name": "hf-token", "value": "x", "team": "vis\x00ion"}, format="json")
+    assert stored.status_code == 400, stored.content
+    assert list(stored.json()["error"]["fields"]) == ["team"]
+    assert not TeamSecret.objects.exists()
+
+
+def test_a_query_parameter_with_a_nul_character_is_a_400_naming_it_on_pages_admin_and_api(world, client):
+    """PostgreSQL cannot compare text holding a NUL: Django admin's list filter and autocomplete passed
+    one straight to a query (a 500). Every such parameter is refused before any view runs."""
+    client.force_login(world.admin)
+    for url in (
+        "/admin/jobs/workload/?state__exact=RUN%00",
+        "/admin/autocomplete/?term=vis%00&app_label=telemetry&model_name=idlepolicy&field_name=team",
+    ):
+        refused = client.get(url)
+        assert refused.status_code == 400, (url, refused.status_code)
+    api = world.client("manager").get("/api/v1/workloads/?owner=tom%00")
+    assert api.status_code == 400
+    assert api.json()["error"]["fields"] == {"owner": ["May not contain NUL characters."]}
+    assert world.client("manager").get("/api/v1/workloads/?owner=tom").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"name": "hf-token", "value": "abc\ud800"}, "value"),  # sealing encodes it as UTF-8: was a 500
+        ({"name": "hf-token", "value": "x", "team": "vision\ud800"}, "team"),  # PostgreSQL cannot compare it
+    ],
+)
+def test_a_secret_with_a_lone_surrogate_is_a_400_naming_the_field(world, body, field):
+    from jobs.models import TeamSecret
+
+    raw = json.dumps(body)  # "\\ud800" on the wire, a lone surrogate once parsed
+    stored = world.client("manager").generic("POST", "/api/v1/secrets/", raw, content_type="application/json")
+    assert stored.status_code == 400, stored.content
+    assert list(stored.json()["error"]["fields"]) == [field]
+    assert not TeamSecret.objects.exists()

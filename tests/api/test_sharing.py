@@ -66,3 +66,12 @@ def test_share_wants_a_boolean(world):
     response = world.client("owner").post(f"/api/v1/workloads/{uid}/share/", {"shared_with_team": "on"}, format="json")
     assert response.status_code in (400, 422)
     assert "shared_with_team" in response.json()["error"]["fields"]
+
+
+def test_share_refuses_a_field_it_does_not_know_and_shares_nothing(world):
+    uid = _service(world)["uid"]
+    body = {"shared_with_team": True, "expires": "tomorrow"}  # a wish the portal cannot keep: said, not dropped
+    response = world.client("owner").post(f"/api/v1/workloads/{uid}/share/", body, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"] == {"expires": ["Unknown field."]}
+    assert world.client("owner").get(f"/api/v1/workloads/{uid}/").json()["shared_with_team"] is False

@@ -57,6 +57,16 @@ def test_bad_input_names_the_field_and_stores_nothing(world, payload, field):
     assert not SshKey.objects.exists()
 
 
+def test_a_good_key_under_a_name_with_a_nul_character_is_refused_naming_the_name(world, client):
+    answer = _api(world.owner).post("/api/v1/me/ssh-keys/", {"name": "lap\x00top", "public_key": _key()}, format="json")
+    assert answer.status_code == 400, answer.content
+    assert list(answer.json()["error"]["fields"]) == ["name"]
+    client.force_login(world.owner)
+    page = client.post("/profile/ssh-keys/", {"name": "lap\x00top", "public_key": _key()})
+    assert page.status_code == 400
+    assert not SshKey.objects.exists()
+
+
 def test_a_weak_rsa_key_and_a_duplicate_are_refused(world):
     api = _api(world.owner)
     weak = api.post("/api/v1/me/ssh-keys/", {"name": "old", "public_key": _key("rsa")}, format="json")

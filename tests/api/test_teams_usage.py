@@ -173,7 +173,10 @@ def test_usage_parameters(world):
     assert client.get("/api/v1/usage/?start=2026-02-10&end=2026-02-01").status_code == 400
     assert client.get("/api/v1/usage/?start=2020-01-01&end=2026-01-01").status_code == 400
     assert client.get("/api/v1/usage/?group_by=team").status_code == 400
-    assert client.get("/api/v1/usage/?format=xml").status_code == 404
+    for url, formats in [("/api/v1/usage/?format=xml", "json, csv"), ("/api/v1/workloads/?format=csv", "json")]:
+        unknown_format = client.get(url)  # the address exists: a 400 naming `format`, not "Not found."
+        assert unknown_format.status_code == 400, url
+        assert unknown_format.json()["error"]["fields"] == {"format": [f"One of: {formats}."]}
 
 
 def test_a_mig_slice_type_says_what_it_is_and_counts_its_share_of_a_gpu(world, client):

@@ -40,5 +40,14 @@ def test_name_is_required(client, world):
     assert "Give the token a name" in response.content.decode()
 
 
+def test_a_name_with_a_nul_character_is_refused_not_a_500(client, world):
+    client.force_login(world.owner)
+    before = ApiToken.objects.count()
+    response = client.post("/profile/tokens/", {"name": "laptop\x00"})
+    assert response.status_code == 400
+    assert "NUL" in response.content.decode()
+    assert ApiToken.objects.count() == before
+
+
 def test_needs_login(client, world):
     assert client.get("/profile/tokens/").status_code == 302

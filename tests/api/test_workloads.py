@@ -149,6 +149,18 @@ def test_list_filters(world, submit):
     assert set(bad.json()["error"]["fields"]) == {"state", "created_after"}
 
 
+def test_a_list_filtered_by_a_team_or_gpu_type_that_is_not_there_says_so(world, submit):
+    """`gpuportal list --team visoin` (a typo) or another team's slug is a 400 naming the filter, as on
+    /usage/ and /secrets/, not an empty list that reads as "nothing is running"."""
+    submit(name="a")
+    client = world.client("manager")
+    for query, field in [("team=visoin", "team"), ("team=language", "team"), ("gpu_type=h9000", "gpu_type")]:
+        refused = client.get(f"/api/v1/workloads/?{query}")
+        assert refused.status_code == 400, (query, refused.content)
+        assert list(refused.json()["error"]["fields"]) == [field]
+    assert len(client.get("/api/v1/workloads/?team=vision&gpu_type=p100").json()["results"]) == 1
+
+
 def test_cursor_pagination_walks_every_workload_once(world, submit):
     made = [submit(name=f"w{i}")["uid"] for i in range(7)]
     client = world.client("owner")

@@ -244,6 +244,14 @@ SIZED = v.GpuTypeFacts(
 )  # fmt: skip
 
 
+# A type without a larger size offers one size only: "Between 4000 and 4000 millicores" said it badly.
+ONE_SIZE = v.GpuTypeFacts(
+    "p100", "Tesla P100", True, quota=4, largest_node=4, max_cuda=None, cpu_per_gpu=4000, max_cpu_per_gpu=None,
+    memory_per_gpu=16384, max_memory_per_gpu=None,
+)  # fmt: skip
+ONE_SIZE_SAYS = "Exactly 4000 millicores for 1 Tesla P100 GPU(s), or leave it empty: this GPU type has one size."
+
+
 @pytest.mark.parametrize(
     ("raw", "gpu", "count", "expected"),
     [
@@ -261,6 +269,7 @@ SIZED = v.GpuTypeFacts(
             1,
             Checked((None, 100), (("memory_mib", "Between 8192 and 32768 MiB for 1 Tesla P100 GPU(s)."),)),
         ),
+        ({"cpu_millicores": 99999}, ONE_SIZE, 1, Checked((99999, None), (("cpu_millicores", ONE_SIZE_SAYS),))),
         ({"cpu_millicores": "lots"}, SIZED, 1, Checked((None, None), (("cpu_millicores", v.WHOLE_NUMBER),))),
         ({"cpu_millicores": 1}, None, 1, Checked((1, None))),  # the type is wrong: its limits are not judged
         ({"cpu_millicores": 1}, SIZED, 0, Checked((1, None))),

@@ -122,3 +122,16 @@ def test_preferences_over_the_api_with_a_token(client, django_user_model):
         assert any(name.startswith(field) for name in refused.json()["error"]["fields"]), refused.json()
     assert Preference.objects.get(user=bob).topics == ["problems"]
     assert client.get(API).status_code in (401, 403)  # no credentials
+
+
+def test_a_misspelt_preference_is_refused_naming_it_and_changes_nothing(client, django_user_model):
+    """A script that sends {"emial": false} must hear of the typo, not be told 200 with e-mail still on."""
+    bob = django_user_model.objects.create_user("bob", "bob@example.org", "pw")
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {token_create(user=bob, name='script').raw}"}
+    before = client.get(API, **auth).json()
+    for method in (client.patch, client.put):
+        body = {**before, "topics": ["problems"], "emial": False}
+        refused = method(API, body, content_type="application/json", **auth)
+        assert refused.status_code == 400, refused.content
+        assert refused.json()["error"]["fields"] == {"emial": ["Unknown field."]}
+    assert client.get(API, **auth).json() == before

@@ -193,6 +193,18 @@ def test_list_is_paginated_newest_first(login, world):
     assert f">{newest_first[0].name}<" not in second
 
 
+def test_a_page_number_past_any_count_shows_the_last_page(login, world):
+    """?page=99999999999999999999 (a hand-edited address) made the count's LIMIT overflow: a 500."""
+    workloads = [make_workload(world) for _ in range(30)]
+    oldest = min(workloads, key=lambda w: (w.created_at, w.id))
+    client = login(world.owner)
+    for page in ("99999999999999999999", str(2**62), "999"):
+        shown = client.get(reverse("workload_list"), {"page": page})
+        assert shown.status_code == 200, page
+        assert "Page 2 of 2" in shown.content.decode()
+        assert f">{oldest.name}<" in shown.content.decode()
+
+
 def test_long_lists_are_not_counted_to_the_end(login, world, monkeypatch):
     """A team with 100,000 workloads made every view of the list count them all; now the count stops
     `cap` rows past the page, and the pager says "more than N" where it stopped."""

@@ -133,3 +133,23 @@ def test_a_worker_without_a_broker_of_its_own_refuses_to_start_saying_why():
     )  # fmt: skip
     assert result.returncode != 0
     assert "GPU Portal worker cannot start: set REDIS_URL" in result.stdout + result.stderr
+
+
+def test_a_mail_printed_by_the_console_backend_in_a_worker_is_not_logged_as_a_warning(caplog):
+    """`make run` prints mail (EMAIL_URL console://) from the Celery worker, whose stdout Celery turns
+    into log records: every notification read `WARNING/ForkPoolWorker` in the log. Printing is INFO."""
+    import logging
+
+    from celery.utils.log import LoggingProxy, get_logger
+    from django.core.mail import EmailMessage
+    from django.core.mail.backends.console import EmailBackend
+
+    from portal.celery import app
+
+    logger = get_logger("celery.redirected")
+    proxy = LoggingProxy(logger, loglevel=app.conf.worker_redirect_stdouts_level)
+    with caplog.at_level(logging.DEBUG, logger="celery.redirected"):
+        EmailBackend(stream=proxy).send_messages([EmailMessage("first succeeded", "body", to=["alice@example.org"])])
+    records = [r for r in caplog.records if r.name == "celery.redirected"]
+    assert records
+    assert all(r.levelno == logging.INFO for r in records), {r.levelname for r in records}

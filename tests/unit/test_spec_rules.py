@@ -95,3 +95,48 @@ def test_cli_refuses_a_sweep_over_the_one_cap(capsys, count):
     code, err = run_cli(capsys, "--array", str(count))
     assert code == cli_main.EXIT_USAGE
     assert f"1 to {spec_rules.SWEEP_AT_MOST} copies" in err
+
+
+@pytest.mark.parametrize("limit", ["0", "-5"])
+def test_list_with_a_limit_below_one_is_a_usage_error_not_an_empty_table(capsys, limit):
+    """`gpuportal list --limit 0` printed an empty table and exit 0, which reads as "nothing there"."""
+    with pytest.raises(SystemExit) as usage:
+        cli_main.main([*NOWHERE, "list", "--limit", limit])
+    assert usage.value.code == cli_main.EXIT_USAGE
+    assert "--limit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given", ["https://gpus.example.org/api/v1", "https://gpus.example.org/api/v1/",
+                                   "https://gpus.example.org/"])  # fmt: skip
+def test_the_portal_url_may_be_given_as_the_api_address_the_readme_names(monkeypatch, given):
+    """`--url https://host/api/v1` (the REST API's address, as api/README.md names it) made every command
+    answer 404 "No such API endpoint": the client adds /api/v1 itself."""
+    from cli import config
+
+    monkeypatch.setenv("GPUPORTAL_CONFIG", "/nonexistent/config.toml")
+    assert config.load(url=given, token="gpp_x").url == "https://gpus.example.org"
+
+
+def test_output_still_buffered_when_the_reader_has_gone_ends_quietly_with_141(monkeypatch):
+    """`gpuportal list | head -1` on a busy machine: the command's last lines were still in Python's
+    buffer when head left, so the flush at exit failed and the CLI ended 120. It flushes while it can
+    still say 141 (as for a pipe broken mid-write)."""
+    import io
+    import os
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone
+    stdout = io.TextIOWrapper(io.FileIO(write_end, "w"), encoding="utf-8")  # block-buffered, as into a pipe
+
+    def short_listing(client, args):
+        print("UID  NAME")  # fits the buffer: nothing reaches the pipe before the command returns
+        return cli_main.EXIT_OK
+
+    monkeypatch.setitem(cli_main.COMMANDS, "list", short_listing)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    try:
+        assert cli_main.main([*NOWHERE, "list"]) == 141
+    finally:
+        monkeypatch.undo()
+        stdout.close()

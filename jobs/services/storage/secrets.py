@@ -78,7 +78,11 @@ def _name_problem(name) -> str | None:
 def _value_problem(value) -> str | None:
     if not isinstance(value, str) or not value:
         return "Give the secret's value."
-    if len(value.encode()) > MAX_SECRET_BYTES or "\x00" in value:
+    try:
+        size = len(value.encode())
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800" in JSON): no UTF-8 text, nothing to seal
+        return "Text only: this value holds a lone surrogate (\\ud800-\\udfff), which is no character."
+    if size > MAX_SECRET_BYTES or "\x00" in value:
         return f"At most {MAX_SECRET_BYTES // 1024} KiB of text without NUL characters."
     return None
 

@@ -127,6 +127,9 @@ def check_pod_size(
         if gpu is None or gpu_count < 1:
             continue  # the GPU type or count is already wrong; its limit cannot be judged
         low, high = default * gpu_count, (limit or default) * gpu_count
-        if not low <= value <= high:
+        if low == high != value:
+            exactly = f"Exactly {low} {unit} for {gpu_count} {gpu.display_name} GPU(s)"
+            problems.append((name, f"{exactly}, or leave it empty: this GPU type has one size."))
+        elif not low <= value <= high:
             problems.append((name, f"Between {low} and {high} {unit} for {gpu_count} {gpu.display_name} GPU(s)."))
     return Checked((sizes[0], sizes[1]), tuple(problems))

@@ -1,0 +1,39 @@
+"""Django admin's autocomplete box, safe against a submitted value that is no key at all.
+
+When a form comes back with errors the stock widget looks the submitted values up to show them again;
+a value that is not a key of the right type ("abc" for a numeric id, a crafted or stale POST) makes that
+lookup raise, and the admin answers 500 instead of the form with "Select a valid choice". Values that
+cannot be a key are simply not shown again; the field's own validation still names the error.
+"""
+
+from __future__ import annotations
+
+from django.contrib.admin.widgets import AutocompleteSelect
+from django.core.exceptions import ValidationError
+from django.db import connections
+
+
+class SafeAutocompleteSelect(AutocompleteSelect):
+    def _could_be_key(self, value) -> bool:
+        remote = self.field.remote_field
+        key_field = remote.model._meta.get_field(getattr(remote, "field_name", None) or remote.model._meta.pk.name)
+        try:
+            key = key_field.to_python(value)
+        except (ValidationError, TypeError, ValueError):
+            return False
+        if isinstance(key, int):  # beyond the column's range (SQLite raises OverflowError on such a lookup)
+            low, high = connections[self.db or "default"].ops.integer_field_range(key_field.get_internal_type())
+            return (low is None or key >= low) and (high is None or key <= high)
+        return True
+
+    def optgroups(self, name, value, attr=None):
+        return super().optgroups(name, [v for v in value if v in ("", None) or self._could_be_key(v)], attr)
+
+
+class SafeAutocompleteAdmin:
+    """A ModelAdmin or inline mix-in: its `autocomplete_fields` use SafeAutocompleteSelect."""
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if "widget" not in kwargs and db_field.name in self.get_autocomplete_fields(request):
+            kwargs["widget"] = SafeAutocompleteSelect(db_field, self.admin_site, using=kwargs.get("using"))
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
