@@ -591,13 +591,35 @@ def record_burst(view: ClusterView, dirty: set[str]) -> int:
     return sync_workloads(view, dirty, full=False)
 
 
+# The burst window: how long the loop gathers watch events after a burst's first before recording them. A
+# burst's round trips to PostgreSQL cost the same for one workload or ten, so while events keep coming the
+# window widens (doubling per busy burst, to BURST_WINDOW_BUSY_SECONDS) and a burst holds more workloads; once
+# the stream pauses it is back to BURST_WINDOW_SECONDS, so an idle cluster's one workload is recorded as soon
+# as before. Inside a wide window, a pause of BURST_WINDOW_SECONDS ends the burst early.
+BURST_WINDOW_SECONDS = 0.05
+BURST_WINDOW_BUSY_SECONDS = 0.2
+
+
+def next_burst_window(last: float, *, waited: float, quiet: float, busiest: float) -> float:
+    """The window of a burst whose first event the loop waited `waited` seconds for, after a burst gathered
+    over `last` seconds (pure): a stream that paused (`waited` at least `quiet`) gets `quiet`; events that
+    were already waiting, or came at once, mean a busy stream: twice `last`, never more than `busiest`."""
+    if waited >= quiet:
+        return quiet
+    return min(busiest, max(quiet, last * 2))
+
+
 class Tracker:
     """The long-running loop behind `manage.py track`."""
 
-    def __init__(self, *, batch_seconds: float = 0.05) -> None:
+    def __init__(
+        self, *, batch_seconds: float = BURST_WINDOW_SECONDS, busy_batch_seconds: float = BURST_WINDOW_BUSY_SECONDS
+    ) -> None:
         self.events: queue.Queue[tuple[int, str, str, dict[str, Any] | None]] = queue.Queue()
         self.stop_event = threading.Event()
         self.batch_seconds = batch_seconds
+        self.busy_batch_seconds = max(batch_seconds, busy_batch_seconds)
+        self.window = batch_seconds
         self.view = ClusterView()
         self._watchers: list[threading.Thread] = []
         self.relist_needed = threading.Event()
@@ -608,6 +630,7 @@ class Tracker:
         # and whether they changed what the tracker reads, and the bursts they made.
         self.tally: Counter[tuple[str, str, bool]] = Counter()
         self.bursts = self.loaded = 0
+        self.gathered_seconds = 0.0
 
     def _watch(self, kind: str, resource_version: str, generation: int) -> str | None:
         """Stream changes for one kind into the queue until told to stop or the stream ends. Returns the
@@ -727,11 +750,13 @@ class Tracker:
             for (kind, event, changed), count in sorted(self.tally.items())
         )
         log.info(
-            "tracker: %d watch events (%s) in %d bursts, %d of them with something new to record, since the last resync",
-            events, kinds, self.bursts, self.loaded,
+            "tracker: %d watch events (%s) in %d bursts (gathered over %.0f ms each on average), %d of them with"
+            " something new to record, since the last resync",
+            events, kinds, self.bursts, self.gathered_seconds / max(1, self.bursts) * 1000, self.loaded,
         )  # fmt: skip
         self.tally.clear()
         self.bursts = self.loaded = 0
+        self.gathered_seconds = 0.0
 
     def _stream_until_relist(self, started: float, max_seconds: float | None) -> None:
         with dispatch.gathered_ids_held():
@@ -752,12 +777,18 @@ class Tracker:
                 self.resync()
                 next_resync = time.monotonic() + settings.PORTAL_RESYNC_SECONDS
             dirty: set[str] = set()
+            waiting_since = time.monotonic()
             try:
                 generation, kind, kind_event, obj = self.events.get(timeout=min(0.5, SEND_HELD_SECONDS))
             except queue.Empty:
+                self.window = self.batch_seconds
                 dispatch.send_held()  # quiet: nothing waits for company
                 continue
-            deadline = time.monotonic() + self.batch_seconds
+            began = time.monotonic()
+            self.window = next_burst_window(
+                self.window, waited=began - waiting_since, quiet=self.batch_seconds, busiest=self.busy_batch_seconds
+            )
+            deadline = began + self.window
             while True:
                 if generation == self.generation:
                     uid = self.view.put(kind, obj or {}, deleted=kind_event == "DELETED", if_changed=True)
@@ -768,10 +799,11 @@ class Tracker:
                 if remaining <= 0:
                     break
                 try:
-                    generation, kind, kind_event, obj = self.events.get(timeout=remaining)
+                    generation, kind, kind_event, obj = self.events.get(timeout=min(remaining, self.batch_seconds))
                 except queue.Empty:
-                    break
+                    break  # the stream paused: record what came at once
             self.bursts += 1
+            self.gathered_seconds += time.monotonic() - began
             dirty = self.view.worth_loading(dirty)
             if dirty:
                 self.loaded += 1
