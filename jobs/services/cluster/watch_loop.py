@@ -592,20 +592,25 @@ def record_burst(view: ClusterView, dirty: set[str]) -> int:
 
 
 # The burst window: how long the loop gathers watch events after a burst's first before recording them. A
-# burst's round trips to PostgreSQL cost the same for one workload or ten, so while events keep coming the
-# window widens (doubling per busy burst, to BURST_WINDOW_BUSY_SECONDS) and a burst holds more workloads; once
-# the stream pauses it is back to BURST_WINDOW_SECONDS, so an idle cluster's one workload is recorded as soon
-# as before. (A wide window is not ended early by a pause: the cluster's events come in clumps a few tens of
+# burst's round trips to PostgreSQL cost the same for one workload or ten, so while the stream is busy (the
+# last burst held BUSY_BURST_EVENTS events or more, and the next was already waiting) the window widens,
+# doubling per burst up to BURST_WINDOW_BUSY_SECONDS, and a burst holds more workloads; a small burst or a
+# pause brings it back to BURST_WINDOW_SECONDS, so a quiet cluster's workloads are recorded as soon as before.
+# (A wide window is not ended early by a pause: the cluster's events come in clumps a few tens of
 # milliseconds apart, so a burst that ended at a 50 ms pause held no more than a 50 ms one.)
 BURST_WINDOW_SECONDS = 0.05
 BURST_WINDOW_BUSY_SECONDS = 0.2
+BUSY_BURST_EVENTS = 8
 
 
-def next_burst_window(last: float, *, waited: float, quiet: float, busiest: float) -> float:
-    """The window of a burst whose first event the loop waited `waited` seconds for, after a burst gathered
-    over `last` seconds (pure): a stream that paused (`waited` at least `quiet`) gets `quiet`; events that
-    were already waiting, or came at once, mean a busy stream: twice `last`, never more than `busiest`."""
-    if waited >= quiet:
+def next_burst_window(
+    last: float, *, events: int, waited: float, quiet: float, busiest: float, busy_events: int = BUSY_BURST_EVENTS
+) -> float:
+    """The window of the next burst (pure), after one that gathered `events` watch events over `last` seconds
+    and a wait of `waited` seconds for the next burst's first event: a quiet stream (a pause of `quiet` or
+    more, or a burst of fewer than `busy_events`) gets `quiet`; a busy one twice `last`, never more than
+    `busiest`."""
+    if waited >= quiet or events < busy_events:
         return quiet
     return min(busiest, max(quiet, last * 2))
 
@@ -621,6 +626,7 @@ class Tracker:
         self.batch_seconds = batch_seconds
         self.busy_batch_seconds = max(batch_seconds, busy_batch_seconds)
         self.window = batch_seconds
+        self.last_burst_events = 0
         self.view = ClusterView()
         self._watchers: list[threading.Thread] = []
         self.relist_needed = threading.Event()
@@ -782,15 +788,18 @@ class Tracker:
             try:
                 generation, kind, kind_event, obj = self.events.get(timeout=min(0.5, SEND_HELD_SECONDS))
             except queue.Empty:
-                self.window = self.batch_seconds
+                self.window, self.last_burst_events = self.batch_seconds, 0
                 dispatch.send_held()  # quiet: nothing waits for company
                 continue
             began = time.monotonic()
             self.window = next_burst_window(
-                self.window, waited=began - waiting_since, quiet=self.batch_seconds, busiest=self.busy_batch_seconds
-            )
+                self.window, events=self.last_burst_events, waited=began - waiting_since,
+                quiet=self.batch_seconds, busiest=self.busy_batch_seconds,
+            )  # fmt: skip
+            self.last_burst_events = 0
             deadline = began + self.window
             while True:
+                self.last_burst_events += 1
                 if generation == self.generation:
                     uid = self.view.put(kind, obj or {}, deleted=kind_event == "DELETED", if_changed=True)
                     self.tally[kind, kind_event, bool(uid)] += 1
