@@ -591,13 +591,42 @@ def record_burst(view: ClusterView, dirty: set[str]) -> int:
     return sync_workloads(view, dirty, full=False)
 
 
+# The burst window: how long the loop gathers watch events after a burst's first before recording them. A
+# burst's round trips to PostgreSQL cost the same for one workload or ten, so while the stream is busy (the
+# last burst held BUSY_BURST_EVENTS events or more, and the next was already waiting) the window widens,
+# doubling per burst up to BURST_WINDOW_BUSY_SECONDS, and a burst holds more workloads; a small burst or a
+# pause brings it back to BURST_WINDOW_SECONDS, so a quiet cluster's workloads are recorded as soon as before.
+# (A wide window is not ended early by a pause: the cluster's events come in clumps a few tens of
+# milliseconds apart, so a burst that ended at a 50 ms pause held no more than a 50 ms one.)
+BURST_WINDOW_SECONDS = 0.05
+BURST_WINDOW_BUSY_SECONDS = 0.2
+BUSY_BURST_EVENTS = 8
+
+
+def next_burst_window(
+    last: float, *, events: int, waited: float, quiet: float, busiest: float, busy_events: int = BUSY_BURST_EVENTS
+) -> float:
+    """The window of the next burst (pure), after one that gathered `events` watch events over `last` seconds
+    and a wait of `waited` seconds for the next burst's first event: a quiet stream (a pause of `quiet` or
+    more, or a burst of fewer than `busy_events`) gets `quiet`; a busy one twice `last`, never more than
+    `busiest`."""
+    if waited >= quiet or events < busy_events:
+        return quiet
+    return min(busiest, max(quiet, last * 2))
+
+
 class Tracker:
     """The long-running loop behind `manage.py track`."""
 
-    def __init__(self, *, batch_seconds: float = 0.05) -> None:
+    def __init__(
+        self, *, batch_seconds: float = BURST_WINDOW_SECONDS, busy_batch_seconds: float = BURST_WINDOW_BUSY_SECONDS
+    ) -> None:
         self.events: queue.Queue[tuple[int, str, str, dict[str, Any] | None]] = queue.Queue()
         self.stop_event = threading.Event()
         self.batch_seconds = batch_seconds
+        self.busy_batch_seconds = max(batch_seconds, busy_batch_seconds)
+        self.window = batch_seconds
+        self.last_burst_events = 0
         self.view = ClusterView()
         self._watchers: list[threading.Thread] = []
         self.relist_needed = threading.Event()
@@ -608,6 +637,7 @@ class Tracker:
         # and whether they changed what the tracker reads, and the bursts they made.
         self.tally: Counter[tuple[str, str, bool]] = Counter()
         self.bursts = self.loaded = 0
+        self.gathered_seconds = 0.0
 
     def _watch(self, kind: str, resource_version: str, generation: int) -> str | None:
         """Stream changes for one kind into the queue until told to stop or the stream ends. Returns the
@@ -727,11 +757,13 @@ class Tracker:
             for (kind, event, changed), count in sorted(self.tally.items())
         )
         log.info(
-            "tracker: %d watch events (%s) in %d bursts, %d of them with something new to record, since the last resync",
-            events, kinds, self.bursts, self.loaded,
+            "tracker: %d watch events (%s) in %d bursts (gathered over %.0f ms each on average), %d of them with"
+            " something new to record, since the last resync",
+            events, kinds, self.bursts, self.gathered_seconds / max(1, self.bursts) * 1000, self.loaded,
         )  # fmt: skip
         self.tally.clear()
         self.bursts = self.loaded = 0
+        self.gathered_seconds = 0.0
 
     def _stream_until_relist(self, started: float, max_seconds: float | None) -> None:
         with dispatch.gathered_ids_held():
@@ -752,13 +784,22 @@ class Tracker:
                 self.resync()
                 next_resync = time.monotonic() + settings.PORTAL_RESYNC_SECONDS
             dirty: set[str] = set()
+            waiting_since = time.monotonic()
             try:
                 generation, kind, kind_event, obj = self.events.get(timeout=min(0.5, SEND_HELD_SECONDS))
             except queue.Empty:
+                self.window, self.last_burst_events = self.batch_seconds, 0
                 dispatch.send_held()  # quiet: nothing waits for company
                 continue
-            deadline = time.monotonic() + self.batch_seconds
+            began = time.monotonic()
+            self.window = next_burst_window(
+                self.window, events=self.last_burst_events, waited=began - waiting_since,
+                quiet=self.batch_seconds, busiest=self.busy_batch_seconds,
+            )  # fmt: skip
+            self.last_burst_events = 0
+            deadline = began + self.window
             while True:
+                self.last_burst_events += 1
                 if generation == self.generation:
                     uid = self.view.put(kind, obj or {}, deleted=kind_event == "DELETED", if_changed=True)
                     self.tally[kind, kind_event, bool(uid)] += 1
@@ -772,6 +813,7 @@ class Tracker:
                 except queue.Empty:
                     break
             self.bursts += 1
+            self.gathered_seconds += time.monotonic() - began
             dirty = self.view.worth_loading(dirty)
             if dirty:
                 self.loaded += 1
