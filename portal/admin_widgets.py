@@ -13,18 +13,25 @@ from django.core.exceptions import ValidationError
 from django.db import connections
 
 
+def could_be_key(key_field, value, db: str | None = None) -> bool:
+    """Whether `value` can be looked up as `key_field` without the database or Django raising."""
+    try:
+        key = key_field.to_python(value)
+    except (ValidationError, TypeError, ValueError):
+        return False
+    if key is None:
+        return False
+    if isinstance(key, int):  # beyond the column's range (SQLite raises OverflowError on such a lookup)
+        low, high = connections[db or "default"].ops.integer_field_range(key_field.get_internal_type())
+        return (low is None or key >= low) and (high is None or key <= high)
+    return not (isinstance(key, str) and "\x00" in key)  # PostgreSQL refuses NUL in text
+
+
 class SafeAutocompleteSelect(AutocompleteSelect):
     def _could_be_key(self, value) -> bool:
         remote = self.field.remote_field
         key_field = remote.model._meta.get_field(getattr(remote, "field_name", None) or remote.model._meta.pk.name)
-        try:
-            key = key_field.to_python(value)
-        except (ValidationError, TypeError, ValueError):
-            return False
-        if isinstance(key, int):  # beyond the column's range (SQLite raises OverflowError on such a lookup)
-            low, high = connections[self.db or "default"].ops.integer_field_range(key_field.get_internal_type())
-            return (low is None or key >= low) and (high is None or key <= high)
-        return True
+        return could_be_key(key_field, value, self.db)
 
     def optgroups(self, name, value, attr=None):
         return super().optgroups(name, [v for v in value if v in ("", None) or self._could_be_key(v)], attr)

@@ -40,7 +40,7 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 SITE_URL = env_str("SITE_URL", "http://127.0.0.1:8000")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "portal.admin_site.PortalAdminConfig",  # django.contrib.admin, its bulk actions safe against a bad selection
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

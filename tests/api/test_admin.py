@@ -240,3 +240,53 @@ def test_a_team_member_row_naming_no_user_is_a_form_error(admin_client, world):
     page = admin_client.post(f"/admin/jobs/team/{world.team.id}/change/", data)
     assert page.status_code == 200
     assert "Select a valid choice" in page.content.decode()
+
+
+def _admins_with_actions(admin_client, world):
+    from django.contrib import admin
+    from django.test import RequestFactory
+
+    request = RequestFactory().get("/admin/")
+    request.user = world.admin
+    for model, model_admin in admin.site._registry.items():
+        actions = list(model_admin.get_actions(request))
+        if actions:
+            yield model, actions[0]
+
+
+@pytest.mark.parametrize("selected", ["abc", "99999999999999999999999", "\x00", "-1", "12abc"])
+def test_every_admin_action_refuses_a_selection_that_is_no_key(admin_client, world, selected):
+    """A crafted or stale `_selected_action` ("abc" for a numeric id) on any changelist runs no action and
+    says why; stock Django answers 500 while filtering by it."""
+    from django.contrib import admin
+
+    tried = 0
+    for model, action in _admins_with_actions(admin_client, world):
+        meta = model._meta
+        url = f"/admin/{meta.app_label}/{meta.model_name}/"
+        response = admin_client.post(url, {"action": action, "_selected_action": [selected]}, follow=True)
+        assert response.status_code == 200, url
+        assert "No items have been changed" in response.content.decode(), url
+        tried += 1
+    assert tried >= len(admin.site._registry) // 2
+
+
+def test_an_admin_action_on_ids_not_on_its_list_changes_nothing(admin_client, world, submit):
+    """Ids of another model (a workload's id on the tokens' list) or of rows deleted meanwhile: the action runs
+    on none of the selection, not on the part that happens to exist."""
+    token = ApiToken.objects.get(user=world.owner)
+    workload = _queued(world, submit, 1)
+    missing = max(ApiToken.objects.order_by("-id").values_list("id", flat=True)[0], workload.id) + 1000
+    response = admin_client.post(
+        "/admin/api/apitoken/", {"action": "revoke_tokens", "_selected_action": [token.id, missing]}, follow=True
+    )
+    assert "not on this list" in response.content.decode()
+    token.refresh_from_db()
+    assert token.revoked_at is None
+    # A UUID-keyed or text-keyed model is no different: the workload list given a token's selection.
+    response = admin_client.post(
+        "/admin/jobs/workload/", {"action": "cancel_workloads", "_selected_action": ["abc", workload.id]}, follow=True
+    )
+    assert "No items have been changed" in response.content.decode()
+    workload.refresh_from_db()
+    assert workload.state != State.CANCELLED
