@@ -10,6 +10,7 @@ import argparse
 import getpass
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -115,21 +116,21 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--limit", type=_at_least_one, default=50, help="at most this many (default 50)")
 
     logs = commands.add_parser("logs", help="print a workload's container logs")
-    logs.add_argument("uid")
+    logs.add_argument("uid", type=_workload_uid)
     logs.add_argument("--tail", type=int, help="lines from the end")
     logs.add_argument("--since", type=int, metavar="SECONDS", help="only the last N seconds")
     logs.add_argument("-f", "--follow", action="store_true", help="wait for the container, then stream")
     logs.add_argument("--rank", type=int, help="a gang job's rank (default 0)")
 
     cancel = commands.add_parser("cancel", help="cancel a workload")
-    cancel.add_argument("uid")
+    cancel.add_argument("uid", type=_workload_uid)
 
     wait = commands.add_parser("wait", help="wait until a workload finishes; exit 0 only if it succeeded")
-    wait.add_argument("uid")
+    wait.add_argument("uid", type=_workload_uid)
     wait.add_argument("--timeout", type=float, default=0, metavar="SECONDS", help="0: wait forever")
     wait.add_argument("--interval", type=float, default=2.0, metavar="SECONDS")
     clone = commands.add_parser("clone", help="submit a copy of a workload (same image, GPUs, command, env)")
-    clone.add_argument("uid")
+    clone.add_argument("uid", type=_workload_uid)
     clone.add_argument("--name", help="the copy's name (default: made by the portal from the image)")
     clone.add_argument("--gpus", type=int, help="a different number of GPUs")
     clone.add_argument("--wait", action="store_true", help="wait until it finishes; exit 0 only if it succeeded")
@@ -183,9 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoint.add_argument("--path", default="", help="where you wrote it, e.g. $GPUPORTAL_CHECKPOINT_DIR/step-42.pt")
     checkpoint.add_argument("--note", default="", help="a few words shown with it")
     checkpoints = commands.add_parser("checkpoints", help="a batch job's last checkpoints and the newest one's age")
-    checkpoints.add_argument("uid")
+    checkpoints.add_argument("uid", type=_workload_uid)
     opening = commands.add_parser("open", help="print the address a service opens at (in a signed-in browser)")
-    opening.add_argument("uid")
+    opening.add_argument("uid", type=_workload_uid)
     opening.add_argument("--browser", action="store_true", help="open it in your web browser too")
     shell = commands.add_parser("ssh", help="open an SSH session into a running service (your key on your profile)")
     shell.add_argument("uid")
@@ -202,7 +203,18 @@ def build_parser() -> argparse.ArgumentParser:
     ssh_config.add_argument(
         "uid", nargs="?", help="one service (default: your running services whose image runs an SSH server)"
     )
+    for command_parser in commands.choices.values():
+        command_parser.set_defaults(command_parser=command_parser)
     return parser
+
+
+def _workload_uid(raw: str) -> str:
+    """A workload's id as `gpuportal list` shows it (16 hex characters); anything else is a usage error here,
+    not a path sent to the portal (`../x` reached other addresses and came back as an HTML 404)."""
+    uid = raw.strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{1,16}", uid):
+        raise argparse.ArgumentTypeError(f"not a workload's id: {raw!r} (its UID column in `gpuportal list`)")
+    return uid
 
 
 def _at_least_one(raw: str) -> int:
@@ -217,7 +229,9 @@ def _at_least_one(raw: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # named by the subcommand's usage, which lists what it does take
+        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     args.json = args.json or args.output == "json"
     try:
         if args.command == "checkpoint":

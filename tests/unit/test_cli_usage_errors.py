@@ -1,0 +1,51 @@
+"""The CLI's usage errors: a bad flag or a bad workload id is named by the subcommand, before any request."""
+
+from __future__ import annotations
+
+import pytest
+
+from cli.main import main
+
+
+@pytest.fixture(autouse=True)
+def _configured(monkeypatch):
+    # A portal nobody serves: a usage error must come before any request is tried.
+    monkeypatch.setenv("GPUPORTAL_URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("GPUPORTAL_TOKEN", "gpp_not-used")
+
+
+def _usage_error(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as exited:
+        main(list(argv))
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize("command", ["logs", "cancel", "wait", "clone", "checkpoints", "open"])
+@pytest.mark.parametrize("uid", ["../../admin", "abc/def", "12345678901234567", "not-an-id", ""])
+def test_a_workload_id_that_cannot_be_one_is_a_usage_error(capsys, command, uid):
+    err = _usage_error(capsys, command, uid)
+    assert f"gpuportal {command}: error: argument uid: not a workload's id" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["usage", "--since", "2026-01-01"], "gpuportal usage: error: unrecognized arguments: --since"),
+        (["logs", "0123abcd", "--bogus"], "gpuportal logs: error: unrecognized arguments: --bogus"),
+        (["list", "--sate", "RUNNING"], "gpuportal list: error: unrecognized arguments: --sate"),
+        (["secrets", "extra"], "gpuportal secrets: error: unrecognized arguments: extra"),
+    ],
+)
+def test_an_unknown_flag_is_named_with_the_subcommands_own_usage(capsys, argv, named):
+    err = _usage_error(capsys, *argv)
+    assert named in err
+    assert f"usage: gpuportal {argv[0]} " in err
+
+
+def test_an_id_is_taken_as_list_shows_it_whatever_its_case(capsys, monkeypatch):
+    """Uppercase pasted from elsewhere is the same id; it reaches the portal (unreachable here: exit 3)."""
+    assert main(["cancel", " 0123ABCD "]) == 3
+    assert "cannot reach the portal" in capsys.readouterr().err
