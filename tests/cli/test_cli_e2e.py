@@ -114,9 +114,12 @@ def test_logs_of_a_queued_workload(run_cli):
     result = run_cli("logs", uid)
     assert result.returncode == 1
     assert "not started" in result.stderr
-    missing = run_cli("logs", "nosuchuid")
+    missing = run_cli("logs", "ffffffffffffffff")
     assert missing.returncode == 1
     assert "HTTP 404" in missing.stderr
+    not_an_id = run_cli("logs", "nosuchuid")
+    assert not_an_id.returncode == 2
+    assert "not a workload's id" in not_an_id.stderr
 
 
 def test_configuration_and_auth_errors(run_cli, live_server, world, tmp_path):
