@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from jobs.models import State
 from jobs.services.cluster.status_mapping import observe
 
@@ -85,11 +87,25 @@ def test_oom_killed_is_named():
     assert "out of memory" in obs.message
 
 
-def test_unschedulable_keeps_the_schedulers_message():
-    message = "0/5 nodes are available: 5 Insufficient nvidia.com/gpu."
+@pytest.mark.parametrize(
+    ("message", "said"),
+    [
+        ("0/5 nodes are available: 5 Insufficient nvidia.com/gpu.", "enough free GPUs of its type"),
+        ("0/7 nodes are available: 7 pod has unbound immediate PersistentVolumeClaims.", "storage"),
+        ("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.", "No node of its GPU type"),
+        ("0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules.", "a node of its own"),
+        ("0/2 nodes are available: 2 node(s) had untolerated taint {x: y}.", "take no new work"),
+        ("something new from a later scheduler", "Waiting for a node with free GPUs."),
+    ],
+)
+def test_unschedulable_says_why_in_the_portals_words(message, said):
+    """The workload's page and API say why it waits in plain words, never the scheduler's raw text (that
+    stays in the page's Kubernetes events card)."""
     conditions = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]
     obs = observe(kind="batch", job=job(), pods=[pod(conditions=conditions, node="")])
-    assert (obs.state, obs.reason, obs.message) == (State.PENDING, "Unschedulable", message)
+    assert (obs.state, obs.reason) == (State.PENDING, "Unschedulable")
+    assert said in obs.message
+    assert "nodes are available" not in obs.message
 
 
 def test_image_pull_failure_is_pending_with_the_reason():

@@ -33,6 +33,26 @@ def starting_message(node_name: str) -> str:
     return f"Running on {node_name}; starting up: it does not answer on its port yet."
 
 
+# The scheduler's reasons ("0/7 nodes are available: 7 pod has unbound immediate PersistentVolumeClaims.") in
+# the portal's words, first match wins; the raw text stays in the page's Kubernetes events card.
+_UNSCHEDULABLE_WORDS = (
+    ("persistentvolumeclaim", "Waiting for its storage (workspace volumes) to be ready."),
+    ("insufficient nvidia.com/", "Waiting for a node with enough free GPUs of its type."),
+    ("insufficient cpu", "Waiting for a node with enough free CPU."),
+    ("insufficient memory", "Waiting for a node with enough free memory."),
+    ("anti-affinity", "Waiting for enough nodes: each rank of a gang job runs on a node of its own."),
+    ("affinity/selector", "No node of its GPU type (or of the zone or rack it needs) can take it now; waiting."),
+    ("node affinity", "No node of its GPU type (or of the zone or rack it needs) can take it now; waiting."),
+    ("taint", "The nodes of its GPU type take no new work now (cordoned, draining or unhealthy); waiting."),
+)
+UNSCHEDULABLE_DEFAULT = "Waiting for a node with free GPUs."
+
+
+def unschedulable_message(raw: str) -> str:
+    text = raw.lower()
+    return next((words for key, words in _UNSCHEDULABLE_WORDS if key in text), UNSCHEDULABLE_DEFAULT)
+
+
 @dataclass(frozen=True)
 class Observation:
     state: str
@@ -161,7 +181,7 @@ def _not_started(status: dict[str, Any], facts: dict[str, Any]) -> Observation:
             return Observation(
                 State.PENDING,
                 condition.get("reason") or "Unschedulable",
-                condition.get("message") or "Waiting for a node with free GPUs.",
+                unschedulable_message(condition.get("message") or ""),
                 **facts,
             )
     if facts["node_name"]:
