@@ -140,6 +140,9 @@ def webhook_target(url: str) -> WebhookTarget:
     addresses = [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]
     if not addresses:
         raise WebhookUrlError(f"The host {host} cannot be resolved.")
+    # Another name of the portal (localhost:8000 for 127.0.0.1:8000) is the portal too.
+    if _portal_addresses(port) & {each for address in addresses for each in _embedded(address)}:
+        raise WebhookUrlError("A webhook cannot point at the portal itself.")
     forbidden = _api_server_endpoints()
     for address in addresses:
         _check_address(host, address, port, forbidden)
@@ -246,6 +249,18 @@ def _is_portal(host: str, port: int) -> bool:
     if site.hostname and host == site.hostname.lower() and port == site_port:
         return True
     return any(_served_name(host, allowed.lower().strip("[]")) for allowed in settings.ALLOWED_HOSTS)
+
+
+def _portal_addresses(port: int) -> set[IpAddress]:
+    """The addresses SITE_URL's host resolves to, where `port` is SITE_URL's port; empty otherwise."""
+    site = urlsplit(settings.SITE_URL)
+    if not site.hostname or port != (site.port or (443 if site.scheme == "https" else 80)):
+        return set()
+    try:
+        infos = socket.getaddrinfo(site.hostname, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError, ValueError):
+        return set()
+    return {ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos}
 
 
 def _served_name(host: str, name: str) -> bool:

@@ -37,6 +37,16 @@ def test_webhook_addresses_the_portal_refuses(url, complaint):
         check_webhook_url(url)
 
 
+@pytest.mark.parametrize("url", ["http://localhost:8000/admin/", "http://[::ffff:127.0.0.1]:8000/x"])
+def test_the_portal_under_another_name_is_the_portal_itself(settings, url):
+    """Where loopback is allowed (`make run`), another name of SITE_URL's host and port is still refused."""
+    settings.NOTIFY_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8", "::1/128", "::ffff:127.0.0.0/104"]
+    settings.SITE_URL = "http://127.0.0.1:8000"
+    with pytest.raises(WebhookUrlError, match="the portal itself"):
+        check_webhook_url(url)
+    check_webhook_url("http://localhost:9000/hook")  # another program on this machine: allowed here
+
+
 def test_an_allowed_network_opens_loopback_but_not_the_metadata_address(settings):
     settings.NOTIFY_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
     check_webhook_url("http://127.0.0.1:9000/hook")
