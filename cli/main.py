@@ -127,8 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     wait = commands.add_parser("wait", help="wait until a workload finishes; exit 0 only if it succeeded")
     wait.add_argument("uid", type=_workload_uid)
-    wait.add_argument("--timeout", type=float, default=0, metavar="SECONDS", help="0: wait forever")
-    wait.add_argument("--interval", type=float, default=2.0, metavar="SECONDS")
+    wait.add_argument("--timeout", type=_seconds(0), default=0, metavar="SECONDS", help="0: wait forever")
+    wait.add_argument(
+        "--interval", type=_seconds(0.1), default=2.0, metavar="SECONDS", help="between looks (default 2, at least 0.1)"
+    )
     clone = commands.add_parser("clone", help="submit a copy of a workload (same image, GPUs, command, env)")
     clone.add_argument("uid", type=_workload_uid)
     clone.add_argument("--name", help="the copy's name (default: made by the portal from the image)")
@@ -215,6 +217,24 @@ def _workload_uid(raw: str) -> str:
     if not re.fullmatch(r"[0-9a-f]{1,16}", uid):
         raise argparse.ArgumentTypeError(f"not a workload's id: {raw!r} (its UID column in `gpuportal list`)")
     return uid
+
+
+MAX_WAIT_SECONDS = 366 * 86400  # a year: past any workload's time limit
+
+
+def _seconds(least: float):
+    """An argparse type: a finite number of seconds from `least` to a year (`inf` overflowed time.sleep)."""
+
+    def parse(raw: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"a number of seconds, got {raw!r}") from None
+        if not least <= value <= MAX_WAIT_SECONDS:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"from {least:g} to {MAX_WAIT_SECONDS} seconds, got {raw!r}")
+        return value
+
+    return parse
 
 
 def _at_least_one(raw: str) -> int:

@@ -49,3 +49,14 @@ def test_an_id_is_taken_as_list_shows_it_whatever_its_case(capsys, monkeypatch):
     """Uppercase pasted from elsewhere is the same id; it reaches the portal (unreachable here: exit 3)."""
     assert main(["cancel", " 0123ABCD "]) == 3
     assert "cannot reach the portal" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags", [["--interval", "inf"], ["--interval", "1e308"], ["--interval", "0"], ["--interval", "-1"],
+              ["--timeout", "-3"], ["--timeout", "nan"], ["--timeout", "abc"]],
+)  # fmt: skip
+def test_wait_takes_a_sensible_number_of_seconds(capsys, flags):
+    """`--interval inf` was a traceback (time.sleep overflowed), `--interval 0` polled as fast as the portal answered and
+    `--timeout -3` or `nan` silently waited forever."""
+    err = _usage_error(capsys, "wait", "0123abcd", *flags)
+    assert f"gpuportal wait: error: argument {flags[0]}" in err
