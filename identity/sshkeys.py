@@ -79,10 +79,10 @@ def parse_public_key(text: str) -> ParsedKey:
         raise KeyRefused(
             "public_key", "Paste the contents of your public key file (for example ~/.ssh/id_ed25519.pub)."
         )
+    if "PRIVATE KEY" in line[:200]:  # a private key file is several lines: said before "one line"
+        raise KeyRefused("public_key", "That is a private key: never share it. Paste the .pub file instead.")
     if len(line) > MAX_LINE or "\n" in line or "\r" in line:
         raise KeyRefused("public_key", "Give one key on one line, as in a .pub file.")
-    if "PRIVATE KEY" in line:
-        raise KeyRefused("public_key", "That is a private key: never share it. Paste the .pub file instead.")
     parts = line.split()
     if parts[0] not in KEY_TYPES:
         allowed = ", ".join(KEY_TYPES)

@@ -68,6 +68,9 @@ def test_a_small_rsa_key_is_refused_with_its_size(keys):
     ("ssh-ed25519", "missing"),
     ("ssh-ed25519 !!!notbase64!!!", "damaged"),
     ("-----BEGIN OPENSSH PRIVATE KEY-----", "private key"),
+    # The whole private key file pasted (the newcomer's likely slip): warned as such, not "one line".
+    ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n", "never share"),
+    ("-----BEGIN RSA PRIVATE KEY-----\r\nMIIEpAIBAAKCAQEA\r\n-----END RSA PRIVATE KEY-----", "never share"),
     ("ssh-ed25519 AAAA\nssh-ed25519 AAAA", "one line"),
 ])  # fmt: skip
 def test_what_is_not_a_public_key_line_is_refused_and_says_why(text, says):
