@@ -9,6 +9,7 @@ are left out. A process that exited meanwhile is counted through its parent's re
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -70,8 +71,9 @@ def _seconds(pid: int) -> float:
     return sum(int(v) for v in fields[11:15]) / _TICK
 
 
-def snapshot(root: int | None = None) -> dict[str, float]:
-    """CPU seconds so far per part, over `root` (default: this process's parent) and its descendants."""
+def _tally(root: int | None, label: Callable[[int], str | None]) -> dict[str, float]:
+    """CPU seconds so far over `root` (default: this process's parent) and its descendants, summed by
+    `label(pid)`; a process labelled None is left out (its descendants are still walked)."""
     root = os.getppid() if root is None else root
     children = _children()
     totals: dict[str, float] = {}
@@ -79,9 +81,15 @@ def snapshot(root: int | None = None) -> dict[str, float]:
     while stack:
         pid = stack.pop()
         stack.extend(children.get(pid, ()))
-        part = _part(pid)
-        totals[part] = totals.get(part, 0.0) + _seconds(pid)
+        name = label(pid)
+        if name is not None:
+            totals[name] = totals.get(name, 0.0) + _seconds(pid)
     return totals
+
+
+def snapshot(root: int | None = None) -> dict[str, float]:
+    """CPU seconds so far per part, over `root` (default: this process's parent) and its descendants."""
+    return _tally(root, _part)
 
 
 def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -130,14 +138,4 @@ def _postgres_role(pid: int) -> str | None:
 
 def postgres_snapshot(root: int | None = None) -> dict[str, float]:
     """CPU seconds so far of the run's PostgreSQL processes, by role (`_postgres_role`)."""
-    root = os.getppid() if root is None else root
-    children = _children()
-    totals: dict[str, float] = {}
-    stack = [root]
-    while stack:
-        pid = stack.pop()
-        stack.extend(children.get(pid, ()))
-        role = _postgres_role(pid)
-        if role is not None:
-            totals[role] = totals.get(role, 0.0) + _seconds(pid)
-    return totals
+    return _tally(root, _postgres_role)
