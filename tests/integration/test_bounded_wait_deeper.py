@@ -13,12 +13,11 @@ from datetime import datetime, timedelta
 
 import pytest
 import time_machine
-from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from identity.models import Membership
-from jobs.models import GpuType, QueueReservation, Quota, State, Team, Workload
+from jobs.models import GpuType, QueueReservation
 from jobs.services.queue.admission import admit_all
+from tests.integration.test_bounded_wait import lab, queue, watch_loop  # noqa: F401  (the fixture and the helpers)
 
 pytestmark = pytest.mark.django_db
 
@@ -26,32 +25,7 @@ MORNING = timezone.make_aware(datetime(2026, 3, 11, 8, 0))
 HOUR = 3600
 
 
-@pytest.fixture
-def lab():
-    owner = get_user_model().objects.create_user("bwd-ann")
-    team = Team.objects.create(slug="bwd-lab", name="BWD Lab")
-    Membership.objects.create(team=team, user=owner)
-    gpu = GpuType.objects.create(slug="bwd-a100", display_name="BWD A100", node_label_value="bwd-a100")
-    Quota.objects.create(team=team, gpu_type=gpu, max_gpus=4)
-    return {"owner": owner, "team": team, "gpu": gpu}
-
-
-def queue(lab, name: str, gpus: int, limit: int) -> Workload:
-    return Workload.objects.create(
-        team=lab["team"], owner=lab["owner"], name=name, kind="batch", image="ubuntu", gpu_type=lab["gpu"],
-        gpu_count=gpus, time_limit_seconds=limit, created_at=timezone.now(),
-    )  # fmt: skip
-
-
-def watch_loop() -> None:
-    now = timezone.now()
-    Workload.objects.filter(state=State.SUBMITTING).update(state=State.RUNNING, started_at=now)
-    for w in Workload.objects.filter(state=State.RUNNING):
-        if w.started_at + timedelta(seconds=w.time_limit_seconds) <= now:
-            Workload.objects.filter(id=w.id).update(state=State.SUCCEEDED, finished_at=now)
-
-
-def two_behind_a_running_job(lab, *, deeper: int | None) -> dict:
+def two_behind_a_running_job(lab, *, deeper: int | None) -> dict:  # noqa: F811
     """A 4-GPU job holds the team's 4 GPUs for 2 h; two more 4-GPU jobs of 1 h queue behind it. Then
     admission runs every 10 minutes for 5 hours, the tracker reporting before each pass. Returns the
     promise of each as first made (None: none in the first pass) and the workloads at the end."""
@@ -77,7 +51,7 @@ def two_behind_a_running_job(lab, *, deeper: int | None) -> dict:
     return {"promised": first, **jobs}
 
 
-def test_at_zero_a_second_queued_job_is_promised_at_once_and_the_promise_is_kept(lab):
+def test_at_zero_a_second_queued_job_is_promised_at_once_and_the_promise_is_kept(lab):  # noqa: F811
     got = two_behind_a_running_job(lab, deeper=0)
     first, second = got["promised"]["first"], got["promised"]["second"]
     assert first is not None
@@ -91,7 +65,7 @@ def test_at_zero_a_second_queued_job_is_promised_at_once_and_the_promise_is_kept
         assert w.admitted_at <= got["promised"][name]
 
 
-def test_at_its_default_only_the_head_is_promised_at_once_and_the_second_when_it_becomes_the_head(lab):
+def test_at_its_default_only_the_head_is_promised_at_once_and_the_second_when_it_becomes_the_head(lab):  # noqa: F811
     assert GpuType.objects.get(id=lab["gpu"].id).reserve_deeper_after_seconds == 4 * HOUR  # the default
     got = two_behind_a_running_job(lab, deeper=None)
     assert got["promised"]["first"] is not None
