@@ -80,20 +80,25 @@ def sampler():
     s.close()
 
 
+def _start_load(hold_gib: float) -> subprocess.Popen:
+    env = os.environ | {"HOLD_GIB": str(hold_gib), "CUDA_VISIBLE_DEVICES": "0"}
+    proc = subprocess.Popen([sys.executable, "-c", CUDA_LOAD], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        pytest.fail("the CUDA load did not start")
+    return proc
+
+
 @pytest.fixture(scope="module")
 def cuda_load():
     """A process holding 2 GiB and keeping the first GPU busy; its PID."""
     if not _has_torch_cuda():
         pytest.skip("no PyTorch with CUDA here to make a GPU load")
-    env = os.environ | {"HOLD_GIB": "2", "CUDA_VISIBLE_DEVICES": "0"}
-    proc = subprocess.Popen([sys.executable, "-c", CUDA_LOAD], stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready", "the CUDA load did not start"
-        yield proc.pid
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
+    proc = _start_load(2)
+    yield proc.pid
+    proc.kill()
+    proc.wait(timeout=30)
 
 
 def test_every_gpu_names_itself_and_reads_without_errors(sampler):
@@ -144,6 +149,25 @@ def test_a_cuda_process_is_seen_with_its_memory_while_it_runs(sampler, cuda_load
     assert busy > 0, "the GPU never read busy under a matrix-product loop"
     # Not in a pod here: the agent attributes it to no pod, without an error.
     assert resolve_pid(cuda_load, Path("/proc")) is None
+
+
+def test_two_processes_sharing_one_gpu_are_each_seen_with_their_own_memory(sampler, cuda_load):
+    """What a time-sliced GPU looks like to the agent: several processes (several pods' containers) on one
+    GPU, each with its own memory, so each pod is attributed its share."""
+    second = _start_load(1)
+    try:
+        deadline = time.monotonic() + 30
+        found: dict[int, int | None] = {}
+        while time.monotonic() < deadline and len(found) < 2:
+            processes = sampler.sample().gpus[0].processes
+            found = {p.pid: p.used_memory_bytes for p in processes if p.pid in (cuda_load, second.pid)}
+            time.sleep(0.5)
+    finally:
+        second.kill()
+        second.wait(timeout=30)
+    assert set(found) == {cuda_load, second.pid}, found
+    assert (found[cuda_load] or 0) >= 2 * GIB
+    assert GIB <= (found[second.pid] or 0) < 2 * GIB + GIB // 2
 
 
 def test_the_report_round_trips_and_the_metrics_name_the_gpu(sampler):
