@@ -252,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # named by the subcommand's usage, which lists what it does take
         getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command == "submit" and spec_rules.topology_problem(args.topology, args.nodes):  # the portal refuses it too
+        args.command_parser.error(
+            "argument --topology: only a job on several nodes can keep them together; "
+            "add --nodes N (2 or more) or drop --topology"
+        )
     args.json = args.json or args.output == "json"
     try:
         if args.command == "checkpoint":

@@ -285,7 +285,8 @@ class LaunchForm(forms.Form):
             "gpu_type": data["gpu_type"],
             "gpu_count": data["gpu_count"],
             "nodes": data.get("nodes") or 1,
-            "topology": data.get("topology") or "",
+            # Hidden for a service (as Nodes is): a choice left there from a batch job is not the service's.
+            "topology": (data.get("topology") or "") if data["kind"] == "batch" else "",
             "command": data.get("command") or [],
             "args": data.get("args") or [],
             "env": [dict(row) for row in self.env_rows],

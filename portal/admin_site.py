@@ -4,7 +4,8 @@ Stock Django filters the changelist by the submitted `_selected_action` values a
 no key of the model ("abc" for a numeric id, a number past the column's range, a stale or crafted POST) makes
 that filter raise and the admin answers 500. Here every registered ModelAdmin first checks the selection: a
 value that cannot be a key, or a key that is not among the rows this changelist shows (another model's id, a
-row deleted meanwhile), runs no action and the page says why.
+row deleted meanwhile), runs no action and the page says why. Its many-to-many boxes are
+portal.admin_widgets.SafeModelMultipleChoiceField, for the same reason.
 """
 
 from __future__ import annotations
@@ -14,11 +15,16 @@ from django.contrib.admin import helpers
 from django.contrib.admin.apps import AdminConfig
 from django.forms import BooleanField
 
-from portal.admin_widgets import could_be_key
+from portal.admin_widgets import SafeModelMultipleChoiceField, could_be_key
 
 
 class SafeActionsAdmin:
-    """A ModelAdmin mix-in: an action runs only on a selection made wholly of this changelist's rows."""
+    """A ModelAdmin mix-in: an action runs only on a selection made wholly of this changelist's rows, and a
+    many-to-many box given a value no key can be shows the form with its error (not a 500)."""
+
+    def formfield_for_manytomany(self, db_field, request, **kwargs):
+        kwargs.setdefault("form_class", SafeModelMultipleChoiceField)
+        return super().formfield_for_manytomany(db_field, request, **kwargs)
 
     def response_action(self, request, queryset):
         select_across = BooleanField(required=False).to_python(request.POST.get("select_across"))

@@ -8,6 +8,7 @@ cannot be a key are simply not shown again; the field's own validation still nam
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib.admin.widgets import AutocompleteSelect
 from django.core.exceptions import ValidationError
 from django.db import connections
@@ -44,3 +45,21 @@ class SafeAutocompleteAdmin:
         if "widget" not in kwargs and db_field.name in self.get_autocomplete_fields(request):
             kwargs["widget"] = SafeAutocompleteSelect(db_field, self.admin_site, using=kwargs.get("using"))
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+class SafeModelMultipleChoiceField(forms.ModelMultipleChoiceField):
+    """A many-to-many box (a dataset's teams) that names a value no key can be as a form error.
+
+    Stock Django looks the whole list up with `pk__in`; a number past the key column's range reaches the
+    database driver, and SQLite raises OverflowError (a 500). A single choice is safe already: Django makes
+    an exact lookup of such a number match no row."""
+
+    def _check_values(self, value):
+        key_field = self.queryset.model._meta.get_field(self.to_field_name or self.queryset.model._meta.pk.name)
+        values = value if isinstance(value, list | tuple | set | frozenset) else [value]
+        for pk in values:
+            if isinstance(pk, str | int) and pk not in ("",) and not could_be_key(key_field, pk, self.queryset.db):
+                raise ValidationError(
+                    self.error_messages["invalid_choice"], code="invalid_choice", params={"value": pk}
+                )
+        return super()._check_values(value)

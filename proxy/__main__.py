@@ -18,6 +18,8 @@ import sys
 
 import uvicorn
 
+from proxy.handshake import RefusalAwareWebSocketProtocol
+
 
 def _raise_open_files_limit() -> None:
     # Every open WebSocket holds two sockets (browser and pod); the default soft limit of 1024 is too low.
@@ -43,7 +45,7 @@ def main() -> None:
         port=options.port,
         log_level=options.log_level,
         proxy_headers=False,  # X-Forwarded-* from the ingress are passed on, not trusted for the client IP
-        ws="websockets-sansio",
+        ws=RefusalAwareWebSocketProtocol,  # websockets-sansio, quiet about a refused handshake
         ws_max_size=int(os.environ.get("PROXY_WS_MAX_MESSAGE_BYTES", str(64 * 1024 * 1024))),
         ws_per_message_deflate=False,  # bytes pass through as they are; the app and browser negotiate nothing
         timeout_keep_alive=30,

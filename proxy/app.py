@@ -264,6 +264,15 @@ def _response_headers(response: upstream.Response, target: tuple[str, int], *, s
     return raw
 
 
+def _door_refusal(door: Door) -> tuple[int, str]:
+    """A WebSocket the door did not open: its status, and why in the log's words (the client hears only 404)."""
+    if door.outcome == Outcome.STARTING:
+        return 503, "the service is not running yet"
+    if door.outcome == Outcome.ENDED:
+        return 404, "the service has ended"
+    return 404, "no such service for this person or token (or the page's origin is not allowed)"
+
+
 def _request_framing(scope: Scope) -> str | None:
     """How the browser's request body is framed: "chunked", "length", or None (no body)."""
     framing = None
@@ -808,7 +817,7 @@ class ServiceProxy:
         if door.outcome != Outcome.OPEN:
             # websocket.http.response would say 404 outright; uvicorn turns a close before accept into 403,
             # which ssh-proxy reports the same way ("not found or not yours").
-            await self._refuse_websocket(scope, send, 404 if door.outcome != Outcome.STARTING else 503)
+            await self._refuse_websocket(scope, send, *_door_refusal(door))
             return
         target = await self._target(door)
         try:
@@ -819,8 +828,7 @@ class ServiceProxy:
                 settings.PROXY_CONNECT_TIMEOUT,
             )
         except (OSError, TimeoutError) as exc:
-            log.info("SSH to %s: the pod's sshd is not reachable: %s", uid, exc)
-            await self._refuse_websocket(scope, send, 502)
+            await self._refuse_websocket(scope, send, 502, f"the pod's sshd is not reachable: {exc or 'timed out'}")
             return
         if (await receive())["type"] != "websocket.connect":
             writer.close()
@@ -843,7 +851,7 @@ class ServiceProxy:
         credential = _credential(scope)
         door = await self._door(credential, uid, fresh=True) if _origin_allowed(scope) else Door(Outcome.NOT_FOUND)
         if door.outcome != Outcome.OPEN:
-            await self._refuse_websocket(scope, send, 404 if door.outcome != Outcome.STARTING else 503)
+            await self._refuse_websocket(scope, send, *_door_refusal(door))
             return
         target = await self._target(door)
         try:
@@ -851,8 +859,7 @@ class ServiceProxy:
                 raise ConnectionRefusedError("no ready pod")
             conn = await terminal.connect(target[0], self._ssh_port, uid, timeout=settings.PROXY_CONNECT_TIMEOUT * 3)
         except (OSError, TimeoutError, asyncssh.Error) as exc:
-            log.info("terminal for %s: no shell from the pod's sshd: %s", uid, exc)
-            await self._refuse_websocket(scope, send, 502)
+            await self._refuse_websocket(scope, send, 502, f"no shell from the pod's sshd: {exc or 'timed out'}")
             return
         if (await receive())["type"] != "websocket.connect":
             conn.close()
@@ -869,9 +876,11 @@ class ServiceProxy:
             still_open=still_open, recheck_seconds=settings.SSH_RECHECK_SECONDS, touch=lambda: self._touch(door),
         )  # fmt: skip
 
-    async def _refuse_websocket(self, scope: Scope, send: Send, status: int) -> None:
+    async def _refuse_websocket(self, scope: Scope, send: Send, status: int, why: str) -> None:
         """Refuse a WebSocket handshake with a plain HTTP status (ASGI's denial-response extension, which
-        uvicorn has), else with a close before accept, which the client sees as 403."""
+        uvicorn has), else with a close before accept, which the client sees as 403. The one log line of a
+        refusal is this one (proxy/handshake.py keeps uvicorn's own quiet)."""
+        log.info('"WebSocket %s" %d: %s', scope.get("path", ""), status, why)
         if "websocket.http.response" not in scope.get("extensions", {}):
             await send({"type": "websocket.close", "code": 1008})
             return

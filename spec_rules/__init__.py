@@ -49,6 +49,22 @@ def env_name_problem(name: Any) -> str | None:
     return None
 
 
+# --- gang jobs: keeping a job's nodes together ---------------------------------------------------
+TOPOLOGY_NEEDS_NODES = (
+    "Only a job on several nodes can keep them together: ask for 2 nodes or more, or leave topology empty."
+)
+
+
+def topology_problem(topology: Any, nodes: Any) -> str | None:
+    """A topology (`preferred`, `required`) asked for a job of one node: it has nothing to keep together, so
+    it is refused rather than silently dropped (the submitter meant several nodes and forgot to say so)."""
+    if topology in (None, ""):
+        return None
+    if nodes is None or (isinstance(nodes, int) and nodes < 2):
+        return TOPOLOGY_NEEDS_NODES
+    return None
+
+
 # --- sweeps: N copies of one batch job in one request -----------------------------------------------
 SWEEP_AT_MOST = 500  # workloads in one request: a sweep's worth; a bigger one is sent in parts
 

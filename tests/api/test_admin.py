@@ -290,3 +290,64 @@ def test_an_admin_action_on_ids_not_on_its_list_changes_nothing(admin_client, wo
     assert "No items have been changed" in response.content.decode()
     workload.refresh_from_db()
     assert workload.state != State.CANCELLED
+
+
+BEYOND_64_BITS = "99999999999999999999999"
+
+
+def test_a_dataset_for_a_team_id_beyond_64_bits_is_a_form_error(admin_client, world):
+    """The Dataset form's teams box took the number to the database: OverflowError on SQLite, a 500."""
+    from jobs.models import Dataset
+
+    data = {"name": "imagenet", "claim_name": "imagenet", "teams": [str(world.team.id), BEYOND_64_BITS]}
+    page = admin_client.post("/admin/jobs/dataset/add/", data)
+    assert page.status_code == 200
+    assert "Select a valid choice" in page.content.decode()
+    assert not Dataset.objects.exists()
+
+
+def _relation_fields(admin_client):
+    """(add page, field name, many) for every choice of other rows on every admin add form."""
+    from django import forms
+    from django.contrib import admin
+
+    for model in admin.site._registry:
+        url = f"/admin/{model._meta.app_label}/{model._meta.model_name}/add/"
+        page = admin_client.get(url)
+        if page.status_code != 200:
+            continue  # no add form (read-only records)
+        for name, field in page.context["adminform"].form.fields.items():
+            if isinstance(field, forms.ModelChoiceField):
+                yield url, name, isinstance(field, forms.ModelMultipleChoiceField)
+
+
+@pytest.mark.parametrize("value", [BEYOND_64_BITS, "-" + BEYOND_64_BITS, "1e400", "\x00"])
+def test_no_admin_form_fails_on_a_choice_that_cannot_be_a_row(admin_client, world, value):
+    """Any select or multi-select of other rows, given a value no key can be, shows the form again."""
+    tried = 0
+    for url, name, many in _relation_fields(admin_client):
+        page = admin_client.post(url, {name: [value] if many else value})
+        assert page.status_code == 200, (url, name)
+        assert "Select a valid choice" in page.content.decode() or "valid" in page.content.decode(), (url, name)
+        tried += 1
+    assert tried >= 10
+
+
+def test_the_admins_many_to_many_boxes_refuse_a_number_past_the_key_before_asking_the_database(world):
+    """PostgreSQL compares such a number and finds no row; SQLite's driver raises OverflowError. The box
+    refuses it before any query, so both say the same."""
+    from django import forms
+    from django.contrib import admin
+    from django.db import connection
+    from django.test import RequestFactory
+    from django.test.utils import CaptureQueriesContext
+
+    from jobs.models import Dataset
+
+    request = RequestFactory().get("/admin/")
+    request.user = world.admin
+    field = admin.site._registry[Dataset].get_form(request)().fields["teams"]
+    with CaptureQueriesContext(connection) as queries, pytest.raises(forms.ValidationError) as refused:
+        field.clean([BEYOND_64_BITS])
+    assert refused.value.code == "invalid_choice"
+    assert len(queries) == 0

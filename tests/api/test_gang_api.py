@@ -58,6 +58,9 @@ def _admit(world) -> None:
         ({"nodes": 2, "kind": "service", "port": 8888}, "nodes", "Only a batch job can span several nodes."),
         ({"nodes": 2, "command": []}, "command", "needs a command"),
         ({"nodes": 2, "topology": "sideways"}, "topology", ""),
+        # A topology on one node was dropped silently: the submitter meant several nodes and forgot them.
+        ({"topology": "required"}, "topology", "Only a job on several nodes can keep them together"),
+        ({"nodes": 1, "topology": "preferred"}, "topology", "ask for 2 nodes or more"),
     ],
 )
 def test_bad_gang_values_name_the_field_and_store_nothing(world, overrides, field, words):

@@ -228,14 +228,20 @@ def test_check_env(raw, value, messages):
         (["imagenet"], ("imagenet",), []),
         ("imagenet", (), ["A list of dataset names."]),
         (["x"] * 17, (), ["At most 16 datasets."]),
-        (["nope"], (), ["No dataset named 'nope'."]),
+        # A typo named nothing to pick instead: a scripting team has no list of datasets but this answer.
+        (["imagenett"], (), ["No dataset named 'imagenett'. Your team may use: coco, imagenet."]),
         (["private"], (), ["Your team may not use the dataset private; ask an admin."]),
         (["imagenet", "imagenet"], ("imagenet",), ["imagenet is given twice."]),
     ],
 )
 def test_check_datasets(raw, value, messages):
-    checked = v.check_datasets(raw, {"imagenet": True, "private": False})
+    checked = v.check_datasets(raw, {"imagenet": True, "private": False, "coco": True})
     assert checked == Checked(value, tuple(("datasets", m) for m in messages))
+
+
+def test_a_dataset_name_for_a_team_that_may_use_none_says_so():
+    checked = v.check_datasets(["imagenet"], {"private": False})
+    assert checked.problems == (("datasets", "No dataset named 'imagenet'. Your team may use none; ask an admin."),)
 
 
 SIZED = v.GpuTypeFacts(

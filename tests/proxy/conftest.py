@@ -20,6 +20,7 @@ from identity.models import Role
 from jobs.models import Kind, State, Workload
 from proxy import access
 from proxy.app import ServiceProxy
+from proxy.handshake import RefusalAwareWebSocketProtocol
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, TeamFactory, UserFactory
 from tests.proxy.backend import Backend, RawBackend
 
@@ -52,7 +53,7 @@ class ThreadedServer(uvicorn.Server):
 
 def serve(app, port: int) -> tuple[ThreadedServer, threading.Thread]:
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", ws="websockets-sansio", ws_per_message_deflate=False,
+        app, host="127.0.0.1", port=port, log_level="warning", ws=RefusalAwareWebSocketProtocol, ws_per_message_deflate=False,
         lifespan="on", proxy_headers=False,
     )  # fmt: skip
     server = ThreadedServer(config)

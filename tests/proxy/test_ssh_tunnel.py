@@ -8,6 +8,7 @@ revoked token: 404. A revoked token cuts a tunnel that is already open; an open 
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
@@ -124,6 +125,47 @@ def test_an_outsider_a_bad_token_and_no_token_get_404(tunnel, who):
     token = {"outsider": tunnel.tokens["outsider"], "bad": "gpp_not-a-real-token", "none": ""}[who]
     assert _refused_status(tunnel, token) == 404
     assert tunnel.echo.connections == 0
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def server_log():
+    """Every line the proxy and its server write at INFO or above (uvicorn's loggers do not reach pytest's)."""
+    lines = _Lines()
+    watched = [logging.getLogger(name) for name in ("uvicorn.error", "proxy", "websockets")]
+    levels = [logger.level for logger in watched]
+    for logger in watched:
+        logger.addHandler(lines)
+        logger.setLevel(logging.INFO)
+    yield lines.records
+    for logger, level in zip(watched, levels, strict=True):
+        logger.removeHandler(lines)
+        logger.setLevel(level)
+
+
+@pytest.mark.parametrize("why", ["bad token", "sshd down"])
+def test_a_refused_tunnel_is_one_log_line_and_no_error(tunnel, server_log, why):
+    """A refused tunnel logged uvicorn's "ASGI callable returned without completing handshake." at ERROR, and
+    websockets' "connection rejected" and uvicorn's bare status beside the proxy's reason: up to four lines."""
+    if why == "sshd down":
+        tunnel.echo.sock.shutdown(socket.SHUT_RDWR)  # nothing listens on the pod's sshd port any more
+        assert _refused_status(tunnel, tunnel.tokens["owner"]) == 502
+    else:
+        assert _refused_status(tunnel, "gpp_not-a-token") == 404
+    time.sleep(0.5)  # the server's thread may log just after the client has its answer
+    said = [(record.levelno, record.getMessage()) for record in server_log if record.levelno >= logging.INFO]
+    assert [message for level, message in said if level >= logging.WARNING] == []
+    assert len(said) == 1, said
+    status, reason = (502, "the pod's sshd is not reachable") if why == "sshd down" else (404, "no such service")
+    assert said[0][1].startswith(f'"WebSocket /w/_ssh/{tunnel.workload.uid}" {status}: {reason}'), said
 
 
 def test_a_revoked_token_cuts_the_open_session(tunnel):

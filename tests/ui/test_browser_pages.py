@@ -174,3 +174,27 @@ def test_told_before_and_after_submitting_that_it_waits_for_quota(page, world):
     expect(page.locator("#state-badge")).to_contain_text("Queued #1")
     expect(page.locator(".why")).to_contain_text("The team uses 2 of 2 GPUs")
     screenshot(page, "queued_position")
+
+
+def test_the_launch_page_logs_no_error_in_the_console(page, world, settings):
+    """Typing in GPUs while an outlook was on its way made htmx abort it (hx-sync replace), and htmx logs an
+    aborted request as errors: "htmx:afterRequest", "htmx:sendAbort", and a failed request in the network log."""
+    settings.GANG_TOPOLOGY_LABEL = "topology.kubernetes.io/zone"
+    said: list[str] = []
+    page.on("console", lambda m: said.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    page.on("pageerror", lambda e: said.append(f"pageerror: {e}"))
+    page.on("requestfailed", lambda r: said.append(f"requestfailed: {r.url} {r.failure}"))
+    sign_in(page, "olivia")
+    page.goto("/launch/")
+    page.wait_for_load_state("networkidle")
+    page.get_by_label("Batch job").check()
+    page.get_by_label("GPUs", exact=True).press_sequentially("12", delay=50)  # faster than an outlook comes back
+    page.get_by_label("Nodes", exact=True).fill("2")
+    page.get_by_label("Keep the nodes together").select_option("required")
+    page.get_by_label("Nodes", exact=True).fill("1")  # a service's hidden Nodes is still sent (and judged)
+    page.get_by_label("Service").check()
+    page.get_by_label("GPU type").select_option("p100")
+    page.get_by_label("GPUs", exact=True).fill("1")
+    page.wait_for_load_state("networkidle")
+    expect(page.locator("#outlook")).to_contain_text("Tesla P100")
+    assert said == []

@@ -436,3 +436,18 @@ def test_a_mig_slice_type_is_explained_in_words_and_takes_one_per_container(logi
         "A100 1g.10gb is a MIG slice: one per container. For more, choose a larger slice or a whole GPU."
     ]
     assert not Workload.objects.filter(gpu_type=mig).exists()
+
+
+def test_keeping_one_node_together_is_refused_and_a_services_hidden_choice_is_left_out(login, world, settings):
+    """Topology on one node was dropped silently; on a service (where the field is hidden) it is not the
+    service's choice and must not refuse the launch."""
+    settings.GANG_TOPOLOGY_LABEL = "topology.kubernetes.io/zone"
+    client = login(world.owner)
+    refused = post(client, catalog_image=str(world.trainer.id), nodes="1", topology="required")
+    assert refused.status_code == 400
+    assert "Only a job on several nodes can keep them together" in " ".join(field_errors(refused)["topology"])
+    assert not Workload.objects.exists()
+
+    notebook = post(client, kind="service", catalog_image=str(world.notebook.id), port="8888", topology="required")
+    assert notebook.status_code == 302, field_errors(notebook)
+    assert Workload.objects.get().topology == ""

@@ -60,3 +60,24 @@ def test_wait_takes_a_sensible_number_of_seconds(capsys, flags):
     `--timeout -3` or `nan` silently waited forever."""
     err = _usage_error(capsys, "wait", "0123abcd", *flags)
     assert f"gpuportal wait: error: argument {flags[0]}" in err
+
+
+@pytest.mark.parametrize("nodes", [[], ["--nodes", "1"]])
+@pytest.mark.parametrize("topology", ["required", "preferred"])
+def test_topology_without_several_nodes_is_a_usage_error(capsys, nodes, topology):
+    """`submit --topology required` without `--nodes` was sent, and the portal dropped the topology silently."""
+    err = _usage_error(
+        capsys,
+        "submit",
+        "--image",
+        "docker.io/x:1",
+        "--gpu-type",
+        "p100",
+        *nodes,
+        "--topology",
+        topology,
+        "--",
+        "python",
+    )
+    assert "gpuportal submit: error: argument --topology: only a job on several nodes" in err
+    assert "--nodes N" in err

@@ -21,7 +21,7 @@ def check_datasets(value: Any, allowed: Mapping[str, bool]) -> Checked[tuple[str
     clean: list[str] = []
     for name in value:
         if name not in allowed:
-            messages.append(f"No dataset named {name[:40]!r}.")
+            messages.append(f"No dataset named {name[:40]!r}. {_yours(allowed)}")
         elif not allowed[name]:
             messages.append(f"Your team may not use the dataset {name}; ask an admin.")
         elif name in clean:
@@ -29,3 +29,9 @@ def check_datasets(value: Any, allowed: Mapping[str, bool]) -> Checked[tuple[str
         else:
             clean.append(name)
     return refused(tuple(clean), "datasets", *messages)
+
+
+def _yours(allowed: Mapping[str, bool]) -> str:
+    """The names this team may give instead (the API and the CLI have no other list of them)."""
+    names = sorted(name for name, may in allowed.items() if may)
+    return f"Your team may use: {', '.join(names)}." if names else "Your team may use none; ask an admin."

@@ -9,6 +9,7 @@ from typing import Any
 from jobs.services.spec_fields import MAX_NODES, TOPOLOGY_CHOICES
 from jobs.services.validation.facts import GpuTypeFacts
 from jobs.services.validation.outcome import WHOLE_NUMBER, Checked, Problem, is_int, refused
+from spec_rules import topology_problem
 
 CHOOSE_GPU_TYPE = "Choose a GPU type."
 AT_LEAST_ONE_GPU = "At least 1 GPU."
@@ -84,14 +85,18 @@ def check_nodes(value: Any, *, kind: str, gpu: GpuTypeFacts | None, per_node: in
     return Checked(nodes)
 
 
-def check_topology(value: Any, *, nodes: int) -> Checked[str]:
+def check_topology(value: Any, *, nodes: int | None) -> Checked[str]:
+    """`nodes` None: the nodes asked for were refused themselves, so whether they fit a topology is not judged."""
     choices = {choice for choice, _ in TOPOLOGY_CHOICES}
     if value in (None, ""):
         return Checked("")
     if not isinstance(value, str) or value not in choices:
         return refused("", "topology", "Choose '', 'preferred' or 'required'.")
-    if nodes == 1:
-        return Checked("")  # one rank shares everything with itself
+    if nodes is None:
+        return Checked("")
+    problem = topology_problem(value, nodes)
+    if problem:
+        return refused("", "topology", problem)
     return Checked(value)
 
 
