@@ -5,7 +5,8 @@ images, registries and datasets on every REST submission: a site with hundreds o
 them per submission. Now a statement-level trigger on each of those tables (and on the GPU health marks,
 which the worker's create renders into pod affinity) sets the one row of `gpuportal_site_facts_version`
 to a fresh number from a sequence before any INSERT, UPDATE, DELETE or TRUNCATE runs there, whoever sends
-it: the ORM, a bulk update, raw SQL, psql. `gpuportal_site_facts_print()` now returns that number.
+it: the ORM, a bulk update, raw SQL, psql. `gpuportal_site_facts_print()` now returns that number (the
+portal reads the row inline, jobs.sql.SITE_FACTS_VERSION_SQL: a SQL function is planned at every call).
 
 Why so:
 - Before, not after, the statement: a writer takes the version row's lock before the first row lock of its

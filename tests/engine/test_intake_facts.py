@@ -88,9 +88,12 @@ def test_every_site_facts_table_moves_the_version_before_any_write():
 
 
 def site_version() -> str:
+    """The version as a submission reads it; the function migration 0034 installs says the same."""
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {intake_facts.SITE_PRINT_FUNCTION}()")
-        return cursor.fetchone()[0]
+        cursor.execute(f"SELECT {intake_facts._site_print_sql()}, {intake_facts.SITE_PRINT_FUNCTION}()")
+        inline, by_function = cursor.fetchone()
+    assert inline == by_function
+    return inline
 
 
 def test_every_statement_that_writes_site_facts_gets_a_version_of_its_own(world):
