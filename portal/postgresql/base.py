@@ -30,7 +30,10 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if connection.closed or connection.broken:
             return False
         try:
-            waiting, _, _ = select.select([connection.fileno()], [], [], 0)
-        except (OSError, ValueError):  # the socket is gone
-            return False
+            # poll, not select: a process with over 1024 files open has sockets select() cannot take.
+            poller = select.poll()
+            poller.register(connection.fileno(), select.POLLIN)
+            waiting = poller.poll(0)
+        except (OSError, ValueError):  # no socket to ask: let the server answer
+            return super().is_usable()
         return not waiting or super().is_usable()

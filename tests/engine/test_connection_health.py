@@ -19,6 +19,13 @@ from portal.celery import connections_as_between_requests
 pytestmark = pytest.mark.django_db(transaction=True)  # each request and task on a connection of its own
 
 
+@pytest.fixture(autouse=True)
+def fresh_connection():
+    """A connection opened by the test itself: the one that made the test database may be older than
+    CONN_MAX_AGE by now (a slow machine), and would be closed as too old whatever its health."""
+    connection.close()
+
+
 def in_another_session(sql: str, params: list) -> list[tuple]:
     """Run one statement on a connection of its own (a thread's) and return its rows."""
     rows: list[tuple] = []
