@@ -196,3 +196,19 @@ def stored_set(instances: Sequence[models.Model], returned: list[tuple], *, unle
         obj.pk = pk
         obj._state.adding = False
         obj._state.db = connection.alias
+
+
+# The site facts' version (migration 0034): one row that a trigger on each site-facts table moves to a fresh
+# number before any write there. Added to a statement that is sent anyway, it tells a process whether its copy
+# of those facts is current (jobs.services.submission.intake_facts, jobs.services.cluster.object_creation).
+SITE_FACTS_PRINT_FUNCTION = "gpuportal_site_facts_print"  # returns exactly SITE_FACTS_VERSION_SQL's value
+SITE_FACTS_VERSION_SQL = "SELECT 'v' || version FROM gpuportal_site_facts_version WHERE id = 1"
+
+
+def site_facts_version() -> str:
+    """An expression for the site facts' version, evaluated once per statement; NULL where the database keeps
+    none (SQLite in development: nothing may then be cached)."""
+    # The row read inline rather than through the function: a SQL function that reads a table is not inlined
+    # and is planned again at every call (three times a `SELECT 1`'s CPU), where this subquery is planned
+    # with the statement that carries it, once per connection.
+    return f"({SITE_FACTS_VERSION_SQL})" if connection.vendor == "postgresql" else "NULL"

@@ -109,6 +109,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 else:
     DATABASES["default"]["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # Django's backend with a health check that asks the connection's socket instead of sending `SELECT 1`
+    # before every request's and every task's first query (portal/postgresql/base.py).
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        DATABASES["default"]["ENGINE"] = "portal.postgresql"
     # Parameters bound by the server and, once a statement has run DATABASE_PREPARE_THRESHOLD times on a
     # connection, prepared there (psycopg names and caches it): PostgreSQL then parses it once per connection
     # and, after five custom plans, keeps a generic plan instead of planning every call; planning was two

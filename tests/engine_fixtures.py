@@ -71,7 +71,7 @@ def database_url() -> str:
     from django.db import connection
 
     s = connection.settings_dict
-    if s["ENGINE"] != "django.db.backends.postgresql":
+    if connection.vendor != "postgresql":
         pytest.skip("the engine's processes need PostgreSQL (run the suite with `make test`)")
     return f"postgres://{s['USER'] or 'postgres'}:{s['PASSWORD'] or ''}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 

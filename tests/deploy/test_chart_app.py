@@ -49,7 +49,7 @@ def test_settings_load_from_the_environment_the_chart_sets(values_file: Path | N
     assert role == config["data"]["KUBE_WORKLOADS_CLUSTERROLE"]
     assert account.count("/") == 1
     assert secure is True
-    assert engine == "django.db.backends.postgresql"
+    assert engine == "portal.postgresql"  # Django's, with a health check that asks the socket
 
 
 @pytest.mark.django_db

@@ -3,7 +3,9 @@
 Each case submits once (the process now holds a copy of the facts), makes one change an admin, the
 inventory or a teammate could make, and submits again: the second submission must be judged by the new
 facts. The change is made in the same transaction as the submissions, the hardest case for a cache
-that trusts the database to say what changed (on PostgreSQL, where the suite runs).
+that trusts the database to say what changed (on PostgreSQL, where the suite runs), through the ORM,
+in bulk and by raw SQL (site facts carry a version that triggers move: migration 0034), and once
+committed by another session.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from jobs.models import AllowedRegistry, CatalogImage, Dataset, GpuNode, Quota, TeamSecret
+from jobs.models import AllowedRegistry, CatalogImage, Dataset, GpuNode, GpuType, Quota, TeamSecret
 from jobs.services.submission import intake_facts
 from jobs.services.submission.intake import workload_submit
 from jobs.services.validation import SubmissionInvalid
@@ -53,21 +55,63 @@ def test_nothing_changed_costs_one_query(world):
     assert snapshot.gpu_types()["p100"].quota == 8
 
 
-def test_the_installed_fingerprint_functions_compute_what_intake_facts_would(world):
-    # Migration 0020 holds a copy of the fingerprints' SQL: a table added to SITE_TABLES or TEAM_TABLES
-    # without a migration that replaces the functions makes them differ here.
+def test_the_installed_team_fingerprint_function_computes_what_intake_facts_would(world):
+    # Migration 0020 holds a copy of the team fingerprint's SQL: a table added to TEAM_TABLES without a
+    # migration that replaces the function makes them differ here.
     team_id = world["team"].id
-    site, team = intake_facts.SITE_PRINT_FUNCTION, intake_facts.TEAM_PRINT_FUNCTION
+    team = intake_facts.TEAM_PRINT_FUNCTION
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {site}(), {intake_facts._fingerprint_sql(intake_facts.SITE_TABLES)}, {team}(%s), "
-            f"{intake_facts._fingerprint_sql(intake_facts.TEAM_TABLES, ' WHERE team_id = %s')}",
+            f"SELECT {team}(%s), {intake_facts._fingerprint_sql(intake_facts.TEAM_TABLES, ' WHERE team_id = %s')}",
             [team_id] * (1 + len(intake_facts.TEAM_TABLES)),
         )
-        by_function_site, inline_site, by_function_team, inline_team = cursor.fetchone()
-    assert by_function_site == inline_site
+        by_function_team, inline_team = cursor.fetchone()
     assert by_function_team == inline_team
     assert inline_team.count("/") == len(intake_facts.TEAM_TABLES) - 1
+
+
+# pg_trigger.tgtype: BEFORE (2), INSERT (4), DELETE (8), UPDATE (16), TRUNCATE (32); ROW (1) unset: per statement.
+BEFORE_EVERY_WRITE_PER_STATEMENT = 2 | 4 | 8 | 16 | 32
+
+
+def test_every_site_facts_table_moves_the_version_before_any_write():
+    # Migration 0034 names the tables itself: a table added to FACT_TABLES without a migration that puts
+    # the trigger on it fails here.
+    tables = [model._meta.db_table for model in intake_facts.FACT_TABLES]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, t.tgtype FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+            "WHERE t.tgname = 'gpuportal_site_facts_changed'"
+        )
+        found = dict(cursor.fetchall())
+    assert {table: found.get(table) for table in tables} == dict.fromkeys(tables, BEFORE_EVERY_WRITE_PER_STATEMENT)
+
+
+def site_version() -> str:
+    """The version as a submission reads it; the function migration 0034 installs says the same."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {intake_facts._site_print_sql()}, {intake_facts.SITE_PRINT_FUNCTION}()")
+        inline, by_function = cursor.fetchone()
+    assert inline == by_function
+    return inline
+
+
+def test_every_statement_that_writes_site_facts_gets_a_version_of_its_own(world):
+    # Even in one transaction, and even when it changes no row: a number from a sequence is never reused,
+    # so a copy read in a transaction that is then rolled back never matches a later version.
+    seen = [site_version()]
+    with connection.cursor() as cursor:
+        for sql in (
+            "UPDATE jobs_gpunode SET ready = ready",
+            "UPDATE jobs_gpunode SET ready = ready WHERE false",
+            "DELETE FROM jobs_dataset WHERE false",
+        ):
+            cursor.execute(sql)
+            seen.append(site_version())
+    assert len(set(seen)) == len(seen)
+    # The team's facts move nothing here.
+    Quota.objects.filter(team=world["team"]).update(max_gpus=3)
+    assert site_version() == seen[-1]
 
 
 def disable_type(world):
@@ -87,6 +131,25 @@ def withdraw_image(world):
     CatalogImage.objects.filter(id=world["image"].id).update(enabled=False)
 
 
+def disable_type_in_bulk(world):
+    GpuType.objects.all().update(enabled=False)
+
+
+def node_not_ready_by_raw_sql(world):
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE jobs_gpunode SET ready = false WHERE name = %s", ["gpu-p100-1"])
+
+
+def nodes_gone_by_raw_sql(world):
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM jobs_gpunode")
+
+
+def withdraw_image_by_raw_sql(world):
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE jobs_catalogimage SET enabled = false")
+
+
 def leave_team(world):
     world["team"].memberships.filter(user=world["owner"]).delete()
 
@@ -98,6 +161,10 @@ def leave_team(world):
         (lower_quota, "gpu_count", "quota for Tesla P100 is 1"),
         (node_not_ready, "gpu_count", "No ready Tesla P100 node"),
         (withdraw_image, "catalog_image", "no longer offered"),
+        (disable_type_in_bulk, "gpu_type", "currently disabled"),
+        (node_not_ready_by_raw_sql, "gpu_count", "No ready Tesla P100 node"),
+        (nodes_gone_by_raw_sql, "gpu_count", "No ready Tesla P100 node"),
+        (withdraw_image_by_raw_sql, "catalog_image", "no longer offered"),
         (leave_team, "team", "not a member"),
     ],
 )
@@ -118,6 +185,48 @@ def test_registries_datasets_and_secrets_taken_away_are_seen_at_once(world):
     with pytest.raises(SubmissionInvalid) as refused:
         submit(world, **custom, datasets=["imagenet"], secrets=["wandb"])
     assert set(refused.value.errors) == {"image", "datasets", "secrets"}
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "TRUNCATE jobs_allowedregistry",
+        "UPDATE jobs_allowedregistry SET host = 'ghcr.io'",
+    ],
+)
+def test_registries_and_datasets_changed_by_raw_sql_are_seen_at_once(world, sql):
+    custom = {"catalog_image": None, "image": "docker.io/library/python:3.12"}
+    submit(world, **custom, datasets=["imagenet"])
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        cursor.execute("UPDATE jobs_dataset SET enabled = false")
+    with pytest.raises(SubmissionInvalid) as refused:
+        submit(world, **custom, datasets=["imagenet"])
+    assert set(refused.value.errors) == {"image", "datasets"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_change_committed_by_another_session_is_seen_by_the_next_submission(world):
+    # The other session (a thread has a connection of its own) writes and commits while this process holds
+    # a copy of the facts read before.
+    import threading
+
+    from django.db import connections
+
+    submit(world)
+
+    def inventory_says_not_ready() -> None:
+        try:
+            GpuNode.objects.filter(name="gpu-p100-1").update(ready=False)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=inventory_says_not_ready)
+    other.start()
+    other.join()
+    with pytest.raises(SubmissionInvalid) as refused:
+        submit(world, name="after")
+    assert "No ready Tesla P100 node" in " ".join(refused.value.errors["gpu_count"])
 
 
 def test_a_new_gpu_type_and_its_quota_are_usable_at_once(world):

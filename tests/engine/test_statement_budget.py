@@ -42,16 +42,17 @@ from notifications.models import Event
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, QuotaFactory, TeamFactory, UserFactory
 
 # Statements per stage of one workload's path (see the module's docstring), and what each is:
-#   submit 6: the token with its user; the team with the role and the facts' fingerprints; the workload
-#     with its first timeline row and its queue position (one WITH: was three statements); the idempotency
-#     record; the queue caps' locks; their counts.
+#   submit 6: the token with its user; the team with the role, the site facts' version and the team's
+#     fingerprint; the workload with its first timeline row and its queue position (one WITH: was three
+#     statements); the idempotency record; the queue caps' locks; their counts.
 #   admit 5: the cohorts; the quota rows locked (with their teams and GPU types); what the teams hold; the
 #     queue heads; the move to SUBMITTING with its timeline rows (one WITH: was two). Was 9: the minimum
 #     runtimes (two reads) are read only when something borrowed is held, and the GPU types' reservation
 #     delays come with the quota rows instead of a read of their own.
-#   create 4: the workload by uid with its team, GPU type, owner and catalog image (one join, fixed SQL: was
-#     five statements, the ids by uid and four prefetch reads); registries; unhealthy GPU marks; the move to
-#     PENDING with its timeline rows (autocommit on PostgreSQL: no BEGIN/COMMIT around it).
+#   create 2: the workload by uid with its team, GPU type, owner and catalog image, and the site facts'
+#     version (one join, fixed SQL: was five statements, the ids by uid and four prefetch reads); the move to
+#     PENDING with its timeline rows (autocommit on PostgreSQL: no BEGIN/COMMIT around it). The registries
+#     and the unhealthy GPU marks are read again only when the site facts' version moved (was a read each).
 #   running 2, succeeded 3: the tracker's load, the guarded move with its timeline row; the event. A burst
 #     of one workload, as here, costs the same since its chunk's writes became one statement (tracker5);
 #     a burst of N costs these too, not N times them (tests/engine/test_tracker_chunk_writes.py).
@@ -61,7 +62,7 @@ from tests.engine.factories import GpuTypeFactory, MembershipFactory, QuotaFacto
 PATH = {
     "submit": 6,
     "admit": 5,
-    "create": 4,
+    "create": 2,
     "running": 2,
     "succeeded": 3,
     "notified": 2,

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
@@ -77,7 +78,9 @@ def _secret_refs(workload: Workload) -> tuple[objects.SecretRef, ...]:
     return tuple(objects.SecretRef(s["name"], s["k8s_name"], s.get("env", "")) for s in workload.secrets or ())
 
 
-def spec_for(workload: Workload, *, pull_secrets: dict[str, str] | None = None) -> objects.WorkloadSpec:
+def spec_for(
+    workload: Workload, *, pull_secrets: dict[str, str] | None = None, avoid_nodes: tuple[str, ...] | None = None
+) -> objects.WorkloadSpec:
     """The workload as the renderer takes it. `pull_secrets` (registry host -> pull Secret name): read
     once for a batch instead of once per workload."""
     gpu_type = workload.gpu_type
@@ -117,7 +120,7 @@ def spec_for(workload: Workload, *, pull_secrets: dict[str, str] | None = None) 
         run_as_root=workload.catalog_image is not None and workload.catalog_image.runs_as_root,
         read_only_root=workload.catalog_image is not None and workload.catalog_image.read_only_root,
         token_secret=tokens.secret_name(workload.uid) if workload.kind == Kind.BATCH else "",
-        avoid_nodes=node_health.nodes_to_avoid(),
+        avoid_nodes=node_health.nodes_to_avoid() if avoid_nodes is None else avoid_nodes,
         gang=gang_spec(workload),
     )
 
@@ -231,6 +234,32 @@ def registry_pull_secrets() -> dict[str, str]:
         for registry in AllowedRegistry.objects.all()
         if registry.pull_secret_name
     }
+
+
+@dataclass(frozen=True)
+class SiteFacts:
+    """What a batch's render reads from the site: the same for every workload, and it changes rarely."""
+
+    pull_secrets: dict[str, str]  # registry host -> pull Secret name (registry_pull_secrets); never changed
+    avoid_nodes: tuple[str, ...]  # nodes with an open GPU health mark (node_health.nodes_to_avoid)
+
+
+_site_facts: tuple[str, SiteFacts] | None = None
+
+
+def site_facts(version: str | None) -> SiteFacts:
+    """The site facts a render needs, read again only when their version moved (migration 0034's trigger on
+    the registries and health marks, among other tables: any write there, raw SQL included). `version`: as
+    read by the batch's load, in the same statement; None where the database keeps none (read every time).
+    The facts are read after the version, so a copy is never older than the version it is kept under."""
+    global _site_facts
+    cached = _site_facts
+    if version is not None and cached is not None and cached[0] == version:
+        return cached[1]
+    facts = SiteFacts(pull_secrets=registry_pull_secrets(), avoid_nodes=node_health.nodes_to_avoid())
+    if version is not None:
+        _site_facts = (version, facts)
+    return facts
 
 
 def _still_pending(workload: Workload, ref: objects.SecretRef, row: TeamSecret | None) -> bool:
@@ -378,7 +407,7 @@ def workloads_create_objects(
 # so the join is planned once per connection, not per batch as when the ORM sent it as new text. Table and
 # column names from the models; every value is a parameter.
 _BATCH_SQL = """
-SELECT {workload}, {team}, {gpu_type}, {owner}, {image} FROM {workload_table} w
+SELECT {workload}, {team}, {gpu_type}, {owner}, {image}, {site_version} FROM {workload_table} w
 JOIN {team_table} t ON t.{pk} = w.{team_id} JOIN {gpu_type_table} g ON g.{pk} = w.{gpu_type_id}
 JOIN {owner_table} o ON o.{pk} = w.{owner_id} LEFT JOIN {image_table} c ON c.{pk} = w.{image_id}
 WHERE w.{key} = ANY(%s)
@@ -399,19 +428,17 @@ def _batch_sql(key: str) -> str:
         owner_table=quote(get_user_model()._meta.db_table), image_table=quote(CatalogImage._meta.db_table),
         pk=quote("id"), team_id=quote(field("team").column), gpu_type_id=quote(field("gpu_type").column),
         owner_id=quote(field("owner").column), image_id=quote(field("catalog_image").column),
-        key=quote(field(key).column),
+        key=quote(field(key).column), site_version=jobs_sql.site_facts_version(),
     )  # fmt: skip
 
 
-def _load_batch(keys: list, by: str) -> list[Workload]:
-    """The workloads named, with their team, GPU type, owner and catalog image (no order)."""
+def _load_batch(keys: list, by: str) -> tuple[list[Workload], str | None]:
+    """The workloads named, with their team, GPU type, owner and catalog image (no order), and the site
+    facts' version as the same statement read it (None: not known, read the facts)."""
     if connection.vendor != "postgresql":
         # The related rows in queries of their own (prefetch), as on PostgreSQL before the fixed SQL above.
-        return list(
-            Workload.objects.prefetch_related("team", "gpu_type", "owner", "catalog_image")
-            .filter(**{f"{by}__in": keys})
-            .order_by()
-        )
+        loaded = Workload.objects.prefetch_related("team", "gpu_type", "owner", "catalog_image")
+        return list(loaded.filter(**{f"{by}__in": keys}).order_by()), None
     from jobs import sql as jobs_sql
     from jobs.models import CatalogImage, GpuType
 
@@ -420,6 +447,7 @@ def _load_batch(keys: list, by: str) -> list[Workload]:
         cursor.execute(_batch_sql(by), [list(keys)])
         rows = cursor.fetchall()
     loaded = []
+    version = rows[0][-1] if rows else None
     for row in rows:
         parts, start = [], 0
         for model in models:
@@ -432,18 +460,21 @@ def _load_batch(keys: list, by: str) -> list[Workload]:
         image = None if workload.catalog_image_id is None else jobs_sql.instance(CatalogImage, parts[4])
         Workload.catalog_image.field.set_cached_value(workload, image)
         loaded.append(workload)
-    return loaded
+    return loaded, version
 
 
-def _to_create(keys: list, *, by: str = "id", unknown: Callable[[list], None] | None = None) -> list[Workload]:
+def _to_create(
+    keys: list, *, by: str = "id", unknown: Callable[[list], None] | None = None
+) -> tuple[list[Workload], str | None]:
     """The batch's workloads still to be created, in the given order: submitting, or moved on without
-    objects' names recorded."""
-    by_key = {getattr(w, by): w for w in _load_batch(keys, by)}
+    objects' names recorded; and the site facts' version read with them."""
+    loaded, version = _load_batch(keys, by)
+    by_key = {getattr(w, by): w for w in loaded}
     named = list(dict.fromkeys(keys))
     missing = [key for key in named if key not in by_key]
     if missing and unknown is not None:
         unknown(missing)
-    return [by_key[key] for key in named if key in by_key and _still_to_create(by_key[key])]
+    return [by_key[key] for key in named if key in by_key and _still_to_create(by_key[key])], version
 
 
 def _still_to_create(workload: Workload) -> bool:
@@ -494,14 +525,14 @@ def _create_batch(
     workload_ids: list, profile: BatchProfile, *, by: str = "id", unknown: Callable[[list], None] | None = None
 ) -> tuple[int, int]:
     with profile.phase("load"):
-        batch = _to_create(workload_ids, by=by, unknown=unknown)
+        batch, site_version = _to_create(workload_ids, by=by, unknown=unknown)
         if not batch:
             return 0, 0
         # Being created now: the sweep leaves workloads touched within PORTAL_STUCK_SUBMIT_SECONDS alone.
         heartbeat = _Heartbeat([w.id for w in batch], marked_at=min(w.updated_at for w in batch))
     with profile.phase("render"):
-        pull_secrets = registry_pull_secrets()
-        specs = {w.id: spec_for(w, pull_secrets=pull_secrets) for w in batch}
+        site = site_facts(site_version)
+        specs = {w.id: spec_for(w, pull_secrets=site.pull_secrets, avoid_nodes=site.avoid_nodes) for w in batch}
         rendered = {w.id: rendered_objects(specs[w.id]) for w in batch}
     created: list[Workload] = []
     failure: BaseException | None = None

@@ -572,7 +572,7 @@ def _may_change(view: ClusterView, row) -> bool:
 SEND_HELD_SECONDS = 1.0
 
 
-# The connection is checked (Django's health check: one `SELECT 1` round trip, and CONN_MAX_AGE) before a
+# The connection is checked (Django's health check, on the socket: portal/postgresql; and CONN_MAX_AGE) before a
 # burst at most this often: under a busy cluster bursts come every few tens of milliseconds. A connection
 # lost in between fails the next burst's load, and the loop relists (and reconnects) as on any failure.
 CONNECTION_CHECK_SECONDS = 1.0

@@ -8,13 +8,16 @@ fingerprints together with what must always be read fresh (the person's role in 
 then, so an admin who disables a GPU type, withdraws a catalog image or lowers a quota is obeyed by the
 very next submission, and so is a node the inventory marks not ready.
 
-A table's fingerprint is its row count, the sum of its rows' version ids (PostgreSQL's `xmin`, the id
-of the transaction that wrote each row version) and the sum of where those versions lie (`ctid`): any
-insert, update or delete changes one of them, committed by others or made earlier in one's own
-transaction. (The largest id would miss two writers committing out of id order; the sum does not.)
-Other databases (SQLite in development) have no such columns: there every submission reads the facts
-afresh. On PostgreSQL two PL/pgSQL functions compute the fingerprints (migration 0020), so their plans are
-kept per connection instead of made again for every submission.
+Site facts are versioned (migration 0034): a statement-level trigger on each of their tables sets one
+row's version to a fresh number before any INSERT, UPDATE, DELETE or TRUNCATE, whoever sends it (the ORM,
+a bulk update, raw SQL), so the site's fingerprint is that one row, whatever the number of nodes or images.
+A team's fingerprint is its rows' count, the sum of their versions' ids (PostgreSQL's `xmin`, the id of
+the transaction that wrote each row version) and the sum of where those versions lie (`ctid`), over the
+few rows of that one team: any insert, update or delete changes one of them, committed by others or made
+earlier in one's own transaction. (The largest id would miss two writers committing out of id order; the
+sum does not.) Other databases (SQLite in development) have neither: there every submission reads the
+facts afresh. On PostgreSQL two functions compute the fingerprints (migrations 0020 and 0034), so their
+plans are kept per connection instead of made again for every submission.
 """
 
 from __future__ import annotations
@@ -29,13 +32,26 @@ from django.db import connection
 
 from identity.models import Membership
 from jobs import sql as jobs_sql
-from jobs.models import AllowedRegistry, CatalogImage, Dataset, GpuNode, GpuType, Quota, Team, TeamSecret
+from jobs.models import (
+    AllowedRegistry,
+    CatalogImage,
+    Dataset,
+    GpuHealthMark,
+    GpuNode,
+    GpuType,
+    Quota,
+    Team,
+    TeamSecret,
+)
 from jobs.selectors import cluster_capacity
 from jobs.services.storage.secrets import secrets_available
 from jobs.services.validation import CatalogFacts, GpuTypeFacts, cuda_tuple
 
 # The tables site facts come from, and those team facts come from (rows of the one team).
 SITE_TABLES = (GpuType, GpuNode, CatalogImage, AllowedRegistry, Dataset)
+# Every table whose writes move the site facts' version (migration 0034): the intake's site tables and the
+# GPU health marks, which the worker's create caches under the same version (object_creation.site_facts).
+FACT_TABLES = (*SITE_TABLES, GpuHealthMark)
 TEAM_TABLES = (Quota, Dataset.teams.through, TeamSecret)
 TEAM_CACHE_SIZE = 2048  # (team, person) pairs kept per process
 
@@ -100,15 +116,15 @@ def _fingerprint_sql(tables, where: str = "") -> str:
     return " || '/' || ".join(parts)
 
 
-# On PostgreSQL the fingerprints are computed by two PL/pgSQL functions holding exactly `_fingerprint_sql`'s
-# expressions (migration 0020): a function keeps its statement's plan for the session, where the eight
-# subqueries inlined in a query were planned afresh on every submission (0.66 ms of PostgreSQL's CPU).
-SITE_PRINT_FUNCTION = "gpuportal_site_facts_print"
+# On PostgreSQL the team's fingerprint is computed by a PL/pgSQL function holding exactly `_fingerprint_sql`'s
+# expressions (migration 0020): a function keeps its statement's plan for the session, where subqueries
+# inlined in a query were planned afresh on every submission. The site's is the version row (migration 0034).
+SITE_PRINT_FUNCTION = jobs_sql.SITE_FACTS_PRINT_FUNCTION
 TEAM_PRINT_FUNCTION = "gpuportal_team_facts_print"
 
 
 def _site_print_sql() -> str:
-    return f"{SITE_PRINT_FUNCTION}()" if connection.vendor == "postgresql" else "NULL"
+    return jobs_sql.site_facts_version()
 
 
 def _team_print_sql(team: str) -> str:
