@@ -25,7 +25,7 @@ the portal's API through a relay on the nodes' bridge gateway (PORTAL_POD_API_UR
 PORT is bound first, before anything else starts, and handed to the proxy as a listening socket: a port another
 process serves is refused at once, as is a cluster state directory another `make run` of this checkout holds
 (a second portal wants a checkout of its own).
-Environment: PORT (default 8000), LOCALCLUSTER_STATE_DIR (default var/cluster), GPUPORTAL_REAL_NODES.
+Environment: PORT (default 8000; 1 to 65535), LOCALCLUSTER_STATE_DIR (default var/cluster), GPUPORTAL_REAL_NODES.
 """
 
 from __future__ import annotations
@@ -49,7 +49,18 @@ from portal.sealing import generate_keypair, public_half
 
 REPO = Path(__file__).resolve().parent.parent
 VAR = REPO / "var"
-PORT = int(os.environ.get("PORT", "8000"))
+
+
+def parse_port(raw: str) -> int:
+    """PORT as a number from 1 to 65535, or 0 when it is none (main() then says so, naming PORT)."""
+    raw = raw.strip()
+    if raw.isascii() and raw.isdigit() and 1 <= int(raw) <= 65535:
+        return int(raw)
+    return 0
+
+
+PORT_SETTING = os.environ.get("PORT", "8000")
+PORT = parse_port(PORT_SETTING)
 
 
 def say(message: str) -> None:
@@ -312,9 +323,23 @@ def hold_port(port: int) -> socket.socket:
         listener.close()
         raise ServiceError(
             f"port {port} is in use by {port_owner(port)} (another `make run`?); "
-            f"serve this portal on another port: PORT={port + 1} make run"
+            f"serve this portal on another port: PORT={next_free_port(port)} make run"
         ) from exc
     return listener
+
+
+def next_free_port(port: int) -> int:
+    """The first port above `port` that nothing listens on (a first portal on 8000 and a second on 8001: the
+    advice for a third is 8002), for the advice only: it is bound again when that run starts."""
+    for candidate in range(port + 1, min(port + 100, 65536)):
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as hold_port binds it
+            try:
+                probe.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return candidate
+    return port + 1 if port < 65535 else 8001
 
 
 def seal_keys(env: dict[str, str]) -> dict[str, str]:
@@ -420,6 +445,9 @@ def main() -> int:
     def env_of(identity: str) -> dict[str, str]:
         return as_identity.get(identity, env)
 
+    if not PORT:
+        say(f"ERROR: PORT must be a port number from 1 to 65535 (got {PORT_SETTING!r}), e.g. PORT=8001 make run")
+        return 1
     with contextlib.ExitStack() as stack:
         try:
             listener = hold_port(PORT)
