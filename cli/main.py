@@ -1,7 +1,8 @@
 """gpuportal: submit, list, follow and cancel GPU workloads from a terminal, through the REST API.
 
 Exit codes: 0 success; 1 the portal refused the request, or the workload waited for did not succeed;
-2 usage or configuration error; 3 the portal could not be reached; 4 `wait` timed out.
+2 usage or configuration error; 3 the portal could not be reached (or the address is not the portal's);
+4 `wait` timed out.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import webbrowser
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
+
+import requests
 
 import spec_rules
 from cli import config, ssh
@@ -278,7 +281,17 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {field}: {message}", file=sys.stderr)
         return EXIT_FAILED
     except Unreachable as exc:
-        print(f"gpuportal: {exc}", file=sys.stderr)
+        print(f"gpuportal: {exc} (is the portal up, and its address right? --url, GPUPORTAL_URL or {config.config_path()})",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_UNREACHABLE
+    except requests.JSONDecodeError:
+        # Something answers there, but not as the portal's API does (a web page for every path): most often
+        # the address of another server, or of the portal's host without its path.
+        print(
+            f"gpuportal: {client.base} is not the GPU Portal's API (it answered with something that is not JSON); "
+            f"check the portal's address (--url, GPUPORTAL_URL or {config.config_path()})",
+            file=sys.stderr,
+        )
         return EXIT_UNREACHABLE
     except KeyboardInterrupt:
         return 130

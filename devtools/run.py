@@ -15,7 +15,8 @@ chart's least-privilege identities (devtools/rbac.py, helm/files/rbac-rules.yaml
 migrations and seed as the engine, the provisioner as the provisioner, the web and beat as the web
 (which writes nothing in the cluster), the service proxy as the proxy (reads services and EndpointSlices in
 team namespaces only).
-Every child's output is prefixed with its name. SIGINT/SIGTERM stop the children in reverse order.
+Every child's output is prefixed with its name. SIGINT/SIGTERM, and SIGHUP when its terminal goes away, stop the
+children in reverse order.
 Secrets are sealed to a key pair made once in var/seal-private.key (kept, so what an earlier run sealed
 still opens): the public half goes to every process, the private half to the worker only.
 With the real nodes (two by default where the machine can run them: root, cgroup v1, containerd; else
@@ -25,7 +26,7 @@ the portal's API through a relay on the nodes' bridge gateway (PORTAL_POD_API_UR
 PORT is bound first, before anything else starts, and handed to the proxy as a listening socket: a port another
 process serves is refused at once, as is a cluster state directory another `make run` of this checkout holds
 (a second portal wants a checkout of its own).
-Environment: PORT (default 8000), LOCALCLUSTER_STATE_DIR (default var/cluster), GPUPORTAL_REAL_NODES.
+Environment: PORT (default 8000; 1 to 65535), LOCALCLUSTER_STATE_DIR (default var/cluster), GPUPORTAL_REAL_NODES.
 """
 
 from __future__ import annotations
@@ -49,15 +50,34 @@ from portal.sealing import generate_keypair, public_half
 
 REPO = Path(__file__).resolve().parent.parent
 VAR = REPO / "var"
-PORT = int(os.environ.get("PORT", "8000"))
+
+
+def parse_port(raw: str) -> int:
+    """PORT as a number from 1 to 65535, or 0 when it is none (main() then says so, naming PORT)."""
+    raw = raw.strip()
+    if raw.isascii() and raw.isdigit() and 1 <= int(raw) <= 65535:
+        return int(raw)
+    return 0
+
+
+PORT_SETTING = os.environ.get("PORT", "8000")
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+PORT = parse_port(PORT_SETTING)
 
 
 def say(message: str) -> None:
-    print(f"[run] {message}", file=sys.stderr, flush=True)
+    _write(sys.stderr, f"[run] {message}")
+
+
+def _write(stream: IO[str], text: str) -> None:
+    """A line to the terminal, which may have gone (a closed window: EIO; a reader gone: EPIPE): the run then
+    goes on, and stops everything on the hang-up, without a word rather than stopping half-way."""
+    with contextlib.suppress(OSError, ValueError):
+        print(text, file=stream, flush=True)
 
 
 class Stop(Exception):
-    """SIGINT/SIGTERM, or a child that died: stop everything."""
+    """SIGINT/SIGTERM/SIGHUP, or a child that died: stop everything."""
 
 
 def _pump(name: str, stream: IO[bytes], sink: list[str] | None) -> None:
@@ -66,7 +86,7 @@ def _pump(name: str, stream: IO[bytes], sink: list[str] | None) -> None:
         line = raw.decode(errors="replace").rstrip("\n")
         if sink is not None:
             sink.append(line)
-        print(f"{name:<{width}}| {line}", flush=True)
+        _write(sys.stdout, f"{name:<{width}}| {line}")  # and read on: a child must never block on its output
 
 
 class Children:
@@ -182,7 +202,7 @@ def start_cluster(env: dict[str, str], stack: contextlib.ExitStack) -> str:
     if build.returncode != 0:
         raise ServiceError("building the Kubernetes binaries failed (see the [cluster-build] lines above)")
     real = choose_real_nodes(env)
-    cluster = LocalCluster(state_dir=state_dir, real_nodes=real)
+    cluster = LocalCluster(state_dir=state_dir, real_nodes=real, log=_cluster_log)
     try:
         cluster.start()
     except ClusterError as exc:
@@ -191,13 +211,17 @@ def start_cluster(env: dict[str, str], stack: contextlib.ExitStack) -> str:
         say(f"real nodes did not start, simulated nodes only: {_first_line(exc)}")
         cluster.stop()
         env.pop("GPUPORTAL_LOCAL_IMAGES", None)
-        cluster = LocalCluster(state_dir=state_dir, real_nodes=0)
+        cluster = LocalCluster(state_dir=state_dir, real_nodes=0, log=_cluster_log)
         try:
             cluster.start()
         except ClusterError as exc2:
             raise ServiceError(f"the local GPU cluster did not start:\n{exc2}") from exc2
     stack.callback(_stop_cluster, cluster)
     return str(cluster.kubeconfig)
+
+
+def _cluster_log(message: str) -> None:
+    _write(sys.stderr, f"[localcluster] {message}")  # its own words, which a terminal gone must not cut short
 
 
 def _stop_cluster(cluster) -> None:
@@ -312,9 +336,23 @@ def hold_port(port: int) -> socket.socket:
         listener.close()
         raise ServiceError(
             f"port {port} is in use by {port_owner(port)} (another `make run`?); "
-            f"serve this portal on another port: PORT={port + 1} make run"
+            f"serve this portal on another port: PORT={next_free_port(port)} make run"
         ) from exc
     return listener
+
+
+def next_free_port(port: int) -> int:
+    """The first port above `port` that nothing listens on (a first portal on 8000 and a second on 8001: the
+    advice for a third is 8002), for the advice only: it is bound again when that run starts."""
+    for candidate in range(port + 1, min(port + 100, 65536)):
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as hold_port binds it
+            try:
+                probe.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return candidate
+    return port + 1 if port < 65535 else 8001
 
 
 def seal_keys(env: dict[str, str]) -> dict[str, str]:
@@ -409,10 +447,12 @@ def main() -> int:
     python = sys.executable
 
     def on_signal(signum: int, frame: object) -> None:
-        raise Stop
+        raise Stop(signal.Signals(signum))
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    # SIGHUP: the terminal went away (its window closed, an SSH session dropped). The children run in
+    # sessions of their own and never hear it: without this they would run on, holding the port.
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, on_signal)
     children = Children()
     # Each process's environment: the admin's until the local cluster's portal identities exist.
     as_identity: dict[str, dict[str, str]] = {}
@@ -420,6 +460,9 @@ def main() -> int:
     def env_of(identity: str) -> dict[str, str]:
         return as_identity.get(identity, env)
 
+    if not PORT:
+        say(f"ERROR: PORT must be a port number from 1 to 65535 (got {PORT_SETTING!r}), e.g. PORT=8001 make run")
+        return 1
     with contextlib.ExitStack() as stack:
         try:
             listener = hold_port(PORT)
@@ -492,17 +535,17 @@ def main() -> int:
                 if dead:
                     say(f"{dead[0]} exited with code {dead[1]}; stopping everything")
                     return 1
-        except Stop:
-            say("stopping (Ctrl-C)")
+        except Stop as stop:
+            say("stopping (the terminal hung up)" if stop.args == (signal.SIGHUP,) else "stopping (Ctrl-C)")
             report_services_left(python, env_of("web"))
             return 0
         except ServiceError as exc:
             say(f"ERROR: {exc}")
             return 1
         finally:
-            # A second Ctrl-C must not cut the orderly shutdown short.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            # A second Ctrl-C (or hang-up) must not cut the orderly shutdown short.
+            for signum in STOP_SIGNALS:
+                signal.signal(signum, signal.SIG_IGN)
     return 0
 
 
@@ -531,7 +574,7 @@ def _announce(seeded: list[str], env: dict[str, str]) -> None:
         lines.append("            `.venv/bin/python manage.py createsuperuser`")
     lines.append("Press Ctrl-C to stop everything.")
     width = max(len(line) for line in lines)
-    print("\n" + "=" * width + "\n" + "\n".join(lines) + "\n" + "=" * width + "\n", file=sys.stderr, flush=True)
+    _write(sys.stderr, "\n" + "=" * width + "\n" + "\n".join(lines) + "\n" + "=" * width + "\n")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin
 
+import spec_rules
 from jobs.models import AllowedRegistry, CatalogImage, GpuNode, GpuType
 from jobs.services.provisioning import forget_namespaces
 from jobs.services.queue.reservation_plan import RESERVE_DEPTH
@@ -75,8 +76,51 @@ class GpuNodeAdmin(admin.ModelAdmin):
         return False  # nodes come from the cluster's inventory sync
 
 
+LIST_OF_STRINGS = 'A list of strings, each one argument, e.g. ["python", "train.py"] (or leave it empty).'
+ENV_OBJECT = (
+    'An object of variable names and their values, e.g. {"DIGITS_URL_PREFIX": "{base_path}"} (or leave it empty).'
+)
+
+
+class CatalogImageForm(forms.ModelForm):
+    """The JSON boxes hold what a launch copies (command, arguments) and what the engine adds to a service
+    (base-URL arguments and variables): each is checked for the shape those use, so that an entry a launch
+    or the engine cannot use is a form error here, not a failure of every workload started from it. An
+    emptied box is the empty list or object (the column allows no NULL). Its model and fields are the
+    ModelAdmin's."""
+
+    def _strings(self, name: str) -> list[str]:
+        value = self.cleaned_data.get(name)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise forms.ValidationError(LIST_OF_STRINGS)
+        return value
+
+    def clean_default_command(self) -> list[str]:
+        return self._strings("default_command")
+
+    def clean_default_args(self) -> list[str]:
+        return self._strings("default_args")
+
+    def clean_base_url_args(self) -> list[str]:
+        return self._strings("base_url_args")
+
+    def clean_base_url_env(self) -> dict[str, str]:
+        value = self.cleaned_data.get("base_url_env")
+        if value is None:
+            return {}
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise forms.ValidationError(ENV_OBJECT)
+        problems = [problem for name in value if (problem := spec_rules.env_name_problem(name))]
+        if problems:
+            raise forms.ValidationError(problems[0])
+        return value
+
+
 @admin.register(CatalogImage)
 class CatalogImageAdmin(admin.ModelAdmin):
+    form = CatalogImageForm
     list_display = ["title", "reference", "suits", "cuda_version", "needs_root", "root_allowed", "enabled"]
     list_filter = ["suits", "enabled", "needs_root", "root_allowed"]
     search_fields = ["title", "reference"]

@@ -84,7 +84,9 @@ class QuotaChangeInline(admin.TabularInline):
 class TeamAdmin(admin.ModelAdmin):
     list_display = ["name", "slug", "cohort", "monthly_gpu_hour_budget", "fair_share"]
     list_filter = ["cohort", "fair_share"]
-    search_fields = ["name", "slug"]
+    # A person's team is asked after by their name: members' usernames and e-mail addresses match too.
+    search_fields = ["name", "slug", "memberships__user__username", "memberships__user__email"]
+    search_help_text = "A team's name or slug, or a member's username or e-mail address."
     prepopulated_fields = {"slug": ["name"]}
     inlines = [MembershipInline, QuotaInline, QuotaChangeInline]
 
