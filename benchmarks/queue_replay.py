@@ -38,8 +38,12 @@ class Variant:
     this many seconds, else planned again each pass in queue order; `room_small`: seconds added to the
     bound shown for a workload of fewer than half the quota's GPUs (room for a larger one to pass it);
     `large_order`: promised jobs of LARGE+ GPUs take each other's places in the order sorted by their
-    bound ("due") or by GPUs x limit ("work")."""
+    bound ("due") or by GPUs x limit ("work"); `kept`: the plan keeps each promise's position of the last
+    pass apart from the bound shown, and may move it later up to that bound (without it, the plan reads
+    the shown bound as the position, and a bound later than the position (not tightened, or with room)
+    pins promises where they no longer fit beside each other: some were broken)."""
 
+    kept: bool = False
     tighten: bool = True
     horizon: float = float("inf")
     room_small: float = 0.0
@@ -58,8 +62,21 @@ VARIANTS = {
     "large-by-due": Variant(large_order="due"),
     "large-by-work": Variant(large_order="work"),
     "firm-1h-large-by-due": Variant(horizon=1 * HOUR, large_order="due"),
+    # After the first runs (the three above with a later bound broke promises): the same, safely.
+    "today-kept": Variant(kept=True),
+    "latest-bound-kept": Variant(kept=True, tighten=False),
+    "room-1h-kept": Variant(kept=True, room_small=1 * HOUR),
+    "room-2h-kept": Variant(kept=True, room_small=2 * HOUR),
 }
 VARIANT = VARIANTS["today"]
+LATEST: dict[int, float] = {}  # with `kept`: per promised job, the latest due its shown bound allows
+
+
+def _promised_in_order(timeline, reserved, held_back, w, due, admitted, **kw):  # the plan's, up to the bound shown
+    return _plan_promised_in_order(timeline, reserved, held_back, w, max(due, LATEST.get(w.id, due)), admitted, **kw)
+
+
+_plan_promised_in_order = reservation_plan._promised_in_order
 
 
 @dataclass
@@ -128,7 +145,10 @@ def _pass(jobs, team_id, queued, running, promises, day, *, at, reserve, aging, 
     if not reserve:
         return sharing_plan.plan(teams, held, waiting).admit
     rows = sorted(((i, p) for i, p in promises.items() if p[0] == team_id), key=lambda r: (r[1][3], r[0]))
-    standing = {team_id: [(Waiting(i, team_id, p[1], 1, 0), p[2] - SLACK) for i, p in rows]}
+    standing = {team_id: [(Waiting(i, team_id, p[1], 1, 0), (p[4] if VARIANT.kept else p[2] - SLACK)) for i, p in rows]}
+    LATEST.clear()
+    LATEST.update({i: p[2] - SLACK for i, p in rows} if VARIANT.kept else {})
+    reservation_plan._promised_in_order = _promised_in_order if VARIANT.kept else _plan_promised_in_order
     limits = {i: float(jobs[i].limit) for i in [w.id for w in waiting] + [i for i, _ in rows]}
     ends_by = [
         Running(g, reservation_plan.ends_by(started=START + s, admitted=None, time_limit=float(jobs[i].limit), now=at))
@@ -145,7 +165,7 @@ def _pass(jobs, team_id, queued, running, promises, day, *, at, reserve, aging, 
         if i not in promises and r.due_at - at > VARIANT.horizon:
             continue  # not firm yet: planned again next pass, the plain estimate shown meanwhile
         if i not in promises:
-            promises[i] = (team_id, r.gpus, by, at)
+            promises[i] = (team_id, r.gpus, by, at, r.due_at)
             day.first_promise[i] = by - START
             if log:
                 log(
@@ -153,8 +173,9 @@ def _pass(jobs, team_id, queued, running, promises, day, *, at, reserve, aging, 
                     at - START,
                     f"promise {i} ({r.gpus} GPUs, limit {jobs[i].limit} s) by {(by - START) / 3600:.2f} h",
                 )
-        elif VARIANT.tighten and by < promises[i][2] - 1:  # brought forward: the row says the earlier time
-            promises[i] = (*promises[i][:2], by, promises[i][3])
+        else:  # brought forward: the row says the earlier time (the plan's position: where it stands now)
+            shown = by if VARIANT.tighten and by < promises[i][2] - 1 else promises[i][2]
+            promises[i] = (*promises[i][:2], shown, promises[i][3], r.due_at)
     return done.plan.admit
 
 
