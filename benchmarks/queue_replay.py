@@ -3,6 +3,8 @@
 
     .venv/bin/python -m benchmarks.queue_replay 3901-3920            # per seed and in sum, three sides
     .venv/bin/python -m benchmarks.queue_replay --trace 3916 1 3 16  # team 1's events from 3 h to 16 h
+    .venv/bin/python -m benchmarks.queue_replay --compare 4021-4140 today firm-1h  # variants, and the rule
+    .venv/bin/python -m benchmarks.queue_replay --variant firm-1h --trace 4051 0 3 16  # one variant's trace
 
 It plays what `bench_queue.replay` plays (arrivals, ends, one pass at each) through the same pure
 functions the admission pass uses (`sharing_plan.team_queues` with aging, `queue_head` plus the first
