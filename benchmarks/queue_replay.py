@@ -87,6 +87,7 @@ class Day:
 
     admitted: dict[int, float] = field(default_factory=dict)
     first_promise: dict[int, float] = field(default_factory=dict)
+    promised_at: dict[int, float] = field(default_factory=dict)  # job -> when its first promise was made
     broken: list[int] = field(default_factory=list)
 
 
@@ -169,6 +170,7 @@ def _pass(jobs, team_id, queued, running, promises, day, *, at, reserve, aging, 
         if i not in promises:
             promises[i] = (team_id, r.gpus, by, at, r.due_at)
             day.first_promise[i] = by - START
+            day.promised_at[i] = at - START
             if log:
                 log(
                     team_id,
