@@ -14,7 +14,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from jobs.models import GpuType, QueueReservation, State, Workload
+from jobs.models import GpuType, QueueReservation, State
 from jobs.services.queue.admission import admit_all
 from jobs.services.queue.reservation_plan import PROMISE_SLACK_SECONDS
 from tests.integration.test_bounded_wait import lab, queue, watch_loop  # noqa: F401  (the fixture and the helpers)
