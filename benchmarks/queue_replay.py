@@ -3,6 +3,8 @@
 
     .venv/bin/python -m benchmarks.queue_replay 3901-3920            # per seed and in sum, three sides
     .venv/bin/python -m benchmarks.queue_replay --trace 3916 1 3 16  # team 1's events from 3 h to 16 h
+    .venv/bin/python -m benchmarks.queue_replay --compare 4021-4140 today firm-1h  # variants, and the rule
+    .venv/bin/python -m benchmarks.queue_replay --variant firm-1h --trace 4051 0 3 16  # one variant's trace
 
 It plays what `bench_queue.replay` plays (arrivals, ends, one pass at each) through the same pure
 functions the admission pass uses (`sharing_plan.team_queues` with aging, `queue_head` plus the first
@@ -27,6 +29,56 @@ from jobs.services.queue.sharing_plan import Held, QueueEntry, TeamQuota, Waitin
 
 SLACK = reservation_plan.PROMISE_SLACK_SECONDS
 START = 1.8e9  # an epoch the day starts at (any)
+HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How promises are kept, for trying rules in the replay only (`--variant`, `--compare`); the default
+    is the portal's plan. `tighten`: a promise brought forward moves the row (the shown bound) with it;
+    `horizon`: a reservation is shown (made a promise, kept from pass to pass) only once it is due within
+    this many seconds, else planned again each pass in queue order; `room_small`: seconds added to the
+    bound shown for a workload of fewer than half the quota's GPUs (room for a larger one to pass it);
+    `large_order`: promised jobs of LARGE+ GPUs take each other's places in the order sorted by their
+    bound ("due") or by GPUs x limit ("work"); `kept`: the plan keeps each promise's position of the last
+    pass apart from the bound shown, and may move it later up to that bound (without it, the plan reads
+    the shown bound as the position, and a bound later than the position (not tightened, or with room)
+    pins promises where they no longer fit beside each other: some were broken)."""
+
+    kept: bool = False
+    tighten: bool = True
+    horizon: float = float("inf")
+    room_small: float = 0.0
+    large_order: str = ""
+
+
+# Issue 38's fifth round: the variants compared, fixed before the runs (benchmarks/README.md).
+VARIANTS = {
+    "today": Variant(),
+    "latest-bound": Variant(tighten=False),
+    "firm-1h": Variant(horizon=1 * HOUR),
+    "firm-2h": Variant(horizon=2 * HOUR),
+    "room-1h": Variant(room_small=1 * HOUR),
+    "room-2h": Variant(room_small=2 * HOUR),
+    "room-2h-latest": Variant(tighten=False, room_small=2 * HOUR),
+    "large-by-due": Variant(large_order="due"),
+    "large-by-work": Variant(large_order="work"),
+    "firm-1h-large-by-due": Variant(horizon=1 * HOUR, large_order="due"),
+    # After the first runs (the three above with a later bound broke promises): the same, safely.
+    "today-kept": Variant(kept=True),
+    "latest-bound-kept": Variant(kept=True, tighten=False),
+    "room-1h-kept": Variant(kept=True, room_small=1 * HOUR),
+    "room-2h-kept": Variant(kept=True, room_small=2 * HOUR),
+}
+VARIANT = VARIANTS["today"]
+LATEST: dict[int, float] = {}  # with `kept`: per promised job, the latest due its shown bound allows
+
+
+def _promised_in_order(timeline, reserved, held_back, w, due, admitted, **kw):  # the plan's, up to the bound shown
+    return _plan_promised_in_order(timeline, reserved, held_back, w, max(due, LATEST.get(w.id, due)), admitted, **kw)
+
+
+_plan_promised_in_order = reservation_plan._promised_in_order
 
 
 @dataclass
@@ -35,6 +87,7 @@ class Day:
 
     admitted: dict[int, float] = field(default_factory=dict)
     first_promise: dict[int, float] = field(default_factory=dict)
+    promised_at: dict[int, float] = field(default_factory=dict)  # job -> when its first promise was made
     broken: list[int] = field(default_factory=list)
 
 
@@ -73,6 +126,7 @@ def replay(jobs: list[Job], *, reserve: bool, aging: bool, log=None) -> Day:
                                       f"{(now - jobs[i].at) / 3600:.2f} h")  # fmt: skip
         if arrived == len(jobs) and not ends and not queued:
             break
+    day.broken += [i for i, p in promises.items() if i in queued and p[2] < START + DAY + DRAIN]  # still waiting
     return day
 
 
@@ -83,6 +137,8 @@ def _pass(jobs, team_id, queued, running, promises, day, *, at, reserve, aging, 
         return []
     teams = {team_id: TeamQuota(team_id=team_id, quota=QUOTA)}
     order = sharing_plan.team_queues(mine, {}, aging_now=at if aging else None)[team_id]
+    if reserve and VARIANT.large_order:
+        order = _large_reordered(order, promises, jobs)
     held = [Held(id=-1 - i, team_id=t, gpus=g, user_id=1) for i, (t, g, _) in running.items() if t == team_id]
     head = sharing_plan.queue_head(order, sharing_plan.admission_room(teams, held)[team_id])
     if reserve:
@@ -92,7 +148,10 @@ def _pass(jobs, team_id, queued, running, promises, day, *, at, reserve, aging, 
     if not reserve:
         return sharing_plan.plan(teams, held, waiting).admit
     rows = sorted(((i, p) for i, p in promises.items() if p[0] == team_id), key=lambda r: (r[1][3], r[0]))
-    standing = {team_id: [(Waiting(i, team_id, p[1], 1, 0), p[2] - SLACK) for i, p in rows]}
+    standing = {team_id: [(Waiting(i, team_id, p[1], 1, 0), (p[4] if VARIANT.kept else p[2] - SLACK)) for i, p in rows]}
+    LATEST.clear()
+    LATEST.update({i: p[2] - SLACK for i, p in rows} if VARIANT.kept else {})
+    reservation_plan._promised_in_order = _promised_in_order if VARIANT.kept else _plan_promised_in_order
     limits = {i: float(jobs[i].limit) for i in [w.id for w in waiting] + [i for i, _ in rows]}
     ends_by = [
         Running(g, reservation_plan.ends_by(started=START + s, admitted=None, time_limit=float(jobs[i].limit), now=at))
@@ -105,19 +164,37 @@ def _pass(jobs, team_id, queued, running, promises, day, *, at, reserve, aging, 
     for i in [i for i, p in promises.items() if p[0] == team_id and i not in done.plan.admit and i not in made]:
         del promises[i]  # no longer planned: the book drops the row
     for i, r in made.items():
-        by = r.due_at + SLACK
+        by = r.due_at + SLACK + (VARIANT.room_small if 2 * r.gpus < QUOTA else 0.0)
+        if i not in promises and r.due_at - at > VARIANT.horizon:
+            continue  # not firm yet: planned again next pass, the plain estimate shown meanwhile
         if i not in promises:
-            promises[i] = (team_id, r.gpus, by, at)
+            promises[i] = (team_id, r.gpus, by, at, r.due_at)
             day.first_promise[i] = by - START
+            day.promised_at[i] = at - START
             if log:
                 log(
                     team_id,
                     at - START,
                     f"promise {i} ({r.gpus} GPUs, limit {jobs[i].limit} s) by {(by - START) / 3600:.2f} h",
                 )
-        elif by < promises[i][2] - 1:  # brought forward: the row says the earlier time
-            promises[i] = (*promises[i][:2], by, promises[i][3])
+        else:  # brought forward: the row says the earlier time (the plan's position: where it stands now)
+            shown = by if VARIANT.tighten and by < promises[i][2] - 1 else promises[i][2]
+            promises[i] = (*promises[i][:2], shown, promises[i][3], r.due_at)
     return done.plan.admit
+
+
+def _large_reordered(order: list[QueueEntry], promises, jobs: list[Job]) -> list[QueueEntry]:
+    """The team's order with its promised large jobs in each other's places, sorted by the variant's key."""
+    places = [p for p, e in enumerate(order) if e.gpus >= LARGE and e.id in promises]
+    if VARIANT.large_order == "due":
+        key = lambda e: (promises[e.id][2], e.id)  # noqa: E731
+    else:
+        key = lambda e: (e.gpus * jobs[e.id].limit, e.id)  # noqa: E731
+    moved = sorted((order[p] for p in places), key=key)
+    order = list(order)
+    for p, e in zip(places, moved, strict=True):
+        order[p] = e
+    return order
 
 
 def figures(jobs: list[Job], day: Day) -> dict[str, float]:
@@ -131,7 +208,58 @@ SIDES = {"best-effort": {"reserve": False, "aging": False}, "reservations": {"re
          "reservations+aging": {"reserve": True, "aging": True}}  # fmt: skip
 
 
+def _seeds(args: list[str]) -> list[int]:
+    return [s for arg in args for s in (range(int(arg.split("-")[0]), int(arg.split("-")[1]) + 1)
+                                        if "-" in arg else [int(arg)])]  # fmt: skip
+
+
+def compare(seeds: list[int], names: list[str]) -> None:
+    """Each variant's reservations and aging against best-effort on the seeds, and the fifth round's rule
+    (fixed before the runs): among variants whose small jobs' (1-2 GPUs) p95 median is within 1.15x of
+    today's, whose utilisation / best-effort is never below 0.95 and that break no promise, the fewest seeds
+    above 0.5 wins (a tie: the lower small jobs' p95 worst); it wins over today only with 3 seeds fewer."""
+    global VARIANT
+    base = {s: figures(loaded_day(s, LOAD), replay(loaded_day(s, LOAD), reserve=False, aging=False)) for s in seeds}
+    rows = {}
+    for name in names:
+        VARIANT = VARIANTS[name]
+        ratio, small, used, broken = [], [], [], 0
+        for s in seeds:
+            jobs = loaded_day(s, LOAD)
+            day = replay(jobs, reserve=True, aging=True)
+            f = figures(jobs, day)
+            ratio.append(f["large_p95"] / max(1.0, base[s]["large_p95"]))
+            small.append(f["small_p95"])
+            used.append(f["used"] / max(1.0, base[s]["used"]))
+            broken += len(day.broken)
+        rows[name] = (max(ratio), statistics.median(ratio), sum(r > 0.5 for r in ratio), min(used),
+                      statistics.median(small), max(small), broken)  # fmt: skip
+        print(f"{name}: worst {rows[name][0]:.2f} median {rows[name][1]:.2f} above 0.5 {rows[name][2]} of "
+              f"{len(seeds)}, used min {rows[name][3]:.3f}, small p95 median {rows[name][4] / 3600:.1f} h worst "
+              f"{rows[name][5] / 3600:.1f} h, broken {broken}; per seed "
+              + " ".join(f"{s}:{r:.2f}" for s, r in zip(seeds, ratio, strict=True)), flush=True)  # fmt: skip
+    VARIANT = VARIANTS["today"]
+    if "today" not in rows:
+        return
+    small_bound = 1.15 * rows["today"][4]
+    ok = {n: r for n, r in rows.items() if r[4] <= small_bound and r[3] >= 0.95 and r[6] == 0}
+    print(f"best-effort small p95 median {statistics.median(b['small_p95'] for b in base.values()) / 3600:.1f} h; "
+          f"eligible: {', '.join(ok) or 'none'}")  # fmt: skip
+    if ok:
+        best = min(ok, key=lambda n: (ok[n][2], ok[n][5]))
+        wins = best != "today" and ok[best][2] <= rows["today"][2] - 3
+        print(f"rule: {best} ({ok[best][2]} above 0.5 against today's {rows['today'][2]}): "
+              + ("wins" if wins else "nothing wins"))  # fmt: skip
+
+
 def main(argv: list[str]) -> None:
+    global VARIANT
+    if argv and argv[0] == "--variant":
+        VARIANT = VARIANTS[argv[1]]
+        argv = argv[2:]
+    if argv and argv[0] == "--compare":
+        compare(_seeds(argv[1:2]), argv[2:] or list(VARIANTS))
+        return
     if argv and argv[0] == "--trace":
         seed, team, lo, hi = int(argv[1]), int(argv[2]), float(argv[3]), float(argv[4])
         jobs = loaded_day(seed, LOAD)
@@ -144,8 +272,7 @@ def main(argv: list[str]) -> None:
             print(f"== {name}")
             replay(jobs, log=log, **side)
         return
-    seeds = [s for arg in argv for s in (range(int(arg.split("-")[0]), int(arg.split("-")[1]) + 1)
-                                          if "-" in arg else [int(arg)])]  # fmt: skip
+    seeds = _seeds(argv)
     ratios: dict[str, list[float]] = {name: [] for name in SIDES}
     for seed in seeds:
         jobs = loaded_day(seed, LOAD)

@@ -353,3 +353,28 @@ def test_beyond_the_head_a_workload_is_reserved_for_only_once_it_has_waited_long
             time_limits={10: HOUR, 11: HOUR}, now=now, reserve_after=0.0,
         )  # fmt: skip
         assert [r.workload_id for r in done.reservations[TEAM]] == promised
+
+
+def test_a_workload_held_back_in_an_earlier_round_and_due_now_starts_in_the_same_pass():
+    # All 4 GPUs are free (the work ahead ended early). Three 2-GPU jobs in order: one not promised (4 h),
+    # one promised by 2 h (2 h), one promised by 1 h (1 h). The plan's first round admits the first two,
+    # which would make the 1 h promise late: it is pinned and the first job held back. The later rounds
+    # reserve the first job at now, beside both promises: it starts in this pass, not at the next one
+    # (the replay and the bench pass only at arrivals and ends, so a promise there was kept late).
+    first = Waiting(10, TEAM, 2, created=0.0)
+    by_two = Waiting(11, TEAM, 2, created=1.0)
+    by_one = Waiting(12, TEAM, 2, created=2.0)
+    done = plan_and_backfill(
+        QUOTA, [], [first, by_two, by_one], running={}, time_limits={10: 4 * HOUR, 11: 2 * HOUR, 12: HOUR},
+        now=0.0, reserve_after=0.0, standing={TEAM: [(by_one, HOUR), (by_two, 2 * HOUR)]},
+    )  # fmt: skip
+    assert sorted(done.plan.admit) == [first.id, by_one.id]
+    assert done.refused == [by_two.id]
+    assert done.plan.waiting[by_two.id] == RESERVED
+    due = {r.workload_id: r.due_at for r in done.reservations[TEAM]}
+    assert due == {by_two.id: due[by_two.id]}  # no reservation left at now for what started
+    assert 0.0 < due[by_two.id] <= 2 * HOUR  # the promise still holds beside the two started
+    # Every block fits the quota: the two started until their limits, the promised one from its due.
+    timeline = Timeline(4, [Block(2, 0.0, ends_by(started=None, admitted=0.0, time_limit=t, now=0.0))
+                            for t in (4 * HOUR, HOUR)])  # fmt: skip
+    assert timeline.fits(2, due[by_two.id], due[by_two.id] + START_SLACK_SECONDS + 2 * HOUR + END_SLACK_SECONDS)

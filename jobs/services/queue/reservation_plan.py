@@ -440,9 +440,48 @@ def plan_and_backfill(
         held_back.extend(done.refused)
         gone = set(done.refused)
         waiting = [w for w in waiting if w.id not in gone]
+    _admit_due_now(done, teams, held, waiting, everyone, held_back, now=now, borrowed_hours=borrowed_hours,
+                   capacity=capacity)  # fmt: skip
     done.plan.waiting.update(dict.fromkeys(held_back, RESERVED))
     done.refused = held_back
     return done
+
+
+def _admit_due_now(
+    done: Backfilled,
+    teams: Mapping[int, TeamQuota],
+    held: Sequence[Held],
+    waiting: list[Waiting],
+    everyone: Sequence[Waiting],
+    held_back: list[int],
+    *,
+    now: float,
+    borrowed_hours: Mapping[int, float] | None,
+    capacity: int | None,
+) -> None:
+    """Admit, in this pass, what an earlier round held back and the last round reserved for at now: a
+    held-back workload is planned again only as a reservation, so one whose GPUs are free now (what held
+    it back was moved by a later round) waited for the next pass while its promise ran (the replay's
+    passes come only at arrivals and ends). Its block on the team's timeline is the same admitted now as
+    reserved now (`START_SLACK` + limit + `END_SLACK` from now), so every other reservation still fits;
+    each is admitted only where the plan, asked again with it in its place, admits it and changes nothing
+    else it decided (a cohort's room, a per-person cap). In queue order; `done` and `held_back` are
+    updated in place."""
+    due_now = {r.workload_id: team_id for team_id, rows in done.reservations.items() for r in rows if r.due_at <= now}
+    for w in [w for w in everyone if w.id in due_now and w.id in held_back]:
+        ids = {x.id for x in waiting} | {w.id}
+        trial = [x for x in everyone if x.id in ids]
+        again = plan(teams, held, trial, borrowed_hours=borrowed_hours, capacity=capacity)
+        others = {v: f for v, f in again.preempt.items() if f != w.id}
+        if set(again.admit) != {*done.plan.admit, w.id} or others != done.plan.preempt:
+            continue
+        waiting[:] = trial
+        held_back.remove(w.id)
+        done.plan = again
+        team_id = due_now[w.id]
+        done.reservations[team_id] = [r for r in done.reservations[team_id] if r.workload_id != w.id]
+        if not done.reservations[team_id]:
+            del done.reservations[team_id]
 
 
 def _admitted_now(w: Waiting, time_limits: Mapping[int, float], now: float) -> Running:
