@@ -49,9 +49,15 @@ def is_ours(obj: dict[str, Any]) -> bool:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     return (
         labels.get(names.LABEL_MANAGED_BY) == names.MANAGED_BY
-        and labels.get(names.LABEL_INSTANCE) == names.label_value(settings.PORTAL_INSTANCE)
+        and labels.get(names.LABEL_INSTANCE) == _instance_label(settings.PORTAL_INSTANCE)
         and bool(labels.get(names.LABEL_WORKLOAD))
     )
+
+
+@functools.lru_cache(maxsize=8)
+def _instance_label(instance: str) -> str:
+    """The instance's label value (a pure function of it: asked at every watch event)."""
+    return names.label_value(instance)
 
 
 # Strangers already reported, so that one impostor does not fill the log at every event and relist.
