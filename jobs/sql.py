@@ -233,7 +233,8 @@ def insert_many_statement(
         quote = connection.ops.quote_name
         tail += ", " + ", ".join(quote(model._meta.get_field(name).column) for name in unless_taken)
     sql = f"{head} VALUES {', '.join([row] * len(instances))}{tail}"
-    values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for obj in instances for f in fields]
+    conn = connections[DEFAULT_DB_ALIAS]  # not the thread-local proxy, read once per value
+    values = [f.get_db_prep_save(f.pre_save(obj, True), conn) for obj in instances for f in fields]
     return sql, values
 
 
