@@ -143,10 +143,9 @@ def test_a_workload_read_by_fixed_sql_behaves_as_the_orms_in_every_field_and_whe
         uid="00000000000000dd", team=team, owner=owner, name="train", kind="batch", image="docker.io/x:1",
         gpu_type=gpu, gpu_count=2, time_limit_seconds=600, env=[{"name": "SEED", "value": "7"}],
     )  # fmt: skip
+    select = f"SELECT {jobs_sql.select_list(Workload, 'w')} FROM jobs_workload w WHERE w.id = %s"  # noqa: S608
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {jobs_sql.select_list(Workload, 'w')} FROM jobs_workload w WHERE w.id = %s", [workload.id]
-        )  # noqa: S608
+        cursor.execute(select, [workload.id])
         row = cursor.fetchone()
     read = jobs_sql.instance(Workload, row)
     orm = Workload.objects.get(id=workload.id)
@@ -154,7 +153,8 @@ def test_a_workload_read_by_fixed_sql_behaves_as_the_orms_in_every_field_and_whe
     assert vars(read).keys() - {"_state"} == vars(orm).keys() - {"_state"}
     assert (read._state.adding, read._state.db) == (orm._state.adding, orm._state.db) == (False, "default")
     assert read.get_deferred_fields() == set()
-    assert read.team == team and read.gpu_type == gpu  # related objects load by their ids
+    assert read.team == team  # related objects load by their ids
+    assert read.gpu_type == gpu
     read.team_id = TeamFactory(slug="other").id  # a changed id drops the cached team, as on any instance
     assert read.team.slug == "other"
     read.name = "renamed"
