@@ -16,8 +16,13 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from django.db import connection, models
+import orjson
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.db.models.base import ModelState
 from django.db.models.fields import AutoFieldMixin
+from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
+from django.db.models.query_utils import DeferredAttribute
+from django.db.models.signals import post_init, pre_init
 
 M = TypeVar("M", bound=models.Model)
 
@@ -35,9 +40,23 @@ def _converters(model: type[models.Model], vendor: str) -> tuple[tuple[int, Any,
     for index, field in enumerate(model._meta.concrete_fields):
         column = field.get_col(model._meta.db_table)
         converters = tuple(connection.ops.get_db_converters(column) + column.get_db_converters(connection))
+        if isinstance(field, models.JSONField) and field.decoder is None:
+            converters = tuple(_json_value if c == field.from_db_value else c for c in converters)
         if converters:
             found.append((index, column, converters))
     return tuple(found)
+
+
+def _json_value(value: Any, expression: Any, conn: Any) -> Any:
+    """A JSON column's text as `JSONField.from_db_value` decodes it, with orjson (a workload row has six of
+    them; the standard library's decoder took a tenth of the CPU of the tracker's load of a burst); what
+    orjson refuses (an integer past 64 bits, a lone surrogate, text that is not JSON) goes to the field's own."""
+    if not isinstance(value, str | bytes):
+        return expression.target.from_db_value(value, expression, conn)
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return expression.target.from_db_value(value, expression, conn)
 
 
 def select_list(model: type[models.Model], alias: str) -> str:
@@ -51,15 +70,47 @@ def width(model: type[models.Model]) -> int:
     return len(_columns(model)[0])
 
 
+@functools.cache
+def _plain_fields(model: type[models.Model]) -> bool:
+    """Whether `Model.from_db` would do no more for this model than store each column's value under its
+    attribute name: the model keeps Django's own `__init__` and `from_db`, and no field's attribute is a
+    descriptor that acts on assignment (a file field's, say; a foreign key's id only drops a cached related
+    object, and a new instance has none)."""
+    if model.__init__ is not models.Model.__init__ or model.from_db.__func__ is not models.Model.from_db.__func__:
+        return False
+    plain = (DeferredAttribute, ForeignKeyDeferredAttribute)
+    return all(type(getattr(model, attname, None)) in plain for attname in _columns(model)[1])
+
+
+def _init_receivers(model: type[models.Model]) -> bool:
+    return bool(pre_init.receivers or post_init.receivers) and (
+        pre_init.has_listeners(model) or post_init.has_listeners(model)
+    )
+
+
 def instance(model: type[M], values: Sequence) -> M:
-    """A model instance from a row's values, in `select_list` order."""
-    converters = _converters(model, connection.vendor)
+    """A model instance from a row's values, in `select_list` order.
+
+    What `Model.from_db` makes, without `Model.__init__`'s work per field (a setattr each, the init signals'
+    dispatch): the tracker makes three of them per workload it records, and they were a fifth of its CPU
+    for a burst. Models that would need more (a custom `__init__` or `from_db`, a field whose attribute acts
+    on assignment, an init signal's receiver) go through `from_db`."""
+    conn = connections[DEFAULT_DB_ALIAS]  # what `connection` stands for, without a thread-local read per use
+    converters = _converters(model, conn.vendor)
     if converters:
         values = list(values)
         for index, column, functions in converters:
             for convert in functions:
-                values[index] = convert(values[index], column, connection)
-    return model.from_db(connection.alias, _columns(model)[1], values)
+                values[index] = convert(values[index], column, conn)
+    attnames = _columns(model)[1]
+    if not _plain_fields(model) or _init_receivers(model):
+        return model.from_db(conn.alias, attnames, values)
+    new = model.__new__(model)
+    state = ModelState()
+    state.adding, state.db = False, conn.alias
+    new.__dict__["_state"] = state
+    new.__dict__.update(zip(attnames, values, strict=True))
+    return new
 
 
 # Table and column names from the model only; every value is a parameter.
@@ -182,7 +233,8 @@ def insert_many_statement(
         quote = connection.ops.quote_name
         tail += ", " + ", ".join(quote(model._meta.get_field(name).column) for name in unless_taken)
     sql = f"{head} VALUES {', '.join([row] * len(instances))}{tail}"
-    values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for obj in instances for f in fields]
+    conn = connections[DEFAULT_DB_ALIAS]  # not the thread-local proxy, read once per value
+    values = [f.get_db_prep_save(f.pre_save(obj, True), conn) for obj in instances for f in fields]
     return sql, values
 
 

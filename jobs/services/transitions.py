@@ -15,7 +15,8 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from django.db import connection, transaction
+import orjson
+from django.db import connection, connections, transaction
 from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
@@ -300,9 +301,12 @@ _BATCH_COLUMNS = ("state", "reason", "message", "state_changed_at", "node_name",
 # Every row of the batch in one statement: the rows still in the state each was read in are locked in id
 # order (the order other multi-row writers lock in), updated, and those that moved get their timeline entry,
 # each never before its workload's latest (as _TIMELINE_APPEND_SQL); the ids of the rows written come back.
+# The rows arrive as one JSON parameter (an array of arrays), each value cast to its column's type (an explicit
+# cast, as the per-column arrays it replaced were): psycopg adapted those 18 arrays element by element in
+# Python, a sixth of the tracker's CPU for a burst, where one string is sent as it is.
 _WRITE_MANY_SQL = """
 WITH v AS MATERIALIZED (
-  SELECT * FROM unnest({arrays}) AS v(id, from_state, mask, updated_at, {columns}, e_at, e_source)
+  SELECT {values} FROM json_array_elements(%s::json) AS r
 ),
 locked AS MATERIALIZED (
   SELECT w.{pk} AS id FROM {table} w JOIN v ON v.id = w.{pk} AND w.{state} = v.from_state
@@ -338,9 +342,9 @@ def _write_many_sql() -> str:
         f"ELSE w.{qn(field(name).column)} END"
         for bit, name in enumerate(_BATCH_COLUMNS)
     )
+    names = ["id", "from_state", "mask", "updated_at", *(f"c_{name}" for name in _BATCH_COLUMNS), "e_at", "e_source"]
     return _WRITE_MANY_SQL.format(
-        arrays=", ".join(f"%s::{kind}[]" for kind in types),
-        columns=", ".join(f"c_{name}" for name in _BATCH_COLUMNS),
+        values=", ".join(f"(r->>{index})::{kind} AS {name}" for index, (name, kind) in enumerate(zip(names, types, strict=True))),
         table=qn(Workload._meta.db_table), event=qn(WorkloadEvent._meta.db_table), pk=qn(Workload._meta.pk.column),
         state=qn(field("state").column), reason=qn(field("reason").column), message=qn(field("message").column),
         updated_at=qn(field("updated_at").column), sets=sets,
@@ -361,24 +365,29 @@ def write_many(plans: list[PlannedWrite]) -> list[bool]:
         return []
     if connection.vendor != "postgresql" or len(plans) == 1 or not all(map(_batchable, plans)):
         return [write_one(plan) for plan in plans]
-    field, event_field = Workload._meta.get_field, WorkloadEvent._meta.get_field
-    columns: list[list[Any]] = [[] for _ in range(6 + len(_BATCH_COLUMNS))]
+    # The connection itself, not the thread-local proxy: each attribute read through `connection` costs a
+    # thread-local lookup, and preparing a burst's values reads it a dozen times per workload.
+    conn = connections[connection.alias]
+    fields = [(1 << bit, name, Workload._meta.get_field(name)) for bit, name in enumerate(_BATCH_COLUMNS)]
+    updated_at_field, at_field = Workload._meta.get_field("updated_at"), WorkloadEvent._meta.get_field("at")
+    rows: list[list[Any]] = []
     for plan in plans:
-        mask, row = 0, []
-        for bit, name in enumerate(_BATCH_COLUMNS):
-            if name in plan.values:
-                mask |= 1 << bit
-                row.append(field(name).get_db_prep_save(plan.values[name], connection=connection))
+        mask, row, values = 0, [], plan.values
+        for bit, name, field in fields:
+            if name in values:
+                mask |= bit
+                row.append(field.get_db_prep_save(values[name], connection=conn))
             else:
                 row.append(None)
         entry = plan.entry or {}
-        at = event_field("at").get_db_prep_save(entry["at"], connection) if plan.entry else None
-        updated_at = field("updated_at").get_db_prep_save(plan.values["updated_at"], connection=connection)
-        for column, value in zip(
-            columns, [plan.workload.id, plan.from_state, mask, updated_at, *row, at, entry.get("source")], strict=True
-        ):
-            column.append(value)
-    with connection.cursor() as cursor:
-        cursor.execute(_write_many_sql(), columns)
+        at = at_field.get_db_prep_save(entry["at"], conn) if plan.entry else None
+        updated_at = updated_at_field.get_db_prep_save(values["updated_at"], connection=conn)
+        rows.append([plan.workload.id, plan.from_state, mask, updated_at, *row, at, entry.get("source")])
+    try:
+        sent = orjson.dumps(rows).decode()
+    except TypeError:  # a value JSON cannot carry as it is: each row alone, as the ORM would write it
+        return [write_one(plan) for plan in plans]
+    with conn.cursor() as cursor:
+        cursor.execute(_write_many_sql(), [sent])
         written = {row[0] for row in cursor.fetchall()}
     return [plan.workload.id in written for plan in plans]

@@ -131,3 +131,32 @@ def test_a_taken_unique_value_stores_nothing_and_leaves_the_transaction_usable()
     Workload.objects.create(uid="00000000000000cc", **values)
     assert not jobs_sql.insert(Workload(uid="00000000000000cc", **values), unless_taken=("uid",))
     assert Workload.objects.filter(uid="00000000000000cc").count() == 1  # the transaction goes on
+
+
+def test_a_workload_read_by_fixed_sql_behaves_as_the_orms_in_every_field_and_when_saved():
+    """`instance` skips `Model.__init__` for plain models: what it makes must be what `from_db` makes, down to
+    the instance state a save and a related object's cache rely on."""
+    team = TeamFactory(slug="lab", name="Lab")
+    owner = MembershipFactory(team=team).user
+    gpu = GpuTypeFactory(slug="p100")
+    workload = Workload.objects.create(
+        uid="00000000000000dd", team=team, owner=owner, name="train", kind="batch", image="docker.io/x:1",
+        gpu_type=gpu, gpu_count=2, time_limit_seconds=600, env=[{"name": "SEED", "value": "7"}],
+    )  # fmt: skip
+    select = f"SELECT {jobs_sql.select_list(Workload, 'w')} FROM jobs_workload w WHERE w.id = %s"  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute(select, [workload.id])
+        row = cursor.fetchone()
+    read = jobs_sql.instance(Workload, row)
+    orm = Workload.objects.get(id=workload.id)
+    assert _fields(read) == _fields(orm)
+    assert vars(read).keys() - {"_state"} == vars(orm).keys() - {"_state"}
+    assert (read._state.adding, read._state.db) == (orm._state.adding, orm._state.db) == (False, "default")
+    assert read.get_deferred_fields() == set()
+    assert read.team == team  # related objects load by their ids
+    assert read.gpu_type == gpu
+    read.team_id = TeamFactory(slug="other").id  # a changed id drops the cached team, as on any instance
+    assert read.team.slug == "other"
+    read.name = "renamed"
+    read.save(update_fields=["name", "team"])
+    assert Workload.objects.get(id=workload.id).name == "renamed"

@@ -49,9 +49,15 @@ def is_ours(obj: dict[str, Any]) -> bool:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     return (
         labels.get(names.LABEL_MANAGED_BY) == names.MANAGED_BY
-        and labels.get(names.LABEL_INSTANCE) == names.label_value(settings.PORTAL_INSTANCE)
+        and labels.get(names.LABEL_INSTANCE) == _instance_label(settings.PORTAL_INSTANCE)
         and bool(labels.get(names.LABEL_WORKLOAD))
     )
+
+
+@functools.lru_cache(maxsize=8)
+def _instance_label(instance: str) -> str:
+    """The instance's label value (a pure function of it: asked at every watch event)."""
+    return names.label_value(instance)
 
 
 # Strangers already reported, so that one impostor does not fill the log at every event and relist.
@@ -328,11 +334,15 @@ def missing_objects_observation(workload: Workload) -> Observation:
     return Observation(State.FAILED, "ObjectsMissing", f"Its {what} deleted outside the portal.", None, timezone.now())
 
 
-def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool) -> int:
-    """Apply the view to active workloads (all of them on a full sync); returns how many changed."""
+def sync_workloads(view: ClusterView, uids: set[str] | None, *, full: bool, worth_loading: bool = False) -> int:
+    """Apply the view to active workloads (all of them on a full sync); returns how many changed.
+    `worth_loading`: the caller already kept only the `uids` that `view.worth_loading` keeps."""
     grace = timezone.now() - timedelta(seconds=max(10, settings.PORTAL_RESYNC_SECONDS))
     if uids is not None:
-        uids = set(filter(view.may_say_something, uids)) if full else view.worth_loading(uids)
+        if full:
+            uids = set(filter(view.may_say_something, uids))
+        elif not worth_loading:
+            uids = view.worth_loading(uids)
         if not uids and not full:
             return 0
     # The burst's notifications go to the worker as one message after it (each still committed with its
@@ -579,16 +589,18 @@ CONNECTION_CHECK_SECONDS = 1.0
 _checked_at = [float("-inf")]
 
 
-def record_burst(view: ClusterView, dirty: set[str]) -> int:
+def record_burst(view: ClusterView, dirty: set[str], *, worth_loading: bool = False) -> int:
     """What the watches changed in one batch window, recorded; returns how many workloads changed. A burst
-    in which no workload's objects say anything new touches neither the database nor the broker."""
-    dirty = view.worth_loading(dirty)
+    in which no workload's objects say anything new touches neither the database nor the broker.
+    `worth_loading`: the caller already kept only those `view.worth_loading` keeps (it is not asked again)."""
+    if not worth_loading:
+        dirty = view.worth_loading(dirty)
     if not dirty:
         return 0
     if time.monotonic() - _checked_at[0] >= CONNECTION_CHECK_SECONDS:
         close_old_connections()
         _checked_at[0] = time.monotonic()
-    return sync_workloads(view, dirty, full=False)
+    return sync_workloads(view, dirty, full=False, worth_loading=True)
 
 
 # The burst window: how long the loop gathers watch events after a burst's first before recording them. A
@@ -817,7 +829,7 @@ class Tracker:
             dirty = self.view.worth_loading(dirty)
             if dirty:
                 self.loaded += 1
-                record_burst(self.view, dirty)
+                record_burst(self.view, dirty, worth_loading=True)
 
     def _stop_watches(self) -> None:
         # Watches end on their own at timeoutSeconds; we only drop our references and drain the queue.
