@@ -321,10 +321,19 @@ def test_two_make_runs_side_by_side_each_run_their_own_work_on_their_own_broker_
             announced = re.search(r"throwaway Redis on (redis://\S+)", stack.text)[1]
             brokers.append(announced)
             assert ":6379/" not in announced
-            time.sleep(0.5)
-            stack.children |= _descendants(stack.proc.pid)
-            processes = _portal_processes(stack.children)
-            for role in ("web", "proxy", "worker", "beat", "provisioner", "track"):
+            roles = ("web", "proxy", "worker", "beat", "provisioner", "track")
+            # Each process is looked for until it shows (a slow machine may still be starting one when the
+            # sign-in page answers); one that never shows fails with the run's last lines.
+            deadline = time.monotonic() + 60
+            while True:
+                time.sleep(0.5)
+                stack.children |= _descendants(stack.proc.pid)
+                processes = _portal_processes(stack.children)
+                if set(roles) <= set(processes) or time.monotonic() > deadline:
+                    break
+            missing = [role for role in roles if role not in processes]
+            assert missing == [], stack.text[-3000:]
+            for role in roles:
                 assert processes[role][1].get("REDIS_URL") == announced, role
             # The worker's own banner: its transport is this run's Redis (the machine's 6379 plays no part).
             transport = [line for line in stack.output if line.startswith("worker") and "transport:" in line]
