@@ -226,3 +226,18 @@ def reap_stale(run_dir: Path, marker: str, log: Callable[[str], None]) -> None:
             log(f"stopping {pid_file.stem} (pid {pid}) left running by an earlier run")
             kill_pid(pid, timeout=5)
         pid_file.unlink(missing_ok=True)
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (children, their children, ...), read from /proc."""
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        current = frontier.pop()
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            with contextlib.suppress(OSError):
+                for child in (task / "children").read_text().split():
+                    if int(child) not in found:
+                        found.add(int(child))
+                        frontier.append(int(child))
+    return found

@@ -21,23 +21,9 @@ import pytest
 
 from devtools.services import free_port
 from localcluster import default_bin_dir
-from localcluster.procs import pid_alive
+from localcluster.procs import descendants, pid_alive
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _descendants(pid: int) -> set[int]:
-    found: set[int] = set()
-    frontier = [pid]
-    while frontier:
-        current = frontier.pop()
-        for task in Path(f"/proc/{current}/task").glob("*"):
-            with contextlib.suppress(OSError):
-                for child in (task / "children").read_text().split():
-                    if int(child) not in found:
-                        found.add(int(child))
-                        frontier.append(int(child))
-    return found
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -170,7 +156,7 @@ def test_make_run_serves_the_portal_and_ctrl_c_stops_everything(tmp_path):
         deadline = time.monotonic() + 400  # the real nodes' kubelets start and import the local images
         status = None
         while time.monotonic() < deadline and proc.poll() is None:
-            children |= _descendants(proc.pid)
+            children |= descendants(proc.pid)
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as resp:
                     status = resp.status
@@ -189,7 +175,7 @@ def test_make_run_serves_the_portal_and_ctrl_c_stops_everything(tmp_path):
         assert redirected.value.code == 302
         assert redirected.value.headers["Location"].startswith("/login/?next=%2Fw%2F0123456789abcdef%2F")
         time.sleep(1)  # let the last children appear in the tree
-        children |= _descendants(proc.pid)
+        children |= descendants(proc.pid)
         text = "".join(output)
         assert "worker  |" in text
         # Real nodes by default where the machine can run them, else one line saying why not.
@@ -282,7 +268,7 @@ class _Stack:
     def wait_serving(self, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.proc.poll() is None:
-            self.children |= _descendants(self.proc.pid)
+            self.children |= descendants(self.proc.pid)
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/login/", timeout=2) as resp:
                     if resp.status == 200 and "Press Ctrl-C" in self.text:
@@ -327,7 +313,7 @@ def test_two_make_runs_side_by_side_each_run_their_own_work_on_their_own_broker_
             deadline = time.monotonic() + 60
             while True:
                 time.sleep(0.5)
-                stack.children |= _descendants(stack.proc.pid)
+                stack.children |= descendants(stack.proc.pid)
                 processes = _portal_processes(stack.children)
                 if set(roles) <= set(processes) or time.monotonic() > deadline:
                     break

@@ -20,33 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from localcluster.procs import pid_alive
+from localcluster.procs import descendants, pid_alive, port_is_free
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _descendants(pid: int) -> set[int]:
-    found: set[int] = set()
-    frontier = [pid]
-    while frontier:
-        current = frontier.pop()
-        for task in Path(f"/proc/{current}/task").glob("*"):
-            with contextlib.suppress(OSError):
-                for child in (task / "children").read_text().split():
-                    if int(child) not in found:
-                        found.add(int(child))
-                        frontier.append(int(child))
-    return found
-
-
-def _port_is_free(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def _in_a_terminal() -> None:
@@ -90,9 +66,9 @@ def test_a_hang_up_stops_everything_the_run_started(tmp_path, how):
             assert proc.poll() is None, "".join(output)[-3000:]
             assert time.monotonic() < deadline, "".join(output)[-3000:]
             time.sleep(0.5)
-        children = _descendants(proc.pid)
+        children = descendants(proc.pid)
         assert len(children) >= 5  # worker, provisioner, beat, track, web, proxy (and their own children)
-        assert not _port_is_free(port)
+        assert not port_is_free(port)
         if how == "hang-up":
             os.close(terminal)  # the window closes: the kernel hangs up the terminal (SIGHUP, then EIO)
         else:
@@ -102,7 +78,7 @@ def test_a_hang_up_stops_everything_the_run_started(tmp_path, how):
         while any(pid_alive(p) for p in children) and time.monotonic() < deadline:
             time.sleep(0.2)
         left = [p for p in children if pid_alive(p)]
-        port_freed = _port_is_free(port)
+        port_freed = port_is_free(port)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
