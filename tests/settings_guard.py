@@ -28,6 +28,7 @@ from django.dispatch import receiver
 
 _session_keys: set[str] = set()
 _after_previous: dict[str, Any] | None = None
+_set_up_once = False  # whether any test's set-up has run to its end (the session fixtures are up then)
 KUBE_SETTINGS = ("KUBECONFIG", "KUBE_CONTEXT", "KUBE_NAMESPACE_PREFIX", "PORTAL_INSTANCE")
 
 
@@ -93,14 +94,23 @@ def settings_put_back(before: dict[str, Any] | None) -> None:
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item):
+    global _set_up_once
+    result = yield
+    _set_up_once = True
+    return result
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     global _after_previous
     result = yield
-    # Values are not checked after the first test or the last: session fixtures (pytest-django's test
-    # environment, the test database) set settings up during the first test's set-up and put them back
-    # during the last test's tear-down.
+    # Values are not checked after the first test that was set up, nor after the last: session fixtures
+    # (pytest-django's test environment, the test database) set settings up during the first set-up that
+    # runs to its end, and put them back during the last test's tear-down. A test skipped by its marks
+    # before any set-up ran (the first of a file run alone, say) leaves nothing to compare against.
     before = _after_previous if nextitem is not None else None
-    _after_previous = settings_values()
+    _after_previous = settings_values() if _set_up_once else None
     leaks = settings_leaks(before)
     if leaks:
         settings_put_back(before)

@@ -9,6 +9,7 @@ a layer (a session fixture, imported into a second package as well); they are no
 
 from __future__ import annotations
 
+import pytest
 from django.conf import settings
 from django.test import override_settings
 
@@ -62,3 +63,40 @@ def test_the_next_test_sees_the_run_settings_again():
     assert settings.API_IDEMPOTENCY_TTL_SECONDS != -3
     assert settings.PASSWORD_HASHERS == ["django.contrib.auth.hashers.MD5PasswordHasher"]  # pytest_configure's
     assert override_layers() == []  # no override of any test's is on under this one
+
+
+def test_a_first_test_skipped_by_its_marks_does_not_blame_the_next_for_the_sessions_setup(monkeypatch):
+    """Run alone, a file whose first test is skipped before any set-up (a `skipif` mark) used to fail the
+    second: the session's test environment (ALLOWED_HOSTS, EMAIL_BACKEND) came up in *its* set-up, and the
+    guard compared that with what it had read after the skipped one. The hooks are driven as pytest drives
+    them, on the guard's state as a fresh run has it."""
+    from types import SimpleNamespace
+
+    from tests import settings_guard as guard
+
+    monkeypatch.setattr(guard, "_set_up_once", False, raising=False)
+    monkeypatch.setattr(guard, "_after_previous", None)
+    base = base_settings()
+    monkeypatch.setattr(base, "EMAIL_BACKEND", "before.the.session.Backend")
+
+    def hook(wrapper, *args, outcome=None):
+        step = wrapper(*args)
+        next(step)
+        try:
+            if outcome is None:
+                step.send(None)
+            else:
+                step.throw(outcome)
+        except StopIteration:
+            pass
+
+    first, second, third = (SimpleNamespace(nodeid=f"test_pair.py::{n}") for n in ("first", "second", "third"))
+    with pytest.raises(pytest.skip.Exception):
+        hook(guard.pytest_runtest_setup, first, outcome=pytest.skip.Exception("cannot here"))
+    hook(guard.pytest_runtest_teardown, first, second)
+    hook(guard.pytest_runtest_setup, second)
+    base.EMAIL_BACKEND = "the.session.Backend"  # the test environment, come up in the second's set-up
+    hook(guard.pytest_runtest_teardown, second, third)  # used to fail: "EMAIL_BACKEND was changed"
+    base.EMAIL_BACKEND = "a.leak.Backend"  # from here on, a change is the test's own
+    with pytest.raises(pytest.fail.Exception, match="EMAIL_BACKEND was changed and not put back"):
+        hook(guard.pytest_runtest_teardown, third, object())
