@@ -52,6 +52,7 @@ class Variant:
     room_small: float = 0.0
     large_order: str = ""
     deeper_after: float = reservation_plan.RESERVE_DEEPER_AFTER_SECONDS  # the type's reserve_deeper_after_seconds
+    large_at_once: bool = False  # reservation_plan.LARGE_AT_ONCE
 
 
 # Issue 38's fifth round: the variants compared, fixed before the runs (benchmarks/README.md).
@@ -74,6 +75,8 @@ VARIANTS = {
     # Issue 38's sixth round (fixed before the runs on 4141-4260): the admin's wait beyond the head, 2 h and 6 h.
     "deeper-2h": Variant(deeper_after=2 * HOUR),
     "deeper-6h": Variant(deeper_after=6 * HOUR),
+    # Added after the first runs (read from the traces of 4148 and 4152), fixed before its own runs.
+    "large-at-once": Variant(large_at_once=True),
 }
 VARIANT = VARIANTS["today"]
 LATEST: dict[int, float] = {}  # with `kept`: per promised job, the latest due its shown bound allows
@@ -157,6 +160,7 @@ def _pass(jobs, team_id, queued, running, promises, day, *, at, reserve, aging, 
     LATEST.clear()
     LATEST.update({i: p[2] - SLACK for i, p in rows} if VARIANT.kept else {})
     reservation_plan._promised_in_order = _promised_in_order if VARIANT.kept else _plan_promised_in_order
+    reservation_plan.LARGE_AT_ONCE = VARIANT.large_at_once
     limits = {i: float(jobs[i].limit) for i in [w.id for w in waiting] + [i for i, _ in rows]}
     ends_by = [
         Running(g, reservation_plan.ends_by(started=START + s, admitted=None, time_limit=float(jobs[i].limit), now=at))
@@ -237,11 +241,54 @@ def large_alone(jobs: list[Job], *, strict: bool) -> list[float]:
     return waits
 
 
+def large_first(jobs: list[Job], *, known_runs: bool) -> dict[int, float]:
+    """When each job starts if large jobs always go first (EASY backfill: the first large job that does not
+    fit is reserved the first moment the running work frees its GPUs; other work starts only where it ends
+    before that moment or fits beside it), per team. `known_runs`: each run's end is known in advance (no
+    scheduler knows it); else its time limit is all that is known, as in the portal. The most a plan that
+    stops no running work could favour large jobs: small work still holds GPUs when a large job comes."""
+    started: dict[int, float] = {}
+    for team in range(TEAMS):
+        pending = [i for i, j in enumerate(jobs) if j.team == team]
+        waiting: list[int] = []
+        running: dict[int, float] = {}  # id -> when its run ends
+        now = jobs[pending[0]].at if pending else 0.0
+        while pending or waiting:
+            running = {i: e for i, e in running.items() if e > now}
+            while pending and jobs[pending[0]].at <= now:
+                waiting.append(pending.pop(0))
+            waiting.sort(key=lambda i: (jobs[i].gpus < LARGE, jobs[i].at))
+            free = QUOTA - sum(jobs[i].gpus for i in running)
+            shadow, extra = None, 0
+            for i in list(waiting):
+                j = jobs[i]
+                end = now + (j.run if known_runs else j.limit)
+                beside = shadow is not None and j.gpus <= extra
+                if j.gpus <= free and (shadow is None or end <= shadow or beside):
+                    waiting.remove(i)
+                    free -= j.gpus
+                    extra -= j.gpus if beside and end > shadow else 0
+                    running[i] = now + j.run
+                    started[i] = now
+                elif shadow is None and j.gpus >= LARGE:
+                    ends = sorted((started[r] + (jobs[r].run if known_runs else jobs[r].limit), jobs[r].gpus)
+                                  for r in running)  # fmt: skip
+                    room, shadow = free, now
+                    for e, g in ends:
+                        if room >= j.gpus:
+                            break
+                        room, shadow = room + g, e
+                    extra = room - j.gpus
+            now = min([*([jobs[pending[0]].at] if pending else []), *running.values()])
+    return started
+
+
 def floor(seeds: list[int]) -> None:
     """Per seed: best-effort's large p95, today's (reservations and aging) ratio, and the large jobs alone
     (`large_alone`, the better of its two orders) against best-effort: where that is above 0.5, no order of
     admission without stopping running work meets the goal on that day."""
     alone_above = today_above = 0
+    first_above = {False: 0, True: 0}
     for seed in seeds:
         jobs = loaded_day(seed, LOAD)
         base = figures(jobs, replay(jobs, reserve=False, aging=False))
@@ -249,12 +296,21 @@ def floor(seeds: list[int]) -> None:
         large = sorted(j.at for j in jobs if j.gpus >= LARGE)
         alone = min(p95(large_alone(jobs, strict=s)) for s in (True, False))
         r_today, r_alone = today["large_p95"] / max(1.0, base["large_p95"]), alone / max(1.0, base["large_p95"])
+        first = {k: figures(jobs, Day(admitted=large_first(jobs, known_runs=k))) for k in (False, True)}
+        r_first = {k: f["large_p95"] / max(1.0, base["large_p95"]) for k, f in first.items()}
         alone_above += r_alone > 0.5
         today_above += r_today > 0.5
-        print(f"seed {seed}: {len(large)} large jobs; best-effort p95 {base['large_p95'] / HOUR:.1f} h, today "
-              f"{today['large_p95'] / HOUR:.1f} h ({r_today:.2f}), large jobs alone {alone / HOUR:.1f} h "
-              f"({r_alone:.2f})", flush=True)  # fmt: skip
-    print(f"above 0.5: today {today_above} of {len(seeds)}, large jobs alone {alone_above} of {len(seeds)}")
+        for k in (False, True):
+            first_above[k] += r_first[k] > 0.5
+        print(f"seed {seed}: {len(large)} large jobs; best-effort p95 {base['large_p95'] / HOUR:.1f} h, small "
+              f"{base['small_p95'] / HOUR:.1f} h; today {today['large_p95'] / HOUR:.1f} h ({r_today:.2f}), small "
+              f"{today['small_p95'] / HOUR:.1f} h; large first by limits {first[False]['large_p95'] / HOUR:.1f} h "
+              f"({r_first[False]:.2f}), small {first[False]['small_p95'] / HOUR:.1f} h, used "
+              f"{first[False]['used'] / base['used']:.3f}; by known runs {first[True]['large_p95'] / HOUR:.1f} h "
+              f"({r_first[True]:.2f}), small {first[True]['small_p95'] / HOUR:.1f} h; large jobs alone "
+              f"{alone / HOUR:.1f} h ({r_alone:.2f})", flush=True)  # fmt: skip
+    print(f"above 0.5 of {len(seeds)}: today {today_above}, large first by limits {first_above[False]}, by known "
+          f"runs {first_above[True]}, large jobs alone {alone_above}")  # fmt: skip
 
 
 SIDES = {"best-effort": {"reserve": False, "aging": False}, "reservations": {"reserve": True, "aging": False},
