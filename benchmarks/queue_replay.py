@@ -160,15 +160,18 @@ def _pass(jobs, team_id, queued, running, promises, day, *, at, reserve, aging, 
     LATEST.clear()
     LATEST.update({i: p[2] - SLACK for i, p in rows} if VARIANT.kept else {})
     reservation_plan._promised_in_order = _promised_in_order if VARIANT.kept else _plan_promised_in_order
-    reservation_plan.LARGE_AT_ONCE = VARIANT.large_at_once
     limits = {i: float(jobs[i].limit) for i in [w.id for w in waiting] + [i for i, _ in rows]}
     ends_by = [
         Running(g, reservation_plan.ends_by(started=START + s, admitted=None, time_limit=float(jobs[i].limit), now=at))
         for i, (t, g, s) in running.items()
         if t == team_id
     ]
-    done = plan_and_backfill(teams, held, waiting, running={team_id: ends_by}, time_limits=limits, now=at,
-                             reserve_after=0.0, standing=standing, reserve_deeper_after=VARIANT.deeper_after)  # fmt: skip
+    reservation_plan.LARGE_AT_ONCE = VARIANT.large_at_once
+    try:
+        done = plan_and_backfill(teams, held, waiting, running={team_id: ends_by}, time_limits=limits, now=at,
+                                 reserve_after=0.0, standing=standing, reserve_deeper_after=VARIANT.deeper_after)  # fmt: skip
+    finally:
+        reservation_plan.LARGE_AT_ONCE = False  # the portal's
     made = {r.workload_id: r for r in done.reservations.get(team_id, [])}
     for i in [i for i, p in promises.items() if p[0] == team_id and i not in done.plan.admit and i not in made]:
         del promises[i]  # no longer planned: the book drops the row
@@ -289,6 +292,7 @@ def floor(seeds: list[int]) -> None:
     admission without stopping running work meets the goal on that day."""
     alone_above = today_above = 0
     first_above = {False: 0, True: 0}
+    calm = {"seeds": 0, "today": 0, "first": 0, "alone": 0}  # days where best-effort's own p95 is under 8 h
     for seed in seeds:
         jobs = loaded_day(seed, LOAD)
         base = figures(jobs, replay(jobs, reserve=False, aging=False))
@@ -302,6 +306,9 @@ def floor(seeds: list[int]) -> None:
         today_above += r_today > 0.5
         for k in (False, True):
             first_above[k] += r_first[k] > 0.5
+        if base["large_p95"] < 8 * HOUR:
+            for key, r in (("seeds", 1.0), ("today", r_today), ("first", r_first[False]), ("alone", r_alone)):
+                calm[key] += r > 0.5
         print(f"seed {seed}: {len(large)} large jobs; best-effort p95 {base['large_p95'] / HOUR:.1f} h, small "
               f"{base['small_p95'] / HOUR:.1f} h; today {today['large_p95'] / HOUR:.1f} h ({r_today:.2f}), small "
               f"{today['small_p95'] / HOUR:.1f} h; large first by limits {first[False]['large_p95'] / HOUR:.1f} h "
@@ -311,6 +318,8 @@ def floor(seeds: list[int]) -> None:
               f"{alone / HOUR:.1f} h ({r_alone:.2f})", flush=True)  # fmt: skip
     print(f"above 0.5 of {len(seeds)}: today {today_above}, large first by limits {first_above[False]}, by known "
           f"runs {first_above[True]}, large jobs alone {alone_above}")  # fmt: skip
+    print(f"of them on the {calm['seeds']} days where best-effort's large p95 is under 8 h: today {calm['today']}, "
+          f"large first by limits {calm['first']}, large jobs alone {calm['alone']}")  # fmt: skip
 
 
 SIDES = {"best-effort": {"reserve": False, "aging": False}, "reservations": {"reserve": True, "aging": False},

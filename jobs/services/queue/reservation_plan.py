@@ -47,8 +47,9 @@ RESERVE_DEPTH = 4  # workloads reserved for per team and GPU type at most (each 
 # 8-GPU job arrived held that one back until it ended. Tuned on the replay's seeds (benchmarks/README.md,
 # against 0, 1, 2, 3 and 5 h). The default of GpuType.reserve_deeper_after_seconds, the admin's setting per type.
 RESERVE_DEEPER_AFTER_SECONDS = 4 * 3600.0
-# Issue 38's sixth round, tried on the replay (benchmarks/README.md): a workload of at least half its team's
-# quota beyond the head is reserved for at once, as the head is (the wait beyond the head only for smaller ones).
+# Off in the portal. Issue 38's sixth round tried it on the replay only (`queue_replay`'s large-at-once, which
+# sets it around each of its passes) and left it out (benchmarks/README.md): on, a workload of at least half
+# its team's quota beyond the head is reserved for at once, as the head is (the wait above for smaller ones).
 LARGE_AT_ONCE = False
 
 
