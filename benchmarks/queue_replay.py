@@ -380,7 +380,7 @@ def sixth_rule(rows: dict[str, tuple], per_seed: dict[str, tuple[list, list, lis
     The fewest seeds above 0.5 wins (a tie: the lower worst ratio); it wins over today only with 6 seeds
     fewer (5 % of 120). Beside it, the chance that the worst of 3 seeds drawn at random is at most 0.5 (the
     bench's figure: 3 held-out seeds), (seeds at most 0.5 / seeds)^3."""
-    t_ratio, t_small, t_used = per_seed["today"]
+    _, t_small, t_used = per_seed["today"]
     ok = []
     for name, (ratio, small, used) in per_seed.items():
         why = []
