@@ -36,3 +36,36 @@ def test_under_a_firm_horizon_a_promise_is_shown_only_within_it_and_kept(monkeyp
         assert day.admitted[job] <= by
     assert not day.broken
     assert day.admitted != day_with(monkeypatch, "today").admitted  # the variant is not a no-op here
+
+
+def test_reserving_large_workloads_beyond_the_head_at_once_promises_them_sooner_and_leaves_the_plan_as_it_was(
+    monkeypatch,
+):
+    today = day_with(monkeypatch, "today")
+    day = day_with(monkeypatch, "large-at-once")
+    jobs = loaded_day(SEED, LOAD)
+    large = [i for i, j in enumerate(jobs) if j.gpus >= 4 and i in day.promised_at and i in today.promised_at]
+    waited = [day.promised_at[i] - jobs[i].at for i in large]
+    waited_today = [today.promised_at[i] - jobs[i].at for i in large]
+    assert sum(waited) < sum(waited_today)  # large jobs are promised GPUs sooner after they arrive
+    assert not day.broken
+    assert queue_replay.reservation_plan.LARGE_AT_ONCE is False  # the portal's plan is untouched afterwards
+
+
+def _job(at: float, gpus: int, limit: float, run: float) -> queue_replay.Job:
+    return queue_replay.Job(team=0, at=at, gpus=gpus, limit=int(limit), run=run)
+
+
+def test_large_first_holds_a_small_job_that_would_delay_the_large_one_by_its_limit_not_by_its_run():
+    hour = queue_replay.HOUR
+    jobs = [_job(0.0, 4, 2 * hour, 2 * hour), _job(1.0, 8, hour, hour), _job(2.0, 1, 4 * hour, hour)]
+    by_limits = queue_replay.large_first(jobs, known_runs=False)
+    assert by_limits == {0: 0.0, 1: 2 * hour, 2: 3 * hour}  # its 4 h limit would pass the 8-GPU job's start
+    known = queue_replay.large_first(jobs, known_runs=True)
+    assert known == {0: 0.0, 1: 2 * hour, 2: 2.0}  # its 1 h run ends before the 8-GPU job's GPUs are free
+
+
+def test_the_large_jobs_alone_wait_only_for_each_other():
+    hour = queue_replay.HOUR
+    jobs = [_job(0.0, 8, 2 * hour, hour), _job(0.0, 2, 4 * hour, 4 * hour), _job(10.0, 8, 2 * hour, 2 * hour)]
+    assert queue_replay.large_alone(jobs, strict=True) == [0.0, hour - 10.0]  # the 2-GPU job is not there
