@@ -378,3 +378,42 @@ def test_a_workload_held_back_in_an_earlier_round_and_due_now_starts_in_the_same
     timeline = Timeline(4, [Block(2, 0.0, ends_by(started=None, admitted=0.0, time_limit=t, now=0.0))
                             for t in (4 * HOUR, HOUR)])  # fmt: skip
     assert timeline.fits(2, due[by_two.id], due[by_two.id] + START_SLACK_SECONDS + 2 * HOUR + END_SLACK_SECONDS)
+
+
+LENDER = 2
+COHORT = {
+    TEAM: TeamQuota(team_id=TEAM, quota=4, borrowing_limit=4),
+    LENDER: TeamQuota(team_id=LENDER, quota=4),  # its 4 GPUs idle: the cohort may lend them
+}
+
+
+def test_a_team_whose_quota_is_full_borrows_the_cohorts_idle_gpus_where_its_type_reserves():
+    # The team holds its 4 GPUs (for 1 h by their limit) and queues a 1-GPU job; the lender's 4 are idle.
+    # Held to the team's quota, the plan's borrowed admission was always held back ("reservation ahead").
+    waiting = Waiting(10, TEAM, 1, created=0.0)
+    done = plan_and_backfill(
+        COHORT, [Held(1, TEAM, 4, order=1.0)], [waiting], running={TEAM: [Running(4, HOUR)]},
+        time_limits={10: 2 * HOUR}, now=60.0, reserve_after=0.0,
+    )  # fmt: skip
+    assert done.plan.admit == [waiting.id]
+    assert waiting.id in done.plan.borrowed
+    assert done.refused == []
+
+
+def test_borrowed_work_that_would_outlast_a_reservations_start_waits_and_short_borrowed_work_passes():
+    # The team holds its 4 GPUs until 1 h and may borrow 2 more; its 4-GPU head (beyond what it may borrow)
+    # is reserved for at 1 h. Once the team's own work ends, what it borrowed counts as its own: a
+    # 2-hour borrowed job would hold one of the four GPUs the head is promised, so it waits; a 30-minute one
+    # ends before and passes, on the lender's idle GPUs.
+    teams = {**COHORT, TEAM: TeamQuota(team_id=TEAM, quota=4, borrowing_limit=2)}
+    head = Waiting(10, TEAM, 4, created=0.0)
+    long = Waiting(11, TEAM, 1, created=1.0)
+    short = Waiting(12, TEAM, 1, created=2.0)
+    done = plan_and_backfill(
+        teams, [Held(1, TEAM, 4, order=1.0)], [head, long, short], running={TEAM: [Running(4, HOUR)]},
+        time_limits={10: HOUR, 11: 2 * HOUR, 12: 1800.0}, now=0.0, reserve_after=0.0,
+    )  # fmt: skip
+    assert [(r.workload_id, r.due_at) for r in done.reservations[TEAM]] == [(head.id, HOUR)]
+    assert done.plan.admit == [short.id]
+    assert short.id in done.plan.borrowed
+    assert done.plan.waiting[long.id] == RESERVED

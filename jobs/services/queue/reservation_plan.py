@@ -185,7 +185,7 @@ def _backfill_team(
         reserved: list[Reservation] = []
         back: set[int] = set()
         kept = [p for p in promises if p[0].id in pinned]
-        _keep_promises(timeline, reserved, back, kept, admitted, time_limits=time_limits, now=now)
+        _keep_promises(timeline, reserved, back, kept, admitted, result.borrowed, time_limits=time_limits, now=now)
         late = None
         for w in order:
             deeper = w.id != head and not (LARGE_AT_ONCE and 2 * w.gpus >= team.quota)
@@ -217,7 +217,8 @@ def _in_order(
 ) -> bool:
     """One workload in its place in the team's order; False: promised (`due`), it would start late."""
     if due is not None:
-        return _promised_in_order(timeline, reserved, held_back, w, due, admitted, time_limits=time_limits, now=now)
+        return _promised_in_order(timeline, reserved, held_back, w, due, admitted, result.borrowed,
+                                  time_limits=time_limits, now=now)  # fmt: skip
     _backfill_one(timeline, reserved, held_back, w, result, admitted, time_limits=time_limits, now=now,
                   reserve_after=reserve_after, held_before=held_before)  # fmt: skip
     return True
@@ -230,13 +231,14 @@ def _promised_in_order(
     w: Waiting,
     due: float,
     admitted: set[int],
+    borrowed: Collection[int],
     *,
     time_limits: Mapping[int, float],
     now: float,
 ) -> bool:
     """A promised workload in its place in the order: started now where the plan admits it and it fits,
     else reserved at the first moment it fits, not after its promise. False: it would start late (pin it)."""
-    if w.id in admitted and timeline.take(w.gpus, now, _admitted_now(w, time_limits, now).ends_by):
+    if w.id in admitted and _start_now(timeline, reserved, w, borrowed, time_limits=time_limits, now=now):
         return True
     length = _length(w, time_limits)
     at = timeline.earliest(w.gpus, length, now, latest=due, after_now=True) if due > now else None
@@ -255,6 +257,7 @@ def _keep_promises(
     held_back: set[int],
     standing: Sequence[tuple[Waiting, float]],
     admitted: set[int],
+    borrowed: Collection[int],
     *,
     time_limits: Mapping[int, float],
     now: float,
@@ -267,7 +270,7 @@ def _keep_promises(
         if w.id not in admitted:
             _reserve(timeline, reserved, w, _length(w, time_limits), now, at=due)
     for w, due in promises:
-        if w.id in admitted and not timeline.take(w.gpus, now, _admitted_now(w, time_limits, now).ends_by):
+        if w.id in admitted and not _start_now(timeline, reserved, w, borrowed, time_limits=time_limits, now=now):
             held_back.add(w.id)
             _reserve(timeline, reserved, w, _length(w, time_limits), now, at=due)
     _pull_in(timeline, reserved, time_limits=time_limits, now=now)
@@ -310,7 +313,7 @@ def _backfill_one(
     One held back (`held_before`) is reserved for too: without it, a long small workload at the head of its
     queue, held back by a promise, let those behind it be promised GPUs first, pass after pass."""
     if w.id in admitted:
-        if not timeline.take(w.gpus, now, _admitted_now(w, time_limits, now).ends_by):
+        if not _start_now(timeline, reserved, w, result.borrowed, time_limits=time_limits, now=now):
             held_back.add(w.id)
     elif (
         len(reserved) < RESERVE_DEPTH
@@ -318,6 +321,32 @@ def _backfill_one(
         and now - w.created >= reserve_after
     ):
         _reserve(timeline, reserved, w, _length(w, time_limits), now)
+
+
+def _start_now(
+    timeline: Timeline,
+    reserved: Sequence[Reservation],
+    w: Waiting,
+    borrowed: Collection[int],
+    *,
+    time_limits: Mapping[int, float],
+    now: float,
+) -> bool:
+    """Put a workload the plan admits on its team's timeline from now, if it delays no reservation; False:
+    hold it back. Work within the quota must fit the quota for its whole time limit. Borrowed work (the
+    plan admitted it beyond the team's quota, on GPUs its cohort lends) takes none of the quota now: it
+    need only leave every reservation of the team its room, for it counts as the team's own once the
+    team's own work ends (`sharing_plan.marks`), and the plan never takes a team's work back for that
+    team. Held to the quota alone, as it was, a team whose quota was full never borrowed where its type
+    reserves: the case borrowing is for."""
+    end = _admitted_now(w, time_limits, now).ends_by
+    if w.id not in borrowed:
+        return timeline.take(w.gpus, now, end)
+    protected = [Block(r.gpus, r.due_at, r.due_at + _length_of(r.workload_id, time_limits)) for r in reserved]
+    if not timeline.fits_beside(w.gpus, now, end, protected):
+        return False
+    timeline.blocks.append(Block(w.gpus, now, end))
+    return True
 
 
 def _held_back(result: Plan, held_back: set[int], reservations: dict[int, list[Reservation]]) -> Backfilled:
@@ -356,6 +385,14 @@ class Timeline:
         # What is held only grows where a block starts: checking there (and at `start`) is enough.
         moments = [start, *(b.start for b in self.blocks if start < b.start < end)]
         return all(self.used_at(m) + gpus <= self.quota for m in moments)
+
+    def fits_beside(self, gpus: int, start: float, end: float, protected: Sequence[Block]) -> bool:
+        """Whether `gpus` from `start` to `end` fit the quota wherever one of `protected` holds GPUs (the
+        quota may be passed elsewhere: borrowed work runs on what the cohort lends)."""
+        moments = [start, *(b.start for b in self.blocks if start < b.start < end)]
+        return all(
+            self.used_at(m) + gpus <= self.quota for m in moments if any(p.start <= m < p.end for p in protected)
+        )
 
     def take(self, gpus: int, start: float, end: float) -> bool:
         if not self.fits(gpus, start, end):
