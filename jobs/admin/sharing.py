@@ -38,3 +38,11 @@ class CohortAdmin(admin.ModelAdmin):
         team_ids = list(obj.teams.values_list("id", flat=True))
         super().delete_model(request, obj)
         sharing_changed(team_ids)
+
+    def delete_queryset(self, request, queryset):
+        """The list's "Delete selected cohorts" as one delete each: its teams stop borrowing, admission runs
+        again and their namespaces' ResourceQuota (quota + borrowing limit) is brought down at once. Django's
+        bulk delete skipped `delete_model`, so the quota kept allowing the borrowing until something else
+        synced it."""
+        for cohort in queryset:
+            self.delete_model(request, cohort)

@@ -351,3 +351,26 @@ def test_the_admins_many_to_many_boxes_refuse_a_number_past_the_key_before_askin
         field.clean([BEYOND_64_BITS])
     assert refused.value.code == "invalid_choice"
     assert len(queries) == 0
+
+
+@pytest.mark.parametrize("how", ["page", "list action"])
+def test_deleting_a_cohort_re_runs_sharing_for_its_teams_from_its_page_or_the_list(
+    admin_client, world, how, monkeypatch
+):
+    from jobs.admin import sharing as cohort_admin
+    from jobs.models import Cohort
+
+    cohort = Cohort.objects.create(name="Deleted lab")
+    world.team.cohort = cohort
+    world.team.save(update_fields=["cohort"])
+    told: list[list[int]] = []
+    monkeypatch.setattr(cohort_admin, "sharing_changed", told.append)
+    if how == "page":
+        response = admin_client.post(f"/admin/jobs/cohort/{cohort.id}/delete/", {"post": "yes"})
+    else:
+        response = admin_client.post(
+            "/admin/jobs/cohort/", {"action": "delete_selected", "_selected_action": [cohort.id], "post": "yes"}
+        )
+    assert response.status_code == 302
+    assert not Cohort.objects.filter(id=cohort.id).exists()
+    assert told == [[world.team.id]]
