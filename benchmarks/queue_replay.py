@@ -82,8 +82,8 @@ VARIANT = VARIANTS["today"]
 LATEST: dict[int, float] = {}  # with `kept`: per promised job, the latest due its shown bound allows
 
 
-def _promised_in_order(timeline, reserved, held_back, w, due, admitted, **kw):  # the plan's, up to the bound shown
-    return _plan_promised_in_order(timeline, reserved, held_back, w, max(due, LATEST.get(w.id, due)), admitted, **kw)
+def _promised_in_order(timeline, reserved, held_back, w, due, *rest, **kw):  # the plan's, up to the bound shown
+    return _plan_promised_in_order(timeline, reserved, held_back, w, max(due, LATEST.get(w.id, due)), *rest, **kw)
 
 
 _plan_promised_in_order = reservation_plan._promised_in_order
