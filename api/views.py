@@ -380,8 +380,8 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
             raise Invalid(bad)
         team, snapshot = access.resolve_team_to_submit(request.user, team_slug)
         key = request.headers.get("Idempotency-Key")
-        # The queue slots are taken last before the commit (after the rendering, and the idempotency record
-        # with a key): every submission of the team waits for their locks.
+        # The queue slots are taken last before the commit (after the rendering; with a key the idempotency
+        # record goes in the locks' statement): every submission of the team waits for their locks.
         stored, take_queue_slots = queue_slots_later(team=team, owner=request.user)
 
         def perform() -> tuple[int, dict]:

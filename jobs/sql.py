@@ -264,3 +264,18 @@ def site_facts_version() -> str:
     # and is planned again at every call (three times a `SELECT 1`'s CPU), where this subquery is planned
     # with the statement that carries it, once per connection.
     return f"({SITE_FACTS_VERSION_SQL})" if connection.vendor == "postgresql" else "NULL"
+
+
+# A team's facts' version (migration 0035): one row per team that a row trigger on each team-facts table (its
+# quotas, dataset grants, secrets) moves to a fresh number at any write there; `v0` for a team that has none
+# (no such write since that migration, which gave every team of its day a row).
+TEAM_FACTS_PRINT_FUNCTION = "gpuportal_team_facts_print"  # returns exactly team_facts_version's value
+TEAM_FACTS_VERSION_SQL = (
+    "SELECT 'v' || coalesce((SELECT version FROM gpuportal_team_facts_version WHERE team_id = {team}), 0)"
+)
+
+
+def team_facts_version(team: str) -> str:
+    """An expression for the version of the facts of the team `team` (an SQL expression: a column or a
+    parameter), read inline as the site's is; NULL where the database keeps none."""
+    return f"({TEAM_FACTS_VERSION_SQL.format(team=team)})" if connection.vendor == "postgresql" else "NULL"

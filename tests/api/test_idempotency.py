@@ -113,3 +113,50 @@ def test_the_keyed_answer_is_the_workload_as_read_back(world):
     read = client.get(f"{URL}{body['uid']}/").json()
     assert body["queue_position"] >= 4  # behind the three before it
     assert {k: v for k, v in body.items() if k != "gpu_hours"} == {k: v for k, v in read.items() if k != "gpu_hours"}
+
+
+def test_a_retry_at_the_queue_cap_replays_the_first_answer(world, settings):
+    # The first request filled the person's queue: its retry is the same request, answered as it was, not
+    # refused as one more (the record is found before the caps are counted).
+    settings.PORTAL_MAX_QUEUED_PER_USER = 1
+    client = world.client("owner")
+    first = client.post(URL, batch_spec(gpu_count=4), format="json", HTTP_IDEMPOTENCY_KEY="full")
+    again = client.post(URL, batch_spec(gpu_count=4), format="json", HTTP_IDEMPOTENCY_KEY="full")
+    assert first.status_code == again.status_code == 201, again.content
+    assert again["Idempotent-Replayed"] == "true"
+    assert first.json() == again.json()
+    other = client.post(URL, batch_spec(gpu_count=4), format="json", HTTP_IDEMPOTENCY_KEY="another")
+    assert other.status_code == 400
+    assert "queue" in other.json()["error"]["fields"]
+    assert Workload.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_duplicate_sweeps_submit_once(world):
+    if connection.vendor != "postgresql":
+        pytest.skip("concurrency is proven on PostgreSQL (SQLite serialises every write)")
+    body = {"workloads": [batch_spec(name=f"sweep-{i}") for i in range(3)]}
+    barrier = threading.Barrier(6)
+    results: list[tuple[int, bool, list[str]]] = []
+    lock = threading.Lock()
+
+    def attempt() -> None:
+        client = world.client("owner")
+        barrier.wait()
+        try:
+            response = client.post(f"{URL}batch/", body, format="json", HTTP_IDEMPOTENCY_KEY="same-sweep")
+            uids = [w["uid"] for w in response.json().get("workloads", [])]
+            with lock:
+                results.append((response.status_code, response.get("Idempotent-Replayed") == "true", uids))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=attempt) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert [code for code, _, _ in results] == [201] * 6
+    assert sum(1 for _, replayed, _ in results if not replayed) == 1
+    assert len({tuple(uids) for _, _, uids in results}) == 1  # every answer names the same three
+    assert Workload.objects.count() == 3

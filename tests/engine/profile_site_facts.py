@@ -6,7 +6,8 @@ not a test: its name keeps it out of every pytest run; give it by path.
 For each size, the site gets that many GPU nodes (and a tenth as many catalog images), then the statement a
 REST submission sends for its team and facts (`intake_facts.submission_teams`) runs PROFILE_CALLS times on
 one connection; printed: the backend's CPU per call (from /proc/<pid>/schedstat) and the wall time per call,
-then the same for the site's fingerprint alone, the team's alone and a `SELECT 1` (a round trip's floor).
+then the same for the site's fingerprint alone, the team's alone (each as the statement reads it: the version
+rows inline, migrations 0034 and 0035) and a `SELECT 1` (a round trip's floor).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def test_profile():
             f"\n{size} nodes, {size // 10} images: team and facts statement {cpu / calls / 1e6:.3f} ms backend CPU, "
             f"{wall / calls * 1e3:.3f} ms wall per call"
         )
-        for part in (intake_facts._site_print_sql(), f"{intake_facts.TEAM_PRINT_FUNCTION}({team.id})", "1"):
+        for part in (intake_facts._site_print_sql(), intake_facts._team_print_sql(str(team.id)), "1"):
             with connection.cursor() as cursor:
                 cpu = _on_cpu_ns(pid)
                 for _ in range(calls):

@@ -42,9 +42,10 @@ from notifications.models import Event
 from tests.engine.factories import GpuTypeFactory, MembershipFactory, QuotaFactory, TeamFactory, UserFactory
 
 # Statements per stage of one workload's path (see the module's docstring), and what each is:
-#   submit 6: the token with its user; the team with the role, the site facts' version and the team's
-#     fingerprint; the workload with its first timeline row and its queue position (one WITH: was three
-#     statements); the idempotency record; the queue caps' locks; their counts.
+#   submit 5: the token with its user; the team with the role, the site facts' version and the team's
+#     (version rows both: migrations 0034, 0035); the workload with its first timeline row and its queue
+#     position (one WITH: was three statements); the queue caps' locks with the idempotency record (one
+#     statement: was two, api.idempotency and queue_caps.Alongside); their counts.
 #   admit 5: the cohorts; the quota rows locked (with their teams and GPU types); what the teams hold; the
 #     queue heads; the move to SUBMITTING with its timeline rows (one WITH: was two). Was 9: the minimum
 #     runtimes (two reads) are read only when something borrowed is held, and the GPU types' reservation
@@ -60,7 +61,7 @@ from tests.engine.factories import GpuTypeFactory, MembershipFactory, QuotaFacto
 #     reads); the deliveries stored and the event marked (one WITH, autocommit: was an insert and an
 #     update in a transaction). A burst's events (`fan_out_many`) cost the same two, whatever their number.
 PATH = {
-    "submit": 6,
+    "submit": 5,
     "admit": 5,
     "create": 2,
     "running": 2,

@@ -22,7 +22,7 @@ from jobs.services.dispatch import enqueue_admission, request_admission
 from jobs.services.storage.secrets import secrets_unusable
 from jobs.services.storage.workspaces import dataset_mounts, workspace_mounts
 from jobs.services.submission import intake_facts
-from jobs.services.submission.queue_caps import queue_slot_take
+from jobs.services.submission.queue_caps import Alongside, queue_slot_take
 from jobs.services.validation import Facts, SubmissionInvalid, validate_submission
 
 log = logging.getLogger(__name__)
@@ -329,14 +329,15 @@ def workloads_submit_many(
     return stored
 
 
-def queue_slots_later(*, team: Team, owner) -> tuple[list[Workload], Callable[[], None]]:
+def queue_slots_later(*, team: Team, owner) -> tuple[list[Workload], Callable[..., None]]:
     """For a caller that stores with `queue_slot_later` and writes rows of its own after the workloads
     (the REST create's idempotency record): the list to keep what it stored in, and the call that takes
-    their queue slots, to run as the last statement before its commit. The one way a slot is taken late."""
+    their queue slots, to run last before its commit; the caller's last write may go with the locks in
+    their statement (`take(alongside)`, queue_caps.Alongside). The one way a slot is taken late."""
     stored: list[Workload] = []
 
-    def take() -> None:
-        queue_slot_take(team=team, owner=owner, stored=stored)
+    def take(alongside: Alongside | None = None) -> None:
+        queue_slot_take(team=team, owner=owner, stored=stored, alongside=alongside)
 
     return stored, take
 

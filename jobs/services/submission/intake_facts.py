@@ -11,13 +11,12 @@ very next submission, and so is a node the inventory marks not ready.
 Site facts are versioned (migration 0034): a statement-level trigger on each of their tables sets one
 row's version to a fresh number before any INSERT, UPDATE, DELETE or TRUNCATE, whoever sends it (the ORM,
 a bulk update, raw SQL), so the site's fingerprint is that one row, whatever the number of nodes or images.
-A team's fingerprint is its rows' count, the sum of their versions' ids (PostgreSQL's `xmin`, the id of
-the transaction that wrote each row version) and the sum of where those versions lie (`ctid`), over the
-few rows of that one team: any insert, update or delete changes one of them, committed by others or made
-earlier in one's own transaction. (The largest id would miss two writers committing out of id order; the
-sum does not.) Other databases (SQLite in development) have neither: there every submission reads the
-facts afresh. On PostgreSQL two functions compute the fingerprints (migrations 0020 and 0034), so their
-plans are kept per connection instead of made again for every submission.
+A team's facts are versioned the same way, one row per team (migration 0035): a row trigger on its
+quotas, dataset grants and secrets sets the team's row to a fresh number at any insert, update or delete,
+after a statement trigger has queued the writer on the site facts' version row (one lock order for every
+writer of facts). It was the rows' count and the sums of their `xmin` and `ctid` over the team's rows,
+three subqueries per submission. Other databases (SQLite in development) have neither: there every
+submission reads the facts afresh.
 """
 
 from __future__ import annotations
@@ -52,6 +51,7 @@ SITE_TABLES = (GpuType, GpuNode, CatalogImage, AllowedRegistry, Dataset)
 # Every table whose writes move the site facts' version (migration 0034): the intake's site tables and the
 # GPU health marks, which the worker's create caches under the same version (object_creation.site_facts).
 FACT_TABLES = (*SITE_TABLES, GpuHealthMark)
+# Every table whose writes move a team's version (migration 0035): its quotas, dataset grants and secrets.
 TEAM_TABLES = (Quota, Dataset.teams.through, TeamSecret)
 TEAM_CACHE_SIZE = 2048  # (team, person) pairs kept per process
 
@@ -103,24 +103,10 @@ def forget() -> None:
         _teams.clear()
 
 
-# Where a row version lies in its table: a row updated twice in one transaction keeps its `xmin` but
-# each new version lies somewhere new (the old one stays until vacuumed).
-_POSITION = "((ctid::text::point)[0] * 65536 + (ctid::text::point)[1])::bigint"
-
-
-def _fingerprint_sql(tables, where: str = "") -> str:
-    if connection.vendor != "postgresql":
-        return "NULL"
-    columns = f"count(*) || '.' || coalesce(sum(xmin::text::bigint), 0) || '.' || coalesce(sum({_POSITION}), 0)"
-    parts = [f"(SELECT {columns} FROM {model._meta.db_table}{where})" for model in tables]  # noqa: S608
-    return " || '/' || ".join(parts)
-
-
-# On PostgreSQL the team's fingerprint is computed by a PL/pgSQL function holding exactly `_fingerprint_sql`'s
-# expressions (migration 0020): a function keeps its statement's plan for the session, where subqueries
-# inlined in a query were planned afresh on every submission. The site's is the version row (migration 0034).
+# On PostgreSQL both fingerprints are version rows moved by triggers (migrations 0034 and 0035), read inline;
+# the functions of those names return the same values (for psql and the tests).
 SITE_PRINT_FUNCTION = jobs_sql.SITE_FACTS_PRINT_FUNCTION
-TEAM_PRINT_FUNCTION = "gpuportal_team_facts_print"
+TEAM_PRINT_FUNCTION = jobs_sql.TEAM_FACTS_PRINT_FUNCTION
 
 
 def _site_print_sql() -> str:
@@ -128,7 +114,7 @@ def _site_print_sql() -> str:
 
 
 def _team_print_sql(team: str) -> str:
-    return f"{TEAM_PRINT_FUNCTION}({team})" if connection.vendor == "postgresql" else "NULL"
+    return jobs_sql.team_facts_version(team)
 
 
 def _snapshot_sql() -> str:

@@ -10,7 +10,9 @@ on each other in a circle.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -38,7 +40,25 @@ WHERE state = %(queued)s AND (owner_id = %(user)s OR team_id = %(team)s)
 """
 
 
-def queue_slot_take(*, team: Team, owner, stored: Workload | Sequence[Workload] | None = None) -> None:
+@dataclass(frozen=True)
+class Alongside:
+    """A write of the caller's sent in the statement that takes the queue locks, so it costs no round trip
+    of its own (the REST create's idempotency record). `sql`: one INSERT ... RETURNING (a CTE of that
+    statement on PostgreSQL, a statement of its own elsewhere) with `params`; `then` is told whether it
+    returned a row, once the locks are held and before the caps are counted, and may raise to stop there."""
+
+    sql: str
+    params: Sequence[Any]
+    then: Callable[[bool], None]
+
+
+def queue_slot_take(
+    *,
+    team: Team,
+    owner,
+    stored: Workload | Sequence[Workload] | None = None,
+    alongside: Alongside | None = None,
+) -> None:
     """Check every queue cap for one more workload of `owner` in `team` (or for all of `stored`), holding
     the locks that make the check and the caller's inserts one decision. Must run inside the transaction
     that stores the workloads.
@@ -47,6 +67,7 @@ def queue_slot_take(*, team: Team, owner, stored: Workload | Sequence[Workload] 
     transaction (they are counted as the new ones). Taking the locks after the inserts keeps them held for
     the shortest time: submissions of one team wait on each other only for the count and the commit.
     Raises SubmissionInvalid naming `queue` (the site's caps) or `team` (the team's cap per member).
+    `alongside`: the caller's last write, sent with the locks (see Alongside).
     """
     if not connection.in_atomic_block:
         raise RuntimeError("queue_slot_take must run inside the transaction that stores the workload")
@@ -54,7 +75,7 @@ def queue_slot_take(*, team: Team, owner, stored: Workload | Sequence[Workload] 
         new, uncounted = 1, 1  # not inserted yet
     else:
         new, uncounted = (1 if isinstance(stored, Workload) else len(stored)), 0
-    queue_locks_take(user_id=owner.pk, team_id=team.pk)
+    queue_locks_take(user_id=owner.pk, team_id=team.pk, alongside=alongside)
     # One statement for the three counts (under the locks, so it sees every submission committed before),
     # written as SQL: it runs on every submission, and the ORM's aggregate cost more CPU to build.
     with connection.cursor() as cursor:
@@ -99,23 +120,41 @@ def _these(new: int) -> str:
     return f" and this request adds {new}" if new > 1 else ""
 
 
-def queue_locks_take(*, user_id: int, team_id: int) -> None:
-    """Transaction-scoped locks on one person and one team (released at commit or rollback).
+# The person's lock, then the team's: a MATERIALIZED CTE is computed once, before the outer query reads its
+# row, so the team's lock is asked for only once the person's is held. `{alongside}`: the caller's write as a
+# CTE (`also`), whose rows the outer query counts; a data-modifying CTE runs to its end whatever the order.
+_LOCKS_SQL = (
+    "WITH {alongside}person AS MATERIALIZED (SELECT pg_advisory_xact_lock(%s, %s) AS held) "
+    "SELECT pg_advisory_xact_lock(%s, %s){counted} FROM person"
+)
+
+
+def queue_locks_take(*, user_id: int, team_id: int, alongside: Alongside | None = None) -> None:
+    """Transaction-scoped locks on one person and one team (released at commit or rollback), and with
+    them the caller's `alongside` write, whose `then` is called once the locks are held.
 
     PostgreSQL: advisory locks, which touch no row, so nothing else that updates the user or the team
     (a sign-in, an admin edit) waits on a submission. Elsewhere: the member's row, locked for update
     (SQLite has one writer at a time anyway). Under READ COMMITTED each later count takes a fresh
     snapshot, so it sees every workload committed by whoever held the lock before.
     """
+    keys = [USER_LOCK_SPACE, user_id % 2_147_483_647, TEAM_LOCK_SPACE, team_id % 2_147_483_647]
     if connection.vendor == "postgresql":
+        # One round trip for the locks and the caller's write: every round trip here is one more a
+        # submission of the same team waits for.
+        if alongside is None:
+            sql, params = _LOCKS_SQL.format(alongside="", counted=""), keys
+        else:
+            sql = _LOCKS_SQL.format(alongside=f"also AS ({alongside.sql}), ", counted=", (SELECT count(*) FROM also)")
+            params = [*alongside.params, *keys]
         with connection.cursor() as cursor:
-            # One round trip, the person first: a MATERIALIZED CTE is computed once, before the outer
-            # query reads its row, so the team's lock is asked for only once the person's is held. Every
-            # round trip here is one more a submission of the same team waits for.
-            cursor.execute(
-                "WITH person AS MATERIALIZED (SELECT pg_advisory_xact_lock(%s, %s) AS held) "
-                "SELECT pg_advisory_xact_lock(%s, %s) FROM person",
-                [USER_LOCK_SPACE, user_id % 2_147_483_647, TEAM_LOCK_SPACE, team_id % 2_147_483_647],
-            )
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        if alongside is not None:
+            alongside.then(row[1] > 0)
         return
     Membership.objects.select_for_update().filter(user_id=user_id, team_id=team_id).first()
+    if alongside is not None:
+        with connection.cursor() as cursor:
+            cursor.execute(alongside.sql, list(alongside.params))
+            alongside.then(cursor.fetchone() is not None)
