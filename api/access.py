@@ -35,7 +35,7 @@ def team_by_slug(user, slug: str) -> Team:
     return team
 
 
-def _storable(text: str) -> bool:
+def storable(text: str) -> bool:
     """Text PostgreSQL can hold or compare: no NUL, and valid UTF-8 (no lone surrogate)."""
     if "\x00" in text:
         return False
@@ -52,7 +52,7 @@ def resolve_team(user, slug: str | None) -> Team:
         if not isinstance(slug, str):
             raise Invalid({"team": ["Give the team's slug as text."]})
         # No slug holds a NUL or a lone surrogate, and PostgreSQL cannot even compare them: the same answer.
-        team = None if not _storable(slug) else visible_teams(user).filter(slug=slug).first()
+        team = None if not storable(slug) else visible_teams(user).filter(slug=slug).first()
         if team is None:
             raise Invalid({"team": [f"You are not a member of a team {slug!r}."]})
         return team

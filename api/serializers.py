@@ -21,6 +21,7 @@ from jobs.policy import may_open_as_member, visible_env
 from jobs.selectors import mounts_with_use
 from jobs.services import opening
 from jobs.services.spec_fields import field_limits, item_limits, time_limit_limits
+from jobs.services.storage.workspaces import DATASETS_ROOT
 from spec_rules import SWEEP_AT_MOST
 
 
@@ -579,6 +580,15 @@ class QueueSerializer(serializers.Serializer):
 
 
 # --- catalog and usage ----------------------------------------------------------------------------
+class DatasetSerializer(serializers.Serializer):
+    name = serializers.CharField(read_only=True, help_text="What a submission's `datasets` names.")
+    description = serializers.CharField(read_only=True)
+    mount_path = serializers.SerializerMethodField(help_text="Where it is mounted, read-only, in the container.")
+
+    def get_mount_path(self, dataset) -> str:
+        return f"{DATASETS_ROOT}/{dataset.name}"
+
+
 class CatalogImageSerializer(serializers.ModelSerializer):
     default_command = serializers.ListField(child=serializers.CharField(), read_only=True)
     default_args = serializers.ListField(child=serializers.CharField(), read_only=True)

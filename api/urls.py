@@ -32,6 +32,8 @@ urlpatterns = [
     path("", include(router.urls)),
     path("gpu-types/", views.GpuTypeListView.as_view(), name="gpu-types"),
     path("images/", views.CatalogImageListView.as_view(), name="images"),
+    path("datasets/", views.DatasetListView.as_view(), name="datasets"),
+    path("datasets/<str:name>/", views.DatasetDetailView.as_view(), name="dataset"),
     path("usage/", views.UsageView.as_view(), name="usage"),
     path(
         "me/notifications/", views_notifications.NotificationPreferenceView.as_view(), name="notification-preferences"

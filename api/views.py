@@ -40,6 +40,7 @@ from api.pagination import WorkloadCursorPagination
 from api.renderers import PlainTextRenderer, UsageCsvRenderer
 from api.serializers import (
     CatalogImageSerializer,
+    DatasetSerializer,
     ErrorSerializer,
     GpuTypeSerializer,
     QueueSerializer,
@@ -64,6 +65,7 @@ from jobs.selectors import (
     cluster_capacity,
     queue_positions,
     queued_position_and_type,
+    team_datasets,
     team_quota_use,
     with_earlier_runs,
     with_queue_position,
@@ -600,6 +602,35 @@ class CatalogImageListView(ApiViewMixin, APIView):
     def get(self, request: Request) -> Response:
         images = CatalogImage.objects.filter(enabled=True).order_by("title")
         return Response(CatalogImageSerializer(images, many=True).data)
+
+
+class DatasetListView(ApiViewMixin, APIView):
+    @extend_schema(
+        summary="The datasets your team may mount",
+        description="The names a submission's `datasets` takes, each mounted read-only at its `mount_path`. "
+        "Only the team's own: another team's datasets are never listed.",
+        parameters=[TEAM_PARAM],
+        responses=DatasetSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        team = access.resolve_team(request.user, request.query_params.get("team"))
+        return Response(DatasetSerializer(team_datasets(team), many=True).data)
+
+
+class DatasetDetailView(ApiViewMixin, APIView):
+    @extend_schema(
+        summary="One dataset your team may mount",
+        description="404 for a dataset that does not exist, is turned off, or is not your team's to use (the same "
+        "answer, so another team's names are not given away).",
+        parameters=[TEAM_PARAM],
+        responses={200: DatasetSerializer, 404: ErrorSerializer},
+    )
+    def get(self, request: Request, name: str) -> Response:
+        team = access.resolve_team(request.user, request.query_params.get("team"))
+        dataset = team_datasets(team).filter(name=name).first() if access.storable(name) else None
+        if dataset is None:
+            return Response(error_body(404, "not_found", "No such dataset among your team's."), status=404)
+        return Response(DatasetSerializer(dataset).data)
 
 
 # --- usage ----------------------------------------------------------------------------------------

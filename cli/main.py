@@ -153,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     gpu_types = commands.add_parser("gpu-types", help="GPU types: free in the cluster, and your team's quota")
     gpu_types.add_argument("--team")
 
+    datasets = commands.add_parser("datasets", help="the datasets your team may mount (submit --dataset NAME)")
+    datasets.add_argument("--team")
+
     secrets = commands.add_parser("secrets", help="your stored secrets and your team's shared ones (names only)")
     secrets.add_argument("--team")
     secret_set = commands.add_parser(
@@ -654,6 +657,15 @@ def cmd_gpu_types(client: PortalClient, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_datasets(client: PortalClient, args: argparse.Namespace) -> int:
+    datasets = client.get("/datasets/", team=args.team)
+    if args.json:
+        print(json.dumps(datasets, indent=2))
+        return EXIT_OK
+    _table(("NAME", "MOUNTED AT", "DESCRIPTION"), [(d["name"], d["mount_path"], d["description"]) for d in datasets])
+    return EXIT_OK
+
+
 def cmd_secrets(client: PortalClient, args: argparse.Namespace) -> int:
     secrets = client.get("/secrets/", team=args.team)
     if args.json:
@@ -743,6 +755,7 @@ COMMANDS = {
     "usage": cmd_usage,
     "queue": cmd_queue,
     "gpu-types": cmd_gpu_types,
+    "datasets": cmd_datasets,
     "secrets": cmd_secrets,
     "secret-set": cmd_secret_set,
     "secret-delete": cmd_secret_delete,

@@ -16,7 +16,9 @@ migrations and seed as the engine, the provisioner as the provisioner, the web a
 (which writes nothing in the cluster), the service proxy as the proxy (reads services and EndpointSlices in
 team namespaces only).
 Every child's output is prefixed with its name. SIGINT/SIGTERM, and SIGHUP when its terminal goes away, stop the
-children in reverse order.
+children in reverse order; so does its parent (make) dying, which sends it SIGTERM. Killed outright itself (SIGKILL),
+it takes every child with it: each asks the kernel for SIGKILL when the run dies (PR_SET_PDEATHSIG), as the
+cluster's components do.
 Secrets are sealed to a key pair made once in var/seal-private.key (kept, so what an earlier run sealed
 still opens): the public half goes to every process, the private half to the worker only.
 With the real nodes (two by default where the machine can run them: root, cgroup v1, containerd; else
@@ -45,6 +47,7 @@ from typing import IO
 
 from devtools.engine import ENGINE_ONLY, PortalIdentity, install_identity, provisioner_argv
 from devtools.services import RedisServer, ServiceError, free_port
+from localcluster.procs import ask_to_die_with_parent, die_with_parent
 from portal.env import ConfigError
 from portal.sealing import generate_keypair, public_half
 
@@ -107,6 +110,10 @@ class Children:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C reaches us only; we stop children in order
+            # ...and if we are killed outright (SIGKILL, the OOM killer), the kernel ends them: nothing we
+            # started is left running, holding the port, the Redis and the cluster's files. Started from the main
+            # thread only (the signal follows the forking thread's end).
+            preexec_fn=die_with_parent(signal.SIGKILL),
         )
         assert proc.stdout is not None
         threading.Thread(target=_pump, args=(name, proc.stdout, None), daemon=True).start()
@@ -453,6 +460,8 @@ def main() -> int:
     # sessions of their own and never hear it: without this they would run on, holding the port.
     for signum in STOP_SIGNALS:
         signal.signal(signum, on_signal)
+    # `make run` killed outright (make is our parent): we hear SIGTERM and stop everything in order, as on Ctrl-C.
+    ask_to_die_with_parent(signal.SIGTERM)
     children = Children()
     # Each process's environment: the admin's until the local cluster's portal identities exist.
     as_identity: dict[str, dict[str, str]] = {}
@@ -536,7 +545,8 @@ def main() -> int:
                     say(f"{dead[0]} exited with code {dead[1]}; stopping everything")
                     return 1
         except Stop as stop:
-            say("stopping (the terminal hung up)" if stop.args == (signal.SIGHUP,) else "stopping (Ctrl-C)")
+            why = {signal.SIGHUP: "the terminal hung up", signal.SIGTERM: "SIGTERM"}.get(stop.args[0], "Ctrl-C")
+            say(f"stopping ({why})")
             report_services_left(python, env_of("web"))
             return 0
         except ServiceError as exc:

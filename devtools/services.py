@@ -11,11 +11,14 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from localcluster.procs import die_with_parent
 
 
 class ServiceError(RuntimeError):
@@ -75,6 +78,7 @@ class RedisServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=die_with_parent(signal.SIGKILL),  # no Redis outlives a run or test session killed -9
         )
         wait_for_port(self.port, timeout=15, process=self.process, what="redis-server")
         return self.url

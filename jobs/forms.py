@@ -40,6 +40,13 @@ def join_args(words: list[str] | None) -> str:
     return " ".join(parts)
 
 
+# The launch page's fields that a kind cannot have (hidden there when that kind is chosen, static/js/launch.js).
+HIDDEN_FOR_KIND: dict[str, tuple[str, ...]] = {
+    Kind.SERVICE: ("nodes", "topology", "copies"),
+    Kind.BATCH: ("port", "shared_with_team"),
+}
+
+
 class LaunchForm(forms.Form):
     name = forms.CharField(
         required=False,
@@ -222,17 +229,25 @@ class LaunchForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
+        self._leave_out_what_the_kind_cannot_have(cleaned)
         rows = [r for r in self.env_rows if r["name"] or r["value"]]
         if any(not r["name"] for r in rows):
             self.env_errors.append("Every value needs a variable name.")
         self.env_rows = rows
         self._clean_secret_env(set(cleaned.get("secrets") or ()))
         copies = cleaned.get("copies") or 1
-        if copies > 1 and cleaned.get("kind") == Kind.SERVICE:
-            self.add_error("copies", "A service runs once: copies are for batch jobs. Set copies to 1.")
-        elif cleaned.get("name") and (problem := sweep_name_problem(cleaned["name"], copies)):
+        if cleaned.get("name") and (problem := sweep_name_problem(cleaned["name"], copies)):
             self.add_error("name", problem)
         return cleaned
+
+    def _leave_out_what_the_kind_cannot_have(self, cleaned: dict[str, Any]) -> None:
+        """The fields the page hides for the kind chosen (a batch draft's Nodes, Copies and topology once the
+        person switches to Service, a service's port once back to a batch job) keep what was typed there: it
+        is not this kind's, so it is neither sent nor judged, never an error on a field the person cannot see."""
+        for name in HIDDEN_FOR_KIND.get(cleaned.get("kind") or "", ()):
+            if name in self.fields:
+                self._errors.pop(name, None)
+                cleaned[name] = self.fields[name].to_python(None)
 
     def _clean_secret_env(self, chosen: set[str]) -> None:
         """Each secret's variable name: well formed, not the portal's, not given twice, and only for a

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from identity.models import Membership, Role
 from jobs import policy, queue_order
-from jobs.models import GpuNode, GpuType, Quota, RunSegment, State, Team, Workload, Workspace
+from jobs.models import Dataset, GpuNode, GpuType, Quota, RunSegment, State, Team, Workload, Workspace
 from jobs.models.workloads import segment_gpu_seconds
 
 
@@ -33,6 +33,12 @@ def teams_for(user) -> QuerySet[Team]:
     if not user.is_authenticated:
         return Team.objects.none()
     return Team.objects.filter(memberships__user=user).distinct()
+
+
+def team_datasets(team: Team) -> QuerySet[Dataset]:
+    """The datasets `team` may mount (enabled, and allowed to it by an admin), by name: the names a submission's
+    `datasets` takes. Another team's are never among them."""
+    return Dataset.objects.filter(enabled=True, teams=team).order_by("name")
 
 
 def is_manager(user, team: Team) -> bool:

@@ -25,9 +25,33 @@ class ClusterError(RuntimeError):
     """The cluster could not start. The message names the cause and the fix; callers print it as is."""
 
 
-def _set_pdeathsig() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+try:  # loaded here, once: between fork and exec a child only calls it (no import, no dlopen)
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL("libc.so.6", use_errno=True)
+except OSError:
+    _LIBC = None
+
+
+def die_with_parent(signum: int = signal.SIGKILL) -> Callable[[], None] | None:
+    """A `preexec_fn` that has the child get `signum` when this process dies, however it dies (SIGKILL too), so
+    a child in a session of its own is not left running; None where it cannot work. The kernel sends it when
+    the *thread* that forked the child ends: only children started from the main thread get it (None from any
+    other). A parent that died before the child asked is caught too (the child then signals itself)."""
+    if _LIBC is None or threading.current_thread() is not threading.main_thread():
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signum)
+
+    return preexec
+
+
+def ask_to_die_with_parent(signum: int) -> None:
+    """The same request for this process itself (the parent that started it, e.g. make, dying)."""
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
 
 
 def free_port() -> int:
@@ -170,7 +194,7 @@ class Component:
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 start_new_session=True,
-                preexec_fn=_set_pdeathsig if threading.current_thread() is threading.main_thread() else None,
+                preexec_fn=die_with_parent(signal.SIGKILL),
             )
         self.expected_stop = False
         self.pid_path.parent.mkdir(parents=True, exist_ok=True)

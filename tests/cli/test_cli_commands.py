@@ -7,7 +7,7 @@ import json
 import pytest
 
 from identity.models import Membership, MembershipChange
-from jobs.models import GpuNode, State, TeamSecret, Workload
+from jobs.models import Dataset, GpuNode, State, TeamSecret, Workload
 from tests.cli import test_cli_e2e
 from tests.engine.factories import UserFactory
 
@@ -129,6 +129,19 @@ def test_secrets_are_stored_listed_and_deleted_with_the_value_from_standard_inpu
     assert value not in refused.stderr
     assert run_cli("secret-delete", "wandb").returncode == 0
     assert run_cli("-o", "json", "secrets").stdout.strip() == "[]"
+
+
+def test_datasets_lists_the_ones_the_team_may_use(run_cli, world):
+    """`gpuportal datasets`: the names `submit --dataset` takes, before only in the error for a wrong one."""
+    Dataset.objects.create(name="imagenet", description="ILSVRC 2012", claim_name="imagenet").teams.add(world.team)
+    Dataset.objects.create(name="their-corpus", claim_name="corpus").teams.add(world.other_team)
+    listed = run_cli("datasets")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[0].split() == ["NAME", "MOUNTED", "AT", "DESCRIPTION"]
+    assert listed.stdout.splitlines()[1].split() == ["imagenet", "/datasets/imagenet", "ILSVRC", "2012"]
+    assert "their-corpus" not in listed.stdout
+    as_json = json.loads(run_cli("-o", "json", "datasets").stdout)
+    assert [d["name"] for d in as_json] == ["imagenet"]
 
 
 def test_managers_keep_their_team_from_the_terminal(run_cli, world):

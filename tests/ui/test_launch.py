@@ -314,10 +314,8 @@ def test_unnamed_copies_are_named_after_the_image(login, world):
 
 def test_copies_are_refused_with_the_field_named_and_nothing_stored(login, world, settings):
     client = login(world.owner)
-    response = post(client, kind="service", catalog_image=str(world.notebook.id), port="8888", copies="2")
-    assert response.status_code == 400
-    assert "A service runs once" in field_errors(response)["copies"][0]
-
+    # A service's Copies is hidden (a service runs once): what a batch draft left there is left out, below in
+    # test_what_a_service_cannot_have_is_left_out_not_judged.
     for count in ("0", "501", "two"):
         response = post(client, catalog_image=str(world.trainer.id), copies=count)
         assert response.status_code == 400
@@ -451,3 +449,29 @@ def test_keeping_one_node_together_is_refused_and_a_services_hidden_choice_is_le
     notebook = post(client, kind="service", catalog_image=str(world.notebook.id), port="8888", topology="required")
     assert notebook.status_code == 302, field_errors(notebook)
     assert Workload.objects.get().topology == ""
+
+
+def test_what_a_service_cannot_have_is_left_out_not_judged(login, world, settings):
+    """A batch draft's Nodes, Copies and topology stay in the form, hidden, when the person switches to Service
+    (and a service draft's port when switching to Batch job): they were still sent and judged, so Launch and the
+    outlook named a field the person could not see. What the kind cannot have is now left out."""
+    settings.GANG_TOPOLOGY_LABEL = "topology.kubernetes.io/zone"
+    client = login(world.owner)
+    service = {"kind": "service", "catalog_image": str(world.notebook.id), "port": "8888"}
+    for hidden in ({"nodes": "2", "topology": "required"}, {"nodes": "0"}, {"copies": "3"}, {"copies": "two"}):
+        form = {**service, "gpu_type": "p100", "gpu_count": "1", "time_limit": "1", "time_limit_unit": "hours"}
+        text = client.post(reverse("launch_outlook"), {**form, **hidden}).content.decode()
+        for label in ("Nodes:", "Copies:", "Keep the nodes together:"):
+            assert label not in text, (hidden, text)
+        assert 'data-outlook="now"' in text, (hidden, text)
+        launched = post(client, **service, **hidden)
+        assert launched.status_code == 302, (hidden, field_errors(launched))
+    notebooks = Workload.objects.filter(kind="service")
+    assert notebooks.count() == 4
+    assert {(w.nodes, w.topology) for w in notebooks} == {(1, "")}
+
+    batch = post(client, catalog_image=str(world.trainer.id), port="99999", shared_with_team="on")
+    assert batch.status_code == 302, field_errors(batch)
+    job = Workload.objects.get(kind="batch")
+    assert job.port is None
+    assert not job.shared_with_team

@@ -32,6 +32,6 @@ def check_datasets(value: Any, allowed: Mapping[str, bool]) -> Checked[tuple[str
 
 
 def _yours(allowed: Mapping[str, bool]) -> str:
-    """The names this team may give instead (the API and the CLI have no other list of them)."""
+    """The names this team may give instead (also listed by `GET /api/v1/datasets/` and `gpuportal datasets`)."""
     names = sorted(name for name, may in allowed.items() if may)
     return f"Your team may use: {', '.join(names)}." if names else "Your team may use none; ask an admin."
