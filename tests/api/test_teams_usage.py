@@ -198,3 +198,22 @@ def test_a_mig_slice_type_says_what_it_is_and_counts_its_share_of_a_gpu(world, c
     assert mig["described"] == "1/7 of an A100, 10 GB"
     assert mig["gpu_share"] == pytest.approx(1 / 7)
     assert mig["max_per_container"] == 1
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York"])
+def test_usage_to_the_calendars_last_day_is_a_400_naming_end(world, client, zone, settings):
+    # A report's range runs to the midnight after its last day: after 9999-12-31 there is none, and the
+    # report was a 500 (OverflowError) in the API, the usage page and the admin report alike.
+    settings.TIME_ZONE = zone
+    query = "start=9999-12-31&end=9999-12-31"
+    api = world.client("owner").get(f"/api/v1/usage/?{query}")
+    assert api.status_code == 400, api.content
+    assert api.json()["error"]["fields"] == {"end": ["A day before 9999-12-31."]}
+    client.force_login(world.admin)
+    report = client.get(f"/admin/jobs/workload/usage-report/?{query}")
+    assert report.status_code == 200
+    assert report.context["form"].errors == {"end": ["A day before 9999-12-31."]}
+    client.force_login(world.owner)
+    page = client.get(f"/usage/?{query}")
+    assert page.status_code == 400  # the page's answer to a range it cannot show
+    assert page.context["form"].errors == {"end": ["A day before 9999-12-31."]}
