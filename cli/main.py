@@ -344,8 +344,14 @@ def cmd_submit(client: PortalClient, args: argparse.Namespace) -> int:
         return refusal
     if args.array is not None:
         return _submit_array(client, args, spec)
-    workload = client.submit(spec)
-    _show(args, workload, f"{workload['uid']}  {_state(workload)}")
+    return _submitted(client, args, client.submit(spec))
+
+
+def _submitted(client: PortalClient, args: argparse.Namespace, workload: dict) -> int:
+    """Show what was submitted, or with --wait follow it to its end. With --output json stdout is one JSON
+    document either way: the workload as submitted, or as it ended (not both, one after the other)."""
+    if not (args.wait and args.json):
+        _show(args, workload, f"{workload['uid']}  {_state(workload)}")
     if args.wait:
         return _wait(client, workload["uid"], timeout=0, interval=2.0, quiet=args.json)
     return EXIT_OK
@@ -364,9 +370,12 @@ def _submit_array(client: PortalClient, args: argparse.Namespace, spec: dict[str
             print(f"{workload['uid']}  {_state(workload)}")
     if not args.wait:
         return EXIT_OK
-    # Every one waited for in turn; exit 0 only if all succeeded.
-    codes = [_wait(client, w["uid"], timeout=0, interval=2.0, quiet=args.json) for w in workloads]
-    return next((code for code in codes if code != EXIT_OK), EXIT_OK)
+    # Every one waited for in turn; exit 0 only if all succeeded. With --output json, one list of them as they
+    # ended (a document per copy, one after the other, is no JSON a script can read).
+    ends = [_wait_for(client, w["uid"], timeout=0, interval=2.0, quiet=args.json) for w in workloads]
+    if args.json:
+        print(json.dumps([workload for _, workload in ends], indent=2))
+    return next((code for code, _ in ends if code != EXIT_OK), EXIT_OK)
 
 
 def _portal_would_refuse(spec: dict[str, Any], *, copies: int | None) -> int | None:
@@ -579,11 +588,7 @@ def cmd_clone(client: PortalClient, args: argparse.Namespace) -> int:
         spec["name"] = args.name
     if args.gpus:
         spec["gpu_count"] = args.gpus
-    workload = client.submit(spec)
-    _show(args, workload, f"{workload['uid']}  {_state(workload)}")
-    if args.wait:
-        return _wait(client, workload["uid"], timeout=0, interval=2.0, quiet=args.json)
-    return EXIT_OK
+    return _submitted(client, args, client.submit(spec))
 
 
 def cmd_usage(client: PortalClient, args: argparse.Namespace) -> int:
@@ -758,6 +763,15 @@ COMMANDS = {
 
 # --- helpers ----------------------------------------------------------------------------------------
 def _wait(client: PortalClient, uid: str, *, timeout: float, interval: float, quiet: bool) -> int:
+    """Wait for one workload; with `quiet` (--output json) print it as it ended, as JSON."""
+    code, workload = _wait_for(client, uid, timeout=timeout, interval=interval, quiet=quiet)
+    if quiet and code != EXIT_TIMEOUT:
+        print(json.dumps(workload, indent=2))
+    return code
+
+
+def _wait_for(client: PortalClient, uid: str, *, timeout: float, interval: float, quiet: bool) -> tuple[int, dict]:
+    """The exit code and the workload as last seen: at its end, or when `timeout` ran out (EXIT_TIMEOUT)."""
     deadline = time.monotonic() + timeout if timeout > 0 else None
     last = None
     while True:
@@ -767,14 +781,12 @@ def _wait(client: PortalClient, uid: str, *, timeout: float, interval: float, qu
             print(f"{uid}  {shown}", file=sys.stderr, flush=True)
             last = shown
         if workload["state"] in FINAL:
-            if quiet:
-                print(json.dumps(workload, indent=2))
-            elif workload["state"] != "SUCCEEDED" and workload.get("message"):
+            if not quiet and workload["state"] != "SUCCEEDED" and workload.get("message"):
                 print(f"  {workload['message']}", file=sys.stderr)
-            return EXIT_OK if workload["state"] == "SUCCEEDED" else EXIT_FAILED
+            return (EXIT_OK if workload["state"] == "SUCCEEDED" else EXIT_FAILED), workload
         if deadline is not None and time.monotonic() >= deadline:
             print(f"gpuportal: {uid} still {shown} after {timeout:g}s", file=sys.stderr)
-            return EXIT_TIMEOUT
+            return EXIT_TIMEOUT, workload
         time.sleep(max(0.1, min(interval, deadline - time.monotonic() if deadline else interval)))
 
 
