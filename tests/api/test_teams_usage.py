@@ -217,3 +217,23 @@ def test_usage_to_the_calendars_last_day_is_a_400_naming_end(world, client, zone
     page = client.get(f"/usage/?{query}")
     assert page.status_code == 400  # the page's answer to a range it cannot show
     assert page.context["form"].errors == {"end": ["A day before 9999-12-31."]}
+
+
+@pytest.mark.parametrize("who", ["manager", "owner"])
+@pytest.mark.parametrize("typed", ["olivai", "oscar"])
+def test_usage_of_a_user_who_is_nobody_in_the_team_is_a_400_naming_user(world, who, typed):
+    # A typo (or someone of another team) answered 200 with no rows: "olivai used nothing" to a script.
+    # Both say the same, so the answer tells nobody whether a username exists elsewhere.
+    _ran(world, world.owner, world.p100, 2, 3)
+    response = world.client(who).get(f"/api/v1/usage/?user={typed}")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["fields"] == {"user": [f"No one in vision has the username '{typed}'."]}
+
+
+def test_usage_of_a_former_member_still_counts_their_hours(world):
+    _ran(world, world.teammate, world.p100, 1, 2)
+    world.teammate.memberships.filter(team=world.team).delete()
+    start = (timezone.localdate() - timedelta(days=5)).isoformat()
+    response = world.client("manager").get(f"/api/v1/usage/?start={start}&user=tom")
+    assert response.status_code == 200, response.content
+    assert response.json()["total_gpu_hours"] == 2.0
