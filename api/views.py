@@ -480,7 +480,7 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         seconds = settings.API_LOG_FOLLOW_SECONDS
         try:
             held = HeldStream(
-                follow_logs(workload, tail=tail, timeout_seconds=seconds, rank=rank),
+                follow_logs(workload, tail=tail, since_seconds=since, timeout_seconds=seconds, rank=rank),
                 user_id=request.user.id,
                 seconds=seconds,
             )

@@ -436,7 +436,7 @@ def cmd_logs(client: PortalClient, args: argparse.Namespace) -> int:
         print(f"gpuportal: {args.uid} is {_state(workload)}; waiting for its container…", file=sys.stderr)
         time.sleep(2)
         workload = client.workload(args.uid)
-    for line in client.follow_logs(args.uid, tail=args.tail, rank=args.rank):
+    for line in client.follow_logs(args.uid, tail=args.tail, since=args.since, rank=args.rank):
         print(line, flush=True)
     return EXIT_OK
 
