@@ -42,8 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--url", help="portal address, e.g. https://gpus.example.org")
     parser.add_argument("--token", help="API token from your profile page")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text (same as --output json)")
-    parser.add_argument("-o", "--output", choices=["text", "json"], default="text", help="text (default) or json")
+    _output_options(parser, after_command=False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     submit = commands.add_parser("submit", help="submit a workload; the command follows `--`")
@@ -208,9 +207,28 @@ def build_parser() -> argparse.ArgumentParser:
     ssh_config.add_argument(
         "uid", nargs="?", help="one service (default: your running services whose image runs an SSH server)"
     )
-    for command_parser in commands.choices.values():
+    for name, command_parser in commands.choices.items():
         command_parser.set_defaults(command_parser=command_parser)
+        if name not in TEXT_ONLY:
+            _output_options(command_parser, after_command=True)
     return parser
+
+
+# Commands whose output is not the portal's data (an SSH session, ssh_config text): no JSON to choose, and
+# ssh's own -o options pass through to it.
+TEXT_ONLY = {"ssh", "ssh-proxy", "ssh-config"}
+
+
+def _output_options(parser: argparse.ArgumentParser, *, after_command: bool) -> None:
+    """--json / -o json, before the command or after it (`gpuportal list -o json`, as scripts often write it).
+    After the command they default to SUPPRESS, so that they leave what was given before it alone."""
+    unset = argparse.SUPPRESS if after_command else None
+    parser.add_argument(
+        "--json", action="store_true", default=unset or False, help="print JSON instead of text (same as --output json)"
+    )
+    parser.add_argument(
+        "-o", "--output", choices=["text", "json"], default=unset or "text", help="text (default) or json"
+    )
 
 
 def _workload_uid(raw: str) -> str:

@@ -205,3 +205,18 @@ def test_json_submit_and_wait_prints_one_document_a_script_can_read(run_cli, wor
     else:
         assert body["state"] == "SUCCEEDED"
         assert body["uid"] == Workload.objects.get().uid
+
+
+def test_output_json_may_follow_the_command_as_scripts_write_it(run_cli, world):
+    # `gpuportal list -o json` (the way kubectl and gh take it) was a usage error: only `gpuportal -o json list`
+    # was understood.
+    submitted = run_cli("submit", "--image", "docker.io/x:1", "--gpu-type", "p100", "--json")
+    assert submitted.returncode == 0, submitted.stderr
+    uid = json.loads(submitted.stdout)["uid"]
+    for args in (["list", "-o", "json"], ["list", "--output", "json"], ["list", "--json"]):
+        listed = run_cli(*args)
+        assert listed.returncode == 0, listed.stderr
+        assert [w["uid"] for w in json.loads(listed.stdout)] == [uid]
+    # Given before the command, it still holds (a command's own default does not undo it).
+    assert json.loads(run_cli("-o", "json", "list").stdout)[0]["uid"] == uid
+    assert run_cli("list").stdout.startswith("UID")
