@@ -10,6 +10,7 @@ from datetime import date
 import urllib3
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 from django_filters.rest_framework import DjangoFilterBackend
@@ -481,7 +482,7 @@ class WorkloadViewSet(ApiViewMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         seconds = settings.API_LOG_FOLLOW_SECONDS
         try:
             held = HeldStream(
-                follow_logs(workload, tail=tail, timeout_seconds=seconds, rank=rank),
+                follow_logs(workload, tail=tail, since_seconds=since, timeout_seconds=seconds, rank=rank),
                 user_id=request.user.id,
                 seconds=seconds,
             )
@@ -658,7 +659,9 @@ class UsageView(ApiViewMixin, APIView):
             OpenApiParameter("start", OpenApiTypes.DATE, description="First day (default: first of this month)."),
             OpenApiParameter("end", OpenApiTypes.DATE, description="Last day, inclusive (default: today)."),
             OpenApiParameter("group_by", str, enum=list(GROUPS), description="Default: day."),
-            OpenApiParameter("user", str, description="Only this user's workloads (username)."),
+            OpenApiParameter(
+                "user", str, description="Only this user's workloads (username; 400 when no one in the team has it)."
+            ),
             OpenApiParameter("format", str, enum=["json", "csv"]),
         ],
         responses={(200, "application/json"): UsageSerializer, (200, "text/csv"): OpenApiTypes.STR},
@@ -678,7 +681,13 @@ class UsageView(ApiViewMixin, APIView):
         user_ids = policy.usage_user_ids(request.user, team)  # None: every member's
         username = request.query_params.get("user")
         if username:
-            wanted = list(User.objects.filter(username=username).values_list("id", flat=True))
+            # Someone with a place in the team's figures: a member, or anyone who ran work in it (a former
+            # member). Anyone else is a 400, a typo as much as another team's member: an empty 200 read as
+            # "used nothing", and the same answer for both tells nobody who exists elsewhere.
+            in_team = Q(memberships__team=team) | Q(workloads__team=team)
+            wanted = list(User.objects.filter(in_team, username=username).values_list("id", flat=True).distinct())
+            if not wanted:
+                raise Invalid({"user": [f"No one in {team.slug} has the username {username!r}."]})
             if user_ids is not None and set(wanted) - set(user_ids):
                 raise PermissionDenied("Only a manager of the team sees another member's usage.")
             user_ids = wanted

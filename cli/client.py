@@ -136,10 +136,14 @@ class PortalClient:
         params = {k: v for k, v in {"tail": tail, "since": since, "rank": rank}.items() if v is not None}
         return self._request("GET", f"/workloads/{uid}/logs/", retry=True, params=params).text
 
-    def follow_logs(self, uid: str, *, tail: int | None = None, rank: int | None = None) -> Iterator[str]:
+    def follow_logs(
+        self, uid: str, *, tail: int | None = None, since: int | None = None, rank: int | None = None
+    ) -> Iterator[str]:
         params: dict[str, Any] = {"follow": "true"}
         if tail is not None:
             params["tail"] = tail
+        if since is not None:
+            params["since"] = since
         if rank is not None:
             params["rank"] = rank
         try:

@@ -42,8 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--url", help="portal address, e.g. https://gpus.example.org")
     parser.add_argument("--token", help="API token from your profile page")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text (same as --output json)")
-    parser.add_argument("-o", "--output", choices=["text", "json"], default="text", help="text (default) or json")
+    _output_options(parser, after_command=False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     submit = commands.add_parser("submit", help="submit a workload; the command follows `--`")
@@ -211,9 +210,28 @@ def build_parser() -> argparse.ArgumentParser:
     ssh_config.add_argument(
         "uid", nargs="?", help="one service (default: your running services whose image runs an SSH server)"
     )
-    for command_parser in commands.choices.values():
+    for name, command_parser in commands.choices.items():
         command_parser.set_defaults(command_parser=command_parser)
+        if name not in TEXT_ONLY:
+            _output_options(command_parser, after_command=True)
     return parser
+
+
+# Commands whose output is not the portal's data (an SSH session, ssh_config text): no JSON to choose, and
+# ssh's own -o options pass through to it.
+TEXT_ONLY = {"ssh", "ssh-proxy", "ssh-config"}
+
+
+def _output_options(parser: argparse.ArgumentParser, *, after_command: bool) -> None:
+    """--json / -o json, before the command or after it (`gpuportal list -o json`, as scripts often write it).
+    After the command they default to SUPPRESS, so that they leave what was given before it alone."""
+    unset = argparse.SUPPRESS if after_command else None
+    parser.add_argument(
+        "--json", action="store_true", default=unset or False, help="print JSON instead of text (same as --output json)"
+    )
+    parser.add_argument(
+        "-o", "--output", choices=["text", "json"], default=unset or "text", help="text (default) or json"
+    )
 
 
 def _workload_uid(raw: str) -> str:
@@ -347,8 +365,14 @@ def cmd_submit(client: PortalClient, args: argparse.Namespace) -> int:
         return refusal
     if args.array is not None:
         return _submit_array(client, args, spec)
-    workload = client.submit(spec)
-    _show(args, workload, f"{workload['uid']}  {_state(workload)}")
+    return _submitted(client, args, client.submit(spec))
+
+
+def _submitted(client: PortalClient, args: argparse.Namespace, workload: dict) -> int:
+    """Show what was submitted, or with --wait follow it to its end. With --output json stdout is one JSON
+    document either way: the workload as submitted, or as it ended (not both, one after the other)."""
+    if not (args.wait and args.json):
+        _show(args, workload, f"{workload['uid']}  {_state(workload)}")
     if args.wait:
         return _wait(client, workload["uid"], timeout=0, interval=2.0, quiet=args.json)
     return EXIT_OK
@@ -367,9 +391,12 @@ def _submit_array(client: PortalClient, args: argparse.Namespace, spec: dict[str
             print(f"{workload['uid']}  {_state(workload)}")
     if not args.wait:
         return EXIT_OK
-    # Every one waited for in turn; exit 0 only if all succeeded.
-    codes = [_wait(client, w["uid"], timeout=0, interval=2.0, quiet=args.json) for w in workloads]
-    return next((code for code in codes if code != EXIT_OK), EXIT_OK)
+    # Every one waited for in turn; exit 0 only if all succeeded. With --output json, one list of them as they
+    # ended (a document per copy, one after the other, is no JSON a script can read).
+    ends = [_wait_for(client, w["uid"], timeout=0, interval=2.0, quiet=args.json) for w in workloads]
+    if args.json:
+        print(json.dumps([workload for _, workload in ends], indent=2))
+    return next((code for code, _ in ends if code != EXIT_OK), EXIT_OK)
 
 
 def _portal_would_refuse(spec: dict[str, Any], *, copies: int | None) -> int | None:
@@ -430,7 +457,7 @@ def cmd_logs(client: PortalClient, args: argparse.Namespace) -> int:
         print(f"gpuportal: {args.uid} is {_state(workload)}; waiting for its container…", file=sys.stderr)
         time.sleep(2)
         workload = client.workload(args.uid)
-    for line in client.follow_logs(args.uid, tail=args.tail, rank=args.rank):
+    for line in client.follow_logs(args.uid, tail=args.tail, since=args.since, rank=args.rank):
         print(line, flush=True)
     return EXIT_OK
 
@@ -582,11 +609,7 @@ def cmd_clone(client: PortalClient, args: argparse.Namespace) -> int:
         spec["name"] = args.name
     if args.gpus:
         spec["gpu_count"] = args.gpus
-    workload = client.submit(spec)
-    _show(args, workload, f"{workload['uid']}  {_state(workload)}")
-    if args.wait:
-        return _wait(client, workload["uid"], timeout=0, interval=2.0, quiet=args.json)
-    return EXIT_OK
+    return _submitted(client, args, client.submit(spec))
 
 
 def cmd_usage(client: PortalClient, args: argparse.Namespace) -> int:
@@ -771,6 +794,15 @@ COMMANDS = {
 
 # --- helpers ----------------------------------------------------------------------------------------
 def _wait(client: PortalClient, uid: str, *, timeout: float, interval: float, quiet: bool) -> int:
+    """Wait for one workload; with `quiet` (--output json) print it as it ended, as JSON."""
+    code, workload = _wait_for(client, uid, timeout=timeout, interval=interval, quiet=quiet)
+    if quiet and code != EXIT_TIMEOUT:
+        print(json.dumps(workload, indent=2))
+    return code
+
+
+def _wait_for(client: PortalClient, uid: str, *, timeout: float, interval: float, quiet: bool) -> tuple[int, dict]:
+    """The exit code and the workload as last seen: at its end, or when `timeout` ran out (EXIT_TIMEOUT)."""
     deadline = time.monotonic() + timeout if timeout > 0 else None
     last = None
     while True:
@@ -780,14 +812,12 @@ def _wait(client: PortalClient, uid: str, *, timeout: float, interval: float, qu
             print(f"{uid}  {shown}", file=sys.stderr, flush=True)
             last = shown
         if workload["state"] in FINAL:
-            if quiet:
-                print(json.dumps(workload, indent=2))
-            elif workload["state"] != "SUCCEEDED" and workload.get("message"):
+            if not quiet and workload["state"] != "SUCCEEDED" and workload.get("message"):
                 print(f"  {workload['message']}", file=sys.stderr)
-            return EXIT_OK if workload["state"] == "SUCCEEDED" else EXIT_FAILED
+            return (EXIT_OK if workload["state"] == "SUCCEEDED" else EXIT_FAILED), workload
         if deadline is not None and time.monotonic() >= deadline:
             print(f"gpuportal: {uid} still {shown} after {timeout:g}s", file=sys.stderr)
-            return EXIT_TIMEOUT
+            return EXIT_TIMEOUT, workload
         time.sleep(max(0.1, min(interval, deadline - time.monotonic() if deadline else interval)))
 
 

@@ -149,6 +149,16 @@ def usage_user_ids(user, team: Team | int) -> list[int] | None:
     return None if role == Role.MANAGER else [user.id]
 
 
+def usage_teams(user) -> QuerySet[Team]:
+    """The teams whose whole usage (every member's) the user may see: all for a superuser, else those they
+    manage (as `usage_user_ids` says it team by team)."""
+    if not _signed_in(user):
+        return Team.objects.none()
+    if user.is_superuser:
+        return Team.objects.all()
+    return Team.objects.filter(id__in=Membership.objects.filter(user=user, role=Role.MANAGER).values("team_id"))
+
+
 def may_see_usage_of(user, team: Team | int, subject_id: int) -> bool:
     try:
         allowed = usage_user_ids(user, team)

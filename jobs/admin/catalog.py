@@ -8,6 +8,7 @@ from jobs.models import AllowedRegistry, CatalogImage, GpuNode, GpuType
 from jobs.services.provisioning import forget_namespaces
 from jobs.services.queue.reservation_plan import RESERVE_DEPTH
 from jobs.services.queue.settings_changes import gpu_type_changed
+from jobs.services.validation.images import parse_image_reference
 from portal import sealing
 
 # What reserve_after_seconds does, with the wait beyond the head (reserve_deeper_after_seconds) and the
@@ -142,6 +143,18 @@ class AllowedRegistryForm(forms.ModelForm):
     class Meta:
         model = AllowedRegistry
         fields = ["host", "note", "pull_username"]
+
+    def clean_host(self) -> str:
+        # Compared with the registry of each reference people type, which reads it lowercase, as docker does:
+        # a host stored otherwise (a scheme, a path, capitals) would match no image at all.
+        host = self.cleaned_data["host"].strip().lower()
+        parsed = parse_image_reference(f"{host}/image")
+        if parsed is None or parsed.registry != host:
+            raise forms.ValidationError(
+                "A registry as image references name it: its host, with the port if any (nvcr.io, "
+                "registry.lab:5000), no https:// and no path."
+            )
+        return host
 
     def clean(self):
         cleaned = super().clean()

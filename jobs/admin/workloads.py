@@ -99,7 +99,7 @@ class WorkloadAdmin(admin.ModelAdmin):
             from django.core.exceptions import PermissionDenied
 
             raise PermissionDenied
-        form = UsageReportForm(request.GET or None)
+        form = UsageReportForm(request.GET or None, user=request.user)
         report = None
         if form.is_valid():
             report = build_report(**form.cleaned_data)
@@ -123,14 +123,20 @@ class UsageReportForm(forms.Form):
         Team.objects.all(), required=False, help_text="None selected: every team.", widget=forms.CheckboxSelectMultiple
     )
 
-    def __init__(self, data=None, **kwargs):
+    def __init__(self, data=None, *, user, **kwargs):
         if data is None:
             start, end = reports.month_to_date(timezone.localdate())
             kwargs.setdefault("initial", {"start": start, "end": end})
         super().__init__(data, **kwargs)
+        # Staff who are not superusers see the teams they manage, as on the workload list and in the API.
+        self.fields["teams"].queryset = policy.usage_teams(user)
+        if not user.is_superuser:
+            self.fields["teams"].help_text = "None selected: every team you manage."
 
     def clean(self):
         cleaned = super().clean()
+        if not cleaned.get("teams"):
+            cleaned["teams"] = self.fields["teams"].queryset  # every team this person may see, not every team
         start, end = cleaned.get("start"), cleaned.get("end")
         if start and end:
             try:
@@ -141,8 +147,9 @@ class UsageReportForm(forms.Form):
 
 
 def build_report(*, days: reports.DayRange, teams, **_ignored) -> dict:
-    """Usage summed per team and GPU type, with the billing weight the hours were billed at."""
-    report = reports.usage_build(days=days, team_ids=[t.id for t in teams] if teams else None)
+    """Usage summed per team and GPU type, with the billing weight the hours were billed at, of `teams` (the
+    ones picked, else every one the person may see: none is none, not all)."""
+    report = reports.usage_build(days=days, team_ids=[t.id for t in teams])
     lines = [
         {
             "team": report.teams[team_id].name,

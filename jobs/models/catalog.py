@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
@@ -159,6 +160,29 @@ class GpuType(models.Model):
         other = node_label_owner(self.node_label_key, self.node_label_value, excluding=self.pk)
         if other is not None:
             raise ValidationError({"node_label_value": node_label_taken_message(self, other)})
+        # Every container of the type asks for this much scratch disk: the team namespaces' LimitRange refuses
+        # a pod above its maximum, so a larger size would leave every launch of the type waiting for ever.
+        most = scratch_most_mib()
+        too_large = {
+            field: f"At most {most} MiB: the team namespaces' LimitRange allows no more per container "
+            f"(TEAM_EPHEMERAL_STORAGE_DEFAULT = {settings.TEAM_EPHEMERAL_STORAGE_DEFAULT}), so Kubernetes "
+            "would refuse every workload of this type."
+            for field in ("ephemeral_storage_request_mib", "ephemeral_storage_limit_mib")
+            if most is not None and (getattr(self, field) or 0) > most
+        }
+        if too_large:
+            raise ValidationError(too_large)
+
+
+def scratch_most_mib() -> int | None:
+    """The most scratch disk (MiB) one container may have in a team namespace (the LimitRange's maximum,
+    TEAM_EPHEMERAL_STORAGE_DEFAULT); None where that setting is no quantity Kubernetes reads."""
+    from kubernetes.utils import parse_quantity
+
+    try:
+        return int(parse_quantity(settings.TEAM_EPHEMERAL_STORAGE_DEFAULT) // (1024 * 1024))
+    except (ValueError, TypeError, ArithmeticError):
+        return None
 
 
 def node_label_owner(key: str, value: str, *, excluding: int | None = None) -> GpuType | None:

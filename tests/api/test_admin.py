@@ -374,3 +374,33 @@ def test_deleting_a_cohort_re_runs_sharing_for_its_teams_from_its_page_or_the_li
     assert response.status_code == 302
     assert not Cohort.objects.filter(id=cohort.id).exists()
     assert told == [[world.team.id]]
+
+
+def test_a_team_admins_usage_report_shows_only_the_teams_they_may_see(client, world):
+    # Staff who are not superusers see their own teams' workloads in admin (jobs.policy); the usage report
+    # beside that list showed every team's GPU-hours, and offered every team to pick.
+    from django.contrib.auth.models import Permission
+
+    start = timezone.now().replace(hour=8, minute=0, second=0, microsecond=0) - timedelta(days=1)
+    for team, owner in [(world.team, world.owner), (world.other_team, world.outsider)]:
+        Workload.objects.create(
+            team=team, owner=owner, name="ran", kind="batch", image="docker.io/x:1", gpu_type=world.p100,
+            gpu_count=1, time_limit_seconds=86400, state=State.SUCCEEDED, created_at=start, started_at=start,
+            finished_at=start + timedelta(hours=3),
+        )  # fmt: skip
+    staff = world.manager
+    staff.is_staff = True
+    staff.save()
+    staff.user_permissions.add(Permission.objects.get(codename="view_workload"))
+    client.force_login(staff)
+    first = (timezone.localdate() - timedelta(days=3)).isoformat()
+    last = timezone.localdate().isoformat()
+    page = client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}")
+    assert page.status_code == 200
+    assert [line["team"] for line in page.context["report"]["lines"]] == ["Vision"]
+    assert page.context["report"]["total_gpu_hours"] == 3.0
+    assert list(page.context["form"].fields["teams"].queryset) == [world.team]
+    asked = client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}&teams={world.other_team.id}")
+    assert "teams" in asked.context["form"].errors
+    export = client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}&export=csv")
+    assert "Language" not in export.content.decode()

@@ -198,3 +198,42 @@ def test_a_mig_slice_type_says_what_it_is_and_counts_its_share_of_a_gpu(world, c
     assert mig["described"] == "1/7 of an A100, 10 GB"
     assert mig["gpu_share"] == pytest.approx(1 / 7)
     assert mig["max_per_container"] == 1
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York"])
+def test_usage_to_the_calendars_last_day_is_a_400_naming_end(world, client, zone, settings):
+    # A report's range runs to the midnight after its last day: after 9999-12-31 there is none, and the
+    # report was a 500 (OverflowError) in the API, the usage page and the admin report alike.
+    settings.TIME_ZONE = zone
+    query = "start=9999-12-31&end=9999-12-31"
+    api = world.client("owner").get(f"/api/v1/usage/?{query}")
+    assert api.status_code == 400, api.content
+    assert api.json()["error"]["fields"] == {"end": ["A day before 9999-12-31."]}
+    client.force_login(world.admin)
+    report = client.get(f"/admin/jobs/workload/usage-report/?{query}")
+    assert report.status_code == 200
+    assert report.context["form"].errors == {"end": ["A day before 9999-12-31."]}
+    client.force_login(world.owner)
+    page = client.get(f"/usage/?{query}")
+    assert page.status_code == 400  # the page's answer to a range it cannot show
+    assert page.context["form"].errors == {"end": ["A day before 9999-12-31."]}
+
+
+@pytest.mark.parametrize("who", ["manager", "owner"])
+@pytest.mark.parametrize("typed", ["olivai", "oscar"])
+def test_usage_of_a_user_who_is_nobody_in_the_team_is_a_400_naming_user(world, who, typed):
+    # A typo (or someone of another team) answered 200 with no rows: "olivai used nothing" to a script.
+    # Both say the same, so the answer tells nobody whether a username exists elsewhere.
+    _ran(world, world.owner, world.p100, 2, 3)
+    response = world.client(who).get(f"/api/v1/usage/?user={typed}")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["fields"] == {"user": [f"No one in vision has the username '{typed}'."]}
+
+
+def test_usage_of_a_former_member_still_counts_their_hours(world):
+    _ran(world, world.teammate, world.p100, 1, 2)
+    world.teammate.memberships.filter(team=world.team).delete()
+    start = (timezone.localdate() - timedelta(days=5)).isoformat()
+    response = world.client("manager").get(f"/api/v1/usage/?start={start}&user=tom")
+    assert response.status_code == 200, response.content
+    assert response.json()["total_gpu_hours"] == 2.0

@@ -7,9 +7,12 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from jobs.models import State, Workload
 
@@ -165,3 +168,55 @@ def test_open_prints_the_address_and_can_start_a_browser(run_cli, world, live_se
     assert refused.returncode == 1
     assert "only services can be opened" in refused.stderr
     assert run_cli("open", service.uid, token="outsider").returncode == 1
+
+
+def _finish_when_submitted(count: int) -> threading.Thread:
+    """Marks the next `count` workloads SUCCEEDED once the CLI has submitted them (no cluster runs them here)."""
+
+    def finish() -> None:
+        try:
+            deadline = time.monotonic() + 30
+            while Workload.objects.count() < count and time.monotonic() < deadline:
+                time.sleep(0.1)
+            Workload.objects.update(state=State.SUCCEEDED, exit_code=0)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=finish, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("array", [None, "2"])
+def test_json_submit_and_wait_prints_one_document_a_script_can_read(run_cli, world, array):
+    # `-o json submit --wait` printed the submitted workload and then the finished one: two JSON documents
+    # one after the other, which json.loads (or jq -e .state) refuses. An array printed one per copy.
+    finisher = _finish_when_submitted(int(array or 1))
+    extra = ["--array", array] if array else []
+    result = run_cli(
+        "-o", "json", "submit", "--image", "docker.io/x:1", "--gpu-type", "p100", *extra, "--wait", timeout=90
+    )
+    finisher.join(timeout=60)
+    assert result.returncode == 0, result.stderr
+    body = json.loads(result.stdout)
+    if array:
+        assert [w["state"] for w in body] == ["SUCCEEDED", "SUCCEEDED"]
+        assert sorted(w["uid"] for w in body) == sorted(Workload.objects.values_list("uid", flat=True))
+    else:
+        assert body["state"] == "SUCCEEDED"
+        assert body["uid"] == Workload.objects.get().uid
+
+
+def test_output_json_may_follow_the_command_as_scripts_write_it(run_cli, world):
+    # `gpuportal list -o json` (the way kubectl and gh take it) was a usage error: only `gpuportal -o json list`
+    # was understood.
+    submitted = run_cli("submit", "--image", "docker.io/x:1", "--gpu-type", "p100", "--json")
+    assert submitted.returncode == 0, submitted.stderr
+    uid = json.loads(submitted.stdout)["uid"]
+    for args in (["list", "-o", "json"], ["list", "--output", "json"], ["list", "--json"]):
+        listed = run_cli(*args)
+        assert listed.returncode == 0, listed.stderr
+        assert [w["uid"] for w in json.loads(listed.stdout)] == [uid]
+    # Given before the command, it still holds (a command's own default does not undo it).
+    assert json.loads(run_cli("-o", "json", "list").stdout)[0]["uid"] == uid
+    assert run_cli("list").stdout.startswith("UID")

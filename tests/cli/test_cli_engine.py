@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 import pytest
+from django.utils import timezone
 
 from api.tokens import token_create
 from jobs.models import State, Workload
@@ -80,3 +82,25 @@ def test_an_array_with_a_bad_field_submits_nothing(cli, engine):
     assert "workloads[0].gpu_count" in refused.stderr
     assert cli("submit", "--image", "docker.io/x:1", "--gpu-type", "p100", "--array", "0").returncode == 2
     assert not Workload.objects.filter(owner=engine.owner, image="docker.io/x:1").exists()
+
+
+def test_follow_logs_since_starts_from_that_many_seconds_ago(cli, engine):
+    # `logs --follow --since N` (and the API's follow=true&since=N) dropped `since`: the stream began with
+    # the container's first line (the last 200 lines), whatever N said.
+    submitted = cli(
+        "submit", "--image", "nvidia/cuda:12.2.0-base-ubuntu22.04", "--gpu-type", "p100",
+        "--env", "SIM_RUN_SECONDS=10", "--name", "since",
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    uid = submitted.stdout.split()[0]
+    deadline = time.monotonic() + 90
+    while not Workload.objects.get(uid=uid).started_at and time.monotonic() < deadline:
+        time.sleep(0.5)
+    started = Workload.objects.get(uid=uid).started_at
+    assert started, "the job did not start"
+    time.sleep(max(0.0, 6 - (timezone.now() - started).total_seconds()))
+    followed = cli("logs", "--follow", "--since", "3", uid)
+    assert followed.returncode == 0, followed.stderr
+    assert "container exited" in followed.stdout  # it followed to the end
+    assert "started on node" not in followed.stdout, followed.stdout
+    assert "running: 1s elapsed" not in followed.stdout, followed.stdout

@@ -144,10 +144,16 @@ def split_stream(chunks: Iterable[bytes], *, max_chars: int, deadline: float | N
 
 
 def follow_logs(
-    workload: Workload, *, tail: int = 50, timeout_seconds: int = 3600, rank: int | None = None
+    workload: Workload,
+    *,
+    tail: int = 50,
+    since_seconds: int | None = None,
+    timeout_seconds: int = 3600,
+    rank: int | None = None,
 ) -> Iterator[str]:
-    """Stream log lines as the container writes them, until it ends or `timeout_seconds` have passed in
-    all (a deadline for the whole stream, not only between reads), and at most LOG_MAX_FOLLOW_BYTES."""
+    """Stream log lines as the container writes them (from the last `tail` lines, or those of the last
+    `since_seconds`), until it ends or `timeout_seconds` have passed in all (a deadline for the whole
+    stream, not only between reads), and at most LOG_MAX_FOLLOW_BYTES."""
     pod = _pod_name(workload, rank)
     deadline = time.monotonic() + timeout_seconds
     try:
@@ -157,6 +163,7 @@ def follow_logs(
             container=CONTAINER_NAME,
             follow=True,
             tail_lines=max(0, min(tail, MAX_TAIL)),
+            since_seconds=since_seconds,
             limit_bytes=settings.LOG_MAX_FOLLOW_BYTES,
             _preload_content=False,
             _request_timeout=(kube.timeout(), timeout_seconds),

@@ -58,10 +58,13 @@ def day_range(first: date, last: date) -> DayRange:
 
     Both ends are inclusive: `last` is the last local day counted, so first == last is one whole day.
     The range may span at most `max_days()` days counting both ends (with 366: 2025-01-01..2026-01-01 is
-    accepted, 2025-01-01..2026-01-02 is refused). Raises RangeInvalid naming "end" otherwise.
+    accepted, 2025-01-01..2026-01-02 is refused), and end before the calendar's last day (9999-12-31, which
+    has no midnight after it). Raises RangeInvalid naming "end" otherwise.
     """
     if last < first:
         raise RangeInvalid("end", DAY_BEFORE_START)
+    if last >= date.max:  # the range ends at the midnight after `last`: the calendar has none after its last day
+        raise RangeInvalid("end", f"A day before {date.max.isoformat()}.")
     limit = max_days()
     if (last - first).days + 1 > limit:
         raise RangeInvalid("end", f"At most {limit} days at once (both ends count).")
