@@ -1,0 +1,53 @@
+"""A form sent after its page went stale: signed in again in another tab (a new CSRF secret), or with
+no CSRF cookie at all. The user sees the portal's own page with a way back, never Django's raw
+"CSRF verification failed", and a form whose page predates the new sign-in still goes through."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from playwright.sync_api import expect
+
+from jobs.models import Workload
+from tests.ui.conftest import PASSWORD, sign_in
+
+pytestmark = [pytest.mark.django_db]
+
+
+def test_a_form_without_its_csrf_cookie_gets_the_portals_page_with_a_way_back(world):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(world.owner)
+    response = client.post("/launch/", {"name": "lost"}, HTTP_REFERER="http://testserver/launch/")
+    assert response.status_code == 403
+    body = response.content.decode()
+    assert "CSRF verification failed" not in body
+    assert "<h1>This form has expired</h1>" in body
+    assert 'href="/launch/"' in body  # back to the form it came from
+    assert "Sign out" in body  # the portal's own page, signed in as they are
+    assert not Workload.objects.exists()
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_launch_typed_before_signing_in_again_in_another_tab_still_goes_through(chromium, live_server, world):
+    context = chromium.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    sign_in(page, "olivia")
+    page.goto("/launch/")
+    page.get_by_label("Name", exact=True).fill("typed-before")
+    page.get_by_label("Image", exact=True).select_option(label="Python 3.12")
+
+    other = context.new_page()  # the second tab: signs out and in again, which gives a new CSRF secret
+    other.goto("/")
+    other.get_by_role("button", name="Sign out").click()
+    other.goto("/login/")
+    other.get_by_label("Username").fill("olivia")
+    other.get_by_label("Password").fill(PASSWORD)
+    other.get_by_role("button", name="Sign in").click()
+    expect(other.get_by_role("heading", name="Dashboard")).to_be_visible()
+
+    page.get_by_role("button", name="Launch", exact=True).click()
+    expect(page.get_by_role("heading", name="typed-before")).to_be_visible()
+    assert list(Workload.objects.values_list("name", flat=True)) == ["typed-before"]
+    context.close()
