@@ -51,3 +51,41 @@ def test_launch_typed_before_signing_in_again_in_another_tab_still_goes_through(
     expect(page.get_by_role("heading", name="typed-before")).to_be_visible()
     assert list(Workload.objects.values_list("name", flat=True)) == ["typed-before"]
     context.close()
+
+
+def _launch_fields(name: str) -> dict:
+    return {
+        "name": name,
+        "kind": "batch",
+        "catalog_image": "",
+        "image": "docker.io/library/python:3.12",
+        "gpu_type": "p100",
+        "gpu_count": "2",
+        "time_limit": "3",
+        "time_limit_unit": "hours",
+        "command": "python train.py",
+        "args": "--epochs 5",
+        "env_name": ["LEARNING_RATE", "BATCH"],
+        "env_value": ["0.01", "64"],
+    }
+
+
+def test_launch_sent_after_the_session_ended_is_back_in_the_form_after_signing_in(client, world):
+    response = client.post("/launch/", _launch_fields("typed-while-out"))
+    assert response.status_code == 302
+    assert response["Location"] == "/login/?next=/launch/"
+    assert not Workload.objects.exists()
+
+    response = client.post(
+        "/login/?next=/launch/", {"username": "olivia", "password": PASSWORD}, REMOTE_ADDR="198.51.100.7", follow=True
+    )
+    assert response.redirect_chain[-1][0] == "/launch/"
+    page = response.content.decode()
+    assert "You were signed out before Launch" in page
+    assert 'value="typed-while-out"' in page
+    assert 'value="python train.py"' in page
+    assert 'value="LEARNING_RATE"' in page
+    assert 'value="64"' in page
+    assert not Workload.objects.exists()  # nothing is sent behind the user's back: they press Launch again
+    # Once shown, the draft is gone: the next Launch form is a fresh one.
+    assert "typed-while-out" not in client.get("/launch/").content.decode()
