@@ -76,6 +76,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "portal.htmx.SignedOutPartialMiddleware",
     # Last, as django-axes asks: it turns a locked-out sign-in into a 429 page.
     "axes.middleware.AxesMiddleware",
 ]

@@ -9,7 +9,7 @@ from django.test import Client
 from playwright.sync_api import expect
 
 from jobs.models import Workload
-from tests.ui.conftest import PASSWORD, sign_in
+from tests.ui.conftest import PASSWORD, make_workload, sign_in
 
 pytestmark = [pytest.mark.django_db]
 
@@ -89,3 +89,16 @@ def test_launch_sent_after_the_session_ended_is_back_in_the_form_after_signing_i
     assert not Workload.objects.exists()  # nothing is sent behind the user's back: they press Launch again
     # Once shown, the draft is gone: the next Launch form is a fresh one.
     assert "typed-while-out" not in client.get("/launch/").content.decode()
+
+
+@pytest.mark.parametrize("part", ["/launch/outlook/?gpu_type=p100&gpu_count=2", "live/", "logs/", "events/"])
+def test_a_box_refreshed_after_the_session_ended_says_so_instead_of_holding_the_sign_in_page(client, world, part):
+    workload = make_workload(world, name="running-one")
+    page = "/launch/" if part.startswith("/") else f"/workloads/{workload.uid}/"
+    url = part if part.startswith("/") else page + part
+    response = client.get(url, HTTP_HX_REQUEST="true", HTTP_HX_CURRENT_URL=f"http://testserver{page}")
+    assert response.status_code == 200  # htmx swaps it in where the box was
+    body = response.content.decode()
+    assert "<form" not in body  # not the whole sign-in page inside the box
+    assert "You are signed out" in body
+    assert f'href="/login/?next={page}"' in body  # back to this page, with what was typed on it still there
