@@ -37,6 +37,8 @@ if not SECRET_KEY:
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+# A refused form gets the portal's own page with a way back, not Django's bare "CSRF verification failed".
+CSRF_FAILURE_VIEW = "jobs.views.errors.csrf_failure"
 SITE_URL = env_str("SITE_URL", "http://127.0.0.1:8000")
 
 INSTALLED_APPS = [
@@ -74,6 +76,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "portal.htmx.SignedOutPartialMiddleware",
     # Last, as django-axes asks: it turns a locked-out sign-in into a 429 page.
     "axes.middleware.AxesMiddleware",
 ]

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import time
+from collections.abc import Callable
 
 from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
@@ -73,11 +77,51 @@ def _launch_choices(request: HttpRequest):
     return catalog, gpu_types, facts, options
 
 
+# A Launch pressed after the session ended (expired, or signed out in another tab): what was typed waits in
+# the browser's session, which survives signing in, and fills the form again right after. Kept briefly, so
+# that someone else signing in at that browser later does not find it.
+LAUNCH_DRAFT = "launch_draft"
+LAUNCH_DRAFT_SECONDS = 15 * 60
+
+
+def _draft_kept_across_sign_in(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if request.method == "POST" and not request.user.is_authenticated:
+            fields = {key: values for key, values in request.POST.lists() if key != "csrfmiddlewaretoken"}
+            request.session[LAUNCH_DRAFT] = {"at": time.time(), "fields": fields}
+            return redirect_to_login(request.get_full_path())
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _kept_draft(request: HttpRequest) -> QueryDict | None:
+    """The form a Launch sent while signed out carried, once, if it is recent."""
+    draft = request.session.pop(LAUNCH_DRAFT, None)
+    if not isinstance(draft, dict) or time.time() - float(draft.get("at", 0)) > LAUNCH_DRAFT_SECONDS:
+        return None
+    data = QueryDict(mutable=True)
+    for key, values in (draft.get("fields") or {}).items():
+        data.setlist(key, [str(value) for value in values])
+    return data
+
+
+@_draft_kept_across_sign_in
 @team_page
 def launch(request: HttpRequest) -> HttpResponse:
     acting = request.acting
     catalog, gpu_types, facts, options = _launch_choices(request)
-    if request.method == "POST":
+    draft = _kept_draft(request) if request.method == "GET" else None
+    if draft is not None:
+        form = LaunchForm(draft, **options)
+        form.is_valid()  # shows what is wrong with it, as a refused Launch would; nothing is submitted
+        messages.info(
+            request,
+            "You were signed out before Launch went through, so nothing was submitted. "
+            "Here is what you typed: check it and press Launch again.",
+        )
+    elif request.method == "POST":
         form = LaunchForm(request.POST, **options)
         if form.is_valid() and form.copy_count() > 1:
             submitted = _submit_copies(request, form)

@@ -2,6 +2,25 @@
 (function () {
   "use strict";
 
+  // Signing in again (in another tab, or after the session ended) gives the browser a new CSRF secret, and
+  // every page opened before it carries the old one: its forms would be refused and what was typed lost.
+  // The cookie holds the current secret, which Django accepts as the token, so each form and htmx request
+  // sends that instead of the one the page was rendered with.
+  function currentCsrfToken() {
+    var found = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+    return found ? decodeURIComponent(found[1]) : null;
+  }
+  function refreshCsrfToken(form) {
+    var token = currentCsrfToken();
+    var field = form && form.querySelector("input[name=csrfmiddlewaretoken]");
+    if (token && field) field.value = token;
+  }
+  document.addEventListener("submit", function (event) { refreshCsrfToken(event.target); }, true);
+  document.addEventListener("htmx:configRequest", function (event) {
+    var token = currentCsrfToken();
+    if (token) event.detail.headers["X-CSRFToken"] = token;
+  });
+
   // A select that submits its form when changed (the team picker).
   document.addEventListener("change", function (event) {
     var target = event.target;
@@ -20,6 +39,7 @@
     event.preventDefault();
     var question = form.getAttribute("data-confirm");
     if (!question || window.confirm(question)) {
+      refreshCsrfToken(form);
       form.submit();
     }
   });

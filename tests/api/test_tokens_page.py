@@ -51,3 +51,31 @@ def test_a_name_with_a_nul_character_is_refused_not_a_500(client, world):
 
 def test_needs_login(client, world):
     assert client.get("/profile/tokens/").status_code == 302
+
+
+def test_the_create_form_sent_twice_makes_one_token(client, world):
+    """Reload after creating a token (the browser sends the form again), Back and Create, or a double click:
+    the same page's form makes one token, and says so instead of making a second."""
+    client.force_login(world.teammate)
+    page = client.get("/profile/tokens/").content.decode()
+    once = re.search(r'name="once" value="([^"]+)"', page).group(1)
+    first = client.post("/profile/tokens/", {"name": "laptop", "once": once})
+    assert '<pre id="new-token">' in first.content.decode()
+    again = client.post("/profile/tokens/", {"name": "laptop", "once": once})
+    assert again.status_code == 200
+    html = again.content.decode()
+    assert '<pre id="new-token">' not in html
+    assert "This form already created “laptop”" in html
+    assert ApiToken.objects.filter(user=world.teammate, name="laptop").count() == 1
+    # A fresh page's form makes another, as asked.
+    fresh = re.search(r'name="once" value="([^"]+)"', html).group(1)
+    assert fresh != once
+    client.post("/profile/tokens/", {"name": "laptop", "once": fresh})
+    assert ApiToken.objects.filter(user=world.teammate, name="laptop").count() == 2
+
+
+def test_a_refused_name_stays_in_the_box(client, world):
+    client.force_login(world.owner)
+    response = client.post("/profile/tokens/", {"name": "x" * 101})
+    assert response.status_code == 400
+    assert f'value="{"x" * 101}"' in response.content.decode()

@@ -46,7 +46,7 @@ def share_section(client, user) -> str:
 def test_a_member_sees_their_usage_and_place_but_not_their_teammates_names(team, client):
     with time_machine.travel(NOON, tick=False):
         section = share_section(client, team["ms-ann"])
-    assert "1.9 GPU-hours" in section  # 2 GPU-hours that just ended, the first of them 2 h ago: decayed a little
+    assert "1.94 GPU-hours" in section  # 2 GPU-hours that just ended, the first of them 2 h ago: decayed a little
     assert "half-life of 24 h" in section
     assert "after those of the 1 member who used less" in section  # the manager used nothing
     assert "ms-ann (you)" in section

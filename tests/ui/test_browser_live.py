@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
@@ -89,3 +91,17 @@ def test_a_workload_that_starts_running_is_followed_from_then_on(page, world):
     expect(page.locator("#logs")).not_to_contain_text("Loading logs", timeout=20_000)
     Workload.objects.filter(pk=workload.pk).update(state=State.RUNNING, started_at=timezone.now())
     expect(page.locator("pre.logs")).to_contain_text("hello\nGPU", timeout=15_000)
+
+
+def test_the_gpu_card_is_read_again_when_the_state_changes(page, world):
+    """Opened while it waited, the card said "It has not started yet" and kept saying so beside Succeeded."""
+    workload = make_workload(world, state=State.QUEUED, name="gpu-card")
+    sign_in(page, "olivia")
+    page.goto(f"/workloads/{workload.uid}/")
+    expect(page.locator("#gpu-empty")).to_contain_text("It has not started yet")
+    now = timezone.now()
+    Workload.objects.filter(pk=workload.pk).update(
+        state=State.SUCCEEDED, started_at=now - timedelta(seconds=20), finished_at=now, node_name="gpu-p100-1"
+    )
+    expect(page.locator("#live")).to_have_attribute("data-state", "SUCCEEDED", timeout=12_000)
+    expect(page.locator("#gpu-empty")).to_contain_text("No GPU samples were recorded while it ran")

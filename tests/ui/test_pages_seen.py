@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from jobs.models import State, Workload
 from tests.ui.conftest import make_workload
@@ -100,3 +102,16 @@ def test_dashboard_and_list_refresh_themselves(login, world):
     assert re.search(r'id="dashboard-live" hx-get="/" hx-trigger="every 5s" hx-select="#dashboard-live"', dashboard)
     listing = client.get(reverse("workload_list")).content.decode()
     assert 'hx-select="#workload-results"' in listing
+
+
+def test_my_share_after_a_short_job_does_not_read_as_zero(login, world):
+    """A 20-second job on the queue page read "You used 0.0 GPU-hours" beside a full bar, while its own page
+    said 0.0056; the queue page now writes GPU-hours as the workload page does."""
+    now = timezone.now()
+    make_workload(
+        world, state=State.SUCCEEDED, started_at=now - timedelta(seconds=96), finished_at=now - timedelta(seconds=60)
+    )
+    html = login(world.owner).get(reverse("queue")).content.decode()
+    mine = html[html.index('id="my-share"') :][:200]
+    assert "<strong>0.0100 GPU-hours</strong>" in mine  # 36 s on one GPU
+    assert ">0.0<" not in html
