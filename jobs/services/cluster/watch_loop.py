@@ -45,7 +45,10 @@ def selector() -> str:
 def is_ours(obj: dict[str, Any]) -> bool:
     """Whether an object carries this portal instance's labels (the list and watch ask for them, but a
     stream is not where trust is decided)."""
-    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return _ours((obj.get("metadata") or {}).get("labels") or {})
+
+
+def _ours(labels: dict[str, Any]) -> bool:
     return (
         labels.get(names.LABEL_MANAGED_BY) == names.MANAGED_BY
         and labels.get(names.LABEL_INSTANCE) == _instance_label(settings.PORTAL_INSTANCE)
@@ -128,8 +131,9 @@ class ClusterView:
         resend): then its workload has nothing new to record. `kept`: the object is already its essentials
         (as `watch_events.read_event` and `read_list` read a line)."""
         meta = obj.get("metadata") or {}
-        uid = (meta.get("labels") or {}).get(names.LABEL_WORKLOAD)
-        if not uid or not is_ours(obj):
+        labels = meta.get("labels") or {}
+        uid = labels.get(names.LABEL_WORKLOAD)
+        if not uid or not _ours(labels):  # is_ours, its labels read once: asked at every watch event
             return None
         # Keyed by namespace and name, so a look-alike elsewhere never replaces the real object.
         where = f"{meta.get('namespace')}/{meta.get('name')}"
