@@ -13,7 +13,8 @@ With --bursts-of K, each phase's N workloads are recorded K at a time, each K as
 burst (`watch_loop.record_burst`): under a busy cluster a 50 ms batch window holds one or two workloads,
 and what a burst costs whatever it holds (its load, transaction, connection check, sends) is then paid per
 workload. The notifications' fan-out of a phase's bursts goes as one message at its end, as the tracker holds
-it for a second. With --cprofile, the last round's bursts run under cProfile, timed by this thread's CPU clock, and its top functions (own CPU, and CPU
+it for a second. Last, the watch path per event (`_watch_path`: the lines read and put in the view, no
+database), beside the same lines decoded whole as before. With --cprofile, the last round's bursts run under cProfile, timed by this thread's CPU clock, and its top functions (own CPU, and CPU
 with what they call) are printed after the figures (the profiler's overhead is in that round's figures).
 """
 
@@ -106,14 +107,17 @@ def as_sent(kind: str, obj: dict, event: str = "MODIFIED") -> bytes:
     return json.dumps({"type": event, "object": sent}, separators=(",", ":")).encode()
 
 
-def _watch_path(n: int) -> None:
-    """The tracker's CPU per watch event before any database work: each line decoded and put in the view.
+def _watch_path(n: int, *, profiling: bool = False) -> None:
+    """The tracker's CPU per watch event before any database work: each line read (as the watch thread reads
+    it: `watch_events.read_event`) and put in the view (as the loop puts it).
     For each workload six events: its pod running, then resent with nothing the tracker reads changed (a
-    finalizer), its Job, then its Job's active count, its pod ended, its Job complete (four change the view)."""
+    finalizer), its Job, then its Job's active count, its pod ended, its Job complete (four change the view).
+    Beside it, in the same run, the same lines decoded whole and picked (`decode_event`, as before msgspec);
+    with --cprofile, both paths' top functions."""
     from django.utils import timezone
 
     from jobs.models import Workload
-    from jobs.services.cluster import watch_loop
+    from jobs.services.cluster import watch_events, watch_loop
 
     started = timezone.now() - timedelta(seconds=5)
     lines = []
@@ -124,16 +128,39 @@ def _watch_path(n: int) -> None:
         lines += [("Pod", as_sent("Pod", pod)), ("Pod", as_sent("Pod", pod).replace(b'"123456"', b'"123457"')),
                   ("Job", as_sent("Job", job)), ("Job", as_sent("Job", counted)),
                   ("Pod", as_sent("Pod", ended_pod)), ("Job", as_sent("Job", ended_job))]  # fmt: skip
-    view = watch_loop.ClusterView()
-    cpu = time.thread_time()
-    dirty = sum(bool(view.put(kind, watch_loop.decode_event(line)["object"], if_changed=True)) for kind, line in lines)
-    cpu = time.thread_time() - cpu
+
+    def typed() -> int:  # as the watch thread reads a line and the loop puts it
+        view, dirty = watch_loop.ClusterView(), 0
+        for kind, line in lines:
+            _, obj, _, kept = watch_events.read_event(kind, line)
+            dirty += bool(view.put(kind, obj, if_changed=True, kept=kept))
+        return dirty
+
+    def whole() -> int:  # for comparison in the same run: the whole object decoded (orjson), then picked
+        view = watch_loop.ClusterView()
+        return sum(
+            bool(view.put(kind, watch_events.decode_event(line)["object"], if_changed=True)) for kind, line in lines
+        )
+
     size = sum(len(line) for _, line in lines) / len(lines)
+    timed: dict[str, list[float]] = {"typed": [], "whole": []}
+    for _ in range(3):  # alternating, so that a neighbour's burst of load falls on both
+        for name, path in (("typed", typed), ("whole", whole)):
+            cpu = time.thread_time()
+            dirty = path()
+            timed[name].append((time.thread_time() - cpu) / len(lines) * 1e6)
     print(
         f"watch path: {len(lines)} events ({size / 1000:.1f} kB each), {dirty} marked a workload; "
-        f"cpu {cpu / len(lines) * 1e6:.0f} us per event",
+        f"cpu {min(timed['typed']):.1f} us per event (best of 3; "
+        f"{', '.join(f'{t:.1f}' for t in timed['typed'])}); the whole decode and pick as before: "
+        f"{min(timed['whole']):.1f} us ({', '.join(f'{t:.1f}' for t in timed['whole'])})",
         flush=True,
     )
+    if profiling:
+        for name, path in (("typed", typed), ("whole", whole)):
+            profile = cProfile.Profile(time.thread_time)
+            profile.runcall(path)
+            _print_profile(f"watch path ({name})", profile, top=12)
 
 
 def _bursts(workloads: list, size: int) -> list[list]:
@@ -239,7 +266,7 @@ def main(argv: list[str]) -> int:
                     f"{statements[0] / n:.1f} statements",
                     flush=True,
                 )
-        _watch_path(n)
+        _watch_path(n, profiling=profiling)
         for phase, profile in profiles.items():
             _print_profile(phase, profile)
     finally:
@@ -248,10 +275,11 @@ def main(argv: list[str]) -> int:
 
 
 def _print_profile(phase: str, profile: cProfile.Profile, top: int = 25) -> None:
+    label = phase if phase.startswith("watch") else f"the {phase} burst"
     for order in ("tottime", "cumulative"):
         out = io.StringIO()
         pstats.Stats(profile, stream=out).sort_stats(order).print_stats(top)
-        print(f"# profile of the {phase} burst, by {order}:")
+        print(f"# profile of {label}, by {order}:")
         for line in out.getvalue().splitlines():
             if line.strip():
                 print(f"#   {line}")

@@ -11,12 +11,21 @@ per event by that one process. Two things made most of it:
   essentials equal those already held marks nothing for the next burst.
 `essentials` keeps every field that status_mapping, gang_tracking and watch_loop read; a new reader of
 another field adds it here (tests/engine/test_watch_events_unit.py holds them to it).
+
+The watches and the list read a line straight into those essentials (`read_event`, `read_list`): msgspec
+decodes it into types that declare only the fields kept (`_Pod`, `_Job`), skipping every other field of the
+line in C without building it (managedFields, the pod's spec, the Job's template, status details: most of
+an object), and turns them into the same dicts `essentials` makes of the whole object. A line the types do
+not fit (an ERROR event's Status, a field of another type than the API's) is decoded whole and picked as
+before, so what is kept is the same either way; the types name a new reader's field too.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import msgspec
 import orjson
 
 _MANAGED_FIELDS = b'"managedFields":['
@@ -83,3 +92,156 @@ def _job(job: dict[str, Any]) -> dict[str, Any]:
 def essentials(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
     """The fields of a Job or pod that the tracker reads, in the object's own shape (pure)."""
     return _job(obj) if kind == "Job" else _pod(obj)
+
+
+# The typed reading. Every kept leaf is `Any` (its value as JSON gives it, as the whole decode does) with None
+# for a default: `omit_defaults` then leaves out a field absent or null, as `_pick` does. Each Struct names
+# only what `essentials` keeps (and the metadata the version the watch resumes from); the rest is skipped.
+
+
+class _Meta(msgspec.Struct, omit_defaults=True):
+    name: Any = None
+    namespace: Any = None
+    uid: Any = None
+    labels: Any = None
+    annotations: Any = None
+    creationTimestamp: Any = None
+    deletionTimestamp: Any = None
+    resourceVersion: Any = None  # for the watch only: popped before the object is kept
+
+
+class _Condition(msgspec.Struct, omit_defaults=True):
+    type: Any = None
+    status: Any = None
+    reason: Any = None
+    message: Any = None
+    lastTransitionTime: Any = None
+
+
+class _Container(msgspec.Struct, omit_defaults=True):
+    name: Any = None
+    image: Any = None
+
+
+class _ContainerStatus(msgspec.Struct, omit_defaults=True):
+    name: Any = None
+    image: Any = None
+    state: Any = None
+    lastState: Any = None
+
+
+class _PodSpec(msgspec.Struct, omit_defaults=True):
+    nodeName: Any = None
+    containers: list[_Container] | None = None
+
+
+class _PodStatus(msgspec.Struct, omit_defaults=True):
+    phase: Any = None
+    reason: Any = None
+    message: Any = None
+    podIP: Any = None
+    conditions: list[_Condition] | None = None
+    containerStatuses: list[_ContainerStatus] | None = None
+
+
+class _Pod(msgspec.Struct, omit_defaults=True):
+    metadata: _Meta | None = None
+    spec: _PodSpec | None = None
+    status: _PodStatus | None = None
+
+
+class _JobSpec(msgspec.Struct, omit_defaults=True):
+    activeDeadlineSeconds: Any = None
+
+
+class _JobStatus(msgspec.Struct, omit_defaults=True):
+    startTime: Any = None
+    completionTime: Any = None
+    conditions: list[_Condition] | None = None
+
+
+class _Job(msgspec.Struct, omit_defaults=True):
+    metadata: _Meta | None = None
+    spec: _JobSpec | None = None
+    status: _JobStatus | None = None
+
+
+class _PodEvent(msgspec.Struct, omit_defaults=True):
+    type: Any = None
+    object: _Pod | None = None
+
+
+class _JobEvent(msgspec.Struct, omit_defaults=True):
+    type: Any = None
+    object: _Job | None = None
+
+
+class _ListMeta(msgspec.Struct):
+    resourceVersion: Any  # required, as the list's reader requires it
+
+
+class _PodList(msgspec.Struct):
+    metadata: _ListMeta
+    items: list[_Pod] | None = None
+
+
+class _JobList(msgspec.Struct):
+    metadata: _ListMeta
+    items: list[_Job] | None = None
+
+
+_EVENT_DECODERS = {"Job": msgspec.json.Decoder(_JobEvent), "Pod": msgspec.json.Decoder(_PodEvent)}
+_LIST_DECODERS = {"Job": msgspec.json.Decoder(_JobList), "Pod": msgspec.json.Decoder(_PodList)}
+_to_builtins = msgspec.to_builtins
+
+
+def _shaped(kind: str, obj: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """A typed object's builtins in `essentials`' shape (its always-present parts added), and its version."""
+    meta = obj.get("metadata")
+    if meta is None:
+        obj["metadata"] = meta = {}
+    version = meta.pop("resourceVersion", None)
+    status = obj.get("status")
+    if status is None:
+        obj["status"] = status = {}
+    if "conditions" not in status:
+        status["conditions"] = []
+    if kind == "Job":
+        if "spec" not in obj:
+            obj["spec"] = {}
+    else:
+        spec = obj.get("spec")
+        if spec is None:
+            obj["spec"] = spec = {}
+        if "containers" not in spec:
+            spec["containers"] = []
+        if "containerStatuses" not in status:
+            status["containerStatuses"] = []
+    return obj, version
+
+
+def read_event(kind: str, line: bytes) -> tuple[Any, Any, Any, bool]:
+    """One watch event: its type, its object, that object's resourceVersion, and whether the object is already
+    its essentials (a Job's or a pod's, as `kind` says). A line the types do not fit comes whole, as
+    `decode_event` reads it (an ERROR event's Status; anything else is picked by `ClusterView.put`)."""
+    # The whole line: msgspec skips managedFields faster than `decode_event`'s cut finds its end (a `}]`
+    # among a thousand `}`).
+    try:
+        event = _to_builtins(_EVENT_DECODERS[kind].decode(line))
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        whole = decode_event(line)
+        version = ((whole.get("object") or {}).get("metadata") or {}).get("resourceVersion")
+        return whole.get("type"), whole.get("object"), version, False
+    kept, version = _shaped(kind, event.get("object") or {})
+    return event.get("type"), kept, version, True
+
+
+def read_list(kind: str, body: bytes) -> tuple[list[dict[str, Any]], Any, bool]:
+    """A list response's objects, its resourceVersion, and whether the objects are already their essentials
+    (else whole, as `json.loads` reads them)."""
+    try:
+        listed = _to_builtins(_LIST_DECODERS[kind].decode(body))
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        whole = json.loads(body)
+        return whole.get("items") or [], whole["metadata"]["resourceVersion"], False
+    return [_shaped(kind, obj)[0] for obj in listed["items"] or []], listed["metadata"]["resourceVersion"], True

@@ -12,7 +12,6 @@ caught up, not lost.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import queue
 import threading
@@ -34,7 +33,7 @@ from jobs.services import dispatch, transitions
 from jobs.services.cluster import status_mapping
 from jobs.services.cluster.gang_tracking import attempt_object_name, sync_gang
 from jobs.services.cluster.status_mapping import Observation, apply_observation, observe, would_change
-from jobs.services.cluster.watch_events import decode_event, essentials
+from jobs.services.cluster.watch_events import essentials, read_event, read_list
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +45,10 @@ def selector() -> str:
 def is_ours(obj: dict[str, Any]) -> bool:
     """Whether an object carries this portal instance's labels (the list and watch ask for them, but a
     stream is not where trust is decided)."""
-    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return _ours((obj.get("metadata") or {}).get("labels") or {})
+
+
+def _ours(labels: dict[str, Any]) -> bool:
     return (
         labels.get(names.LABEL_MANAGED_BY) == names.MANAGED_BY
         and labels.get(names.LABEL_INSTANCE) == _instance_label(settings.PORTAL_INSTANCE)
@@ -121,13 +123,17 @@ class ClusterView:
     # the placement its objects were read by, their keys then, and the observation; or ENDED (see `remember`).
     recorded: dict[str, Any] = field(default_factory=dict)
 
-    def put(self, kind: str, obj: dict[str, Any], deleted: bool = False, *, if_changed: bool = False) -> str | None:
+    def put(
+        self, kind: str, obj: dict[str, Any], deleted: bool = False, *, if_changed: bool = False, kept: bool = False
+    ) -> str | None:
         """Keep (or forget) an object; returns its workload's uid, None when it is not ours, or (`if_changed`,
         as the watches ask) when nothing the tracker reads changed (a Job's counts, a pod's finalizers, a
-        resend): then its workload has nothing new to record."""
+        resend): then its workload has nothing new to record. `kept`: the object is already its essentials
+        (as `watch_events.read_event` and `read_list` read a line)."""
         meta = obj.get("metadata") or {}
-        uid = (meta.get("labels") or {}).get(names.LABEL_WORKLOAD)
-        if not uid or not is_ours(obj):
+        labels = meta.get("labels") or {}
+        uid = labels.get(names.LABEL_WORKLOAD)
+        if not uid or not _ours(labels):  # is_ours, its labels read once: asked at every watch event
             return None
         # Keyed by namespace and name, so a look-alike elsewhere never replaces the real object.
         where = f"{meta.get('namespace')}/{meta.get('name')}"
@@ -137,10 +143,11 @@ class ClusterView:
             if not self.jobs.get(uid) and not self.pods.get(uid):
                 self.recorded.pop(uid, None)
             return uid
-        kept = essentials(kind, obj)
-        if if_changed and objects.get(where) == kept:
+        if not kept:
+            obj = essentials(kind, obj)
+        if if_changed and objects.get(where) == obj:
             return None
-        objects[where] = kept
+        objects[where] = obj
         return uid
 
     def in_own_namespace(self, workload: Workload | Placement) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -235,7 +242,9 @@ def _finished(job: dict[str, Any]) -> bool:
     )
 
 
-def _list(kind: str) -> tuple[list[dict[str, Any]], str]:
+def _list(kind: str) -> tuple[list[dict[str, Any]], str, bool]:
+    """The kind's objects of this instance (as their essentials, should the response fit the typed reading:
+    `watch_events.read_list`), the list's resourceVersion, and whether they are essentials."""
     if kind == "Job":
         response = kube.batch().list_job_for_all_namespaces(
             label_selector=selector(), _preload_content=False, _request_timeout=kube.timeout() * 4
@@ -244,8 +253,7 @@ def _list(kind: str) -> tuple[list[dict[str, Any]], str]:
         response = kube.core().list_pod_for_all_namespaces(
             label_selector=selector(), _preload_content=False, _request_timeout=kube.timeout() * 4
         )
-    body = json.loads(response.data)
-    return body.get("items") or [], body["metadata"]["resourceVersion"]
+    return read_list(kind, response.data)
 
 
 def still_runs(pod: dict[str, Any]) -> bool:
@@ -633,7 +641,8 @@ class Tracker:
     def __init__(
         self, *, batch_seconds: float = BURST_WINDOW_SECONDS, busy_batch_seconds: float = BURST_WINDOW_BUSY_SECONDS
     ) -> None:
-        self.events: queue.Queue[tuple[int, str, str, dict[str, Any] | None]] = queue.Queue()
+        # (generation, kind, event type, object, whether the object is already its essentials)
+        self.events: queue.Queue[tuple[int, str, str, dict[str, Any] | None, bool]] = queue.Queue()
         self.stop_event = threading.Event()
         self.batch_seconds = batch_seconds
         self.busy_batch_seconds = max(batch_seconds, busy_batch_seconds)
@@ -678,14 +687,15 @@ class Tracker:
                 for line in lines:
                     if not line.strip():
                         continue
-                    event = decode_event(line)
-                    if event.get("type") == "ERROR":
+                    # The object as its essentials, read without building the rest (watch_events.read_event).
+                    kind_event, obj, object_version, kept = read_event(kind, line)
+                    if kind_event == "ERROR":
                         self.relist_needed.set()  # e.g. 410 Gone: our resourceVersion is too old
                         return None
-                    version = ((event.get("object") or {}).get("metadata") or {}).get("resourceVersion") or version
-                    if event.get("type") == "BOOKMARK":
+                    version = object_version or version
+                    if kind_event == "BOOKMARK":
                         continue
-                    self.events.put((generation, kind, event.get("type"), event.get("object")))
+                    self.events.put((generation, kind, kind_event, obj, kept))
             response.release_conn()
             return version
         except Exception as exc:
@@ -720,9 +730,9 @@ class Tracker:
         versions: dict[str, str] = {}
         fresh = ClusterView()
         for kind in ("Job", "Pod"):
-            items, versions[kind] = _list(kind)
+            items, versions[kind], kept = _list(kind)
             for obj in items:
-                fresh.put(kind, obj)
+                fresh.put(kind, obj, kept=kept)
         fresh.listed_at = time.monotonic()
         self.view = fresh
         # Drain events that predate the new list; the watches restart from the list's versions.
@@ -798,7 +808,7 @@ class Tracker:
             dirty: set[str] = set()
             waiting_since = time.monotonic()
             try:
-                generation, kind, kind_event, obj = self.events.get(timeout=min(0.5, SEND_HELD_SECONDS))
+                generation, kind, kind_event, obj, kept = self.events.get(timeout=min(0.5, SEND_HELD_SECONDS))
             except queue.Empty:
                 self.window, self.last_burst_events = self.batch_seconds, 0
                 dispatch.send_held()  # quiet: nothing waits for company
@@ -813,7 +823,7 @@ class Tracker:
             while True:
                 self.last_burst_events += 1
                 if generation == self.generation:
-                    uid = self.view.put(kind, obj or {}, deleted=kind_event == "DELETED", if_changed=True)
+                    uid = self.view.put(kind, obj or {}, deleted=kind_event == "DELETED", if_changed=True, kept=kept)
                     self.tally[kind, kind_event, bool(uid)] += 1
                     if uid:
                         dirty.add(uid)
@@ -821,7 +831,7 @@ class Tracker:
                 if remaining <= 0:
                     break
                 try:
-                    generation, kind, kind_event, obj = self.events.get(timeout=remaining)
+                    generation, kind, kind_event, obj, kept = self.events.get(timeout=remaining)
                 except queue.Empty:
                     break
             self.bursts += 1
