@@ -37,6 +37,7 @@ def test_detail_shows_state_node_gpu_hours_and_timeline(login, world):
     assert 'data-state="RUNNING"' in page
     assert "gpu-p100-1" in page
     assert 'id="gpu-hours">1.0' in page  # 2 GPUs for 30 minutes
+    assert "<dt>GPU-hours so far</dt>" in page
     assert "Submitted" in page
     assert 'hx-trigger="every 2s"' in page  # live until final
     assert reverse("launch") + f"?clone={workload.uid}" in page
@@ -48,6 +49,8 @@ def test_a_finished_workload_stops_polling(login, world):
     assert 'data-state="SUCCEEDED"' in page
     assert "every 2s" not in page
     assert "Cancel" not in page
+    assert "<dt>GPU-hours</dt>" in page  # what it used, not "so far"
+    assert "so far" not in page
 
 
 def test_a_queued_workload_says_why_it_waits(login, world):
