@@ -453,8 +453,11 @@ def cmd_logs(client: PortalClient, args: argparse.Namespace) -> int:
         sys.stdout.write(client.logs(args.uid, tail=args.tail, since=args.since, rank=args.rank))
         return EXIT_OK
     workload = client.workload(args.uid)
+    said = None
     while workload["state"] in NOT_STARTED:
-        print(f"gpuportal: {args.uid} is {_state(workload)}; waiting for its container…", file=sys.stderr)
+        if _state(workload) != said:  # once per state, not a line every 2 s while it queues
+            said = _state(workload)
+            print(f"gpuportal: {args.uid} is {said}; waiting for its container…", file=sys.stderr, flush=True)
         time.sleep(2)
         workload = client.workload(args.uid)
     for line in client.follow_logs(args.uid, tail=args.tail, since=args.since, rank=args.rank):

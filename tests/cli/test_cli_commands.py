@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -192,3 +193,15 @@ def test_list_into_a_reader_that_stops_early_ends_quietly(live_server, world, tm
     assert first.startswith(b"UID")
     assert b"Traceback" not in stderr, stderr.decode()
     assert cli.returncode in (0, 141)
+
+
+def test_following_a_queued_workloads_logs_says_it_waits_once_not_every_two_seconds(run_cli, world):
+    queued = _workload(world, state=State.QUEUED)
+    try:
+        run_cli("logs", "--follow", queued.uid, timeout=9)
+    except subprocess.TimeoutExpired as waited:  # still queued: it waits on, as it should
+        said = waited.stderr.decode() if isinstance(waited.stderr, bytes) else waited.stderr or ""
+    else:
+        pytest.fail("logs --follow of a queued workload returned")
+    assert said.count("waiting for its container") == 1, said
+    assert f"{queued.uid} is QUEUED" in said, said
