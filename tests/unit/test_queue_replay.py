@@ -69,3 +69,55 @@ def test_the_large_jobs_alone_wait_only_for_each_other():
     hour = queue_replay.HOUR
     jobs = [_job(0.0, 8, 2 * hour, hour), _job(0.0, 2, 4 * hour, 4 * hour), _job(10.0, 8, 2 * hour, 2 * hour)]
     assert queue_replay.large_alone(jobs, strict=True) == [0.0, hour - 10.0]  # the 2-GPU job is not there
+
+
+# Issue 38's seventh round: a due reservation may stop checkpointed work (`stop-*` variants, the replay only).
+def _stop_day(monkeypatch, second_started: float):
+    """Team 0 (8 GPUs): three 2-GPU jobs run, the first two checkpointing (every 25 and 20 min), the third
+    without the contract; a 4-GPU job comes at 3700 s with 2 GPUs free; team 1's job at 3800 s is the next
+    event, when the 4-GPU job's reservation may stop work."""
+    hour = queue_replay.HOUR
+    jobs = [_job(0.0, 2, 4 * hour, 4 * hour), _job(second_started, 2, 4 * hour, 4 * hour),
+            _job(second_started, 2, 4 * hour, 4 * hour), _job(3700.0, 4, hour, hour)]  # fmt: skip
+    jobs.append(queue_replay.Job(team=1, at=3800.0, gpus=1, limit=1800, run=1800.0))
+    jobs.sort(key=lambda j: j.at)
+    ids = {(j.at, j.gpus): i for i, j in enumerate(jobs)}
+    monkeypatch.setattr(queue_replay, "VARIANT", queue_replay.VARIANTS["stop-at-once"])
+    first, second = ids[(0.0, 2)], [i for i, j in enumerate(jobs) if j.at == second_started and j.gpus == 2]
+    every = {first: 25 * 60.0, second[0]: 20 * 60.0}  # second[1]: no checkpoint contract
+    day = queue_replay.replay(jobs, reserve=True, aging=True, checkpoint_every=every)
+    return jobs, day, first, second, ids[(3700.0, 4)]
+
+
+def test_a_due_reservation_stops_the_checkpointed_job_that_loses_least(monkeypatch):
+    _jobs, day, first, second, large = _stop_day(monkeypatch, 0.0)
+    assert day.admitted[large] == 3800.0  # at once, not when a 2-GPU job ends hours later
+    assert day.stops == 1
+    assert day.lost == 2 * 200.0  # the 20-min one: 200 s since its checkpoint at 3600 s (the other: 800 s)
+    assert day.waited[second[0]] > 200.0  # requeued, and its re-run counts in its wait
+    assert day.waited[second[1]] == 0.0
+    assert day.waited[first] == 0.0
+    assert not day.broken
+
+
+def test_a_due_reservation_never_stops_work_inside_its_minimum_runtime_or_without_the_contract(monkeypatch):
+    _jobs, day, first, second, large = _stop_day(monkeypatch, 3000.0)  # the 20-min one started 800 s before
+    assert queue_replay.MIN_RUNTIME > 800.0
+    assert day.stops == 1
+    assert day.lost == 2 * (3800.0 % (25 * 60))  # so the 25-min one is stopped instead
+    assert day.waited[first] > 0.0
+    assert day.waited[second[0]] == 0.0
+    assert day.waited[second[1]] == 0.0
+    assert day.admitted[large] == 3800.0
+
+
+def test_the_checkpoint_facts_change_nothing_in_a_plan_that_stops_nothing(monkeypatch):
+    jobs = loaded_day(SEED, LOAD)
+    plain = day_with(monkeypatch, "today")
+    with_facts = queue_replay.replay(
+        jobs, reserve=True, aging=True, checkpoint_every=queue_replay.checkpoints(SEED, jobs)
+    )
+    assert with_facts.admitted == plain.admitted
+    assert with_facts.stops == 0
+    share = len(queue_replay.checkpoints(SEED, jobs)) / len(jobs)
+    assert 0.45 < share < 0.65  # about 55 % declare the checkpoint contract
