@@ -121,3 +121,11 @@ def test_the_checkpoint_facts_change_nothing_in_a_plan_that_stops_nothing(monkey
     assert with_facts.stops == 0
     share = len(queue_replay.checkpoints(SEED, jobs)) / len(jobs)
     assert 0.45 < share < 0.65  # about 55 % declare the checkpoint contract
+
+
+def test_a_safe_stop_keeps_every_promise_on_a_tuning_day(monkeypatch):
+    monkeypatch.setattr(queue_replay, "VARIANT", queue_replay.VARIANTS["stop-1h-safe"])
+    jobs = loaded_day(SEED, LOAD)
+    day = queue_replay.replay(jobs, reserve=True, aging=True, checkpoint_every=queue_replay.checkpoints(SEED, jobs))
+    assert day.stops > 0
+    assert not day.broken
