@@ -282,6 +282,12 @@ def main(argv: list[str] | None = None) -> int:
             "add --nodes N (2 or more) or drop --topology"
         )
     args.json = args.json or args.output == "json"
+    if args.json and (args.command in TEXT_ONLY or (args.command == "logs" and args.follow)):
+        # What these print is not the portal's data (an SSH session, ssh_config text, a stream of log lines):
+        # printing it anyway gave a script's JSON reader text it refuses.
+        what = "a stream of log lines; without --follow, logs -o json prints them as one document" if (
+            args.command == "logs") else "text only"  # fmt: skip
+        args.command_parser.error(f"-o json: {args.command} prints {what}")
     try:
         if args.command == "checkpoint":
             settings = config.load_in_workload()
@@ -450,7 +456,11 @@ def _gpus(workload: dict[str, Any]) -> str:
 
 def cmd_logs(client: PortalClient, args: argparse.Namespace) -> int:
     if not args.follow:
-        sys.stdout.write(client.logs(args.uid, tail=args.tail, since=args.since, rank=args.rank))
+        text = client.logs(args.uid, tail=args.tail, since=args.since, rank=args.rank)
+        if args.json:
+            print(json.dumps({"uid": args.uid, "rank": args.rank, "logs": text}, indent=2))
+        else:
+            sys.stdout.write(text)
         return EXIT_OK
     workload = client.workload(args.uid)
     said = None
@@ -730,8 +740,13 @@ def cmd_secret_set(client: PortalClient, args: argparse.Namespace) -> int:
 
 
 def cmd_secret_delete(client: PortalClient, args: argparse.Namespace) -> int:
+    # With -o json, what went: the secret as `secrets -o json` listed it (the API's DELETE answers 204, no body).
+    listed = client.get("/secrets/", team=args.team) if args.json else []
     client.delete_secret(args.name, team=args.team)
-    if not args.json:
+    if args.json:
+        deleted = next((s for s in listed if s["name"] == args.name), {"name": args.name})
+        print(json.dumps({"deleted": deleted}, indent=2))
+    else:
         print(f"{args.name}: deleted.")
     return EXIT_OK
 
@@ -762,8 +777,12 @@ def cmd_members_role(client: PortalClient, args: argparse.Namespace) -> int:
 
 def cmd_members_remove(client: PortalClient, args: argparse.Namespace) -> int:
     team = args.team or _only_team(client)
+    # With -o json, who went: the membership as `members -o json` listed it (DELETE answers 204, no body).
+    member = client.get(f"/teams/{quote(team, safe='')}/members/{quote(args.username, safe='')}/") if args.json else {}
     client.remove_member(team, args.username)
-    if not args.json:
+    if args.json:
+        print(json.dumps({"deleted": member}, indent=2))
+    else:
         print(f"{args.username} is no longer a member of {team}.")
     return EXIT_OK
 
@@ -797,10 +816,11 @@ COMMANDS = {
 
 # --- helpers ----------------------------------------------------------------------------------------
 def _wait(client: PortalClient, uid: str, *, timeout: float, interval: float, quiet: bool) -> int:
-    """Wait for one workload; with `quiet` (--output json) print it as it ended, as JSON."""
+    """Wait for one workload; with `quiet` (--output json) print it as it ended, as JSON, or as last seen
+    with `"timed_out": true` when `timeout` ran out (exit 4)."""
     code, workload = _wait_for(client, uid, timeout=timeout, interval=interval, quiet=quiet)
-    if quiet and code != EXIT_TIMEOUT:
-        print(json.dumps(workload, indent=2))
+    if quiet:
+        print(json.dumps({**workload, "timed_out": True} if code == EXIT_TIMEOUT else workload, indent=2))
     return code
 
 

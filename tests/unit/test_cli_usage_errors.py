@@ -81,3 +81,21 @@ def test_topology_without_several_nodes_is_a_usage_error(capsys, nodes, topology
     )
     assert "gpuportal submit: error: argument --topology: only a job on several nodes" in err
     assert "--nodes N" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-o", "json", "ssh-config"],
+        ["--json", "ssh", "0123abcd"],
+        ["-o", "json", "ssh-proxy", "0123abcd"],
+        ["-o", "json", "logs", "--follow", "0123abcd"],
+        ["logs", "0123abcd", "-f", "--json"],
+    ],
+)
+def test_json_where_a_command_can_only_print_text_is_a_usage_error(capsys, argv):
+    """These print ssh_config text, an SSH session or a stream of log lines: with -o json they printed that
+    text anyway, which a script's JSON reader refuses. Said before any request, exit 2."""
+    err = _usage_error(capsys, *argv)
+    assert "-o json" in err
+    assert capsys.readouterr().out == ""
