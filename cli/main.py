@@ -234,6 +234,23 @@ def _output_options(parser: argparse.ArgumentParser, *, after_command: bool) -> 
     )
 
 
+# `gpuportal secrets delete NAME`, as git, gh and kubectl word it: the command that does it here.
+VERB_COMMANDS = {
+    ("secrets", "delete"): "secret-delete", ("secrets", "rm"): "secret-delete", ("secrets", "remove"): "secret-delete",
+    ("secrets", "set"): "secret-set", ("secrets", "add"): "secret-set", ("secrets", "create"): "secret-set",
+    ("members", "add"): "members-add", ("members", "role"): "members-role", ("members", "remove"): "members-remove",
+    ("members", "rm"): "members-remove", ("members", "delete"): "members-remove",
+}  # fmt: skip
+
+
+def _hint(args: argparse.Namespace, unknown: list[str]) -> str:
+    command = VERB_COMMANDS.get((args.command, unknown[0]))
+    if command is None:
+        return ""
+    words = [command, *unknown[1:]] + (["--team", args.team] if getattr(args, "team", None) else [])
+    return f" (did you mean `gpuportal {shlex.join(words)}`?)"
+
+
 def _workload_uid(raw: str) -> str:
     """A workload's id as `gpuportal list` shows it (16 hex characters); anything else is a usage error here,
     not a path sent to the portal (`../x` reached other addresses and came back as an HTML 404)."""
@@ -275,7 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # named by the subcommand's usage, which lists what it does take
-        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+        getattr(args, "command_parser", parser).error(
+            f"unrecognized arguments: {' '.join(unknown)}{_hint(args, unknown)}"
+        )
     if args.command == "submit" and spec_rules.topology_problem(args.topology, args.nodes):  # the portal refuses it too
         args.command_parser.error(
             "argument --topology: only a job on several nodes can keep them together; "

@@ -99,3 +99,22 @@ def test_json_where_a_command_can_only_print_text_is_a_usage_error(capsys, argv)
     err = _usage_error(capsys, *argv)
     assert "-o json" in err
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        (["secrets", "delete", "wandb"], "gpuportal secret-delete wandb"),
+        (["secrets", "rm", "wandb", "--team", "vision"], "gpuportal secret-delete wandb --team vision"),
+        (["secrets", "set", "wandb"], "gpuportal secret-set wandb"),
+        (["members", "remove", "tom"], "gpuportal members-remove tom"),
+        (["members", "add", "nina", "--role", "manager"], "gpuportal members-add nina --role manager"),
+        (["members", "role", "nina", "manager"], "gpuportal members-role nina manager"),
+    ],
+)
+def test_a_verb_after_secrets_or_members_is_told_the_command_that_does_it(capsys, argv, hint):
+    """`gpuportal secrets delete NAME` (as git, gh and kubectl word it) said only "unrecognized arguments":
+    the command that does it is `secret-delete`, and the error says so, with the same arguments."""
+    err = _usage_error(capsys, *argv)
+    assert f"unrecognized arguments: {argv[1]}" in err
+    assert f"did you mean `{hint}`?" in err
