@@ -62,11 +62,15 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["preferred", "required"],
         help="with --nodes: the ranks should (preferred) or must (required) share the site's zone or rack",
     )
-    submit.add_argument("--kind", choices=["batch", "service"], default="batch")
+    submit.add_argument(
+        "--kind", choices=["batch", "service"], default="batch", help="batch runs to its end; a service until cancelled"
+    )
     submit.add_argument("--name", help="workload name (lowercase, digits, '-')")
     submit.add_argument("--team", help="team slug (needed if you are in several teams)")
     submit.add_argument("--port", type=int, help="port a service listens on")
-    submit.add_argument("--time-limit", type=int, metavar="SECONDS")
+    submit.add_argument(
+        "--time-limit", type=int, metavar="SECONDS", help="stopped after this long (default: the portal's)"
+    )
     submit.add_argument("--priority", type=int, help="queue priority (team managers only)")
     submit.add_argument(
         "--restartable",
@@ -127,7 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
     cancel = commands.add_parser("cancel", help="cancel a workload")
     cancel.add_argument("uid", type=_workload_uid)
 
-    wait = commands.add_parser("wait", help="wait until a workload finishes; exit 0 only if it succeeded")
+    wait = commands.add_parser(
+        "wait",
+        help="wait until a workload finishes; exit 0 only if it succeeded",
+        description="Wait until a workload finishes: exit 0 if it succeeded, 1 if it ended otherwise, 4 if "
+        '--timeout ran out (with -o json: the workload as last seen, with "timed_out": true).',
+    )
     wait.add_argument("uid", type=_workload_uid)
     wait.add_argument("--timeout", type=_seconds(0), default=0, metavar="SECONDS", help="0: wait forever")
     wait.add_argument(
@@ -141,9 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     usage = commands.add_parser("usage", help="GPU-hours of your team (default: this month, by day)")
     usage.add_argument("--team")
-    usage.add_argument("--start", metavar="YYYY-MM-DD")
-    usage.add_argument("--end", metavar="YYYY-MM-DD")
-    usage.add_argument("--by", choices=["day", "user", "gpu_type"], default="day")
+    usage.add_argument("--start", metavar="YYYY-MM-DD", help="first day, inclusive (default: the 1st of this month)")
+    usage.add_argument("--end", metavar="YYYY-MM-DD", help="last day, inclusive (default: today)")
+    usage.add_argument("--by", choices=["day", "user", "gpu_type"], default="day", help="one row per (default: day)")
     usage.add_argument("--user", help="only this user's (managers: anyone in the team)")
 
     queue = commands.add_parser("queue", help="your team's quotas and what waits, in order")
@@ -165,21 +174,21 @@ def build_parser() -> argparse.ArgumentParser:
     secret_set.add_argument("--team")
     secret_set.add_argument("--shared", action="store_true", help="usable by the whole team (managers only)")
     secret_delete = commands.add_parser("secret-delete", help="delete a stored secret")
-    secret_delete.add_argument("name")
+    secret_delete.add_argument("name", help="as `gpuportal secrets` lists it")
     secret_delete.add_argument("--team")
 
     members = commands.add_parser("members", help="who is in your team, with their roles")
     members.add_argument("--team")
     members_add = commands.add_parser("members-add", help="add someone to your team by username (managers)")
     members_add.add_argument("username", help="they must have signed in to the portal once")
-    members_add.add_argument("--role", choices=["member", "manager"], default="member")
+    members_add.add_argument("--role", choices=["member", "manager"], default="member", help="default: member")
     members_add.add_argument("--team")
     members_role = commands.add_parser("members-role", help="make a member a manager or back (managers)")
-    members_role.add_argument("username")
-    members_role.add_argument("role", choices=["member", "manager"])
+    members_role.add_argument("username", help="a member of the team")
+    members_role.add_argument("role", choices=["member", "manager"], help="their new role")
     members_role.add_argument("--team")
     members_remove = commands.add_parser("members-remove", help="take someone out of your team (managers)")
-    members_remove.add_argument("username")
+    members_remove.add_argument("username", help="a member of the team")
     members_remove.add_argument("--team")
 
     checkpoint = commands.add_parser(
@@ -212,10 +221,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for name, command_parser in commands.choices.items():
         command_parser.set_defaults(command_parser=command_parser)
+        for action in command_parser._actions:
+            action.help = action.help or COMMON_HELP.get(action.dest)
         if name not in TEXT_ONLY:
             _output_options(command_parser, after_command=True)
     return parser
 
+
+# What an argument several commands share means, where the command says nothing of its own.
+COMMON_HELP = {
+    "uid": "the workload's id, as the UID column of `gpuportal list` shows it",
+    "team": "team slug (needed if you are in several teams)",
+    "gpu_type": "GPU type slug, e.g. p100 (`gpuportal gpu-types` lists them)",
+    "kind": "batch or service",
+}
 
 # Commands whose output is not the portal's data (an SSH session, ssh_config text): no JSON to choose, and
 # ssh's own -o options pass through to it.

@@ -118,3 +118,26 @@ def test_a_verb_after_secrets_or_members_is_told_the_command_that_does_it(capsys
     err = _usage_error(capsys, *argv)
     assert f"unrecognized arguments: {argv[1]}" in err
     assert f"did you mean `{hint}`?" in err
+
+
+def test_every_argument_of_every_command_says_what_it_is(capsys):
+    """`gpuportal wait --help` listed `uid` with nothing beside it, and `--team TEAM` said nothing on 15
+    commands: a newcomer reading --help learnt neither what to give nor in what form."""
+    import argparse
+
+    from cli.main import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    silent = {
+        name: [a.dest for a in sub._actions if not a.help and not isinstance(a, argparse._HelpAction)]
+        for name, sub in commands.items()
+    }
+    assert {name: dests for name, dests in silent.items() if dests} == {}
+
+
+def test_wait_help_says_what_its_exit_codes_mean(capsys):
+    with pytest.raises(SystemExit):
+        main(["wait", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "exit 0 if it succeeded, 1 if it ended otherwise, 4 if --timeout ran out" in text
+    assert "UID column of `gpuportal list`" in text
