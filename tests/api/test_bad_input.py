@@ -254,3 +254,15 @@ def test_an_owner_filter_that_names_no_one_in_your_teams_is_a_400_naming_owner(w
     elsewhere = _error(client.get(f"{URL}?owner=oscar"), 400)
     assert typo["fields"]["owner"] == ["No one in your teams has the username 'olvia'."]
     assert elsewhere["fields"]["owner"] == ["No one in your teams has the username 'oscar'."]
+
+
+def test_a_state_filter_it_does_not_know_names_the_states_it_does(world):
+    """`?state=running` or `?state=DONE` said "not one of the available choices" without saying which are:
+    the states, in the order a workload goes through them, are named; any case is taken."""
+    client = world.client("owner")
+    error = _error(client.get(f"{URL}?state=DONE"), 400)
+    assert error["fields"]["state"] == [
+        "'DONE' is not a state; one of: QUEUED, SUBMITTING, PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, "
+        "PREEMPTED."
+    ]
+    assert client.get(f"{URL}?state=running&state=Queued").status_code == 200
