@@ -114,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("command_line", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
 
     listing = commands.add_parser("list", help="list workloads in your teams, newest first")
-    listing.add_argument("--state", action="append", default=[], help="QUEUED, RUNNING, ... (repeatable)")
+    listing.add_argument(
+        "--state", action="append", default=[], help="QUEUED, RUNNING, ... in any case (repeatable, or comma-separated)"
+    )
     listing.add_argument("--team")
     listing.add_argument("--gpu-type")
     listing.add_argument("--owner", help="username")
@@ -468,7 +470,7 @@ def cmd_list(client: PortalClient, args: argparse.Namespace) -> int:
     rows = list(
         client.workloads(
             limit=args.limit,
-            state=[s.upper() for s in args.state],
+            state=[s.strip().upper() for given in args.state for s in given.split(",") if s.strip()],
             team=args.team,
             gpu_type=args.gpu_type,
             owner=args.owner,

@@ -141,3 +141,15 @@ def test_wait_help_says_what_its_exit_codes_mean(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "exit 0 if it succeeded, 1 if it ended otherwise, 4 if --timeout ran out" in text
     assert "UID column of `gpuportal list`" in text
+
+
+def test_list_takes_states_comma_separated_as_well_as_repeated(capsys, monkeypatch):
+    """`gpuportal list --state running,queued` (as kubectl and gh take lists) was sent as one state
+    'RUNNING,QUEUED', which the portal refused."""
+    from cli.client import PortalClient
+
+    asked = {}
+    monkeypatch.setattr(PortalClient, "workloads", lambda self, **filters: asked.update(filters) or iter([]))
+    assert main(["list", "--state", "running,queued", "--state", "Failed", "-o", "json"]) == 0
+    assert asked["state"] == ["RUNNING", "QUEUED", "FAILED"]
+    assert capsys.readouterr().out.strip() == "[]"
