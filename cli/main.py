@@ -130,8 +130,14 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("-f", "--follow", action="store_true", help="wait for the container, then stream")
     logs.add_argument("--rank", type=int, help="a gang job's rank (default 0)")
 
-    cancel = commands.add_parser("cancel", help="cancel a workload")
-    cancel.add_argument("uid", type=_workload_uid)
+    cancel = commands.add_parser(
+        "cancel",
+        help="cancel workloads",
+        description="Cancel one workload or several (as xargs hands them over). Each that cannot be cancelled "
+        "is said on stderr and the others still are; exit 1 if any could not be. With -o json: the workload "
+        "as cancelled, or for several uids a list of those cancelled.",
+    )
+    cancel.add_argument("uids", nargs="+", type=_workload_uid, metavar="uid", help=COMMON_HELP["uid"])
 
     wait = commands.add_parser(
         "wait",
@@ -516,9 +522,24 @@ def cmd_logs(client: PortalClient, args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(client: PortalClient, args: argparse.Namespace) -> int:
-    workload = client.cancel(args.uid)
-    _show(args, workload, f"{workload['uid']}  {_state(workload)}")
-    return EXIT_OK
+    if len(args.uids) == 1:  # the workload itself, as it always was; its refusal is the command's
+        workload = client.cancel(args.uids[0])
+        _show(args, workload, f"{workload['uid']}  {_state(workload)}")
+        return EXIT_OK
+    cancelled, code = [], EXIT_OK
+    for uid in args.uids:  # one refused (another team's, already ended) does not keep the rest running
+        try:
+            workload = client.cancel(uid)
+        except ApiError as exc:
+            print(f"gpuportal: {uid}: {exc.message} (HTTP {exc.status})", file=sys.stderr)
+            code = EXIT_FAILED
+            continue
+        cancelled.append(workload)
+        if not args.json:
+            print(f"{workload['uid']}  {_state(workload)}", flush=True)
+    if args.json:
+        print(json.dumps(cancelled, indent=2))
+    return code
 
 
 def cmd_wait(client: PortalClient, args: argparse.Namespace) -> int:

@@ -258,3 +258,23 @@ def test_json_logs_prints_one_document(run_cli, world, monkeypatch):
     result = run_cli("-o", "json", "logs", running.uid)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {"uid": running.uid, "rank": None, "logs": "epoch 1\nepoch 2\n"}
+
+
+def test_cancel_takes_several_uids_as_xargs_hands_them_over(run_cli, world):
+    """`gpuportal list --state queued -o json | jq -r '.[].uid' | xargs gpuportal cancel` was a usage error
+    ("unrecognized arguments") as soon as two were queued. Each is cancelled; one that cannot be (another
+    team's) is said on stderr, the others still go, and the exit is 1."""
+    mine = [_workload(world, name=f"q{i}", state=State.QUEUED) for i in range(2)]
+    theirs = _workload(world, name="theirs", state=State.QUEUED, team=world.other_team, owner=world.outsider)
+    result = run_cli("cancel", mine[0].uid, mine[1].uid)
+    assert result.returncode == 0, result.stderr
+    assert [line.split() for line in result.stdout.splitlines()] == [[w.uid, "CANCELLED"] for w in mine]
+    again = [_workload(world, name=f"r{i}", state=State.QUEUED) for i in range(2)]
+    mixed = run_cli("-o", "json", "cancel", again[0].uid, theirs.uid, again[1].uid)
+    assert mixed.returncode == 1
+    assert [(w["uid"], w["state"]) for w in json.loads(mixed.stdout)] == [(w.uid, "CANCELLED") for w in again]
+    assert f"{theirs.uid}: " in mixed.stderr
+    assert "HTTP 404" in mixed.stderr
+    assert Workload.objects.get(uid=theirs.uid).state == State.QUEUED
+    one = _workload(world, name="one", state=State.QUEUED)
+    assert json.loads(run_cli("-o", "json", "cancel", one.uid).stdout)["uid"] == one.uid  # one: the workload
