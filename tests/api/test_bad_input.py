@@ -262,7 +262,6 @@ def test_a_state_filter_it_does_not_know_names_the_states_it_does(world):
     client = world.client("owner")
     error = _error(client.get(f"{URL}?state=DONE"), 400)
     assert error["fields"]["state"] == [
-        "'DONE' is not a state; one of: QUEUED, SUBMITTING, PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, "
-        "PREEMPTED."
+        "'DONE' is not a state; one of: QUEUED, SUBMITTING, PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, PREEMPTED."
     ]
     assert client.get(f"{URL}?state=running&state=Queued").status_code == 200
