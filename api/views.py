@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import date
 
 import urllib3
@@ -239,9 +239,24 @@ TEAM_PARAM = OpenApiParameter(
 
 
 # --- workloads ------------------------------------------------------------------------------------
+def _refuse_unknown_params(request: Request, known: Iterable[str]) -> None:
+    """A query parameter the endpoint does not take is a 400 naming it: ignored, `?status=RUNNING` (for
+    `state`) answered with every workload, which a script took for the running ones."""
+    taken = sorted({*known, "format"})  # DRF's ?format= picks a renderer anywhere
+    unknown = [name for name in request.query_params if name not in taken]
+    if unknown:
+        message = f"Not a parameter of this endpoint; it takes: {', '.join(taken)}."
+        raise Invalid({name: [message] for name in unknown})
+
+
+LIST_PARAMS = (*WorkloadFilter.base_filters, WorkloadCursorPagination.page_size_query_param,
+               WorkloadCursorPagination.cursor_query_param)  # fmt: skip
+
+
 def _check_list_filters(request: Request) -> None:
     """A team or GPU type filter that names nothing the caller could see is refused (400 naming it), as
     /usage/ and /secrets/ refuse such a team: an empty list would read as "nothing there"."""
+    _refuse_unknown_params(request, LIST_PARAMS)
     errors = {}
     team = request.query_params.get("team")
     if team and not access.visible_teams(request.user).filter(slug=team).exists():
@@ -249,6 +264,12 @@ def _check_list_filters(request: Request) -> None:
     gpu_type = request.query_params.get("gpu_type")
     if gpu_type and not GpuType.objects.filter(slug=gpu_type).exists():
         errors["gpu_type"] = [f"No GPU type {gpu_type!r}; GET /api/v1/gpu-types/ lists them."]
+    owner = request.query_params.get("owner")
+    if owner:  # a member of one of the caller's teams, or anyone who ran work in one; else a typo, or a stranger
+        teams = access.visible_teams(request.user)
+        in_teams = Q(memberships__team__in=teams) | Q(workloads__team__in=teams)
+        if not User.objects.filter(in_teams, username=owner).exists():
+            errors["owner"] = [f"No one in your teams has the username {owner!r}."]
     if errors:
         raise Invalid(errors)
 
@@ -667,6 +688,7 @@ class UsageView(ApiViewMixin, APIView):
         responses={(200, "application/json"): UsageSerializer, (200, "text/csv"): OpenApiTypes.STR},
     )
     def get(self, request: Request, format=None) -> Response:
+        _refuse_unknown_params(request, ("team", "start", "end", "group_by", "user"))
         team = access.resolve_team(request.user, request.query_params.get("team"))
         default_start, default_end = reports.month_to_date(timezone.localdate())
         try:

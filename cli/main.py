@@ -62,11 +62,15 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["preferred", "required"],
         help="with --nodes: the ranks should (preferred) or must (required) share the site's zone or rack",
     )
-    submit.add_argument("--kind", choices=["batch", "service"], default="batch")
+    submit.add_argument(
+        "--kind", choices=["batch", "service"], default="batch", help="batch runs to its end; a service until cancelled"
+    )
     submit.add_argument("--name", help="workload name (lowercase, digits, '-')")
     submit.add_argument("--team", help="team slug (needed if you are in several teams)")
     submit.add_argument("--port", type=int, help="port a service listens on")
-    submit.add_argument("--time-limit", type=int, metavar="SECONDS")
+    submit.add_argument(
+        "--time-limit", type=int, metavar="SECONDS", help="stopped after this long (default: the portal's)"
+    )
     submit.add_argument("--priority", type=int, help="queue priority (team managers only)")
     submit.add_argument(
         "--restartable",
@@ -110,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("command_line", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
 
     listing = commands.add_parser("list", help="list workloads in your teams, newest first")
-    listing.add_argument("--state", action="append", default=[], help="QUEUED, RUNNING, ... (repeatable)")
+    listing.add_argument(
+        "--state", action="append", default=[], help="QUEUED, RUNNING, ... in any case (repeatable, or comma-separated)"
+    )
     listing.add_argument("--team")
     listing.add_argument("--gpu-type")
     listing.add_argument("--owner", help="username")
@@ -124,10 +130,21 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("-f", "--follow", action="store_true", help="wait for the container, then stream")
     logs.add_argument("--rank", type=int, help="a gang job's rank (default 0)")
 
-    cancel = commands.add_parser("cancel", help="cancel a workload")
-    cancel.add_argument("uid", type=_workload_uid)
+    cancel = commands.add_parser(
+        "cancel",
+        help="cancel workloads",
+        description="Cancel one workload or several (as xargs hands them over). Each that cannot be cancelled "
+        "is said on stderr and the others still are; exit 1 if any could not be. With -o json: the workload "
+        "as cancelled, or for several uids a list of those cancelled.",
+    )
+    cancel.add_argument("uids", nargs="+", type=_workload_uid, metavar="uid", help=COMMON_HELP["uid"])
 
-    wait = commands.add_parser("wait", help="wait until a workload finishes; exit 0 only if it succeeded")
+    wait = commands.add_parser(
+        "wait",
+        help="wait until a workload finishes; exit 0 only if it succeeded",
+        description="Wait until a workload finishes: exit 0 if it succeeded, 1 if it ended otherwise, 4 if "
+        '--timeout ran out (with -o json: the workload as last seen, with "timed_out": true).',
+    )
     wait.add_argument("uid", type=_workload_uid)
     wait.add_argument("--timeout", type=_seconds(0), default=0, metavar="SECONDS", help="0: wait forever")
     wait.add_argument(
@@ -141,9 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     usage = commands.add_parser("usage", help="GPU-hours of your team (default: this month, by day)")
     usage.add_argument("--team")
-    usage.add_argument("--start", metavar="YYYY-MM-DD")
-    usage.add_argument("--end", metavar="YYYY-MM-DD")
-    usage.add_argument("--by", choices=["day", "user", "gpu_type"], default="day")
+    usage.add_argument("--start", metavar="YYYY-MM-DD", help="first day, inclusive (default: the 1st of this month)")
+    usage.add_argument("--end", metavar="YYYY-MM-DD", help="last day, inclusive (default: today)")
+    usage.add_argument("--by", choices=["day", "user", "gpu_type"], default="day", help="one row per (default: day)")
     usage.add_argument("--user", help="only this user's (managers: anyone in the team)")
 
     queue = commands.add_parser("queue", help="your team's quotas and what waits, in order")
@@ -165,21 +182,21 @@ def build_parser() -> argparse.ArgumentParser:
     secret_set.add_argument("--team")
     secret_set.add_argument("--shared", action="store_true", help="usable by the whole team (managers only)")
     secret_delete = commands.add_parser("secret-delete", help="delete a stored secret")
-    secret_delete.add_argument("name")
+    secret_delete.add_argument("name", help="as `gpuportal secrets` lists it")
     secret_delete.add_argument("--team")
 
     members = commands.add_parser("members", help="who is in your team, with their roles")
     members.add_argument("--team")
     members_add = commands.add_parser("members-add", help="add someone to your team by username (managers)")
     members_add.add_argument("username", help="they must have signed in to the portal once")
-    members_add.add_argument("--role", choices=["member", "manager"], default="member")
+    members_add.add_argument("--role", choices=["member", "manager"], default="member", help="default: member")
     members_add.add_argument("--team")
     members_role = commands.add_parser("members-role", help="make a member a manager or back (managers)")
-    members_role.add_argument("username")
-    members_role.add_argument("role", choices=["member", "manager"])
+    members_role.add_argument("username", help="a member of the team")
+    members_role.add_argument("role", choices=["member", "manager"], help="their new role")
     members_role.add_argument("--team")
     members_remove = commands.add_parser("members-remove", help="take someone out of your team (managers)")
-    members_remove.add_argument("username")
+    members_remove.add_argument("username", help="a member of the team")
     members_remove.add_argument("--team")
 
     checkpoint = commands.add_parser(
@@ -212,10 +229,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for name, command_parser in commands.choices.items():
         command_parser.set_defaults(command_parser=command_parser)
+        for action in command_parser._actions:
+            action.help = action.help or COMMON_HELP.get(action.dest)
         if name not in TEXT_ONLY:
             _output_options(command_parser, after_command=True)
     return parser
 
+
+# What an argument several commands share means, where the command says nothing of its own.
+COMMON_HELP = {
+    "uid": "the workload's id, as the UID column of `gpuportal list` shows it",
+    "team": "team slug (needed if you are in several teams)",
+    "gpu_type": "GPU type slug, e.g. p100 (`gpuportal gpu-types` lists them)",
+    "kind": "batch or service",
+}
 
 # Commands whose output is not the portal's data (an SSH session, ssh_config text): no JSON to choose, and
 # ssh's own -o options pass through to it.
@@ -232,6 +259,23 @@ def _output_options(parser: argparse.ArgumentParser, *, after_command: bool) -> 
     parser.add_argument(
         "-o", "--output", choices=["text", "json"], default=unset or "text", help="text (default) or json"
     )
+
+
+# `gpuportal secrets delete NAME`, as git, gh and kubectl word it: the command that does it here.
+VERB_COMMANDS = {
+    ("secrets", "delete"): "secret-delete", ("secrets", "rm"): "secret-delete", ("secrets", "remove"): "secret-delete",
+    ("secrets", "set"): "secret-set", ("secrets", "add"): "secret-set", ("secrets", "create"): "secret-set",
+    ("members", "add"): "members-add", ("members", "role"): "members-role", ("members", "remove"): "members-remove",
+    ("members", "rm"): "members-remove", ("members", "delete"): "members-remove",
+}  # fmt: skip
+
+
+def _hint(args: argparse.Namespace, unknown: list[str]) -> str:
+    command = VERB_COMMANDS.get((args.command, unknown[0]))
+    if command is None:
+        return ""
+    words = [command, *unknown[1:]] + (["--team", args.team] if getattr(args, "team", None) else [])
+    return f" (did you mean `gpuportal {shlex.join(words)}`?)"
 
 
 def _workload_uid(raw: str) -> str:
@@ -275,13 +319,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # named by the subcommand's usage, which lists what it does take
-        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+        getattr(args, "command_parser", parser).error(
+            f"unrecognized arguments: {' '.join(unknown)}{_hint(args, unknown)}"
+        )
     if args.command == "submit" and spec_rules.topology_problem(args.topology, args.nodes):  # the portal refuses it too
         args.command_parser.error(
             "argument --topology: only a job on several nodes can keep them together; "
             "add --nodes N (2 or more) or drop --topology"
         )
     args.json = args.json or args.output == "json"
+    if args.json and (args.command in TEXT_ONLY or (args.command == "logs" and args.follow)):
+        # What these print is not the portal's data (an SSH session, ssh_config text, a stream of log lines):
+        # printing it anyway gave a script's JSON reader text it refuses.
+        what = "a stream of log lines; without --follow, logs -o json prints them as one document" if (
+            args.command == "logs") else "text only"  # fmt: skip
+        args.command_parser.error(f"-o json: {args.command} prints {what}")
     try:
         if args.command == "checkpoint":
             settings = config.load_in_workload()
@@ -424,7 +476,7 @@ def cmd_list(client: PortalClient, args: argparse.Namespace) -> int:
     rows = list(
         client.workloads(
             limit=args.limit,
-            state=[s.upper() for s in args.state],
+            state=[s.strip().upper() for given in args.state for s in given.split(",") if s.strip()],
             team=args.team,
             gpu_type=args.gpu_type,
             owner=args.owner,
@@ -450,7 +502,11 @@ def _gpus(workload: dict[str, Any]) -> str:
 
 def cmd_logs(client: PortalClient, args: argparse.Namespace) -> int:
     if not args.follow:
-        sys.stdout.write(client.logs(args.uid, tail=args.tail, since=args.since, rank=args.rank))
+        text = client.logs(args.uid, tail=args.tail, since=args.since, rank=args.rank)
+        if args.json:
+            print(json.dumps({"uid": args.uid, "rank": args.rank, "logs": text}, indent=2))
+        else:
+            sys.stdout.write(text)
         return EXIT_OK
     workload = client.workload(args.uid)
     said = None
@@ -466,9 +522,24 @@ def cmd_logs(client: PortalClient, args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(client: PortalClient, args: argparse.Namespace) -> int:
-    workload = client.cancel(args.uid)
-    _show(args, workload, f"{workload['uid']}  {_state(workload)}")
-    return EXIT_OK
+    if len(args.uids) == 1:  # the workload itself, as it always was; its refusal is the command's
+        workload = client.cancel(args.uids[0])
+        _show(args, workload, f"{workload['uid']}  {_state(workload)}")
+        return EXIT_OK
+    cancelled, code = [], EXIT_OK
+    for uid in args.uids:  # one refused (another team's, already ended) does not keep the rest running
+        try:
+            workload = client.cancel(uid)
+        except ApiError as exc:
+            print(f"gpuportal: {uid}: {exc.message} (HTTP {exc.status})", file=sys.stderr)
+            code = EXIT_FAILED
+            continue
+        cancelled.append(workload)
+        if not args.json:
+            print(f"{workload['uid']}  {_state(workload)}", flush=True)
+    if args.json:
+        print(json.dumps(cancelled, indent=2))
+    return code
 
 
 def cmd_wait(client: PortalClient, args: argparse.Namespace) -> int:
@@ -730,8 +801,13 @@ def cmd_secret_set(client: PortalClient, args: argparse.Namespace) -> int:
 
 
 def cmd_secret_delete(client: PortalClient, args: argparse.Namespace) -> int:
+    # With -o json, what went: the secret as `secrets -o json` listed it (the API's DELETE answers 204, no body).
+    listed = client.get("/secrets/", team=args.team) if args.json else []
     client.delete_secret(args.name, team=args.team)
-    if not args.json:
+    if args.json:
+        deleted = next((s for s in listed if s["name"] == args.name), {"name": args.name})
+        print(json.dumps({"deleted": deleted}, indent=2))
+    else:
         print(f"{args.name}: deleted.")
     return EXIT_OK
 
@@ -762,8 +838,12 @@ def cmd_members_role(client: PortalClient, args: argparse.Namespace) -> int:
 
 def cmd_members_remove(client: PortalClient, args: argparse.Namespace) -> int:
     team = args.team or _only_team(client)
+    # With -o json, who went: the membership as `members -o json` listed it (DELETE answers 204, no body).
+    member = client.get(f"/teams/{quote(team, safe='')}/members/{quote(args.username, safe='')}/") if args.json else {}
     client.remove_member(team, args.username)
-    if not args.json:
+    if args.json:
+        print(json.dumps({"deleted": member}, indent=2))
+    else:
         print(f"{args.username} is no longer a member of {team}.")
     return EXIT_OK
 
@@ -797,10 +877,11 @@ COMMANDS = {
 
 # --- helpers ----------------------------------------------------------------------------------------
 def _wait(client: PortalClient, uid: str, *, timeout: float, interval: float, quiet: bool) -> int:
-    """Wait for one workload; with `quiet` (--output json) print it as it ended, as JSON."""
+    """Wait for one workload; with `quiet` (--output json) print it as it ended, as JSON, or as last seen
+    with `"timed_out": true` when `timeout` ran out (exit 4)."""
     code, workload = _wait_for(client, uid, timeout=timeout, interval=interval, quiet=quiet)
-    if quiet and code != EXIT_TIMEOUT:
-        print(json.dumps(workload, indent=2))
+    if quiet:
+        print(json.dumps({**workload, "timed_out": True} if code == EXIT_TIMEOUT else workload, indent=2))
     return code
 
 

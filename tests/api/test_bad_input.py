@@ -205,3 +205,63 @@ def test_a_secret_with_a_lone_surrogate_is_a_400_naming_the_field(world, body, f
     assert stored.status_code == 400, stored.content
     assert list(stored.json()["error"]["fields"]) == [field]
     assert not TeamSecret.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("path", "typo"),
+    [
+        ("/api/v1/workloads/?status=RUNNING", "status"),
+        ("/api/v1/workloads/?gpu-type=p100", "gpu-type"),
+        ("/api/v1/workloads/?user=tom&state=QUEUED", "user"),
+        ("/api/v1/usage/?groupby=user", "groupby"),
+        ("/api/v1/usage/?from=2026-01-01", "from"),
+    ],
+)
+def test_a_query_parameter_the_endpoint_does_not_take_is_a_400_naming_it(world, submit, path, typo):
+    """`?status=RUNNING` (for `state`) was ignored: the list came back whole, every state in it, and a script
+    that cancels what it believes is running cancelled everything. Unknown parameters are refused, naming
+    the parameter and what the endpoint does take."""
+    submit()
+    response = world.client("owner").get(path)
+    assert response.status_code == 400, response.content
+    message = response.json()["error"]["fields"][typo][0]
+    assert message.startswith("Not a parameter of this endpoint; it takes: ")
+    assert ("state" in message) if "workloads" in path else ("group_by" in message)
+
+
+def test_the_list_still_takes_every_parameter_it_documents_and_its_own_next_links(world, submit):
+    for _ in range(3):
+        submit()
+    client = world.client("owner")
+    query = "state=QUEUED&kind=batch&gpu_type=p100&owner=olivia&team=vision&created_after=2020-01-01T00:00:00Z"
+    first = client.get(f"/api/v1/workloads/?{query}&created_before=2100-01-01T00:00:00Z&page_size=2&format=json")
+    assert first.status_code == 200, first.content
+    assert len(first.json()["results"]) == 2
+    second = client.get(first.json()["next"])
+    assert second.status_code == 200, second.content
+    assert len(second.json()["results"]) == 1
+
+
+def test_an_owner_filter_that_names_no_one_in_your_teams_is_a_400_naming_owner(world, submit):
+    """`?owner=olvia` (a typo) answered an empty list, read as "she has nothing running", as `team` and
+    `gpu_type` did before they were checked. Someone of another team gets the same answer as no one, so the
+    filter tells nobody who exists elsewhere."""
+    submit()
+    client = world.client("teammate")
+    assert [w["owner"] for w in client.get(f"{URL}?owner=olivia").json()["results"]] == ["olivia"]
+    assert client.get(f"{URL}?owner=maria").json()["results"] == []  # a teammate with nothing: empty, fine
+    typo = _error(client.get(f"{URL}?owner=olvia"), 400)
+    elsewhere = _error(client.get(f"{URL}?owner=oscar"), 400)
+    assert typo["fields"]["owner"] == ["No one in your teams has the username 'olvia'."]
+    assert elsewhere["fields"]["owner"] == ["No one in your teams has the username 'oscar'."]
+
+
+def test_a_state_filter_it_does_not_know_names_the_states_it_does(world):
+    """`?state=running` or `?state=DONE` said "not one of the available choices" without saying which are:
+    the states, in the order a workload goes through them, are named; any case is taken."""
+    client = world.client("owner")
+    error = _error(client.get(f"{URL}?state=DONE"), 400)
+    assert error["fields"]["state"] == [
+        "'DONE' is not a state; one of: QUEUED, SUBMITTING, PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, PREEMPTED."
+    ]
+    assert client.get(f"{URL}?state=running&state=Queued").status_code == 200

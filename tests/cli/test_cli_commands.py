@@ -205,3 +205,76 @@ def test_following_a_queued_workloads_logs_says_it_waits_once_not_every_two_seco
         pytest.fail("logs --follow of a queued workload returned")
     assert said.count("waiting for its container") == 1, said
     assert f"{queued.uid} is QUEUED" in said, said
+
+
+def test_json_wait_that_times_out_prints_the_workload_as_last_seen(run_cli, world):
+    """`-o json wait --timeout N` printed nothing when the time ran out: a script reading stdout got ''.
+    It prints the workload as last seen, marked `"timed_out": true`, and still exits 4."""
+    queued = _workload(world, state=State.QUEUED)
+    result = run_cli("-o", "json", "wait", queued.uid, "--timeout", "0.5", "--interval", "0.2")
+    assert result.returncode == 4
+    body = json.loads(result.stdout)
+    assert (body["uid"], body["state"], body["timed_out"]) == (queued.uid, "QUEUED", True)
+    assert "still QUEUED" in result.stderr
+    finished = _workload(world, name="done")
+    body = json.loads(run_cli("wait", finished.uid, "-o", "json").stdout)
+    assert (body["state"], body.get("timed_out")) == ("SUCCEEDED", None)  # only a wait that ran out says so
+
+
+def test_json_secret_delete_prints_what_was_deleted(run_cli, world, settings):
+    """`-o json secret-delete NAME` printed nothing; it prints `{"deleted": ...}` with the secret as
+    `gpuportal secrets -o json` listed it."""
+    settings.PORTAL_SECRET_CONFIRM_SECONDS = 0
+    assert run_cli("secret-set", "wandb", stdin="value\n").returncode == 0
+    deleted = run_cli("-o", "json", "secret-delete", "wandb")
+    assert deleted.returncode == 0, deleted.stderr
+    body = json.loads(deleted.stdout)
+    assert (body["deleted"]["name"], body["deleted"]["owner"]) == ("wandb", world.owner.username)
+    assert json.loads(run_cli("-o", "json", "secrets").stdout) == []
+    missing = run_cli("-o", "json", "secret-delete", "wandb")
+    assert (missing.returncode, missing.stdout) == (1, "")
+    assert "HTTP 404" in missing.stderr
+
+
+def test_json_members_remove_prints_who_was_removed(run_cli, world):
+    """`-o json members-remove USER` printed nothing; it prints `{"deleted": ...}` with the membership as
+    `gpuportal members -o json` listed it."""
+    removed = run_cli("members-remove", "tom", "-o", "json", token="manager")
+    assert removed.returncode == 0, removed.stderr
+    body = json.loads(removed.stdout)
+    assert (body["deleted"]["username"], body["deleted"]["role"]) == ("tom", "member")
+    assert not Membership.objects.filter(team=world.team, user__username="tom").exists()
+    refused = run_cli("members-remove", "olivia", "-o", "json")  # olivia is a plain member
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert Membership.objects.filter(team=world.team, user__username="olivia").exists()
+
+
+def test_json_logs_prints_one_document(run_cli, world, monkeypatch):
+    """`-o json logs UID` printed the container's raw text, which no JSON reader takes."""
+    import api.views
+
+    running = _workload(world, state=State.RUNNING, k8s_name="gp-source")
+    monkeypatch.setattr(api.views, "workload_logs", lambda workload, **_: "epoch 1\nepoch 2\n")
+    result = run_cli("-o", "json", "logs", running.uid)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"uid": running.uid, "rank": None, "logs": "epoch 1\nepoch 2\n"}
+
+
+def test_cancel_takes_several_uids_as_xargs_hands_them_over(run_cli, world):
+    """`gpuportal list --state queued -o json | jq -r '.[].uid' | xargs gpuportal cancel` was a usage error
+    ("unrecognized arguments") as soon as two were queued. Each is cancelled; one that cannot be (another
+    team's) is said on stderr, the others still go, and the exit is 1."""
+    mine = [_workload(world, name=f"q{i}", state=State.QUEUED) for i in range(2)]
+    theirs = _workload(world, name="theirs", state=State.QUEUED, team=world.other_team, owner=world.outsider)
+    result = run_cli("cancel", mine[0].uid, mine[1].uid)
+    assert result.returncode == 0, result.stderr
+    assert [line.split() for line in result.stdout.splitlines()] == [[w.uid, "CANCELLED"] for w in mine]
+    again = [_workload(world, name=f"r{i}", state=State.QUEUED) for i in range(2)]
+    mixed = run_cli("-o", "json", "cancel", again[0].uid, theirs.uid, again[1].uid)
+    assert mixed.returncode == 1
+    assert [(w["uid"], w["state"]) for w in json.loads(mixed.stdout)] == [(w.uid, "CANCELLED") for w in again]
+    assert f"{theirs.uid}: " in mixed.stderr
+    assert "HTTP 404" in mixed.stderr
+    assert Workload.objects.get(uid=theirs.uid).state == State.QUEUED
+    one = _workload(world, name="one", state=State.QUEUED)
+    assert json.loads(run_cli("-o", "json", "cancel", one.uid).stdout)["uid"] == one.uid  # one: the workload
