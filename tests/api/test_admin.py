@@ -404,3 +404,12 @@ def test_a_team_admins_usage_report_shows_only_the_teams_they_may_see(client, wo
     assert "teams" in asked.context["form"].errors
     export = client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}&export=csv")
     assert "Language" not in export.content.decode()
+
+
+def test_provider_accounts_are_not_added_by_hand(admin_client, world):
+    # Every field of a provider account is read-only (the first sign-in makes it): its add page saved an
+    # empty row and answered 500 (no user). There is no add page and no Add button.
+    assert admin_client.post("/admin/identity/provideraccount/add/", {}).status_code == 403
+    listing = admin_client.get("/admin/identity/provideraccount/").content.decode()
+    assert "/admin/identity/provideraccount/add/" not in listing
+
