@@ -413,3 +413,33 @@ def test_provider_accounts_are_not_added_by_hand(admin_client, world):
     listing = admin_client.get("/admin/identity/provideraccount/").content.decode()
     assert "/admin/identity/provideraccount/add/" not in listing
 
+
+def test_a_quota_lowered_below_what_runs_says_running_work_keeps_running(admin_client, world, submit):
+    running = _queued(world, submit, 3)
+    Workload.objects.filter(id=running.id).update(state=State.RUNNING)
+    quota = Quota.objects.get(team=world.team, gpu_type=world.p100)
+    response = admin_client.post(
+        f"/admin/jobs/quota/{quota.id}/change/",
+        {"team": world.team.id, "gpu_type": world.p100.id, "max_gpus": 1, "borrowing_limit": 0},
+        follow=True,
+    )
+    page = response.content.decode()
+    assert "4 GPUs → 1 GPUs" in page
+    assert "3 GPUs are in use, more than the new quota: running work keeps running (nothing is stopped" in page
+    assert "new work of this team and type starts once fewer than 1 are in use" in page
+    running.refresh_from_db()
+    assert running.state == State.RUNNING
+
+
+def test_a_quota_removed_while_work_runs_says_what_happens_to_it(admin_client, world, submit):
+    running = _queued(world, submit, 2)
+    Workload.objects.filter(id=running.id).update(state=State.RUNNING)
+    quotas = list(Quota.objects.filter(team=world.team).order_by("gpu_type__slug"))
+    p100 = Quota.objects.get(team=world.team, gpu_type=world.p100)
+    response = admin_client.post(
+        f"/admin/jobs/team/{world.team.id}/change/", _team_form(world, quotas, {}, delete={p100.id}), follow=True
+    )
+    page = response.content.decode()
+    assert "2 GPUs are in use, more than the new quota: running work keeps running (nothing is stopped" in page
+    assert "queued work of this team and type waits until it has a quota again" in page
+
