@@ -443,3 +443,32 @@ def test_a_quota_removed_while_work_runs_says_what_happens_to_it(admin_client, w
     assert "2 GPUs are in use, more than the new quota: running work keeps running (nothing is stopped" in page
     assert "queued work of this team and type waits until it has a quota again" in page
 
+
+def test_an_admin_takes_a_node_out_and_puts_it_back(admin_client, world, submit):
+    from jobs.models import GpuHealthMark, GpuNode
+    from jobs.services.cluster.node_health import nodes_to_avoid
+
+    node = GpuNode.objects.get(name="gpu-p100-1")
+    running = _queued(world, submit, 1)
+    Workload.objects.filter(id=running.id).update(state=State.RUNNING, node_name=node.name)
+    response = admin_client.post(
+        "/admin/jobs/gpunode/", {"action": "take_out", "_selected_action": [node.id]}, follow=True
+    )
+    page = response.content.decode()
+    assert "Took 1 node(s) out: new work avoids gpu-p100-1" in page
+    assert "1 workload(s) running there keep running" in page
+    assert nodes_to_avoid() == ("gpu-p100-1",)
+    mark = GpuHealthMark.objects.get()
+    assert mark.cause == GpuHealthMark.Cause.ADMIN and "ada" in mark.detail
+    running.refresh_from_db()
+    assert running.state == State.RUNNING
+    # Taking it out twice keeps one mark; the list says which nodes are out.
+    admin_client.post("/admin/jobs/gpunode/", {"action": "take_out", "_selected_action": [node.id]})
+    assert GpuHealthMark.objects.count() == 1
+    listing = admin_client.get("/admin/jobs/gpunode/?q=p100-1").content.decode()
+    assert "gpu-p100-1" in listing and "gpu-p100-2" not in listing
+    response = admin_client.post(
+        "/admin/jobs/gpunode/", {"action": "put_back", "_selected_action": [node.id]}, follow=True
+    )
+    assert "Put 1 node(s) back" in response.content.decode()
+    assert nodes_to_avoid() == ()
