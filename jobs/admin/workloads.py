@@ -8,6 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
+from django.utils.text import Truncator
 
 from jobs import policy
 from jobs.models import State, Team, Workload, WorkloadEvent
@@ -37,9 +38,11 @@ class WorkloadEventInline(admin.TabularInline):
 
 @admin.register(Workload)
 class WorkloadAdmin(admin.ModelAdmin):
-    list_display = ["name", "uid", "team", "owner", "kind", "gpu_type", "gpu_count", "state", "created_at"]
+    list_display = ["name", "uid", "team", "owner", "kind", "gpu_type", "gpu_count", "state", "why", "created_at"]
     list_filter = ["state", "team", "gpu_type", "kind"]
-    search_fields = ["name", "uid", "owner__username", "image"]
+    # An admin asked "what is Vision running?" types the team's name; people are found by username or e-mail.
+    search_fields = ["name", "uid", "team__name", "team__slug", "owner__username", "owner__email", "image"]
+    search_help_text = "A workload's name or uid, its team's name or slug, its owner's username or e-mail, its image."
     date_hierarchy = "created_at"
     list_select_related = ["team", "owner", "gpu_type"]
     # What was asked for is history and what Kubernetes reports is the tracker's: only priority is editable.
@@ -56,6 +59,12 @@ class WorkloadAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False  # submissions go through the portal or the API, which validate them
+
+    @admin.display(description="Why (reason and message)", ordering="reason")
+    def why(self, workload: Workload) -> str:
+        """Who waits and why, on the list itself: the state's reason and what a person should read about it."""
+        text = ": ".join(part for part in (workload.reason, workload.message) if part)
+        return Truncator(text).chars(160) if text else "—"
 
     def get_queryset(self, request: HttpRequest):
         # Staff who are not superusers administer their own teams' workloads only (jobs.policy).

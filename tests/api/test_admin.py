@@ -472,3 +472,19 @@ def test_an_admin_takes_a_node_out_and_puts_it_back(admin_client, world, submit)
     )
     assert "Put 1 node(s) back" in response.content.decode()
     assert nodes_to_avoid() == ()
+
+
+def test_the_workload_list_says_who_waits_and_why_and_finds_a_teams_work(admin_client, world, submit):
+    from django.utils.html import escape
+
+    holding = _queued(world, submit, 4)
+    Workload.objects.filter(id=holding.id).update(state=State.RUNNING)
+    waiting = _queued(world, submit, 2)
+    waiting.refresh_from_db()
+    assert waiting.state == State.QUEUED and waiting.message
+    listing = admin_client.get("/admin/jobs/workload/?state__exact=QUEUED").content.decode()
+    assert "Why (reason and message)" in listing
+    assert escape(waiting.message[:40]) in listing
+    found = admin_client.get("/admin/jobs/workload/?q=Vision").content.decode()
+    assert str(waiting.uid) in found
+    assert str(waiting.uid) not in admin_client.get("/admin/jobs/workload/?q=Language").content.decode()
