@@ -488,3 +488,30 @@ def test_the_workload_list_says_who_waits_and_why_and_finds_a_teams_work(admin_c
     found = admin_client.get("/admin/jobs/workload/?q=Vision").content.decode()
     assert str(waiting.uid) in found
     assert str(waiting.uid) not in admin_client.get("/admin/jobs/workload/?q=Language").content.decode()
+
+
+def test_usage_report_per_person_on_the_page_and_in_the_csv(admin_client, world):
+    start = timezone.now().replace(hour=8, minute=0, second=0, microsecond=0) - timedelta(days=1)
+    for owner, hours in [(world.owner, 3), (world.teammate, 1)]:
+        Workload.objects.create(
+            team=world.team, owner=owner, name="ran", kind="batch", image="docker.io/x:1", gpu_type=world.p100,
+            gpu_count=1, time_limit_seconds=86400, state=State.SUCCEEDED, created_at=start, started_at=start,
+            finished_at=start + timedelta(hours=hours),
+        )  # fmt: skip
+    first = (timezone.localdate() - timedelta(days=3)).isoformat()
+    last = timezone.localdate().isoformat()
+    page = admin_client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}&per=user")
+    assert page.status_code == 200
+    lines = [(line["team"], line["user"], line["gpu_hours"]) for line in page.context["report"]["lines"]]
+    assert lines == [("Vision", "olivia", 3.0), ("Vision", "tom", 1.0)]
+    assert '<th scope="col">Person</th>' in page.content.decode()
+    export = admin_client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}&per=user&export=csv")
+    rows = list(csv.reader(io.StringIO(export.content.decode())))
+    assert rows[0][:3] == ["team", "user", "gpu_type"]
+    assert [row[:4] for row in rows[1:]] == [["Vision", "olivia", "Tesla P100", "1.000"], ["Vision", "tom", "Tesla P100", "1.000"]]
+    # Per team (the default) keeps its columns; a "per" that is neither is a form error naming the field.
+    assert admin_client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}").context["report"][
+        "lines"
+    ][0]["gpu_hours"] == 4.0
+    bad = admin_client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}&per=planet")
+    assert bad.status_code == 200 and "per" in bad.context["form"].errors
