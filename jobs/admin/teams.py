@@ -212,8 +212,9 @@ def _tell(request, change: QuotaChange) -> None:
     # A quota below what the team holds stops nothing (admission only gates new work): say so, so that an
     # admin does not expect the lowered quota to free GPUs at once, nor wonder why the team's queue stalls.
     held = (
-        Workload.objects.filter(team=change.team, gpu_type=change.gpu_type, state__in=State.holding())
-        .aggregate(n=Sum("gpu_count"))["n"]
+        Workload.objects.filter(team=change.team, gpu_type=change.gpu_type, state__in=State.holding()).aggregate(
+            n=Sum("gpu_count")
+        )["n"]
         or 0
     )
     limit = change.new_max_gpus or 0

@@ -459,14 +459,16 @@ def test_an_admin_takes_a_node_out_and_puts_it_back(admin_client, world, submit)
     assert "1 workload(s) running there keep running" in page
     assert nodes_to_avoid() == ("gpu-p100-1",)
     mark = GpuHealthMark.objects.get()
-    assert mark.cause == GpuHealthMark.Cause.ADMIN and "ada" in mark.detail
+    assert mark.cause == GpuHealthMark.Cause.ADMIN
+    assert "ada" in mark.detail
     running.refresh_from_db()
     assert running.state == State.RUNNING
     # Taking it out twice keeps one mark; the list says which nodes are out.
     admin_client.post("/admin/jobs/gpunode/", {"action": "take_out", "_selected_action": [node.id]})
     assert GpuHealthMark.objects.count() == 1
     listing = admin_client.get("/admin/jobs/gpunode/?q=p100-1").content.decode()
-    assert "gpu-p100-1" in listing and "gpu-p100-2" not in listing
+    assert "gpu-p100-1" in listing
+    assert "gpu-p100-2" not in listing
     response = admin_client.post(
         "/admin/jobs/gpunode/", {"action": "put_back", "_selected_action": [node.id]}, follow=True
     )
@@ -481,7 +483,8 @@ def test_the_workload_list_says_who_waits_and_why_and_finds_a_teams_work(admin_c
     Workload.objects.filter(id=holding.id).update(state=State.RUNNING)
     waiting = _queued(world, submit, 2)
     waiting.refresh_from_db()
-    assert waiting.state == State.QUEUED and waiting.message
+    assert waiting.state == State.QUEUED
+    assert waiting.message
     listing = admin_client.get("/admin/jobs/workload/?state__exact=QUEUED").content.decode()
     assert "Why (reason and message)" in listing
     assert escape(waiting.message[:40]) in listing
@@ -508,10 +511,17 @@ def test_usage_report_per_person_on_the_page_and_in_the_csv(admin_client, world)
     export = admin_client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}&per=user&export=csv")
     rows = list(csv.reader(io.StringIO(export.content.decode())))
     assert rows[0][:3] == ["team", "user", "gpu_type"]
-    assert [row[:4] for row in rows[1:]] == [["Vision", "olivia", "Tesla P100", "1.000"], ["Vision", "tom", "Tesla P100", "1.000"]]
+    assert [row[:4] for row in rows[1:]] == [
+        ["Vision", "olivia", "Tesla P100", "1.000"],
+        ["Vision", "tom", "Tesla P100", "1.000"],
+    ]
     # Per team (the default) keeps its columns; a "per" that is neither is a form error naming the field.
-    assert admin_client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}").context["report"][
-        "lines"
-    ][0]["gpu_hours"] == 4.0
+    assert (
+        admin_client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}").context["report"]["lines"][0][
+            "gpu_hours"
+        ]
+        == 4.0
+    )
     bad = admin_client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}&per=planet")
-    assert bad.status_code == 200 and "per" in bad.context["form"].errors
+    assert bad.status_code == 200
+    assert "per" in bad.context["form"].errors

@@ -112,7 +112,9 @@ def take_out(node_name: str, *, by, at: datetime | None = None) -> bool:
     the admin had taken it out already."""
     at = at or timezone.now()
     with transaction.atomic():
-        if GpuHealthMark.objects.filter(node_name=node_name, gpu_uuid=ADMIN_MARK_UUID, cleared_at__isnull=True).exists():
+        if GpuHealthMark.objects.filter(
+            node_name=node_name, gpu_uuid=ADMIN_MARK_UUID, cleared_at__isnull=True
+        ).exists():
             return False
         GpuHealthMark.objects.create(
             node_name=node_name, gpu_uuid=ADMIN_MARK_UUID, cause=GpuHealthMark.Cause.ADMIN,
