@@ -39,3 +39,6 @@ class ProviderAccountAdmin(admin.ModelAdmin):
     list_display = ("user", "subject", "issuer", "last_sign_in_at")
     search_fields = ("user__username", "subject")
     readonly_fields = ("user", "issuer", "subject", "created_at", "last_sign_in_at")
+
+    def has_add_permission(self, request) -> bool:
+        return False  # made at a person's first sign-in; every field is read-only, so an added row had no user

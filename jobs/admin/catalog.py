@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 
 import spec_rules
-from jobs.models import AllowedRegistry, CatalogImage, GpuNode, GpuType
+from jobs.models import AllowedRegistry, CatalogImage, GpuNode, GpuType, State, Workload
+from jobs.services.cluster import node_health
 from jobs.services.provisioning import forget_namespaces
 from jobs.services.queue.reservation_plan import RESERVE_DEPTH
 from jobs.services.queue.settings_changes import gpu_type_changed
@@ -71,10 +72,43 @@ class GpuNodeAdmin(admin.ModelAdmin):
         "last_seen_at",
     ]
     list_filter = ["gpu_type", "ready"]
+    search_fields = ["name"]
     readonly_fields = [f.name for f in GpuNode._meta.fields]
+    actions = ["take_out", "put_back"]
 
     def has_add_permission(self, request):
         return False  # nodes come from the cluster's inventory sync
+
+    def get_list_display(self, request):
+        return [*super().get_list_display(request), "kept_out"]
+
+    @admin.display(boolean=True, description="Kept out (new work avoids it)")
+    def kept_out(self, node: GpuNode) -> bool:
+        return node.name in self._avoided
+
+    def changelist_view(self, request, extra_context=None):
+        self._avoided = set(node_health.nodes_to_avoid())
+        return super().changelist_view(request, extra_context)
+
+    @admin.action(description="Take the selected nodes out (a GPU is failing: new work avoids them)")
+    def take_out(self, request, queryset) -> None:
+        names = sorted(queryset.values_list("name", flat=True))
+        taken = [name for name in names if node_health.take_out(name, by=request.user)]
+        running = Workload.objects.filter(node_name__in=names, state__in=State.holding()).count()
+        self.message_user(
+            request,
+            f"Took {len(taken)} node(s) out: new work avoids {', '.join(names)} until you put them back. "
+            f"{running} workload(s) running there keep running (cancel them from the workload list if they "
+            "must end).",
+            messages.WARNING,
+        )
+
+    @admin.action(description="Put the selected nodes back (clears their GPU health marks: new work may use them)")
+    def put_back(self, request, queryset) -> None:
+        names = sorted(queryset.values_list("name", flat=True))
+        for mark in node_health.open_marks().filter(node_name__in=names):
+            node_health.clear_mark(mark, by=request.user)
+        self.message_user(request, f"Put {len(names)} node(s) back: new work may use {', '.join(names)}.")
 
 
 LIST_OF_STRINGS = 'A list of strings, each one argument, e.g. ["python", "train.py"] (or leave it empty).'

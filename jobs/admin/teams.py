@@ -209,3 +209,23 @@ def _tell(request, change: QuotaChange) -> None:
         f"{change.team} / {change.gpu_type}: {old} → {new}. Admission ran again and admitted "
         f"{change.admitted} queued workload(s).",
     )
+    # A quota below what the team holds stops nothing (admission only gates new work): say so, so that an
+    # admin does not expect the lowered quota to free GPUs at once, nor wonder why the team's queue stalls.
+    held = (
+        Workload.objects.filter(team=change.team, gpu_type=change.gpu_type, state__in=State.holding()).aggregate(
+            n=Sum("gpu_count")
+        )["n"]
+        or 0
+    )
+    limit = change.new_max_gpus or 0
+    if held > limit:
+        then = (
+            f"new work of this team and type starts once fewer than {limit} are in use"
+            if change.new_max_gpus
+            else "queued work of this team and type waits until it has a quota again"
+        )
+        messages.warning(
+            request,
+            f"{change.team} / {change.gpu_type}: {held} GPUs are in use, more than the new quota: running work "
+            f"keeps running (nothing is stopped; cancel it from the workload list if it must end), and {then}.",
+        )

@@ -8,6 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
+from django.utils.text import Truncator
 
 from jobs import policy
 from jobs.models import State, Team, Workload, WorkloadEvent
@@ -37,9 +38,11 @@ class WorkloadEventInline(admin.TabularInline):
 
 @admin.register(Workload)
 class WorkloadAdmin(admin.ModelAdmin):
-    list_display = ["name", "uid", "team", "owner", "kind", "gpu_type", "gpu_count", "state", "created_at"]
+    list_display = ["name", "uid", "team", "owner", "kind", "gpu_type", "gpu_count", "state", "why", "created_at"]
     list_filter = ["state", "team", "gpu_type", "kind"]
-    search_fields = ["name", "uid", "owner__username", "image"]
+    # An admin asked "what is Vision running?" types the team's name; people are found by username or e-mail.
+    search_fields = ["name", "uid", "team__name", "team__slug", "owner__username", "owner__email", "image"]
+    search_help_text = "A workload's name or uid, its team's name or slug, its owner's username or e-mail, its image."
     date_hierarchy = "created_at"
     list_select_related = ["team", "owner", "gpu_type"]
     # What was asked for is history and what Kubernetes reports is the tracker's: only priority is editable.
@@ -56,6 +59,12 @@ class WorkloadAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False  # submissions go through the portal or the API, which validate them
+
+    @admin.display(description="Why (reason and message)", ordering="reason")
+    def why(self, workload: Workload) -> str:
+        """Who waits and why, on the list itself: the state's reason and what a person should read about it."""
+        text = ": ".join(part for part in (workload.reason, workload.message) if part)
+        return Truncator(text).chars(160) if text else "—"
 
     def get_queryset(self, request: HttpRequest):
         # Staff who are not superusers administer their own teams' workloads only (jobs.policy).
@@ -122,6 +131,13 @@ class UsageReportForm(forms.Form):
     teams = forms.ModelMultipleChoiceField(
         Team.objects.all(), required=False, help_text="None selected: every team.", widget=forms.CheckboxSelectMultiple
     )
+    per = forms.ChoiceField(
+        label="Lines",
+        choices=[("team", "Per team and GPU type"), ("user", "Per person, team and GPU type")],
+        required=False,
+        initial="team",
+        widget=forms.RadioSelect,
+    )
 
     def __init__(self, data=None, *, user, **kwargs):
         if data is None:
@@ -132,6 +148,9 @@ class UsageReportForm(forms.Form):
         self.fields["teams"].queryset = policy.usage_teams(user)
         if not user.is_superuser:
             self.fields["teams"].help_text = "None selected: every team you manage."
+
+    def clean_per(self) -> str:
+        return self.cleaned_data.get("per") or "team"
 
     def clean(self):
         cleaned = super().clean()
@@ -146,14 +165,23 @@ class UsageReportForm(forms.Form):
         return cleaned
 
 
-def build_report(*, days: reports.DayRange, teams, **_ignored) -> dict:
-    """Usage summed per team and GPU type, with the billing weight the hours were billed at, of `teams` (the
-    ones picked, else every one the person may see: none is none, not all)."""
+def build_report(*, days: reports.DayRange, teams, per: str = "team", **_ignored) -> dict:
+    """Usage summed per team and GPU type (`per` "user": per person, team and GPU type), with the billing
+    weight the hours were billed at, of `teams` (the ones picked, else every one the person may see: none is
+    none, not all)."""
     report = reports.usage_build(days=days, team_ids=[t.id for t in teams])
+    per_user = per == "user"
+    grouped = report.group("team", "user", "gpu_type") if per_user else report.group("team", "gpu_type")
+
+    def username(user_id) -> str:
+        user = report.users.get(user_id)
+        return user.get_username() if user is not None else "—"
+
     lines = [
         {
-            "team": report.teams[team_id].name,
-            "gpu_type": report.gpu_types[type_id].display_name,
+            "team": report.teams[key[0]].name,
+            **({"user": username(key[1])} if per_user else {}),
+            "gpu_type": report.gpu_types[key[-1]].display_name,
             "billing_weight": Decimal(f"{sums.billing_weight:.3f}"),
             "gpu_hours": round(sums.gpu_hours, 3),
             "weighted_gpu_hours": round(sums.weighted_gpu_hours, 3),
@@ -161,10 +189,11 @@ def build_report(*, days: reports.DayRange, teams, **_ignored) -> dict:
             "gpu_equivalent_hours": round(sums.gpu_equivalent_hours, 3),
             "lost_gpu_hours": round(sums.lost_gpu_hours, 3),
         }
-        for (team_id, type_id), sums in report.group("team", "gpu_type").items()
+        for key, sums in grouped.items()
     ]
-    lines.sort(key=lambda line: (str(line["team"]), str(line["gpu_type"])))
+    lines.sort(key=lambda line: (str(line["team"]), line.get("user", ""), str(line["gpu_type"])))
     return {
+        "per_user": per_user,
         "lines": lines,
         "total_gpu_hours": round(sum(line["gpu_hours"] for line in lines), 3),
         "total_weighted_gpu_hours": round(sum(line["weighted_gpu_hours"] for line in lines), 3),
@@ -178,9 +207,11 @@ def report_csv(report: dict, params: dict) -> HttpResponse:
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="gpu-usage-{params["start"]}-{params["end"]}.csv"'
     writer = SafeCsvWriter(response)
+    per_user = report.get("per_user", False)
     writer.writerow(
         [
             "team",
+            *(["user"] if per_user else []),
             "gpu_type",
             "billing_weight",
             "gpu_hours",
@@ -194,6 +225,7 @@ def report_csv(report: dict, params: dict) -> HttpResponse:
         writer.writerow(
             [
                 line["team"],
+                *([line["user"]] if per_user else []),
                 line["gpu_type"],
                 line["billing_weight"],
                 line["gpu_hours"],

@@ -44,6 +44,7 @@ class GpuHealthMark(models.Model):
         LOST = "lost", "GPU lost"
         THERMAL = "thermal", "Sustained over-temperature"
         DEVICE_PLUGIN = "device_plugin", "Device plugin reports it unhealthy"
+        ADMIN = "admin", "Taken out by an admin"
 
     class Cleared(models.TextChoices):
         ADMIN = "admin", "Cleared by an admin"

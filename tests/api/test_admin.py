@@ -404,3 +404,124 @@ def test_a_team_admins_usage_report_shows_only_the_teams_they_may_see(client, wo
     assert "teams" in asked.context["form"].errors
     export = client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}&export=csv")
     assert "Language" not in export.content.decode()
+
+
+def test_provider_accounts_are_not_added_by_hand(admin_client, world):
+    # Every field of a provider account is read-only (the first sign-in makes it): its add page saved an
+    # empty row and answered 500 (no user). There is no add page and no Add button.
+    assert admin_client.post("/admin/identity/provideraccount/add/", {}).status_code == 403
+    listing = admin_client.get("/admin/identity/provideraccount/").content.decode()
+    assert "/admin/identity/provideraccount/add/" not in listing
+
+
+def test_a_quota_lowered_below_what_runs_says_running_work_keeps_running(admin_client, world, submit):
+    running = _queued(world, submit, 3)
+    Workload.objects.filter(id=running.id).update(state=State.RUNNING)
+    quota = Quota.objects.get(team=world.team, gpu_type=world.p100)
+    response = admin_client.post(
+        f"/admin/jobs/quota/{quota.id}/change/",
+        {"team": world.team.id, "gpu_type": world.p100.id, "max_gpus": 1, "borrowing_limit": 0},
+        follow=True,
+    )
+    page = response.content.decode()
+    assert "4 GPUs → 1 GPUs" in page
+    assert "3 GPUs are in use, more than the new quota: running work keeps running (nothing is stopped" in page
+    assert "new work of this team and type starts once fewer than 1 are in use" in page
+    running.refresh_from_db()
+    assert running.state == State.RUNNING
+
+
+def test_a_quota_removed_while_work_runs_says_what_happens_to_it(admin_client, world, submit):
+    running = _queued(world, submit, 2)
+    Workload.objects.filter(id=running.id).update(state=State.RUNNING)
+    quotas = list(Quota.objects.filter(team=world.team).order_by("gpu_type__slug"))
+    p100 = Quota.objects.get(team=world.team, gpu_type=world.p100)
+    response = admin_client.post(
+        f"/admin/jobs/team/{world.team.id}/change/", _team_form(world, quotas, {}, delete={p100.id}), follow=True
+    )
+    page = response.content.decode()
+    assert "2 GPUs are in use, more than the new quota: running work keeps running (nothing is stopped" in page
+    assert "queued work of this team and type waits until it has a quota again" in page
+
+
+def test_an_admin_takes_a_node_out_and_puts_it_back(admin_client, world, submit):
+    from jobs.models import GpuHealthMark, GpuNode
+    from jobs.services.cluster.node_health import nodes_to_avoid
+
+    node = GpuNode.objects.get(name="gpu-p100-1")
+    running = _queued(world, submit, 1)
+    Workload.objects.filter(id=running.id).update(state=State.RUNNING, node_name=node.name)
+    response = admin_client.post(
+        "/admin/jobs/gpunode/", {"action": "take_out", "_selected_action": [node.id]}, follow=True
+    )
+    page = response.content.decode()
+    assert "Took 1 node(s) out: new work avoids gpu-p100-1" in page
+    assert "1 workload(s) running there keep running" in page
+    assert nodes_to_avoid() == ("gpu-p100-1",)
+    mark = GpuHealthMark.objects.get()
+    assert mark.cause == GpuHealthMark.Cause.ADMIN
+    assert "ada" in mark.detail
+    running.refresh_from_db()
+    assert running.state == State.RUNNING
+    # Taking it out twice keeps one mark; the list says which nodes are out.
+    admin_client.post("/admin/jobs/gpunode/", {"action": "take_out", "_selected_action": [node.id]})
+    assert GpuHealthMark.objects.count() == 1
+    listing = admin_client.get("/admin/jobs/gpunode/?q=p100-1").content.decode()
+    assert "gpu-p100-1" in listing
+    assert "gpu-p100-2" not in listing
+    response = admin_client.post(
+        "/admin/jobs/gpunode/", {"action": "put_back", "_selected_action": [node.id]}, follow=True
+    )
+    assert "Put 1 node(s) back" in response.content.decode()
+    assert nodes_to_avoid() == ()
+
+
+def test_the_workload_list_says_who_waits_and_why_and_finds_a_teams_work(admin_client, world, submit):
+    from django.utils.html import escape
+
+    holding = _queued(world, submit, 4)
+    Workload.objects.filter(id=holding.id).update(state=State.RUNNING)
+    waiting = _queued(world, submit, 2)
+    waiting.refresh_from_db()
+    assert waiting.state == State.QUEUED
+    assert waiting.message
+    listing = admin_client.get("/admin/jobs/workload/?state__exact=QUEUED").content.decode()
+    assert "Why (reason and message)" in listing
+    assert escape(waiting.message[:40]) in listing
+    found = admin_client.get("/admin/jobs/workload/?q=Vision").content.decode()
+    assert str(waiting.uid) in found
+    assert str(waiting.uid) not in admin_client.get("/admin/jobs/workload/?q=Language").content.decode()
+
+
+def test_usage_report_per_person_on_the_page_and_in_the_csv(admin_client, world):
+    start = timezone.now().replace(hour=8, minute=0, second=0, microsecond=0) - timedelta(days=1)
+    for owner, hours in [(world.owner, 3), (world.teammate, 1)]:
+        Workload.objects.create(
+            team=world.team, owner=owner, name="ran", kind="batch", image="docker.io/x:1", gpu_type=world.p100,
+            gpu_count=1, time_limit_seconds=86400, state=State.SUCCEEDED, created_at=start, started_at=start,
+            finished_at=start + timedelta(hours=hours),
+        )  # fmt: skip
+    first = (timezone.localdate() - timedelta(days=3)).isoformat()
+    last = timezone.localdate().isoformat()
+    page = admin_client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}&per=user")
+    assert page.status_code == 200
+    lines = [(line["team"], line["user"], line["gpu_hours"]) for line in page.context["report"]["lines"]]
+    assert lines == [("Vision", "olivia", 3.0), ("Vision", "tom", 1.0)]
+    assert '<th scope="col">Person</th>' in page.content.decode()
+    export = admin_client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}&per=user&export=csv")
+    rows = list(csv.reader(io.StringIO(export.content.decode())))
+    assert rows[0][:3] == ["team", "user", "gpu_type"]
+    assert [row[:4] for row in rows[1:]] == [
+        ["Vision", "olivia", "Tesla P100", "1.000"],
+        ["Vision", "tom", "Tesla P100", "1.000"],
+    ]
+    # Per team (the default) keeps its columns; a "per" that is neither is a form error naming the field.
+    assert (
+        admin_client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}").context["report"]["lines"][0][
+            "gpu_hours"
+        ]
+        == 4.0
+    )
+    bad = admin_client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}&per=planet")
+    assert bad.status_code == 200
+    assert "per" in bad.context["form"].errors

@@ -103,6 +103,27 @@ def clear_mark(mark: GpuHealthMark, *, by, at: datetime | None = None) -> bool:
     return bool(changed)
 
 
+ADMIN_MARK_UUID = "admin"  # the one open mark per node an admin's "take out" makes (no GPU of its own)
+
+
+def take_out(node_name: str, *, by, at: datetime | None = None) -> bool:
+    """An admin keeps new work off a node (a GPU misbehaves before the agent says so, maintenance): an open
+    mark, as an agent's report makes, so new pods avoid the node. What runs there keeps running. False when
+    the admin had taken it out already."""
+    at = at or timezone.now()
+    with transaction.atomic():
+        if GpuHealthMark.objects.filter(
+            node_name=node_name, gpu_uuid=ADMIN_MARK_UUID, cleared_at__isnull=True
+        ).exists():
+            return False
+        GpuHealthMark.objects.create(
+            node_name=node_name, gpu_uuid=ADMIN_MARK_UUID, cause=GpuHealthMark.Cause.ADMIN,
+            detail=f"Taken out by {by.get_username()}", marked_at=at, last_bad_at=at,
+        )  # fmt: skip
+    log.warning("GPU health: node %s taken out by %s", node_name, by.get_username())
+    return True
+
+
 def act_on_workloads(mark: GpuHealthMark, *, at: datetime) -> None:
     """What runs on the node: restartable batch jobs are retried elsewhere; the others are told."""
     from jobs.services.retry import retry_instead_of_failing
