@@ -89,7 +89,7 @@ def _portal_side(engine, api, n: int, *, sweeps: bool) -> tuple[dict[str, float]
     own = OwnStatements()
     quiet()
     pgstat.reset(force=True)
-    tables = _table_writes()
+    tables, transactions = _table_writes(), _transactions()
     before, roles, began = cpu.snapshot(), cpu.postgres_snapshot(), time.monotonic()
     with connection.execute_wrapper(own):
         (_rest_submit_arrays if sweeps else _rest_submit)(api, token, team.slug, n, {"SIM_RUN_SECONDS": "1"})
@@ -98,10 +98,24 @@ def _portal_side(engine, api, n: int, *, sweeps: bool) -> tuple[dict[str, float]
     spent, length = cpu.spent(before, cpu.snapshot()), time.monotonic() - began
     roles = cpu.spent(roles, cpu.postgres_snapshot())
     calls, top = pgstat.window(f"budget {'sweep' if sweeps else 'rest'} side", n)
-    top = [_roles_line(roles, n), *_writes_lines(tables, _table_writes(), n), *top]
+    transactions = _transactions() - transactions
+    trips = pgstat.round_trips_line(f"budget {'sweep' if sweeps else 'rest'} side", n, transactions)
+    top = [_roles_line(roles, n), *_writes_lines(tables, _table_writes(), n), trips, *top]
     engine.delete_namespace(namespace)
     engine.settle(namespace, team=team)
     return spent, (calls - own.count) / n if calls is not None else float("nan"), top, length
+
+
+def _transactions() -> int:
+    """Commits and rollbacks in the run's database so far (pg_stat_database; the window's own reads add a few)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()")
+        return cursor.fetchone()[0]
 
 
 def _table_writes() -> dict[str, tuple[int, int, int]]:

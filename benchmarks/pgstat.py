@@ -66,3 +66,27 @@ def window(label: str, per: int) -> tuple[int | None, list[str]]:
         shares = f"{count / per:6.2f}/obj {ms / per:7.3f} ms/obj {ms / count:7.3f} ms/call {returned / count:6.1f} rows"
         lines.append(f"#   {shares}  {query[:160]}")
     return calls, lines
+
+
+def round_trips_line(label: str, per: int, transactions: int) -> str:
+    """A `#` line: the window's statements per object by kind. The foreign-key checks run inside the INSERT or
+    UPDATE that fires them (no round trip of their own); the rest are each a round trip from a client.
+    `transactions`: commits and rollbacks the window's clients made (pg_stat_database), autocommitted
+    statements included, each with its own WAL flush when it wrote."""
+    if not loaded():
+        return f"# {label} round trips: (no pg_stat_statements)"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(calls) FILTER (WHERE query LIKE 'SELECT 1 FROM ONLY %%'), 0),"
+            " coalesce(sum(calls) FILTER (WHERE query ILIKE 'BEGIN%%'), 0),"
+            " coalesce(sum(calls) FILTER (WHERE query ILIKE 'COMMIT%%' OR query ILIKE 'ROLLBACK%%'), 0),"
+            " coalesce(sum(calls) FILTER (WHERE query ~ '^SELECT 1$|^SELECT \\$1$'), 0),"
+            " coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query NOT LIKE '%%pg_stat_statements%%'"
+        )
+        checks, begins, ends, health, calls = cursor.fetchone()
+    trips = calls - checks
+    return (
+        f"# {label} round trips per object: {trips / per:.2f} (BEGIN {begins / per:.2f}, COMMIT/ROLLBACK "
+        f"{ends / per:.2f}, SELECT 1 {health / per:.2f}, the rest {(trips - begins - ends - health) / per:.2f}); "
+        f"foreign-key checks inside them {checks / per:.2f}; transactions {transactions / per:.2f}"
+    )

@@ -64,9 +64,8 @@ class TeamWebhook(models.Model):
 class Event(models.Model):
     """Something happened that someone may want to hear about. `key` makes it happen once."""
 
-    key = models.CharField(
-        max_length=200, unique=True, help_text="One event per key, e.g. 'workload.failed:ab12cd34ef'."
-    )
+    # Unique by the constraint notify_event_key, not unique=True, which would add a LIKE copy of the index.
+    key = models.CharField(max_length=200, help_text="One event per key, e.g. 'workload.failed:ab12cd34ef'.")
     kind = models.CharField(max_length=40)
     workload = models.ForeignKey("jobs.Workload", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
     team = models.ForeignKey("jobs.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
@@ -81,7 +80,14 @@ class Event(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["fanned_out_at", "created_at"], name="notify_event_fanout")]
+        # The sweep's events not fanned out yet, oldest first: an event leaves the index when it is marked
+        # (the mark writes no entry there; issue 41).
+        indexes = [
+            models.Index(
+                fields=["created_at"], condition=models.Q(fanned_out_at__isnull=True), name="notify_event_fanout"
+            )
+        ]
+        constraints = [models.UniqueConstraint(fields=["key"], name="notify_event_key")]
 
     def __str__(self) -> str:
         return self.key

@@ -79,7 +79,9 @@ def new_uid() -> str:
 class Workload(models.Model):
     """What a researcher asked for, and what Kubernetes made of it."""
 
-    uid = models.CharField(max_length=16, unique=True, default=new_uid, editable=False)
+    # Unique by the constraint wl_uid, not unique=True: that would also build a varchar_pattern_ops copy of the
+    # index for LIKE 'prefix%' (which nothing of the portal asks), written again at every change of state.
+    uid = models.CharField(max_length=16, default=new_uid, editable=False)
     # No index of their own: wl_queue and wl_team_recent begin with the team, wl_owner_recent with the owner,
     # and every index is written again at each change of state (issue 41).
     team = models.ForeignKey("jobs.Team", on_delete=models.PROTECT, related_name="workloads", db_index=False)
@@ -92,7 +94,12 @@ class Workload(models.Model):
     # --- the spec, as validated at submit -------------------------------------------------------
     image = models.CharField(max_length=255)
     catalog_image = models.ForeignKey(
-        "jobs.CatalogImage", null=True, blank=True, on_delete=models.SET_NULL, related_name="workloads"
+        "jobs.CatalogImage",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="workloads",
+        db_index=False,  # wl_catalog_image: only the rows that have one
     )
     gpu_type = models.ForeignKey("jobs.GpuType", on_delete=models.PROTECT, related_name="workloads")
     gpu_count = models.PositiveIntegerField(
@@ -213,15 +220,26 @@ class Workload(models.Model):
             models.Index(fields=["team", "-created_at"], name="wl_team_recent"),
             models.Index(fields=["owner", "-created_at"], name="wl_owner_recent"),
             models.Index(fields=["state"], name="wl_state"),
-            # Usage reports: intervals that overlap a range.
-            models.Index(fields=["started_at", "finished_at"], name="wl_interval"),
+            # Usage reports: intervals that overlap a range. Only started runs (every query of it says
+            # started_at < end or started_at IS NOT NULL): a workload enters it when it starts, not at each
+            # of its moves before (issue 41: the queue's rows wrote an entry here at intake, admission and
+            # creation).
+            models.Index(
+                fields=["started_at", "finished_at"], condition=models.Q(started_at__isnull=False), name="wl_interval"
+            ),
             # ... and the recent end of one (today, the days not rolled up yet): the runs that ended after a
             # moment or still run. Only started runs: the queue's rows have no end either.
             models.Index(fields=["finished_at"], condition=models.Q(started_at__isnull=False), name="wl_ended"),
             # GPU telemetry attributes each agent sample to a workload by its pod's UID.
             models.Index(fields=["pod_uid"], name="wl_pod_uid"),
+            # Deleting a catalog image sets its workloads' image to NULL (catalog_image_id = ANY(...) implies
+            # NOT NULL, so that lookup uses it); workloads with an image typed by hand never enter it.
+            models.Index(
+                fields=["catalog_image"], condition=models.Q(catalog_image__isnull=False), name="wl_catalog_image"
+            ),
         ]
         constraints = [
+            models.UniqueConstraint(fields=["uid"], name="wl_uid"),
             # Accounting integrity: GPU time of a finished workload is always bounded.
             models.CheckConstraint(
                 condition=~models.Q(state__in=FINAL_STATES, started_at__isnull=False, finished_at__isnull=True),

@@ -66,6 +66,24 @@ def _hot_updates() -> list[str]:
     return [f"  {name}: {ins} inserted, {upd} updated, {hot} of them HOT" for name, ins, upd, hot in rows]
 
 
+def _index_work(n: int) -> list[str]:
+    """Per index of the tables the path writes: scans (what reads use it) and buffer hits (reads and the
+    entries written at each insert and non-HOT update) per workload, busiest first."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+        cursor.execute(
+            "SELECT s.relname, s.indexrelname, s.idx_scan, io.idx_blks_hit + io.idx_blks_read "
+            "FROM pg_stat_user_indexes s JOIN pg_statio_user_indexes io USING (indexrelid) "
+            "WHERE io.idx_blks_hit + io.idx_blks_read > 0 ORDER BY 4 DESC LIMIT %s",
+            [int(os.environ.get("PROFILE_INDEXES", "20"))],
+        )
+        rows = cursor.fetchall()
+    return [
+        f"  {table}.{index}: {scans / n:.2f} scans, {hits / n:.1f} buffer hits per workload"
+        for table, index, scans, hits in rows
+    ]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_profile(path):  # noqa: F811 - the fixture imported above
     one, stages = path
@@ -80,6 +98,8 @@ def test_profile(path):  # noqa: F811 - the fixture imported above
     if "pg_stat_statements" in libraries:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_stat_statements_reset()")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_reset()")
     spent: dict[str, int] = {}
     counted = stages.stage
 
@@ -103,3 +123,4 @@ def test_profile(path):  # noqa: F811 - the fixture imported above
         print(f"  {name:10s} {spent.get(name, 0) / n / 1e6:6.3f} ms  {sent:4.1f} statements")
     print("\n".join(_statements(n)))
     print("\n".join(_hot_updates()))
+    print("\n".join(_index_work(n)))
