@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("jobs", "0036_partial_indexes"),
+        ("jobs", "0037_partial_indexes"),
         ("notifications", "0002_drop_indexes_covered_by_composites"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("jobs", "0035_team_facts_version"),
+        ("jobs", "0036_gpu_health_mark_admin_cause"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
