@@ -53,6 +53,13 @@
     }
   });
 
+  // A form[data-confirm] sent by its own button (remove a member, delete a secret): ask first; a No sends
+  // nothing. (The Cancel link below submits with form.submit(), which fires no submit event: asked once.)
+  document.addEventListener("submit", function (event) {
+    var question = event.target.getAttribute && event.target.getAttribute("data-confirm");
+    if (question && !window.confirm(question)) event.preventDefault();
+  });
+
   // A link inside a form[data-confirm]: ask, then submit the form. Without JavaScript the link leads
   // to a confirmation page instead.
   document.addEventListener("click", function (event) {

@@ -235,3 +235,42 @@ def test_on_a_phone_a_manager_reads_each_role_and_reaches_remove_without_scrolli
         assert box is not None
         assert box["x"] + box["width"] <= width, f"Remove {name} is off screen"
     screenshot(page, "members_phone")
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_remove_and_delete_ask_first_and_a_no_keeps_the_member_and_the_secret(page, world):
+    """One tap on Remove (a member) or Delete (a secret, whose value is never shown again) did it at once."""
+    from playwright.sync_api import expect
+
+    from jobs.models import TeamSecret
+    from tests.ui.conftest import sign_in
+
+    TeamSecret.objects.create(team=world.team, owner=world.manager, name="hf-token", k8s_name="s-hf", shared=True)
+    sign_in(page, "maria")
+    asked: list[str] = []
+    yes = {"answer": False}
+
+    def answer(dialog) -> None:
+        asked.append(dialog.message)
+        dialog.accept() if yes["answer"] else dialog.dismiss()
+
+    page.on("dialog", answer)
+    page.goto("/members/")
+    page.get_by_role("button", name=f"Remove olivia from {world.team.name}").click()
+    assert asked, "Remove asked nothing"
+    assert "olivia" in asked[-1]
+    page.goto("/members/")  # nothing was sent: olivia is still listed
+    expect(page.get_by_label("Role of olivia", exact=True)).to_be_visible()
+    assert _roles(world)["olivia"] == Role.MEMBER
+
+    page.goto("/secrets/")
+    page.get_by_role("button", name="Delete secret hf-token").click()
+    assert "hf-token" in asked[-1]
+    assert TeamSecret.objects.filter(name="hf-token").exists()
+
+    yes["answer"] = True  # and a yes does it
+    page.goto("/members/")
+    page.get_by_role("button", name=f"Remove olivia from {world.team.name}").click()
+    expect(page.get_by_text("olivia is no longer a member")).to_be_visible()
+    assert "olivia" not in _roles(world)
