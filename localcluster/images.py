@@ -601,7 +601,13 @@ def catalog_seed(quota_team: str | None = None) -> dict:
     with `localhost` as an allowed registry, and the GPU types of the real nodes (with a quota of 4 each
     for `quota_team` when given). For the local cluster only (`make run` with GPUPORTAL_LOCAL_IMAGES=1,
     tests): no other cluster can pull a localhost/... reference."""
-    jupyter_args = ["--ServerApp.base_url={base_url}", "--IdentityProvider.token=", "--ServerApp.password="]
+    # {home}: the owner's home workspace (left out where workspaces are off), so Open lands where files last.
+    jupyter_args = [
+        "--ServerApp.base_url={base_url}",
+        "--IdentityProvider.token=",
+        "--ServerApp.password=",
+        "--ServerApp.root_dir={home}",
+    ]
     quotas = [{"team": quota_team, "gpu_type": t["slug"], "max_gpus": 4} for t in REAL_GPU_TYPES if quota_team]
     return {
         "gpu_types": [dict(t) for t in REAL_GPU_TYPES],
@@ -611,19 +617,17 @@ def catalog_seed(quota_team: str | None = None) -> dict:
              "description": "Debian's Python 3.11 built on this machine; runs as uid 1000. Bring your script.",
              "default_command": ["python", "train.py"]},
             {"reference": IMAGES["jupyterlab"], "title": "JupyterLab (local)", "suits": "service",
-             "description": "JupyterLab built on this machine; press Open on its page once it runs. Its file "
-                            "browser starts at /home: keep notebooks in the folder named after you (your home "
-                            "workspace, kept between launches).",
-             # /home holds the image's own home and the portal's mount of the user's home workspace; the
-             # command in full, as traitlets refuses a second root_dir after the image's entrypoint's.
-             "default_command": ["jupyter", "lab", "--ip=0.0.0.0", "--no-browser", "--ServerApp.root_dir=/home"],
+             "description": "JupyterLab built on this machine; press Open on its page once it runs. It opens "
+                            "in your home workspace (/home/<you>): what you save there is kept between launches.",
+             # The command in full, without the image entrypoint's root_dir: traitlets refuses a second one, and
+             # the portal's `{home}` argument (jupyter_args) gives the owner's home workspace instead.
+             "default_command": ["jupyter", "lab", "--ip=0.0.0.0", "--no-browser"],
              "default_port": 8888, "base_url_args": jupyter_args},
             {"reference": IMAGES["devenv"], "title": "Dev environment: SSH + JupyterLab (local)", "suits": "service",
              "description": "JupyterLab with an SSH server beside it: gpuportal ssh, scp, rsync and VS Code "
                             "Remote-SSH reach it through the portal with the keys on your profile. $HOME is your "
                             "home workspace.",
-             "default_command": [DEVENV_ENTRYPOINT, "jupyter", "lab", "--ip=0.0.0.0", "--no-browser",
-                                 "--ServerApp.root_dir=/home"],
+             "default_command": [DEVENV_ENTRYPOINT, "jupyter", "lab", "--ip=0.0.0.0", "--no-browser"],
              "default_port": 8888, "base_url_args": jupyter_args, "runs_sshd": True},
             {"reference": IMAGES["tensorboard"], "title": "TensorBoard (local)", "suits": "service",
              "description": "TensorBoard built on this machine, serving the logs under /logs.",

@@ -2,9 +2,12 @@
 
 Sign-in-required views answer a signed-out request with a redirect to the sign-in page; htmx follows it and
 swaps the whole sign-in page, top bar and all, into the box (the launch outlook, a workload's state, logs,
-events). Instead the box gets one line saying so, with a link that signs in again in a new tab (back to the
+events). Instead the answer is one line saying so, with a link that signs in again in a new tab (back to the
 same page there), so that this page and what was typed in it stay; its forms then go through (portal.js
-sends the new CSRF secret).
+sends the new CSRF secret). The answer carries SIGNED_OUT_HEADER, and portal.js puts the line just before
+the box instead of in its place: the box keeps what it last showed (a workload's state and times, the
+dashboard), and the first answer after signing in again replaces the box and takes the line away. Without
+portal.js, htmx swaps the line into the box as before.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import resolve_url
 from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
+
+SIGNED_OUT_HEADER = "GPUPortal-Signed-Out"  # read by static/js/portal.js
 
 
 class SignedOutPartialMiddleware:
@@ -42,7 +47,7 @@ class SignedOutPartialMiddleware:
         else:
             back = "/"
         sign_in = f"{resolve_url(settings.LOGIN_URL)}?next={quote(back, safe='/')}"
-        return HttpResponse(
+        response = HttpResponse(
             format_html(
                 '<p class="notice waiting" role="alert">You are signed out, so this is not up to date. '
                 '<a href="{}" target="_blank" rel="noopener">Sign in again in a new tab</a>, then come back: '
@@ -50,3 +55,5 @@ class SignedOutPartialMiddleware:
                 sign_in,
             )
         )
+        response[SIGNED_OUT_HEADER] = "1"
+        return response

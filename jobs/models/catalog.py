@@ -246,9 +246,13 @@ class CatalogImage(models.Model):
     # How a service learns the path the portal serves it under (/w/<uid>/): arguments appended to its
     # own, and environment variables, where "{base_url}" becomes "/w/<uid>/" and "{base_path}" the same
     # without the trailing slash (TensorBoard and DIGITS want that form). Every service also gets
-    # GPUPORTAL_BASE_URL.
+    # GPUPORTAL_BASE_URL. "{home}" becomes the owner's home workspace (/home/<username>); an argument or
+    # variable that names it is left out when workspaces are off.
     base_url_args = models.JSONField(
-        default=list, blank=True, help_text='e.g. ["--ServerApp.base_url={base_url}"] or ["--path_prefix={base_path}"]'
+        default=list,
+        blank=True,
+        help_text='e.g. ["--ServerApp.base_url={base_url}"] or ["--path_prefix={base_path}"]; '
+        '{home} is the owner\'s home workspace, e.g. "--ServerApp.root_dir={home}"',
     )
     base_url_env = models.JSONField(default=dict, blank=True, help_text='e.g. {"DIGITS_URL_PREFIX": "{base_path}"}')
     # User pods run as a fixed non-root uid. An image that cannot (it writes to /root, installs packages at

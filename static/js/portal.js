@@ -21,12 +21,43 @@
     if (token) event.detail.headers["X-CSRFToken"] = token;
   });
 
+  // A box that refreshes itself (htmx) after the session ended is answered with a one-line "signed out"
+  // notice (portal/htmx.py, marked by its header). What the box showed stays, so the page still says what
+  // it knew (a workload's state and times, the dashboard): the notice goes just before the first box that
+  // learns it, once for the page (a workload page has several such boxes), and the boxes keep asking. The
+  // first answer after signing in again (in another tab) updates its box as usual and takes the notice away.
+  var SIGNED_OUT_HEADER = "GPUPortal-Signed-Out";
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var xhr = event.detail.xhr, target = event.detail.target;
+    if (!xhr || !target || !target.parentNode) return;
+    var shown = document.querySelector("[data-signed-out-notice]");
+    if (xhr.getResponseHeader(SIGNED_OUT_HEADER) !== "1") {
+      if (shown && event.detail.shouldSwap) shown.remove();
+      return;
+    }
+    event.detail.shouldSwap = false;
+    if (shown) return;
+    var holder = document.createElement("div");
+    holder.innerHTML = xhr.responseText;  // the portal's own line (portal/htmx.py), escaped there
+    var notice = holder.firstElementChild;
+    if (!notice) return;
+    notice.setAttribute("data-signed-out-notice", "");
+    target.parentNode.insertBefore(notice, target);
+  });
+
   // A select that submits its form when changed (the team picker).
   document.addEventListener("change", function (event) {
     var target = event.target;
     if (target.matches && target.matches("select[data-autosubmit]")) {
       target.form.requestSubmit();
     }
+  });
+
+  // A form[data-confirm] sent by its own button (remove a member, delete a secret): ask first; a No sends
+  // nothing. (The Cancel link below submits with form.submit(), which fires no submit event: asked once.)
+  document.addEventListener("submit", function (event) {
+    var question = event.target.getAttribute && event.target.getAttribute("data-confirm");
+    if (question && !window.confirm(question)) event.preventDefault();
   });
 
   // A link inside a form[data-confirm]: ask, then submit the form. Without JavaScript the link leads

@@ -63,3 +63,56 @@ def test_the_researchers_own_variable_wins(make):
 def test_batch_jobs_get_nothing(make):
     spec = spec_for(make(kind=Kind.BATCH))
     assert not any(name == "GPUPORTAL_BASE_URL" for name, _ in spec.env)
+
+
+def _home_mounts(workload: Workload) -> list[dict]:
+    username = workload.owner.get_username()
+    return [
+        {"kind": "home", "mount_path": f"/home/{username}", "claim": "home-x", "read_only": False},
+        {"kind": "team", "mount_path": "/team", "claim": "team", "read_only": False},
+    ]
+
+
+@pytest.mark.parametrize("image", ["jupyterlab", "devenv"])
+def test_local_jupyterlab_opens_in_the_owners_home_workspace_where_their_files_last(make, image):
+    """Open lands where the person's files are kept (the home workspace), not in /home, whose other folders
+    are the image's own and go with the container: a notebook made where Open lands must outlive the pod."""
+    from jobs.kube.objects import make_container
+    from jobs.services.seeding import apply_seed
+    from localcluster.images import IMAGES, catalog_seed
+
+    apply_seed(catalog_seed())
+    entry = CatalogImage.objects.get(reference=IMAGES[image])
+    workload = make(catalog=entry)
+    workload.command, workload.args = list(entry.default_command), []  # as the launch form sends them
+    workload.mounts = _home_mounts(workload)
+    container = make_container(spec_for(workload))
+
+    words = [*container.get("command", []), *container.get("args", [])]
+    home = f"/home/{workload.owner.get_username()}"
+    assert [w for w in words if "root_dir" in w] == [f"--ServerApp.root_dir={home}"]
+    assert f"--ServerApp.base_url=/w/{workload.uid}/" in words
+
+    # Without workspaces (no StorageClass) there is no home to land in: no root_dir at all, so JupyterLab
+    # starts where the container does, rather than failing on a folder that is not there.
+    workload.mounts = []
+    words = [*make_container(spec_for(workload)).get("args", [])]
+    assert not [w for w in words if "root_dir" in w or "{home}" in w]
+
+
+def test_a_home_template_is_filled_with_the_owners_home_workspace(make):
+    entry = CatalogImage.objects.create(
+        reference="jupyter/y:1", title="Jupyter",
+        base_url_args=["--ServerApp.base_url={base_url}", "--notebook-dir={home}"],
+        base_url_env={"WORKDIR": "{home}/work"},
+    )  # fmt: skip
+    workload = make(catalog=entry)
+    workload.mounts = _home_mounts(workload)
+    home = f"/home/{workload.owner.get_username()}"
+    spec = spec_for(workload)
+    assert spec.args == ("--verbose", f"--ServerApp.base_url=/w/{workload.uid}/", f"--notebook-dir={home}")
+    assert ("WORKDIR", f"{home}/work") in spec.env
+    workload.mounts = []
+    spec = spec_for(workload)
+    assert spec.args == ("--verbose", f"--ServerApp.base_url=/w/{workload.uid}/")
+    assert not [name for name, _ in spec.env if name == "WORKDIR"]

@@ -148,7 +148,8 @@ def test_ssh_scp_and_port_forwarding_through_the_portal_on_a_real_node(real_engi
     assert env["GPUPORTAL_WORKLOAD"] == uid
     assert owner.ssh(uid, "id", "-u").stdout.strip() == "1000"  # the pod's own non-root uid
 
-    # scp into the home workspace; JupyterLab reads it back through Open's path.
+    # scp into the home workspace; JupyterLab, whose file browser opens in that workspace, reads it back
+    # through Open's path at the top of its tree.
     sent = tmp_path / "hello.txt"
     sent.write_text("sent with scp through the portal\n")
     home = f"/home/{real_engine.owner.username}"
@@ -160,7 +161,7 @@ def test_ssh_scp_and_port_forwarding_through_the_portal_on_a_real_node(real_engi
     # JupyterLab starts after sshd: until it listens, Open's path answers 502 (the "cannot be reached" page).
     deadline = time.monotonic() + 120
     while True:
-        read = requests.get(f"{portal_proxy}/w/{uid}/api/contents/{real_engine.owner.username}/hello.txt",
+        read = requests.get(f"{portal_proxy}/w/{uid}/api/contents/hello.txt",
                             params={"content": "1"}, cookies=cookies, timeout=30)  # fmt: skip
         if read.status_code != 502 or time.monotonic() > deadline:
             break

@@ -70,31 +70,26 @@ def launch_and_open(page, lab, name: str):
     return workload, jupyter
 
 
-def open_folder(jupyter, folder: str) -> None:
-    jupyter.locator(".jp-DirListing-item", has_text=folder).dblclick()
-    expect(jupyter.locator(".jp-BreadCrumbs")).to_contain_text(folder)
-
-
 def test_open_shows_real_jupyterlab_runs_a_cell_and_keeps_the_saved_notebook(chromium, front, lab):  # noqa: F811
     context, page = browser_tab(chromium, front)
     sign_in(page, lab.owner.username)
     workload, jupyter = launch_and_open(page, lab, "real-lab")
     screenshot(jupyter, "real_jupyterlab_launcher")
 
-    # In the home workspace's folder, a new notebook from the launcher; a cell run with Shift+Enter: code,
-    # kernel and output over the kernel's WebSocket, through the proxy.
-    home = lab.owner.username
-    open_folder(jupyter, home)
+    # Open lands in the home workspace, where files outlive the pod: a new notebook from the launcher, there
+    # with no folder to find first; a cell run with Shift+Enter: code, kernel and output over the kernel's
+    # WebSocket, through the proxy. The kernel works in that folder too.
+    home = f"/home/{lab.owner.username}"
     jupyter.locator('.jp-LauncherCard[data-category="Notebook"]').first.click()
     editor = jupyter.locator(".jp-Notebook .jp-Cell .cm-content").first
     expect(editor).to_be_visible(timeout=30_000)
     expect(jupyter.get_by_role("button", name="Python 3 (ipykernel) | Idle")).to_be_visible(timeout=60_000)
-    editor.fill("import os; print('gpus', os.environ['NVIDIA_VISIBLE_DEVICES'], 6 * 7)")
+    editor.fill("import os; print('gpus', os.environ['NVIDIA_VISIBLE_DEVICES'], 6 * 7, 'in', os.getcwd())")
     expect(editor).to_contain_text("NVIDIA_VISIBLE_DEVICES")
     editor.press("Shift+Enter")
     output = jupyter.locator(".jp-OutputArea-output").first
     expect(output).to_contain_text("gpus GPU-", timeout=120_000)
-    expect(output).to_contain_text(" 42")
+    expect(output).to_contain_text(f" 42 in {home}")
     jupyter.get_by_role("button", name="Save and create checkpoint (Ctrl+S)").click()
     # JupyterLab 4 asks for a name on a new notebook's first save; the proposed one will do.
     jupyter.locator(".jp-Dialog").get_by_role("button", name="Rename and Save").click()
@@ -105,10 +100,9 @@ def test_open_shows_real_jupyterlab_runs_a_cell_and_keeps_the_saved_notebook(chr
     workload_cancel(workload=workload, by=lab.owner)
     lab.wait_for(workload, State.CANCELLED)
 
-    # A new launch, on a new pod: the notebook and its output are in the home folder still.
+    # A new launch, on a new pod: the notebook and its output are where Open lands, still.
     again, jupyter2 = launch_and_open(page, lab, "real-lab-again")
     assert again.uid != workload.uid
-    open_folder(jupyter2, home)
     jupyter2.locator(".jp-DirListing-item", has_text="Untitled.ipynb").dblclick()
     expect(jupyter2.locator(".jp-OutputArea-output").first).to_contain_text(" 42", timeout=30_000)
     screenshot(jupyter2, "real_jupyterlab_notebook_kept")

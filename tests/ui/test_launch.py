@@ -475,3 +475,24 @@ def test_what_a_service_cannot_have_is_left_out_not_judged(login, world, setting
     job = Workload.objects.get(kind="batch")
     assert job.port is None
     assert not job.shared_with_team
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_a_service_form_hides_the_batch_jobs_retry_settings(page, world):
+    """Restartable, Automatic retries, Exit codes to retry and Checkpoints in are a batch job's (a service
+    always restarts, and the portal leaves them out of a service's launch): a notebook's form showed them."""
+    from playwright.sync_api import expect
+
+    from tests.ui.conftest import sign_in
+
+    sign_in(page, "olivia")
+    page.goto("/launch/")
+    page.get_by_label("Batch job").check()
+    expect(page.get_by_label("Restartable")).to_be_visible()
+    expect(page.get_by_label("Automatic retries")).to_be_visible()
+    page.get_by_label("Service").check()
+    for label in ("Restartable", "Automatic retries", "Exit codes to retry", "Checkpoints in"):
+        expect(page.get_by_label(label)).to_be_hidden()
+    page.get_by_label("Batch job").check()
+    expect(page.get_by_label("Checkpoints in")).to_be_visible()

@@ -202,3 +202,75 @@ def test_changes_made_in_admin_name_the_admin(world, client):
     change = MembershipChange.objects.filter(team=world.team, username="tom").first()
     assert change is not None
     assert change.changed_by_name == "ada"
+
+
+ROLE_SHOWN_IN_FULL = """s => {
+  const style = getComputedStyle(s);
+  const text = document.createElement("canvas").getContext("2d");
+  text.font = style.font;
+  const room = s.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight) - 16;  // the arrow
+  return text.measureText(s.selectedOptions[0].text).width <= room;
+}"""
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_on_a_phone_a_manager_reads_each_role_and_reaches_remove_without_scrolling_sideways(page, world):
+    from playwright.sync_api import expect
+
+    from tests.ui.conftest import screenshot, sign_in
+
+    page.set_viewport_size({"width": 390, "height": 800})
+    sign_in(page, "maria")
+    page.goto("/members/")
+    width = page.evaluate("document.documentElement.clientWidth")
+    table = page.get_by_role("table", name=f"Members of {world.team.name} and their roles")
+    assert table.evaluate("t => t.closest('.table-wrap').scrollWidth - t.closest('.table-wrap').clientWidth") <= 0
+    for name in ("maria", "olivia", "tom"):
+        role = page.get_by_label(f"Role of {name}", exact=True)
+        assert role.evaluate(ROLE_SHOWN_IN_FULL), f"{name}'s role is cut short"
+        remove = page.get_by_role("button", name=f"Remove {name} from {world.team.name}")
+        expect(remove).to_be_in_viewport()
+        box = remove.bounding_box()
+        assert box is not None
+        assert box["x"] + box["width"] <= width, f"Remove {name} is off screen"
+    screenshot(page, "members_phone")
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_remove_and_delete_ask_first_and_a_no_keeps_the_member_and_the_secret(page, world):
+    """One tap on Remove (a member) or Delete (a secret, whose value is never shown again) did it at once."""
+    from playwright.sync_api import expect
+
+    from jobs.models import TeamSecret
+    from tests.ui.conftest import sign_in
+
+    TeamSecret.objects.create(team=world.team, owner=world.manager, name="hf-token", k8s_name="s-hf", shared=True)
+    sign_in(page, "maria")
+    asked: list[str] = []
+    yes = {"answer": False}
+
+    def answer(dialog) -> None:
+        asked.append(dialog.message)
+        dialog.accept() if yes["answer"] else dialog.dismiss()
+
+    page.on("dialog", answer)
+    page.goto("/members/")
+    page.get_by_role("button", name=f"Remove olivia from {world.team.name}").click()
+    assert asked, "Remove asked nothing"
+    assert "olivia" in asked[-1]
+    page.goto("/members/")  # nothing was sent: olivia is still listed
+    expect(page.get_by_label("Role of olivia", exact=True)).to_be_visible()
+    assert _roles(world)["olivia"] == Role.MEMBER
+
+    page.goto("/secrets/")
+    page.get_by_role("button", name="Delete secret hf-token").click()
+    assert "hf-token" in asked[-1]
+    assert TeamSecret.objects.filter(name="hf-token").exists()
+
+    yes["answer"] = True  # and a yes does it
+    page.goto("/members/")
+    page.get_by_role("button", name=f"Remove olivia from {world.team.name}").click()
+    expect(page.get_by_text("olivia is no longer a member")).to_be_visible()
+    assert "olivia" not in _roles(world)

@@ -9,7 +9,7 @@ from django.test import Client
 from playwright.sync_api import expect
 
 from jobs.models import Workload
-from tests.ui.conftest import PASSWORD, make_workload, sign_in
+from tests.ui.conftest import PASSWORD, make_workload, screenshot, sign_in
 
 pytestmark = [pytest.mark.django_db]
 
@@ -102,3 +102,69 @@ def test_a_box_refreshed_after_the_session_ended_says_so_instead_of_holding_the_
     assert "<form" not in body  # not the whole sign-in page inside the box
     assert "You are signed out" in body
     assert f'href="/login/?next={page}"' in body  # back to this page, with what was typed on it still there
+
+
+def _poll(page, path_part: str):
+    """Wait for the page's next htmx poll of `path_part` to come back (no clock in the assertion)."""
+    with page.expect_response(lambda response: path_part in response.url):
+        pass
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_a_workload_page_left_open_after_the_session_ended_keeps_its_header_beside_the_notice(
+    chromium, live_server, world
+):
+    workload = make_workload(world, name="still-running")
+    context = chromium.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    sign_in(page, "olivia")
+    page.goto(f"/workloads/{workload.uid}/")
+    heading = page.get_by_role("heading", name="still-running")
+    expect(heading).to_be_visible()
+
+    context.clear_cookies()  # the session ended (expired, or signed out elsewhere)
+    notice = page.get_by_role("alert").filter(has_text="You are signed out")
+    expect(notice).to_be_visible()
+    # What the workload was doing when the page last knew it is still there, beside the notice.
+    expect(heading).to_be_visible()
+    expect(page.locator("#state-badge")).to_contain_text("Running")
+    expect(page.locator("#live")).to_contain_text("Node")
+    _poll(page, "/live/")
+    _poll(page, "/events/")  # the page's other box that refreshes itself
+    _poll(page, "/live/")
+    expect(notice).to_have_count(1)  # one notice for the page, not one per box or one more every poll
+    assert page.locator("[data-signed-out-notice] + #live").count() == 1  # just above what went stale
+    screenshot(page, "signed-out-workload-header")
+
+    other = context.new_page()  # signing in again in another tab, as the notice's link does
+    sign_in(other, "olivia")
+    expect(notice).to_have_count(0)  # the next poll is up to date again
+    expect(heading).to_be_visible()
+    context.close()
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_the_dashboard_left_open_after_the_session_ended_keeps_what_it_showed(chromium, live_server, world):
+    make_workload(world, name="on-the-dashboard")
+    context = chromium.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    sign_in(page, "olivia")
+    expect(page.locator("#dashboard-live")).to_contain_text("on-the-dashboard")
+
+    context.clear_cookies()
+    with page.expect_response(lambda response: response.request.headers.get("hx-request") == "true"):
+        pass  # the dashboard's next refresh (every 5 s)
+    expect(page.get_by_role("alert").filter(has_text="You are signed out")).to_be_visible()
+    expect(page.locator("#dashboard-live")).to_contain_text("on-the-dashboard")
+    context.close()
+
+
+def test_the_signed_out_answer_is_marked_so_the_page_keeps_the_box_beside_it(client, world):
+    workload = make_workload(world, name="marked")
+    page = f"/workloads/{workload.uid}/"
+    response = client.get(page + "live/", HTTP_HX_REQUEST="true", HTTP_HX_CURRENT_URL=f"http://testserver{page}")
+    assert response["GPUPortal-Signed-Out"] == "1"  # portal.js puts the line beside the box, not in its place

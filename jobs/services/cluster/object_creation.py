@@ -163,17 +163,35 @@ def rendered_objects(spec: objects.WorkloadSpec) -> list[dict]:
     return made
 
 
-def _fill(template: str, base_url: str) -> str:
+HOME_TEMPLATE = "{home}"
+
+
+def _fill(template: str, base_url: str, home: str = "") -> str:
     # str.replace, not str.format: a template may hold other braces (JSON, shell) that are not ours.
-    return template.replace("{base_url}", base_url).replace("{base_path}", base_url.rstrip("/"))
+    filled = template.replace("{base_url}", base_url).replace("{base_path}", base_url.rstrip("/"))
+    return filled.replace(HOME_TEMPLATE, home)
+
+
+def _home_workspace(workload: Workload) -> str:
+    """Where the owner's home workspace is mounted ("" when workspaces are off)."""
+    return next((m["mount_path"] for m in workload.mounts or () if m.get("kind") == "home"), "")
+
+
+def _fillable(template: str, home: str) -> bool:
+    # A template naming the home workspace is left out where there is none: JupyterLab's root_dir then
+    # stays its default (where the container starts) instead of a folder that does not exist.
+    return bool(home) or HOME_TEMPLATE not in template
 
 
 def base_url_args(workload: Workload) -> tuple[str, ...]:
-    """The catalog image's arguments that tell its app the path the portal serves it under."""
+    """The catalog image's arguments that tell its app the path the portal serves it under, and (`{home}`)
+    the owner's home workspace, e.g. JupyterLab's root_dir, so that Open lands where their files last."""
     base_url = opening.open_path(workload)
     if not base_url or workload.catalog_image is None:
         return ()
-    return tuple(_fill(str(a), base_url) for a in workload.catalog_image.base_url_args or [])
+    home = _home_workspace(workload)
+    templates = (str(a) for a in workload.catalog_image.base_url_args or [])
+    return tuple(_fill(a, base_url, home) for a in templates if _fillable(a, home))
 
 
 def base_url_env(workload: Workload) -> tuple[tuple[str, str], ...]:
@@ -183,7 +201,11 @@ def base_url_env(workload: Workload) -> tuple[tuple[str, str], ...]:
         return ()
     own = {name for name, _ in ((e["name"], e["value"]) for e in workload.env or ())}
     catalog = workload.catalog_image.base_url_env if workload.catalog_image is not None else {}
-    extra = [("GPUPORTAL_BASE_URL", base_url), *((k, _fill(str(v), base_url)) for k, v in (catalog or {}).items())]
+    home = _home_workspace(workload)
+    extra = [
+        ("GPUPORTAL_BASE_URL", base_url),
+        *((k, _fill(str(v), base_url, home)) for k, v in (catalog or {}).items() if _fillable(str(v), home)),
+    ]
     return tuple((name, value) for name, value in extra if name not in own)  # the researcher's own value wins
 
 
