@@ -53,7 +53,7 @@ def _migrate(targets):
     return executor.loader.project_state(targets).apps
 
 
-BEFORE_NORMALISING = [("jobs", "0036_catalog_home_template")]
+BEFORE_NORMALISING = [("jobs", "0038_catalog_home_template")]
 
 
 @pytest.mark.django_db(transaction=True)

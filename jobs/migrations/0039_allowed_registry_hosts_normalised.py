@@ -54,7 +54,7 @@ def normalise_hosts(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("jobs", "0036_catalog_home_template"),
+        ("jobs", "0038_catalog_home_template"),
     ]
 
     operations = [

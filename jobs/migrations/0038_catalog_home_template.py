@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0035_team_facts_version'),
+        ('jobs', '0037_partial_indexes'),
     ]
 
     operations = [
