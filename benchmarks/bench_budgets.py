@@ -37,6 +37,8 @@ FIGURES = (
     "pg_cpu_per_rest_submission_ms",
     "pg_statements_per_rest_submission",
     "tracker_cpu_per_workload_ms",
+    "tracker_main_thread_cpu_per_workload_ms",
+    "tracker_watch_threads_cpu_per_workload_ms",
     "web_cpu_per_rest_submission_ms",
     "worker_cpu_per_workload_ms",
     "pg_cpu_per_sweep_workload_ms",
@@ -76,9 +78,16 @@ def _raw_side(engine, n: int) -> dict[str, float]:
     return cpu.spent(before, cpu.snapshot())
 
 
-def _portal_side(engine, api, n: int, *, sweeps: bool) -> tuple[dict[str, float], float, list[str], float]:
+def _tracker_pid(engine) -> int | None:
+    process = engine.processes.processes.get("tracker")
+    return None if process is None or process.poll() is not None else process.pid
+
+
+def _portal_side(
+    engine, api, n: int, *, sweeps: bool
+) -> tuple[dict[str, float], float, list[str], float, dict[str, tuple[float, float]]]:
     """CPU seconds per part and statements sent by the engine while n workloads went from the POST to the end,
-    and the window's length in seconds."""
+    the window's length in seconds, and the tracker's (user, system) CPU seconds by thread (`cpu.threads`)."""
     from django.db import connection
 
     from benchmarks.engine import quiet, wait_until
@@ -90,20 +99,37 @@ def _portal_side(engine, api, n: int, *, sweeps: bool) -> tuple[dict[str, float]
     quiet()
     pgstat.reset(force=True)
     tables, transactions = _table_writes(), _transactions()
+    tracker = _tracker_pid(engine)
+    threads = cpu.threads(tracker) if tracker else {}
     before, roles, began = cpu.snapshot(), cpu.postgres_snapshot(), time.monotonic()
     with connection.execute_wrapper(own):
         (_rest_submit_arrays if sweeps else _rest_submit)(api, token, team.slug, n, {"SIM_RUN_SECONDS": "1"})
         wait_until(lambda: _all_succeeded(team, n), 600, f"{n} workloads did not all succeed", interval=0.5)
         quiet()
     spent, length = cpu.spent(before, cpu.snapshot()), time.monotonic() - began
+    threads = cpu.threads_spent(threads, cpu.threads(tracker) if tracker else {})
     roles = cpu.spent(roles, cpu.postgres_snapshot())
     calls, top = pgstat.window(f"budget {'sweep' if sweeps else 'rest'} side", n)
     transactions = _transactions() - transactions
     trips = pgstat.round_trips_line(f"budget {'sweep' if sweeps else 'rest'} side", n, transactions)
-    top = [_roles_line(roles, n), *_writes_lines(tables, _table_writes(), n), trips, *top]
+    top = [_roles_line(roles, n), _threads_line(threads, n), *_writes_lines(tables, _table_writes(), n), trips, *top]
     engine.delete_namespace(namespace)
     engine.settle(namespace, team=team)
-    return spent, (calls - own.count) / n if calls is not None else float("nan"), top, length
+    statements = (calls - own.count) / n if calls is not None else float("nan")
+    return spent, statements, top, length, threads
+
+
+def _threads_line(threads: dict[str, tuple[float, float]], n: int) -> str:
+    if not threads:
+        return "#   tracker ms per workload by thread: not read (the tracker was restarted in the window)"
+    return f"#   tracker ms per workload by thread: {cpu.per_thread(threads, n)}"
+
+
+def _watch_threads(threads: dict[str, tuple[float, float]]) -> float:
+    """CPU seconds of the tracker's watch threads (named `watch-<kind>`), nan when they were not read."""
+    if not threads:
+        return float("nan")
+    return sum(user + system for name, (user, system) in threads.items() if name.startswith("watch-"))
 
 
 def _transactions() -> int:
@@ -196,7 +222,7 @@ def run(ctx: BenchContext) -> Iterator[tuple[str, float]]:
                         add("apiserver_cpu_per_raw_create_ms", 1000 * spent.get("kube-apiserver", 0.0) / n)
                         print(f"# budget round {i + 1} raw side cpu {cpu.per_object(spent, n)}", flush=True)
                         continue
-                    spent, statements, top, length = _portal_side(engine, api, n, sweeps=side == "sweep")
+                    spent, statements, top, length, threads = _portal_side(engine, api, n, sweeps=side == "sweep")
                     per = {part: 1000 * seconds / n for part, seconds in spent.items()}
                     print(f"# budget round {i + 1} {side} side cpu {cpu.per_object(spent, n, 'workload')}", flush=True)
                     for line in top:
@@ -207,6 +233,9 @@ def run(ctx: BenchContext) -> Iterator[tuple[str, float]]:
                         add("pg_cpu_per_rest_submission_ms", per.get("postgres", 0.0))
                         add("pg_statements_per_rest_submission", statements)
                         add("tracker_cpu_per_workload_ms", per.get("tracker", 0.0))
+                        main = sum(threads["main"]) if "main" in threads else float("nan")
+                        add("tracker_main_thread_cpu_per_workload_ms", 1000 * main / n)
+                        add("tracker_watch_threads_cpu_per_workload_ms", 1000 * _watch_threads(threads) / n)
                         add("web_cpu_per_rest_submission_ms", per.get("web", 0.0))
                         add("worker_cpu_per_workload_ms", per.get("worker", 0.0))
                     else:

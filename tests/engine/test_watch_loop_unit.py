@@ -320,3 +320,39 @@ def test_objects_the_portal_deleted_are_never_blamed_on_someone_outside(fake_kub
     assert (running.state, running.reason) == (State.FAILED, "DeletedByPortal")
     assert "outside" not in running.message
     assert running.message == "Its Job was deleted by the portal, so it cannot go on."
+
+
+def test_the_started_tracker_takes_what_it_holds_out_of_the_collectors_full_passes_once(
+    fake_kube, tracker, running, monkeypatch
+):
+    """What the process holds once started is frozen (gc.freeze) after its first list, once, however often it
+    lists again; the tracker records as before."""
+    import gc
+
+    fake_kube.add("Job", job(running))
+    fake_kube.add("Pod", pod(running))
+    settled: list[int] = []
+    real = watch_loop.settle_heap
+    monkeypatch.setattr(watch_loop, "settle_heap", lambda: settled.append(real()) or settled[-1])
+    relist = tracker.relist
+
+    def lists() -> list:
+        return [call for call in fake_kube.calls if call[0].startswith("list_")]
+
+    def relist_then_stop_after_the_second() -> None:
+        relist()
+        if len(lists()) >= 4:
+            tracker.stop_event.set()
+
+    monkeypatch.setattr(tracker, "relist", relist_then_stop_after_the_second)
+    monkeypatch.setattr(tracker, "_stream_until_relist", lambda started, max_seconds: None)  # a watch broke at once
+    try:
+        tracker.run(max_seconds=30)
+        assert len(lists()) == 4  # listed twice, Jobs and pods
+        assert len(settled) == 1
+        assert settled[0] > 0
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+    running.refresh_from_db()
+    assert running.state == State.RUNNING
