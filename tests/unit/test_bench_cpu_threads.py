@@ -25,10 +25,11 @@ def _busy(seconds: float) -> None:
 
 @linux_only
 def test_a_named_thread_shows_under_its_name_then_its_cpu_moves_to_ended_once_it_ends():
+    # A name no tracker thread takes: in the whole suite, other tests' watch loops (watch-Pod, watch-Job) live on.
     named, release = threading.Event(), threading.Event()
 
     def watch() -> None:
-        assert name_os_thread("watch-Pod")
+        assert name_os_thread("watch-Probe")
         _busy(0.2)
         named.set()
         release.wait(10)
@@ -39,16 +40,16 @@ def test_a_named_thread_shows_under_its_name_then_its_cpu_moves_to_ended_once_it
     assert named.wait(10)
     during = cpu.threads(os.getpid())
     with open(f"/proc/self/task/{thread.native_id}/comm") as comm:
-        assert comm.read().strip() == "watch-Pod"
+        assert comm.read().strip() == "watch-Probe"
     release.set()
     thread.join(10)
     after = cpu.threads(os.getpid())
 
     assert "main" in during
     assert "ended" in during
-    assert sum(cpu.threads_spent(before, during)["watch-Pod"]) > 0
-    assert "watch-Pod" not in after
-    assert sum(after["ended"]) >= sum(during["watch-Pod"]) - 0.05  # its time stays in the process's total
+    assert sum(cpu.threads_spent(before, during)["watch-Probe"]) > 0
+    assert "watch-Probe" not in after
+    assert sum(after["ended"]) >= sum(during["watch-Probe"]) - 0.05  # its time stays in the process's total
 
 
 def test_a_name_is_cut_to_what_the_system_keeps_and_a_failed_naming_changes_nothing(monkeypatch):
