@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from jobs.admin import catalog, health, queueing, sharing, teams, workloads, workspaces
+from jobs.admin import catalog, health, people, queueing, sharing, teams, workloads, workspaces
 
-__all__ = ["catalog", "health", "queueing", "sharing", "teams", "workloads", "workspaces"]
+__all__ = ["catalog", "health", "people", "queueing", "sharing", "teams", "workloads", "workspaces"]

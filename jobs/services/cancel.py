@@ -61,3 +61,22 @@ def workload_cancel(*, workload: Workload, by) -> Workload:
                 enqueue_delete(workload)
             return workload
     raise WorkloadStateError("The workload kept changing state; please try again.")
+
+
+def owner_disabled(owner, *, by) -> tuple[int, int]:
+    """`owner`'s account was disabled (they left, or must stop): what they queued is cancelled, since it would
+    start for someone who can no longer sign in to use it, open it or read its logs; what already holds GPUs
+    keeps running (a long run may be near its end), for an admin or the team's managers to stop. Returns
+    (cancelled, still holding GPUs)."""
+    cancelled = 0
+    for workload in Workload.objects.filter(owner=owner, state=State.QUEUED).order_by("id"):
+        moved = transition(
+            workload,
+            State.CANCELLED,
+            reason="OwnerDisabled",
+            message=f"Cancelled before it started: {owner.get_username()}'s account was disabled by {by.get_username()}.",
+            actor=by,
+        )
+        cancelled += moved  # one that was admitted meanwhile holds GPUs now, and is counted below
+    holding = Workload.objects.filter(owner=owner, state__in=State.holding()).count()
+    return cancelled, holding

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from datetime import timedelta
 
 import pytest
@@ -525,3 +526,57 @@ def test_usage_report_per_person_on_the_page_and_in_the_csv(admin_client, world)
     bad = admin_client.get(f"/admin/jobs/workload/usage-report/?start={first}&end={last}&per=planet")
     assert bad.status_code == 200
     assert "per" in bad.context["form"].errors
+
+
+def _user_form(admin_client, user, **changes) -> dict:
+    """The person's change form as the admin page fills it, with `changes` on top."""
+    form = admin_client.get(f"/admin/auth/user/{user.pk}/change/").context["adminform"].form
+    data = {name: value for name, value in form.initial.items() if value is not None and name != "password"}
+    data["groups"] = [group.pk for group in data.get("groups", [])]
+    data["user_permissions"] = [perm.pk for perm in data.get("user_permissions", [])]
+    for stamp in ("last_login", "date_joined"):
+        if data.get(stamp):
+            data[f"{stamp}_0"], data[f"{stamp}_1"] = data[stamp].strftime("%Y-%m-%d"), data[stamp].strftime("%H:%M:%S")
+            del data[stamp]
+    data.update({key: value for key, value in changes.items() if value is not False})
+    for key, value in changes.items():
+        if value is False:
+            data.pop(key, None)  # an unticked box is not sent
+    return data
+
+
+def test_disabling_a_person_cancels_what_they_queued_and_says_what_still_runs(admin_client, world, submit):
+    """newcomer15: a disabled person's queued work still started (for nobody who could sign in to use it)."""
+    queued = _queued(world, submit, 1)
+    running = _queued(world, submit, 1)
+    Workload.objects.filter(id=running.id).update(state=State.RUNNING, started_at=timezone.now())
+    teammates = _queued(world, lambda **kw: submit("teammate", **kw), 1)
+    response = admin_client.post(
+        f"/admin/auth/user/{world.owner.pk}/change/",
+        _user_form(admin_client, world.owner, is_active=False),
+        follow=True,
+    )
+    page = response.content.decode()
+    world.owner.refresh_from_db()
+    assert not world.owner.is_active
+    assert "Olivia can no longer sign in or use an API token. Their 1 queued workload(s) were cancelled" in page
+    assert "1 workload(s) of theirs still hold GPUs and keep running" in page
+    queued.refresh_from_db(), running.refresh_from_db(), teammates.refresh_from_db()
+    assert (queued.state, running.state, teammates.state) == (State.CANCELLED, State.RUNNING, State.QUEUED)
+    assert queued.events.last().message == "Cancelled before it started: olivia's account was disabled by ada."
+    link = re.search(r'href="(/admin/jobs/workload/\?[^"]+)">stop them', page).group(1).replace("&amp;", "&")
+    listed = admin_client.get(link)
+    assert listed.status_code == 200
+    assert list(listed.context["cl"].result_list) == [running]
+
+
+def test_saving_a_disabled_person_again_or_an_active_one_cancels_nothing(admin_client, world, submit):
+    queued = _queued(world, submit, 1)
+    response = admin_client.post(
+        f"/admin/auth/user/{world.owner.pk}/change/",
+        _user_form(admin_client, world.owner, first_name="Olivia"),
+        follow=True,
+    )
+    assert "can no longer sign in" not in response.content.decode()
+    queued.refresh_from_db()
+    assert queued.state == State.QUEUED
