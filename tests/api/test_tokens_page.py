@@ -79,3 +79,27 @@ def test_a_refused_name_stays_in_the_box(client, world):
     response = client.post("/profile/tokens/", {"name": "x" * 101})
     assert response.status_code == 400
     assert f'value="{"x" * 101}"' in response.content.decode()
+
+
+def test_revoke_and_remove_ask_first_naming_what_goes(client, world):
+    """newcomer14: Revoke (a token) and Remove (an SSH key) took it away at one tap; they ask first, as Remove a
+    member and Delete a secret do (portal.js asks for every form[data-confirm])."""
+    from identity.models import SshKey
+
+    client.force_login(world.teammate)
+    client.post("/profile/tokens/", {"name": "cluster scripts"})
+    token = ApiToken.objects.get(user=world.teammate, name="cluster scripts")
+    page = client.get("/profile/tokens/").content.decode()
+    form = re.search(rf'<form method="post" action="/profile/tokens/{token.id}/revoke/"[^>]*>', page).group(0)
+    assert 'data-confirm="Revoke cluster scripts? Every script and client using it is refused from now on' in form
+
+    key = SshKey.objects.create(
+        user=world.teammate,
+        name="laptop",
+        key_type="ssh-ed25519",
+        public_key="ssh-ed25519 AAAA",
+        fingerprint="SHA256:x",
+    )
+    page = client.get("/profile/ssh-keys/").content.decode()
+    form = re.search(rf'<form method="post" action="/profile/ssh-keys/{key.id}/remove/"[^>]*>', page).group(0)
+    assert 'data-confirm="Remove laptop? It no longer opens your services over SSH' in form
