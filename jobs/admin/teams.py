@@ -8,7 +8,7 @@ from identity.models import Membership
 from identity.signals import changes_by
 from identity.teams import membership_edited_by_hand
 from jobs.models import Quota, QuotaChange, State, Team, Workload
-from jobs.services.queue.settings_changes import quota_change_record, sharing_changed
+from jobs.services.queue.settings_changes import quota_change_record, sharing_changed, stopped_by
 from portal.admin_widgets import SafeAutocompleteAdmin
 
 
@@ -209,8 +209,16 @@ def _tell(request, change: QuotaChange) -> None:
         f"{change.team} / {change.gpu_type}: {old} → {new}. Admission ran again and admitted "
         f"{change.admitted} queued workload(s).",
     )
-    # A quota below what the team holds stops nothing (admission only gates new work): say so, so that an
-    # admin does not expect the lowered quota to free GPUs at once, nor wonder why the team's queue stalls.
+    # A quota below what the team holds stops nothing of its own (admission only gates new work): say so, so
+    # that an admin does not expect the lowered quota to free GPUs at once, nor wonder why the queue stalls.
+    # In a cohort, borrowed work beyond what the cohort now lends is stopped at once: say how much.
+    stopped = stopped_by(change)
+    if stopped:
+        messages.warning(
+            request,
+            f"{change.team} / {change.gpu_type}: {stopped} workload(s) running on borrowed GPUs were stopped, as "
+            "the team may no longer borrow that much (restartable batch jobs are queued again; each owner is told).",
+        )
     held = (
         Workload.objects.filter(team=change.team, gpu_type=change.gpu_type, state__in=State.holding()).aggregate(
             n=Sum("gpu_count")
@@ -224,8 +232,18 @@ def _tell(request, change: QuotaChange) -> None:
             if change.new_max_gpus
             else "queued work of this team and type waits until it has a quota again"
         )
+        borrowing = (
+            Quota.objects.filter(team=change.team, gpu_type=change.gpu_type)
+            .values_list("borrowing_limit", flat=True)
+            .first()
+            if change.new_max_gpus and change.team.cohort_id
+            else 0
+        )
+        if borrowing:
+            then += f", or sooner on GPUs its cohort leaves idle (up to {borrowing} borrowed)"
         messages.warning(
             request,
             f"{change.team} / {change.gpu_type}: {held} GPUs are in use, more than the new quota: running work "
-            f"keeps running (nothing is stopped; cancel it from the workload list if it must end), and {then}.",
+            f"keeps running (nothing {'more ' if stopped else ''}is stopped; cancel it from the workload list if it must "
+            f"end), and {then}.",
         )

@@ -580,3 +580,43 @@ def test_saving_a_disabled_person_again_or_an_active_one_cancels_nothing(admin_c
     assert "can no longer sign in" not in response.content.decode()
     queued.refresh_from_db()
     assert queued.state == State.QUEUED
+
+
+def _lower_p100(admin_client, world, *, to: int, borrowing: int):
+    quota = Quota.objects.get(team=world.team, gpu_type=world.p100)
+    form = {"team": world.team.id, "gpu_type": world.p100.id, "max_gpus": to, "borrowing_limit": borrowing}
+    response = admin_client.post(f"/admin/jobs/quota/{quota.id}/change/", form, follow=True)
+    return response.content.decode()
+
+
+def _cohort_running(world, submit, gpus: int, *, with_lender: bool) -> Workload:
+    from jobs.models import Cohort
+
+    cohort = Cohort.objects.create(name="Shared lab")
+    for team in (world.team, world.other_team) if with_lender else (world.team,):
+        team.cohort = cohort
+        team.save()
+    running = _queued(world, submit, gpus)
+    Workload.objects.filter(id=running.id).update(state=State.RUNNING, started_at=timezone.now())
+    return running
+
+
+def test_a_quota_lowered_in_a_cohort_says_borrowing_may_start_work_sooner(admin_client, world, submit):
+    """The other team's idle P100s are lent: the 3-GPU run goes on as 1 own + 2 borrowed."""
+    running = _cohort_running(world, submit, 3, with_lender=True)
+    page = _lower_p100(admin_client, world, to=1, borrowing=2)
+    assert "3 GPUs are in use, more than the new quota: running work keeps running (nothing is stopped" in page
+    assert "starts once fewer than 1 are in use, or sooner on GPUs its cohort leaves idle (up to 2 borrowed)." in page
+    running.refresh_from_db()
+    assert running.state == State.RUNNING
+
+
+def test_a_quota_lowered_in_a_cohort_that_cannot_lend_says_what_was_stopped(admin_client, world, submit):
+    """newcomer15's message said "nothing is stopped" for every team; in a cohort, borrowed work beyond what it
+    lends is stopped at once (admission.settle_running), and the admin heard nothing of it."""
+    running = _cohort_running(world, submit, 3, with_lender=False)
+    page = _lower_p100(admin_client, world, to=1, borrowing=2)
+    running.refresh_from_db()
+    assert running.state == State.FAILED  # not restartable: a stopped batch job ends
+    assert "1 workload(s) running on borrowed GPUs were stopped, as the team may no longer borrow that much" in page
+    assert "nothing is stopped" not in page

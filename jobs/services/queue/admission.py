@@ -676,9 +676,12 @@ def _own_one_by_one(held: list[Held], gpu_type_id: int) -> list[Held]:
     return [h for h in held if h.id >= 0] + own
 
 
+LIMITS_LOWERED = "the sharing limits were lowered"  # how a workload stopped by settle_running is told why
+
+
 def _beyond_limits(team_name: str, quota: sharing_plan.TeamQuota) -> str:
     return (
-        f"the sharing limits were lowered: team {team_name} may hold {quota.quota} GPU(s) of its own plus "
+        f"{LIMITS_LOWERED}: team {team_name} may hold {quota.quota} GPU(s) of its own plus "
         f"{quota.borrowing_limit} borrowed, and its cohort lends less than it had borrowed (this workload ran "
         "on borrowed GPUs)."
     )

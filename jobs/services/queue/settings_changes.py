@@ -11,12 +11,13 @@ they are engine services so that any other front end can make the same change.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from django.db import transaction
 
-from jobs.models import GpuType, Quota, QuotaChange, Team
+from jobs.models import GpuType, Quota, QuotaChange, Team, WorkloadEvent
 from jobs.services.provisioning import namespace_ensure
-from jobs.services.queue.admission import quota_admit
+from jobs.services.queue.admission import LIMITS_LOWERED, quota_admit
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,28 @@ def quota_change_record(*, team: Team, gpu_type: GpuType, old: int | None, new: 
     )
     transaction.on_commit(lambda: _sync_namespace(team, change.id))
     return change
+
+
+def stopped_by(change: QuotaChange) -> int:
+    """Workloads of the change's team and type that the admission right after it stopped: borrowed ones beyond
+    what the cohort now lends (admission.settle_running). A team alone, with no borrowing, stops nothing."""
+    previous = (
+        QuotaChange.objects.filter(team=change.team, gpu_type=change.gpu_type, id__lt=change.id)
+        .order_by("-id")
+        .values_list("changed_at", flat=True)
+        .first()
+    )
+    since = change.changed_at - timedelta(minutes=1)
+    if previous is not None and previous > since:
+        since = previous
+    return WorkloadEvent.objects.filter(
+        workload__team=change.team,
+        workload__gpu_type=change.gpu_type,
+        reason="Preempted",
+        message__startswith=f"Preempted: {LIMITS_LOWERED}",
+        at__gte=since,
+        at__lte=change.changed_at,
+    ).count()
 
 
 def _sync_namespace(team: Team, change_id: int) -> None:
