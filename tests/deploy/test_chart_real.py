@@ -332,16 +332,16 @@ def test_sign_in_launch_and_open_a_notebook_through_the_charts_web_and_proxy(kub
         # On the apps' origin, served by the chart's proxy pod, handed over by the portal with a ticket.
         assert jupyter.url.startswith(f"http://{APPS_HOST}:{PROXY_PORT}/w/"), jupyter.url
 
-        jupyter.locator(".jp-DirListing-item", has_text="user").dblclick()
+        # Open lands in the home workspace (/home/user): the notebook is made there, with no folder to find.
         jupyter.locator('.jp-LauncherCard[data-category="Notebook"]').first.click()
         editor = jupyter.locator(".jp-Notebook .jp-Cell .cm-content").first
         expect(editor).to_be_visible()
         expect(jupyter.get_by_role("button", name="Python 3 (ipykernel) | Idle")).to_be_visible(timeout=90_000)
-        editor.fill("import os; print('gpus', os.environ['NVIDIA_VISIBLE_DEVICES'], 6 * 7)")
+        editor.fill("import os; print('gpus', os.environ['NVIDIA_VISIBLE_DEVICES'], 6 * 7, 'in', os.getcwd())")
         editor.press("Shift+Enter")
         output = jupyter.locator(".jp-OutputArea-output").first
         expect(output).to_contain_text("gpus GPU-", timeout=120_000)
-        expect(output).to_contain_text(" 42")
+        expect(output).to_contain_text(" 42 in /home/user")
         with contextlib.suppress(Exception):
             (REPO_ROOT / "test-output").mkdir(exist_ok=True)
             jupyter.screenshot(path=str(REPO_ROOT / "test-output" / "chart_real_jupyterlab.png"))
